@@ -1,0 +1,33 @@
+# make demo: roost's main job on its embedded defaults.  make test: the whole suite.
+# Both install what they need into .venv first (re-run only when pyproject.toml changes).
+PY       ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.stamp-install
+# torch is pinned in the same pip command as everything that depends on it; the
+# constraints file keeps any later install from moving it.
+PIP      := $(BIN)/pip install --constraint .ci/constraints.txt
+EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer
+SGLANG   := sglang==0.5.3
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml .ci/constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(PIP) --quiet "torch==2.13.0" -e ".[$(EXTRAS)]"
+	# sglang is only needed for its protocol classes (GenerateReqInput, SamplingParams);
+	# its full dependency set needs a GPU, so it goes in without dependencies.
+	$(PIP) --quiet --no-deps "$(SGLANG)"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/roost demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .roost

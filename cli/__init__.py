@@ -1,0 +1,1 @@
+"""roost.cli: the `roost` command, composed from each package's own `cli.py`."""

@@ -1,0 +1,48 @@
+"""The `roost` command.
+
+Each package contributes its subcommands through a `register(app, bench)` function in
+its own `cli.py`; `bench` is the shared `roost bench ...` group. Heavy imports happen
+inside the commands, so `roost --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import typer
+
+PACKAGE_CLIS = (
+    "roost.rollout.cli",
+    "roost.envs.cli",
+    "roost.agents.cli",
+    "roost.sandboxes.cli",
+    "roost.trainer.cli",
+    "roost.cli.demo",
+)
+
+
+def _has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        help="roost: agent-gym hub with a token-exact gateway and a Megatron-core trainer.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+    )
+    bench = typer.Typer(help="Benchmarks; each prints JSON.", no_args_is_help=True)
+    app.add_typer(bench, name="bench")
+    for name in PACKAGE_CLIS:
+        if _has_module(name):
+            importlib.import_module(name).register(app, bench)
+    return app
+
+
+def main() -> None:
+    build_app()()
+
+
+if __name__ == "__main__":
+    main()

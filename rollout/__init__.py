@@ -1,0 +1,1 @@
+"""roost.rollout: the rollout engine, its SGLang client, and the OpenAI-compatible gateway."""

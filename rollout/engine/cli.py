@@ -1,0 +1,52 @@
+"""`roost engine` (serve the embedded engine) and `roost bench engine`."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+
+class Sampler(str, Enum):
+    model = "model"
+    scripted = "scripted"
+
+
+def engine(
+    model: str = typer.Option("tiny", help="'tiny' or a local Hugging Face Qwen2/Qwen3/Llama checkpoint folder."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    port: int = typer.Option(30000, help="Port to bind (SGLang's default)."),
+    context_length: int = typer.Option(None, help="Longest prompt + completion (default: model's, capped at 4096)."),
+    max_running: int = typer.Option(64, help="Requests decoded together in one batch."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+    sampler: Sampler = typer.Option(Sampler.model, help="'scripted' forces replies from --script (tests, benchmarks)."),
+    script: Path = typer.Option(None, help="Scripted sampler rules: JSON {\"rules\": [{\"match\": regex|null, \"reply\": text}]}."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT."""
+    from .launch import build_engine, serve
+
+    engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
+                           scripted=sampler is Sampler.scripted, script=script)
+    serve(engine_, host=host, port=port, log_level=log_level)
+
+
+def bench_engine(
+    model: str = typer.Option("tiny", help="Model to benchmark."),
+    concurrency: str = typer.Option("1,8,32", help="Comma-separated concurrency levels."),
+    new_tokens: int = typer.Option(64, help="Tokens generated per request."),
+    prompt_tokens: int = typer.Option(32, help="Prompt length per request."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per level."),
+) -> None:
+    """Decode tokens/s of the engine vs Hugging Face `generate` on the same model and batch."""
+    from .bench import run_bench
+
+    for row in run_bench(model, [int(c) for c in concurrency.split(",")], new_tokens, prompt_tokens):
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    app.command("engine")(engine)
+    bench.command("engine")(bench_engine)

@@ -1,0 +1,195 @@
+"""The embedded engine: model, tokenizer, KV cache and scheduler behind an async API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+
+from .kv_cache import SlotKVCache
+from .model import CausalLM, Rotary
+from .model_spec import ModelSpec
+from .request import EngineRequest, RequestPlan, StepOutput
+from .sampling import SamplingConfig
+from .scheduler import Scheduler
+from .scripted_sampler import ScriptedSampler, ScriptError
+from .weights import check_fits, read_checkpoint
+from .wire import RequestError, SamplingParams
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class EngineConfig:
+    model_path: Path
+    context_length: int | None = None
+    """Longest prompt + completion; default: the model's max_position_embeddings, capped at 4096."""
+    max_running: int = 64
+    """Requests decoded together; more wait in line."""
+    dtype: str = "float32"
+    scripted: ScriptedSampler | None = None
+    """When set, every reply is forced by the scripted sampler (tests, benchmarks)."""
+
+
+@dataclass
+class Completion:
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: dict | None = None
+    weight_version: str = "0"
+
+
+class Engine:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.spec = ModelSpec.from_folder(config.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
+        self.dtype = DTYPES[config.dtype]
+        self.model = _load_model(self.spec, config.model_path, self.dtype)
+        self.context_length = config.context_length or min(self.spec.max_position_embeddings, 4096)
+        cache = SlotKVCache(
+            layers=self.spec.num_layers, slots=config.max_running, kv_heads=self.spec.num_kv_heads,
+            max_len=self.context_length, head_dim=self.spec.head_dim, dtype=self.dtype,
+        )
+        self.scheduler = Scheduler(self.model, cache, max_running=config.max_running)
+        self.scripted = config.scripted
+        self.started_at = time.time()
+
+    @property
+    def weight_version(self) -> str:
+        return self.scheduler.weight_version
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def check_prompt(self, ids: list[int]) -> None:
+        if not ids:
+            raise RequestError("the prompt is empty")
+        bad = [t for t in ids if not 0 <= t < self.spec.vocab_size]
+        if bad:
+            raise RequestError(f"token id(s) {bad[:5]} outside the vocabulary [0, {self.spec.vocab_size})")
+        if len(ids) >= self.context_length:
+            raise RequestError(
+                f"the prompt has {len(ids)} tokens; the context length is {self.context_length} "
+                "(prompt plus at least one generated token must fit)"
+            )
+
+    def plan(self, prompt_ids: list[int], params: SamplingParams) -> RequestPlan:
+        stop_ids = set(params.stop_token_ids or [])
+        if not params.ignore_eos:
+            stop_ids |= set(self.spec.eos_token_ids)
+        return RequestPlan(
+            sampling=SamplingConfig(params.temperature, params.top_p, params.top_k, params.min_p),
+            max_new_tokens=min(params.max_new_tokens, self.context_length - len(prompt_ids)),
+            stop_token_ids=frozenset(stop_ids),
+            stop_strings=tuple(params.stop_strings()),
+            min_new_tokens=params.min_new_tokens,
+            forced_ids=self._forced_ids(prompt_ids, params),
+            seed=params.sampling_seed,
+        )
+
+    def _forced_ids(self, prompt_ids: list[int], params: SamplingParams) -> list[int] | None:
+        custom = params.custom_params or {}
+        reply = custom.get("scripted_reply")
+        if reply is None and self.scripted is not None:
+            try:
+                reply = self.scripted.reply_for(self.decode(prompt_ids, skip_special_tokens=False))
+            except ScriptError as exc:
+                raise RequestError(str(exc)) from exc
+        if reply is None:
+            return None
+        if not isinstance(reply, str):
+            raise RequestError("custom_params.scripted_reply must be a string")
+        return self.encode(reply) + [self.spec.eos_token_ids[0]]
+
+    def prepare(self, prompt_ids: list[int], params: SamplingParams) -> RequestPlan:
+        """Validate a request and fix its plan; raises RequestError before anything runs."""
+        self.check_prompt(prompt_ids)
+        return self.plan(prompt_ids, params)
+
+    async def stream(
+        self, prompt_ids: list[int], plan: RequestPlan, *, skip_special_tokens: bool = True, rid: str | None = None
+    ) -> AsyncIterator[list[StepOutput]]:
+        """Submit a prepared request; yield its step outputs as they come, until it finishes."""
+        if plan.max_new_tokens <= 0:  # nothing to generate: answer without touching the model
+            yield [StepOutput(-1, 0.0, {"type": "length", "length": 0}, self.weight_version)]
+            return
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[list[StepOutput]] = asyncio.Queue()
+
+        def emit(outputs: list[StepOutput]) -> None:
+            loop.call_soon_threadsafe(inbox.put_nowait, outputs)
+
+        request = EngineRequest(
+            rid=rid or uuid.uuid4().hex, prompt_ids=list(prompt_ids), plan=plan, emit=emit,
+            decode=lambda ids: self.decode(ids, skip_special_tokens),
+        )
+        self.scheduler.submit(request)
+        try:
+            while True:
+                outputs = await inbox.get()
+                yield outputs
+                if outputs[-1].finish_reason is not None:
+                    return
+        finally:
+            request.cancelled = not request.finished
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, rid: str | None = None, plan: RequestPlan | None = None
+    ) -> Completion:
+        plan = plan or self.prepare(prompt_ids, params)
+        completion = Completion()
+        async for outputs in self.stream(prompt_ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
+            for out in outputs:
+                if out.token_id >= 0:
+                    completion.output_ids.append(out.token_id)
+                    completion.logprobs.append(out.logprob)
+                completion.finish_reason = out.finish_reason
+                completion.weight_version = out.weight_version
+        return completion
+
+    async def update_weights(self, path: str, weight_version: str | None) -> str:
+        """Read and check the new weights off the event loop, then swap them in between steps."""
+        expected = {k: v for k, v in self.model.state_dict().items()}
+        tensors = await asyncio.to_thread(read_checkpoint, path)
+        fitted = check_fits(expected, tensors, tied_embeddings=self.spec.tie_word_embeddings)
+
+        def swap() -> str:
+            self.model.load_state_dict(fitted, strict=True)
+            self.scheduler.weight_version = weight_version or _next_version(self.scheduler.weight_version)
+            return self.scheduler.weight_version
+
+        return await asyncio.wrap_future(self.scheduler.call(swap))
+
+
+def _next_version(current: str) -> str:
+    return str(int(current) + 1) if current.isdigit() else f"{current}+1"
+
+
+def _load_model(spec: ModelSpec, folder: Path, dtype: torch.dtype) -> CausalLM:
+    with torch.device("meta"):
+        model = CausalLM(spec)
+    model = model.to_empty(device="cpu").to(dtype)
+    model.rotary = Rotary(spec.head_dim, spec.rope_theta)  # not in checkpoints: rebuild off meta
+    tensors = check_fits(
+        {k: v for k, v in model.state_dict().items()},
+        {k: v.to(dtype) for k, v in read_checkpoint(folder).items()},
+        tied_embeddings=spec.tie_word_embeddings,
+    )
+    model.load_state_dict(tensors, strict=True)
+    return model.eval()

@@ -1,0 +1,179 @@
+"""A decoder-only transformer (Qwen3, Qwen2, Llama) with a slot KV cache.
+
+Module names mirror Hugging Face's (`model.layers.0.self_attn.q_proj`, ...), so a
+checkpoint's state dict loads as it is. Two entry points: `prefill` runs one request's
+prompt and fills its cache slot; `decode` advances a batch of requests by one token
+each, every request at its own position, so requests join and leave freely between
+steps (continuous batching).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .kv_cache import SlotKVCache
+from .model_spec import ModelSpec
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rotary(nn.Module):
+    """RoPE whose angles come from explicit position ids."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.to(torch.float32)[..., None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [B, heads, T, D]; cos/sin: [B, T, D]
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.heads, self.kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        hidden, bias = spec.hidden_size, spec.qkv_bias
+        self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        if spec.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, spec.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, spec.rms_norm_eps)
+        self.qk_norm = spec.qk_norm
+
+    def _project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        batch, length, _ = x.shape
+        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim)
+        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def prefill(self, x, cos, sin, cache: SlotKVCache, slot: int, start: int) -> torch.Tensor:
+        q, k, v = self._project(x, cos, sin)
+        cache.write_span(self.layer, slot, start, k[0], v[0])
+        keys, values = cache.read_span(self.layer, slot, start + x.shape[1])
+        out = F.scaled_dot_product_attention(
+            q, keys[None], values[None], attn_mask=_prefill_mask(x.shape[1], start),
+            enable_gqa=self.heads != self.kv_heads,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
+
+    def decode(self, x, cos, sin, cache: SlotKVCache, slots, positions, mask) -> torch.Tensor:
+        q, k, v = self._project(x, cos, sin)
+        cache.write_tokens(self.layer, slots, positions, k[:, :, 0], v[:, :, 0])
+        keys, values = cache.gather(self.layer, slots, mask.shape[-1])
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], 1, -1))
+
+
+def _prefill_mask(length: int, start: int) -> torch.Tensor:
+    # Query i (absolute position start+i) sees keys 0..start+i.
+    rows = torch.arange(start, start + length)[:, None]
+    cols = torch.arange(start + length)[None, :]
+    return cols <= rows
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: int):
+        super().__init__()
+        self.self_attn = Attention(spec, layer)
+        self.mlp = MLP(spec)
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Body(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    """The engine's model. Returns logits only for the positions it is asked about."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        self.model = Body(spec)
+        self.rotary = Rotary(spec.head_dim, spec.rope_theta)
+        if not spec.tie_word_embeddings:
+            self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.model.embed_tokens.weight if self.spec.tie_word_embeddings else self.lm_head.weight
+        return F.linear(self.model.norm(hidden), weight).float()
+
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, cache: SlotKVCache, slot: int, start: int = 0) -> torch.Tensor:
+        """Run `ids` (1-D) at positions start.. into `slot`; return the last position's logits."""
+        x = self.model.embed_tokens(ids)[None]
+        positions = torch.arange(start, start + ids.shape[0])[None]
+        cos, sin = self.rotary(positions, x.dtype)
+        for layer in self.model.layers:
+            attn = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, slot, start)
+            x = layer.finish(x, attn)
+        return self.logits(x[0, -1:])[0]
+
+    @torch.inference_mode()
+    def decode_step(
+        self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cache: SlotKVCache
+    ) -> torch.Tensor:
+        """One token for each of B requests; `positions[b]` is where request b's token goes."""
+        x = self.model.embed_tokens(ids)[:, None]
+        cos, sin = self.rotary(positions[:, None], x.dtype)
+        span = int(positions.max()) + 1
+        mask = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]
+        for layer in self.model.layers:
+            attn = layer.self_attn.decode(layer.input_layernorm(x), cos, sin, cache, slots, positions, mask)
+            x = layer.finish(x, attn)
+        return self.logits(x[:, 0])

@@ -1,0 +1,91 @@
+"""One generation request inside the engine: its settings, progress and stop checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .sampling import SamplingConfig
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What one decode step produced for one request."""
+
+    token_id: int
+    logprob: float
+    finish_reason: dict[str, Any] | None
+    weight_version: str
+
+
+@dataclass
+class RequestPlan:
+    """Everything the scheduler needs to run a request, fixed at admission."""
+
+    sampling: SamplingConfig
+    max_new_tokens: int
+    stop_token_ids: frozenset[int]
+    stop_strings: tuple[str, ...] = ()
+    min_new_tokens: int = 0
+    forced_ids: list[int] | None = None  # the scripted sampler's reply
+    seed: int | None = None
+
+
+@dataclass
+class EngineRequest:
+    rid: str
+    prompt_ids: list[int]
+    plan: RequestPlan
+    emit: Callable[[list[StepOutput]], None]
+    decode: Callable[[list[int]], str]
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None
+    cancelled: bool = False
+    finished: bool = False
+    generator: torch.Generator = field(default_factory=torch.Generator)
+    _stop_scan_from: int = 0
+
+    def __post_init__(self) -> None:
+        seed = self.plan.seed if self.plan.seed is not None else torch.seed()
+        self.generator.manual_seed(seed)
+
+    @property
+    def position(self) -> int:
+        """Where the next fed token goes in the KV cache (the last sampled one)."""
+        return len(self.prompt_ids) + len(self.output_ids) - 1
+
+    def forced_token(self) -> int | None:
+        forced = self.plan.forced_ids
+        if forced is None:
+            return None
+        return forced[min(len(self.output_ids), len(forced) - 1)]
+
+    def masks_stop_tokens(self) -> bool:
+        return len(self.output_ids) < self.plan.min_new_tokens
+
+    def finish_reason(self, token: int, context_left: int) -> dict[str, Any] | None:
+        """Called after `token` was appended to `output_ids`."""
+        if len(self.output_ids) > self.plan.min_new_tokens - 1:
+            if token in self.plan.stop_token_ids:
+                return {"type": "stop", "matched": token}
+            matched = self._matched_stop_string()
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        if len(self.output_ids) >= self.plan.max_new_tokens or context_left <= 0:
+            return {"type": "length", "length": len(self.output_ids)}
+        return None
+
+    def _matched_stop_string(self) -> str | None:
+        if not self.plan.stop_strings:
+            return None
+        text = self.decode(self.output_ids)
+        longest = max(len(s) for s in self.plan.stop_strings)
+        start = max(0, self._stop_scan_from - longest + 1)
+        self._stop_scan_from = len(text)
+        for stop in self.plan.stop_strings:
+            if stop and text.find(stop, start) >= 0:
+                return stop
+        return None

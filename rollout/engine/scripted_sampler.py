@@ -1,0 +1,79 @@
+"""The scripted sampler: the real engine, forced to say given text.
+
+Tests elsewhere need the model to say something specific (a tool call, a final answer).
+Rather than faking a server, the engine runs its real model and tokenizer and this
+sampler picks the tokens: the reply text is tokenized with the real tokenizer and
+emitted token by token, followed by the end-of-turn token. Logprobs stay the model's
+own logprobs of the forced tokens.
+
+Which reply? Each rule has a regular expression; the rule whose match ends latest in
+the decoded prompt wins (so the newest message decides), ties go to the earlier rule,
+and a rule without a pattern is the fallback. A request may also force its reply
+directly with `sampling_params.custom_params = {"scripted_reply": "..."}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ScriptRule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    match: str | None = Field(None, description="Python regex searched in the decoded prompt; null = fallback")
+    reply: str = Field(description="text the model is made to say")
+
+
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[ScriptRule] = Field(default_factory=list)
+
+
+class ScriptError(ValueError):
+    """A script that cannot be used: bad regex, or no rule for a prompt."""
+
+
+@dataclass(frozen=True)
+class _CompiledRule:
+    pattern: re.Pattern[str] | None
+    reply: str
+
+
+class ScriptedSampler:
+    def __init__(self, script: Script):
+        self._rules = [_compile(rule) for rule in script.rules]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedSampler:
+        return cls(Script.model_validate(json.loads(Path(path).read_text())))
+
+    def reply_for(self, prompt_text: str) -> str:
+        best: tuple[int, int] | None = None  # (match end, -rule index)
+        fallback: str | None = None
+        for index, rule in enumerate(self._rules):
+            if rule.pattern is None:
+                fallback = rule.reply if fallback is None else fallback
+                continue
+            ends = [m.end() for m in rule.pattern.finditer(prompt_text)]
+            if ends and (best is None or (ends[-1], -index) > best):
+                best = (ends[-1], -index)
+        if best is not None:
+            return self._rules[-best[1]].reply
+        if fallback is not None:
+            return fallback
+        raise ScriptError("no scripted rule matches this prompt and the script has no fallback rule")
+
+
+def _compile(rule: ScriptRule) -> _CompiledRule:
+    if rule.match is None:
+        return _CompiledRule(None, rule.reply)
+    try:
+        return _CompiledRule(re.compile(rule.match), rule.reply)
+    except re.error as exc:
+        raise ScriptError(f"rule pattern {rule.match!r} is not a valid regex: {exc}") from exc

@@ -1,0 +1,221 @@
+"""The engine's HTTP server: SGLang's native API subset (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from .engine import Completion, Engine
+from .scripted_sampler import Script, ScriptedSampler, ScriptError
+from .weights import WeightMismatch
+from .wire import (
+    PauseRequest,
+    RequestError,
+    UpdateWeightsRequest,
+    parse_generate,
+    parse_sampling_params,
+)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+async def read_json(request: Request) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise RequestError(f"request body of {length} bytes exceeds the {MAX_BODY_BYTES}-byte limit", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise RequestError(f"request body exceeds the {MAX_BODY_BYTES}-byte limit", 413)
+    if not body:
+        return {}
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"malformed JSON: {exc}") from exc
+
+
+def _validation_message(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
+
+
+def _meta(engine: Engine, rid: str, prompt_len: int, done: Completion, with_logprobs: bool, with_text: bool, started: float) -> dict:
+    meta: dict[str, Any] = {
+        "id": rid,
+        "finish_reason": done.finish_reason,
+        "prompt_tokens": prompt_len,
+        "completion_tokens": len(done.output_ids),
+        "cached_tokens": 0,
+        "weight_version": done.weight_version,
+    }
+    if with_logprobs:
+        texts = [engine.decode([t], False) if with_text else None for t in done.output_ids]
+        meta["output_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(done.logprobs, done.output_ids, texts)]
+    if done.finish_reason is not None:
+        meta["e2e_latency"] = time.perf_counter() - started
+    return meta
+
+
+def _answer_text(engine: Engine, done: Completion, params) -> str:
+    ids = done.output_ids
+    reason = done.finish_reason or {}
+    text = engine.decode(ids, params.skip_special_tokens)
+    matched = reason.get("matched")
+    if isinstance(matched, str) and not params.no_stop_trim:
+        cut = text.find(matched)
+        text = text[:cut] if cut >= 0 else text
+    return text
+
+
+def create_app(engine: Engine) -> FastAPI:
+    app = FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+        return error(exc.status, str(exc))
+
+    @app.exception_handler(ValidationError)
+    async def _validation_error(_: Request, exc: ValidationError) -> JSONResponse:
+        return error(400, _validation_message(exc))
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/get_model_info")
+    async def model_info() -> dict:
+        return {
+            "model_path": str(engine.config.model_path),
+            "tokenizer_path": str(engine.config.model_path),
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": engine.weight_version,
+            "max_context_length": engine.context_length,
+            "vocab_size": engine.spec.vocab_size,
+            "eos_token_ids": list(engine.spec.eos_token_ids),
+            "architecture": engine.spec.family,
+            "dtype": engine.config.dtype,
+            "sampler": "scripted" if engine.scripted is not None else "model",
+        }
+
+    @app.get("/get_server_info")
+    async def server_info() -> dict:
+        s = engine.scheduler
+        return {
+            "engine": "roost-embedded",
+            "max_running_requests": s.max_running,
+            "context_length": engine.context_length,
+            "running": s.running,
+            "waiting": s.waiting,
+            "paused": s.paused,
+            "decode_steps": s.steps,
+            "weight_version": engine.weight_version,
+        }
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        started = time.perf_counter()
+        req = parse_generate(await read_json(request))
+        params = parse_sampling_params(req.sampling_params)
+        ids = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
+        plan = engine.prepare(ids, params)
+        rid = req.rid or uuid.uuid4().hex
+        if req.stream:
+            chunks = _stream(engine, ids, plan, params, req, rid, started)
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        done = await engine.generate(ids, params, rid, plan)
+        body = {
+            "text": _answer_text(engine, done, params),
+            "output_ids": done.output_ids,
+            "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started),
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights(request: Request) -> JSONResponse:
+        req = UpdateWeightsRequest.model_validate(await read_json(request))
+        try:
+            version = await engine.update_weights(req.model_path, req.weight_version)
+        except WeightMismatch as exc:
+            return JSONResponse(
+                {"success": False, "message": str(exc), "weight_version": engine.weight_version,
+                 "error": {"message": str(exc), "type": "invalid_request_error", "code": 400}},
+                status_code=400,
+            )
+        return JSONResponse({"success": True, "message": "Succeeded to update model weights.",
+                             "num_paused_requests": 0, "weight_version": version})
+
+    @app.post("/flush_cache")
+    async def flush_cache() -> Response:
+        # No prefix cache is kept across requests, so there is nothing to flush.
+        return Response("Cache flushed.", status_code=200)
+
+    @app.post("/pause_generation")
+    async def pause(request: Request) -> dict:
+        req = PauseRequest.model_validate(await read_json(request))
+        if req.mode not in ("in_place", "abort"):
+            raise RequestError(f"pause mode {req.mode!r} is not supported; use in_place or abort")
+        engine.scheduler.set_paused(True)
+        aborted = 0
+        if req.mode == "abort":
+            aborted = await _on_engine_thread(engine, engine.scheduler.abort_all)
+        return {"success": True, "paused": True, "aborted": aborted}
+
+    @app.post("/continue_generation")
+    async def resume() -> dict:
+        engine.scheduler.set_paused(False)
+        return {"success": True, "paused": False}
+
+    @app.post("/roost/scripted_sampler")
+    async def set_script(request: Request) -> dict:
+        """Replace the scripted sampler's rules (roost extension, for tests and benchmarks)."""
+        if engine.config.scripted is None:
+            raise RequestError("this engine samples from its model; start it with --sampler scripted to script it", 409)
+        script = Script.model_validate(await read_json(request))
+        try:
+            engine.scripted = ScriptedSampler(script)
+        except ScriptError as exc:
+            raise RequestError(str(exc)) from exc
+        return {"success": True, "rules": len(script.rules)}
+
+    return app
+
+
+async def _on_engine_thread(engine: Engine, fn) -> Any:
+    return await asyncio.wrap_future(engine.scheduler.call(fn))
+
+
+async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float):
+    done = Completion()
+    async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
+        new_ids: list[int] = []
+        for out in outputs:
+            if out.token_id >= 0:
+                done.output_ids.append(out.token_id)
+                done.logprobs.append(out.logprob)
+                new_ids.append(out.token_id)
+            done.finish_reason = out.finish_reason
+            done.weight_version = out.weight_version
+        chunk = {
+            "text": _answer_text(engine, done, params),
+            "output_ids": new_ids,  # SGLang streams output_ids incrementally
+            "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started),
+        }
+        yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,60 @@
+"""Reading a safetensors checkpoint and checking that it fits the running model.
+
+A weight update must never leave the engine half-updated: the new tensors are read and
+checked in full (names, shapes, dtypes) before any of them is copied in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+
+class WeightMismatch(ValueError):
+    """The checkpoint does not fit the model; the message lists every problem found."""
+
+
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file, or of every `*.safetensors` file in a folder."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    if not path.exists():
+        raise WeightMismatch(f"{path} does not exist")
+    if not files:
+        raise WeightMismatch(f"{path} holds no *.safetensors file")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            tensors.update(load_file(file))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise WeightMismatch(f"{file} is not a readable safetensors file: {exc}") from exc
+    return tensors
+
+
+def check_fits(
+    expected: dict[str, torch.Tensor], new: dict[str, torch.Tensor], *, tied_embeddings: bool
+) -> dict[str, torch.Tensor]:
+    """Return `new` restricted to the model's tensors, or raise listing every mismatch."""
+    new = dict(new)
+    if tied_embeddings and "lm_head.weight" in new:
+        head = new.pop("lm_head.weight")
+        embed = new.get("model.embed_tokens.weight")
+        if embed is None or head.shape != embed.shape or not torch.equal(head, embed):
+            raise WeightMismatch("lm_head.weight differs from model.embed_tokens.weight, but the model ties them")
+    problems = [f"missing tensor {name}" for name in sorted(set(expected) - set(new))]
+    problems += [f"unexpected tensor {name}" for name in sorted(set(new) - set(expected))]
+    for name in sorted(set(expected) & set(new)):
+        want, got = expected[name], new[name]
+        if want.shape != got.shape:
+            problems.append(f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        elif want.dtype != got.dtype:
+            problems.append(f"{name}: dtype {got.dtype}, expected {want.dtype}")
+        elif not torch.isfinite(got).all():
+            problems.append(f"{name}: contains NaN or inf")
+    if problems:
+        shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
+        raise WeightMismatch(f"checkpoint does not fit the model: {shown}")
+    return new

@@ -1,0 +1,269 @@
+"""One async client for SGLang's native API.
+
+The gateway talks to the embedded engine and to a real SGLang server through this client
+alone. Request and answer fields follow SGLang's own protocol classes (`GenerateReqInput`,
+`SamplingParams`, the `meta_info` of `/generate`); the contract tests build requests with
+those classes so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+
+class EngineError(Exception):
+    """The rollout engine could not serve a request."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class EngineUnavailable(EngineError):
+    """The engine is down, timed out, or failed (5xx): retry later."""
+
+
+class EngineRejected(EngineError):
+    """The engine refused the request as invalid (4xx): do not retry unchanged."""
+
+
+class EngineProtocolError(EngineError):
+    """The engine answered something that is not SGLang's answer format."""
+
+
+@dataclass
+class Generation:
+    """One finished `/generate` answer, reduced to what roost records."""
+
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: dict[str, Any]
+    weight_version: str
+    prompt_tokens: int
+    text: str = ""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationDelta:
+    """The tokens one streamed chunk added; `finish_reason` is set on the last chunk."""
+
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: dict[str, Any] | None
+    weight_version: str
+
+
+def _logprob_values(meta: dict[str, Any]) -> list[float]:
+    # SGLang: meta_info.output_token_logprobs = [[logprob, token_id, text|None], ...]
+    entries = meta.get("output_token_logprobs") or []
+    try:
+        return [float(entry[0]) for entry in entries]
+    except (TypeError, ValueError, IndexError) as exc:
+        raise EngineProtocolError(f"malformed output_token_logprobs: {entries[:3]!r}") from exc
+
+
+def parse_generation(body: Any) -> Generation:
+    """Read a non-streamed `/generate` answer, checking SGLang's field names."""
+    try:
+        meta = body["meta_info"]
+        ids = [int(t) for t in body["output_ids"]]
+        generation = Generation(
+            output_ids=ids,
+            output_logprobs=_logprob_values(meta),
+            finish_reason=meta["finish_reason"] or {"type": "unknown"},
+            weight_version=str(meta.get("weight_version", "default")),
+            prompt_tokens=int(meta.get("prompt_tokens", 0)),
+            text=str(body.get("text", "")),
+            meta_info=meta,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EngineProtocolError(f"not an SGLang /generate answer: {str(body)[:200]}") from exc
+    if len(generation.output_logprobs) != len(ids):
+        raise EngineProtocolError(
+            f"{len(ids)} output ids but {len(generation.output_logprobs)} logprobs"
+        )
+    return generation
+
+
+class SGLangClient:
+    """Async client for `/generate` and the control endpoints of an SGLang-API server."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 5.0,
+        max_connections: int = 1024,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> SGLangClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, json_serialize=lambda o: orjson.dumps(o).decode()
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(self, method: str, path: str, payload: Any = None) -> Any:
+        url = f"{self.base_url}{path}"
+        try:
+            async with self._http().request(method, url, json=payload) as resp:
+                raw = await resp.read()
+                _raise_for_status(resp.status, raw, url)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
+        return _decode_json(raw, url)
+
+    @staticmethod
+    def generate_payload(
+        input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "input_ids": list(input_ids),
+            "sampling_params": dict(sampling_params),
+            "return_logprob": True,
+            "stream": stream,
+        }
+        if rid is not None:
+            payload["rid"] = rid
+        return payload
+
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+    ) -> Generation:
+        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid)
+        return parse_generation(await self._request("POST", "/generate", payload))
+
+    async def generate_stream(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+    ) -> AsyncIterator[GenerationDelta]:
+        """Stream a generation. SGLang sends incremental `output_ids` per chunk and
+        cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
+        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
+        url = f"{self.base_url}/generate"
+        try:
+            async with self._http().post(url, json=payload) as resp:
+                if resp.status >= 400:
+                    _raise_for_status(resp.status, await resp.read(), url)
+                seen = 0
+                async for line in resp.content:
+                    chunk = _sse_data(line)
+                    if chunk is None:
+                        continue
+                    delta = _stream_delta(chunk, seen)
+                    seen += len(delta.output_ids)
+                    yield delta
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
+
+    async def health(self) -> bool:
+        try:
+            await self._request("GET", "/health")
+        except EngineError:
+            return False
+        return True
+
+    async def model_info(self) -> dict[str, Any]:
+        return await self._request("GET", "/get_model_info")
+
+    async def update_weights_from_disk(
+        self, model_path: str, *, weight_version: str | None = None
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model_path": model_path}
+        if weight_version is not None:
+            payload["weight_version"] = weight_version
+        return await self._request("POST", "/update_weights_from_disk", payload)
+
+    async def flush_cache(self) -> Any:
+        return await self._request("POST", "/flush_cache")
+
+    async def pause_generation(self) -> Any:
+        return await self._request("POST", "/pause_generation", {})
+
+    async def continue_generation(self) -> Any:
+        return await self._request("POST", "/continue_generation", {})
+
+
+def _decode_json(raw: bytes, url: str) -> Any:
+    if not raw.strip():
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # /health and /flush_cache may answer plain text in SGLang.
+        return {"text": raw.decode(errors="replace")}
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")[:500]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", err))
+        return str(err or body.get("message") or body.get("detail") or body)[:500]
+    return str(body)[:500]
+
+
+def _raise_for_status(status: int, raw: bytes, url: str) -> None:
+    if status < 400:
+        return
+    message = f"{url} answered {status}: {_error_message(raw)}"
+    if status >= 500 or status == 429:
+        raise EngineUnavailable(message, status)
+    raise EngineRejected(message, status)
+
+
+def _sse_data(line: bytes) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EngineProtocolError(f"undecodable stream chunk: {data[:200]!r}") from exc
+
+
+def _stream_delta(chunk: dict[str, Any], seen: int) -> GenerationDelta:
+    try:
+        meta = chunk["meta_info"]
+        ids = [int(t) for t in chunk["output_ids"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EngineProtocolError(f"not an SGLang stream chunk: {str(chunk)[:200]}") from exc
+    logprobs = _logprob_values(meta)[seen : seen + len(ids)]
+    if len(logprobs) != len(ids):
+        raise EngineProtocolError(f"stream chunk has {len(ids)} ids but {len(logprobs)} new logprobs")
+    return GenerationDelta(
+        output_ids=ids,
+        output_logprobs=logprobs,
+        finish_reason=meta.get("finish_reason"),
+        weight_version=str(meta.get("weight_version", "default")),
+    )

@@ -1,0 +1,36 @@
+"""Fixtures shared by the whole suite: the tiny model and real engines on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.engine.tiny_model import tiny_model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> Path:
+    return tiny_model_dir()
+
+
+@pytest.fixture(scope="session")
+def engine_url(tiny_model_path: Path):
+    """A real embedded engine with the model's own sampler (shared: do not change its weights)."""
+    with EngineProcess("tiny") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def scripted_engine_url(tiny_model_path: Path, tmp_path_factory):
+    """A real embedded engine whose replies come from the scripted sampler.
+
+    Starts with a fallback rule only; tests force text per request with
+    `custom_params.scripted_reply` or replace the rules with POST /roost/scripted_sampler.
+    """
+    script = tmp_path_factory.mktemp("script") / "script.json"
+    script.write_text(json.dumps({"rules": [{"match": None, "reply": "OK."}]}))
+    with EngineProcess("tiny", scripted=True, script=script) as url:
+        yield url

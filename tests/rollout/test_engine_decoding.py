@@ -1,0 +1,155 @@
+"""The embedded engine decodes correctly: batching, logprobs, stops, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away,",
+    "<|im_start|>user\nList three colours.<|im_end|>\n<|im_start|>assistant\n",
+    "1, 2, 3, 4,",
+    "The quick brown fox",
+    "SELECT * FROM",
+    "Roses are red,",
+]
+
+
+async def generate(client: httpx.AsyncClient, url: str, **body) -> dict:
+    resp = await client.post(f"{url}/generate", json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def greedy(text: str, n: int = 24) -> dict:
+    return {"text": text, "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True},
+            "return_logprob": True}
+
+
+async def test_concurrent_greedy_equals_each_alone(engine_url):
+    async with httpx.AsyncClient() as client:
+        alone = [await generate(client, engine_url, **greedy(p)) for p in PROMPTS]
+        together = await asyncio.gather(*(generate(client, engine_url, **greedy(p)) for p in PROMPTS))
+    for a, b in zip(alone, together):
+        assert a["output_ids"] == b["output_ids"]
+        assert len(a["output_ids"]) == 24
+        for (la, _, _), (lb, _, _) in zip(a["meta_info"]["output_token_logprobs"], b["meta_info"]["output_token_logprobs"]):
+            assert abs(la - lb) <= 1e-5
+
+
+async def test_requests_join_a_running_batch(engine_url):
+    """A short request sent while a long one decodes finishes first: it joined the batch."""
+    async with httpx.AsyncClient() as client:
+        long_task = asyncio.create_task(generate(client, engine_url, **greedy("Count slowly:", 400)))
+        await asyncio.sleep(0.3)
+        short = await generate(client, engine_url, **greedy("Hi", 4))
+        assert not long_task.done()
+        info = (await client.get(f"{engine_url}/get_server_info")).json()
+        assert info["running"] == 1
+        long = await long_task
+    assert len(short["output_ids"]) == 4 and len(long["output_ids"]) == 400
+
+
+async def test_sampled_logprobs_equal_a_plain_forward_pass(engine_url, tiny_model_path):
+    body = {"text": PROMPTS[2], "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 32, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}}
+    async with httpx.AsyncClient() as client:
+        answer = await generate(client, engine_url, **body)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    prompt = tokenizer.encode(PROMPTS[2], add_special_tokens=False)
+    sampled = answer["output_ids"]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
+    reference = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(1, torch.tensor(sampled)[:, None])[:, 0]
+    engine = torch.tensor([entry[0] for entry in answer["meta_info"]["output_token_logprobs"]])
+    assert [entry[1] for entry in answer["meta_info"]["output_token_logprobs"]] == sampled
+    assert (engine - reference).abs().max().item() <= 1e-5
+
+
+async def test_same_seed_same_sample_different_seed_differs(engine_url):
+    def body(seed):
+        return {"text": "Tell me", "sampling_params": {"max_new_tokens": 16, "sampling_seed": seed, "ignore_eos": True}}
+
+    async with httpx.AsyncClient() as client:
+        a, b, c = [await generate(client, engine_url, **body(s)) for s in (1, 1, 2)]
+    assert a["output_ids"] == b["output_ids"] != c["output_ids"]
+
+
+async def test_top_k_one_is_greedy(engine_url):
+    async with httpx.AsyncClient() as client:
+        g = await generate(client, engine_url, **greedy(PROMPTS[0], 12))
+        k = await generate(client, engine_url, text=PROMPTS[0],
+                           sampling_params={"max_new_tokens": 12, "top_k": 1, "ignore_eos": True})
+    assert g["output_ids"] == k["output_ids"]
+
+
+async def test_stream_yields_the_same_tokens(engine_url):
+    ids, logprobs, last = [], [], None
+    async with httpx.AsyncClient() as client:
+        full = await generate(client, engine_url, **greedy(PROMPTS[1], 16))
+        async with client.stream("POST", f"{engine_url}/generate", json={**greedy(PROMPTS[1], 16), "stream": True}) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    last = json.loads(line[6:])
+                    ids += last["output_ids"]
+    assert ids == full["output_ids"]
+    assert last["meta_info"]["finish_reason"] == {"type": "length", "length": 16}
+    assert last["text"] == full["text"]
+
+
+async def test_stop_string_ends_generation_and_is_trimmed(scripted_engine_url):
+    forced = "alpha beta gamma delta"
+    params = {"max_new_tokens": 40, "stop": ["gamma"], "custom_params": {"scripted_reply": forced}}
+    async with httpx.AsyncClient() as client:
+        answer = await generate(client, scripted_engine_url, text="Say it.", sampling_params=params)
+        kept = await generate(client, scripted_engine_url, text="Say it.",
+                              sampling_params={**params, "no_stop_trim": True})
+    assert answer["meta_info"]["finish_reason"] == {"type": "stop", "matched": "gamma"}
+    assert answer["text"] == "alpha beta "
+    assert kept["text"] == "alpha beta gamma"
+    # Generation stopped at the token that completed the stop string, not at the end.
+    assert len(answer["output_ids"]) < len(kept["output_ids"]) + 4 and answer["output_ids"][-1] != 151645
+
+
+async def test_stop_token_id_ends_generation(scripted_engine_url, tiny_model_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    forced = "one two three four"
+    ids = tokenizer.encode(forced, add_special_tokens=False)
+    params = {"max_new_tokens": 40, "stop_token_ids": [ids[2]], "custom_params": {"scripted_reply": forced}}
+    async with httpx.AsyncClient() as client:
+        answer = await generate(client, scripted_engine_url, text="Count.", sampling_params=params)
+        whole = await generate(client, scripted_engine_url, text="Count.",
+                               sampling_params={"max_new_tokens": 40, "custom_params": {"scripted_reply": forced}})
+    assert answer["output_ids"] == ids[:3]
+    assert answer["meta_info"]["finish_reason"] == {"type": "stop", "matched": ids[2]}
+    # Without a stop id the reply runs to the end-of-turn token, which is kept in output_ids.
+    assert whole["output_ids"] == ids + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    assert whole["text"] == forced
+
+
+async def test_max_new_tokens_bounds_the_reply(engine_url):
+    async with httpx.AsyncClient() as client:
+        short = await generate(client, engine_url, text="x",
+                               sampling_params={"max_new_tokens": 3, "temperature": 0, "ignore_eos": True})
+        zero = await generate(client, engine_url, text="x", sampling_params={"max_new_tokens": 0})
+    assert len(short["output_ids"]) == 3
+    assert short["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+    assert zero["output_ids"] == [] and zero["meta_info"]["finish_reason"]["type"] == "length"
+
+
+@pytest.mark.parametrize("temperature,top_p,min_p", [(0.7, 0.9, 0.0), (1.3, 1.0, 0.05)])
+async def test_sampling_settings_produce_valid_tokens(engine_url, temperature, top_p, min_p):
+    params = {"max_new_tokens": 8, "temperature": temperature, "top_p": top_p, "min_p": min_p,
+              "top_k": 50, "ignore_eos": True}
+    async with httpx.AsyncClient() as client:
+        answer = await generate(client, engine_url, text="Hello", sampling_params=params, return_logprob=True)
+    assert len(answer["output_ids"]) == 8
+    assert all(lp <= 0 for lp, _, _ in answer["meta_info"]["output_token_logprobs"])
