@@ -1,0 +1,66 @@
+"""`roost bench engine`: decode throughput of the engine vs Hugging Face `generate`.
+
+Both run the same model in fp32 on the same prompts: the engine as a real server
+(requests sent concurrently over HTTP), `generate` in-process on one padded batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import torch
+
+from .launch import EngineProcess
+from .tiny_model import resolve_model
+
+
+def _prompts(count: int, length: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(1000, 100000, (count, length), generator=gen).tolist()
+
+
+async def _engine_tok_s(url: str, prompts: list[list[int]], new_tokens: int) -> float:
+    params = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
+    limits = httpx.Limits(max_connections=len(prompts) + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        async def one(ids: list[int]) -> int:
+            resp = await client.post(f"{url}/generate", json={"input_ids": ids, "sampling_params": params})
+            resp.raise_for_status()
+            return len(resp.json()["output_ids"])
+
+        await one(prompts[0])  # warm-up
+        start = time.perf_counter()
+        produced = sum(await asyncio.gather(*(one(p) for p in prompts)))
+        return produced / (time.perf_counter() - start)
+
+
+def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int) -> float:
+    ids = torch.tensor(prompts)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    with torch.inference_mode():
+        model.generate(ids[:1], **{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
+        start = time.perf_counter()
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+        elapsed = time.perf_counter() - start
+    return (out.shape[1] - ids.shape[1]) * ids.shape[0] / elapsed
+
+
+def run_bench(model: str, levels: list[int], new_tokens: int, prompt_tokens: int) -> list[dict]:
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_model(model)
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    rows = []
+    with EngineProcess(model, extra_args=["--max-running", str(max(levels))]) as url:
+        for level in levels:
+            prompts = _prompts(level, prompt_tokens)
+            engine = asyncio.run(_engine_tok_s(url, prompts, new_tokens))
+            rows.append({"concurrency": level, "new_tokens": new_tokens, "prompt_tokens": prompt_tokens,
+                         "engine_tok_s": round(engine, 1)})
+    for row in rows:
+        hf_rate = _hf_tok_s(hf, _prompts(row["concurrency"], prompt_tokens), new_tokens)
+        row["hf_generate_tok_s"] = round(hf_rate, 1)
+        row["engine_vs_hf"] = round(row["engine_tok_s"] / hf_rate, 2)
+    return rows
