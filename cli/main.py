@@ -22,8 +22,12 @@ PACKAGE_CLIS = (
 )
 
 
-def _has_module(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
+def has_module(name: str) -> bool:
+    """True when `name` can be imported (its parent packages included)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def build_app() -> typer.Typer:
@@ -35,7 +39,7 @@ def build_app() -> typer.Typer:
     bench = typer.Typer(help="Benchmarks; each prints JSON.", no_args_is_help=True)
     app.add_typer(bench, name="bench")
     for name in PACKAGE_CLIS:
-        if _has_module(name):
+        if has_module(name):
             importlib.import_module(name).register(app, bench)
     return app
 

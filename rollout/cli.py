@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import typer
+
+from roost.cli.main import has_module
 
 PARTS = ("roost.rollout.engine.cli", "roost.rollout.gateway.cli")
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     for name in PARTS:
-        if importlib.util.find_spec(name) is not None:
+        if has_module(name):
             importlib.import_module(name).register(app, bench)
