@@ -7,8 +7,12 @@ STAMP    := $(VENV)/.stamp-install
 # torch is pinned in the same pip command as everything that depends on it; the
 # constraints file keeps any later install from moving it.
 PIP      := $(BIN)/pip install --constraint .ci/constraints.txt
+# Source-only dependencies (fast-downward-textworld, under alfworld) build by running
+# `python` from PATH: it must be the venv's, not a pyenv shim.
+export PATH := $(abspath $(BIN)):$(PATH)
 EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer
 SGLANG   := sglang==0.5.3
+HERMES   := hermes-agent==0.19.0
 
 .PHONY: install demo test bench clean
 
@@ -21,6 +25,9 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 	# sglang is only needed for its protocol classes (GenerateReqInput, SamplingParams);
 	# its full dependency set needs a GPU, so it goes in without dependencies.
 	$(PIP) --quiet --no-deps "$(SGLANG)"
+	# hermes-agent pins exact versions of openai, pydantic, rich, ... that conflict with
+	# roost's; it runs with the versions here (its imports are listed in the agents extra).
+	$(PIP) --quiet --no-deps "$(HERMES)"
 	touch $(STAMP)
 
 demo: install

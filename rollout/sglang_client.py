@@ -17,6 +17,9 @@ import aiohttp
 import orjson
 
 
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
 class EngineError(Exception):
     """The rollout engine could not serve a request."""
 
@@ -117,9 +120,7 @@ class SGLangClient:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, json_serialize=lambda o: orjson.dumps(o).decode()
-            )
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
     async def close(self) -> None:
@@ -130,7 +131,8 @@ class SGLangClient:
     async def _request(self, method: str, path: str, payload: Any = None) -> Any:
         url = f"{self.base_url}{path}"
         try:
-            async with self._http().request(method, url, json=payload) as resp:
+            body = None if payload is None else orjson.dumps(payload)
+            async with self._http().request(method, url, data=body, headers=JSON_HEADERS) as resp:
                 raw = await resp.read()
                 _raise_for_status(resp.status, raw, url)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -165,7 +167,7 @@ class SGLangClient:
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
         url = f"{self.base_url}/generate"
         try:
-            async with self._http().post(url, json=payload) as resp:
+            async with self._http().post(url, data=orjson.dumps(payload), headers=JSON_HEADERS) as resp:
                 if resp.status >= 400:
                     _raise_for_status(resp.status, await resp.read(), url)
                 seen = 0

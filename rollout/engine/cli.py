@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from enum import Enum
 from pathlib import Path
 
@@ -26,6 +27,9 @@ def engine(
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT."""
+    # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
+    # to be set before torch loads its OpenMP runtime.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from .launch import build_engine, serve
 
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,

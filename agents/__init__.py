@@ -1,0 +1,9 @@
+"""roost.agents: harnesses that act in envs, and the episode runner.
+
+- `protocol`: what a harness is given (`EpisodeContext`) and returns.
+- `runner`: task → gateway session → env episode → harness → reward → finish.
+- `gateway_session`: the runner's calls to the gateway's control plane.
+- `tool_agent`: the built-in tool-calling agent (official `openai` client).
+- `expert`: follows the env's own plan (ALFWorld: the PDDL planner).
+- `evaluate`, `cli`: `roost eval`.
+"""

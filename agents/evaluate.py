@@ -1,0 +1,91 @@
+"""Evaluate an agent on an env: the Python API behind `roost eval`.
+
+The env runs in this process's worker pool unless `env_url` names a running env
+server. `base_url` is any OpenAI-compatible endpoint; when it is a roost gateway,
+every episode gets a gateway session (grouped as RUN_ID/TASK_ID) and its calls are
+recorded as trajectories, with the episode's reward posted to the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from roost.agents.gateway_session import GatewayClient, is_gateway
+from roost.agents.registry import load_agent
+from roost.agents.runner import EpisodeHost, RunConfig, results_json, run_episodes, summarize
+from roost.envs.protocol import ToolSchema
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    env: str
+    agent: str = "tool"
+    env_url: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    episodes: int = 10
+    split: str = "train"
+    concurrency: int = 8
+    max_turns: int = 50
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    agent_kwargs: dict[str, Any] = field(default_factory=dict)
+    workers: int = 2
+    run_id: str | None = None
+    progress: bool = True
+    task_ids: tuple[str, ...] = ()
+    """Play these tasks (cycled) instead of the split's tasks in order."""
+
+
+async def evaluate(config: EvalConfig) -> dict[str, Any]:
+    agent = load_agent(config.agent, **config.agent_kwargs)
+    if agent.needs_model and not config.base_url:
+        raise ValueError(f"agent {agent.name!r} needs a model: pass --base-url (an OpenAI-compatible endpoint "
+                         "or a roost gateway)")
+    gateway = GatewayClient(config.base_url) if config.base_url and await is_gateway(config.base_url) else None
+    run = RunConfig(concurrency=config.concurrency, max_turns=config.max_turns, model=config.model,
+                    base_url=None if gateway else config.base_url, api_key=config.api_key,
+                    run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", progress=config.progress)
+    started = time.perf_counter()
+    try:
+        async with _episode_host(config) as (host, tools):
+            available = await host.tasks(config.split)
+            if config.task_ids:
+                by_id = {t.id: t for t in available}
+                missing = [t for t in config.task_ids if t not in by_id]
+                if missing:
+                    raise ValueError(f"no task {missing[0]!r} in split {config.split!r} of {config.env}")
+                available = [by_id[t] for t in config.task_ids]
+            if not available:
+                raise ValueError(f"split {config.split!r} of {config.env} has no tasks")
+            tasks = [available[i % len(available)] for i in range(config.episodes)]
+            results = await run_episodes(tasks, host, agent, tools, run, gateway)
+    finally:
+        if gateway is not None:
+            await gateway.aclose()
+    return {"env": config.env, "agent": agent.name, "split": config.split, **summarize(results),
+            "recorded": gateway is not None, "run_id": run.run_id,
+            "seconds": round(time.perf_counter() - started, 2), "results": results_json(results)}
+
+
+@contextlib.asynccontextmanager
+async def _episode_host(config: EvalConfig) -> AsyncIterator[tuple[EpisodeHost, list[ToolSchema]]]:
+    if config.env_url:
+        from roost.envs.client import EnvClient
+
+        async with EnvClient(config.env_url) as client:
+            yield client, (await client.info()).tools
+        return
+    from roost.envs.episodes import EpisodeManager, ManagerConfig
+    from roost.envs.worker import WorkerConfig
+
+    workers = max(1, min(config.workers, config.concurrency))
+    manager = EpisodeManager(WorkerConfig(config.env, config.env_kwargs),
+                             ManagerConfig(workers=workers, max_episodes=config.concurrency + 4))
+    async with manager:
+        yield manager, manager.info.tools

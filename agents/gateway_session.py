@@ -1,0 +1,72 @@
+"""The runner's calls to the gateway's control plane, and nothing else.
+
+    POST /sessions                 {"group_id", "task", "metadata"} → {"session_id", "key", "base_url"}
+    POST /sessions/{sid}/reward    {"reward", "info"}
+    POST /sessions/{sid}/finish    {"info": {"status": "ok" | "infra_error" | ..., ...}}
+
+`base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness as its OpenAI base URL,
+so every model call of the episode is recorded under the session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class GatewayError(RuntimeError):
+    """The gateway refused or failed a control-plane call."""
+
+
+@dataclass(frozen=True)
+class GatewaySession:
+    session_id: str
+    key: str
+    base_url: str
+
+
+class GatewayClient:
+    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, group_id: str, task: dict[str, Any],
+                             metadata: dict[str, Any] | None = None) -> GatewaySession:
+        body = await self._post("/sessions", {"group_id": group_id, "task": task, "metadata": metadata or {}})
+        return GatewaySession(body["session_id"], body.get("key", ""), body["base_url"])
+
+    async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None) -> None:
+        await self._post(f"/sessions/{session_id}/reward", {"reward": reward, "info": info or {}})
+
+    async def finish(self, session_id: str, status: str, **info: Any) -> None:
+        await self._post(f"/sessions/{session_id}/finish", {"info": {"status": status, **info}})
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise GatewayError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        if not response.is_success:
+            raise GatewayError(f"POST {self.url}{path} answered {response.status_code}: {response.text[:500]}")
+        return response.json()
+
+
+async def is_gateway(url: str) -> bool:
+    """Whether `url` is a roost gateway (it lists sessions) rather than a plain OpenAI endpoint."""
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            response = await http.get(f"{url.rstrip('/')}/sessions", params={"group": "roost-probe"})
+        return response.status_code == 200 and "sessions" in response.json()
+    except (httpx.HTTPError, ValueError):
+        return False

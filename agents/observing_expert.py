@@ -1,0 +1,175 @@
+"""An ALFWorld expert that acts only on what the agent observes, so a model can imitate it.
+
+The planner expert (`roost.agents.expert`) reads the PDDL plan, which knows where every
+object is; a model that sees only the text cannot copy that. This expert sees what the
+model sees, the observation text with its admissible commands, and plays the way a
+careful person would: read the goal, visit the receptacles in the order the room lists
+them (opening closed ones) until the object shows up, take it, clean / heat / cool it or
+find the lamp, then go to the goal receptacle and put it there. Everything it needs to
+remember (where it saw a second object) was in an earlier observation.
+
+    roost eval alfworld --agent roost.agents.observing_expert:ObservingExpert --episodes 12
+
+`order="random"` visits the receptacles in a random order per episode: more varied
+demonstrations of the same policy.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.envs.protocol import TextAction
+
+# ALFWorld's goal templates (alfworld.gen.goal_library) for the six task types.
+GOALS = [
+    ("two", r"(?:put|find) two (?P<obj>[a-z ]+?) (?:in|and put them in) (?P<recep>[a-z ]+)"),
+    ("clean", r"(?:put a clean (?P<obj>[a-z ]+?) in|clean some (?P<obj2>[a-z ]+?) and put it in) (?P<recep>[a-z ]+)"),
+    ("heat", r"(?:put a hot (?P<obj>[a-z ]+?) in|heat some (?P<obj2>[a-z ]+?) and put it in) (?P<recep>[a-z ]+)"),
+    ("cool", r"(?:put a cool (?P<obj>[a-z ]+?) in|cool some (?P<obj2>[a-z ]+?) and put it in) (?P<recep>[a-z ]+)"),
+    ("light", r"(?:look at (?P<obj>[a-z ]+?) under the|examine the (?P<obj2>[a-z ]+?) with the) (?P<recep>[a-z ]+)"),
+    ("place", r"put (?:a|some) (?P<obj>[a-z ]+?) (?:in|on) (?P<recep>[a-z ]+)"),
+]
+APPLIANCE = {"clean": ("sinkbasin", "clean"), "heat": ("microwave", "heat"), "cool": ("fridge", "cool")}
+
+
+@dataclass
+class Goal:
+    kind: str
+    obj: str
+    recep: str
+    """The goal receptacle's type, or the lamp's for `light` tasks."""
+    count: int = 1
+
+
+def parse_goal(text: str) -> Goal:
+    """The goal from the observation's 'Your task is to: ...' line."""
+    line = re.search(r"Your task is to: (.+?)\.?\s*$", text, re.M)
+    if line is None:
+        raise AgentError("no 'Your task is to:' line in the first observation; is this ALFWorld?")
+    for kind, pattern in GOALS:
+        match = re.fullmatch(pattern, line.group(1).strip().lower())
+        if match:
+            obj = match.group("obj") or match.groupdict().get("obj2")
+            return Goal(kind, obj.strip(), match.group("recep").strip(), 2 if kind == "two" else 1)
+    raise AgentError(f"the observing expert does not know the goal {line.group(1)!r}")
+
+
+@dataclass
+class _Memory:
+    """What the agent has seen so far."""
+
+    goal: Goal
+    order: list[str]
+    seen: dict[str, str] = field(default_factory=dict)
+    """receptacle → the last text seen there"""
+    placed: int = 0
+    holding: str | None = None
+    treated: bool = False
+
+
+class ObservingExpert:
+    """Plays ALFWorld from the observations and admissible commands alone."""
+
+    name = "observing-expert"
+    needs_model = False
+    reset_options: dict[str, Any] = {}
+
+    def __init__(self, order: str = "listed", seed: int | None = None) -> None:
+        if order not in ("listed", "random"):
+            raise ValueError(f"order must be 'listed' or 'random', not {order!r}")
+        self.order = order
+        self.rng = random.Random(seed)
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
+        text = ctx.reset.observation.text
+        admissible = list(ctx.reset.info.get("admissible_commands") or [])
+        places = [c[len("go to "):] for c in admissible if c.startswith("go to ")]
+        if self.order == "random":
+            self.rng.shuffle(places)
+        memory = _Memory(parse_goal(text), places)
+        for turn in range(ctx.max_turns):
+            command = next_command(memory, text, admissible)
+            step = await ctx.step(TextAction(command))
+            _remember(memory, command, step.observation.text)
+            if step.done:
+                return AgentOutcome(turns=turn + 1, stop_reason="done")
+            text, admissible = step.observation.text, list(step.info.get("admissible_commands") or [])
+        return AgentOutcome(turns=ctx.max_turns, stop_reason="max_turns")
+
+
+def _remember(memory: _Memory, command: str, observation: str) -> None:
+    first = observation.split("\n\nAdmissible commands:")[0]
+    if command.startswith(("go to ", "open ")):
+        place = command.split(" ", 2)[-1] if command.startswith("go to ") else command[len("open "):]
+        memory.seen[place] = first
+    elif command.startswith("take "):
+        memory.holding = command.split(" from ")[0][len("take "):]
+    elif command.startswith(("clean ", "heat ", "cool ")):
+        memory.treated = True
+    elif command.startswith("move "):
+        memory.holding, memory.treated = None, False
+        memory.placed += 1
+
+
+def _instances(admissible: list[str], prefix: str, kind: str) -> list[str]:
+    """Commands starting with `prefix` whose object is an instance of `kind` ('apple 1')."""
+    pattern = re.compile(rf"{re.escape(prefix)}{re.escape(kind)} \d+\b")
+    return [c for c in admissible if pattern.match(c)]
+
+
+def next_command(memory: _Memory, text: str, admissible: list[str]) -> str:
+    """The expert's command for this observation."""
+    goal = memory.goal
+    here = _location(text, memory)
+    opener = [c for c in admissible if here and c == f"open {here}"]
+    if opener and "is closed" in text.split("\n\nAdmissible commands:")[0]:
+        return opener[0]
+    if memory.holding is None:
+        return _find_and_take(memory, admissible)
+    if goal.kind == "light":
+        lamps = _instances(admissible, "use ", goal.recep)
+        return lamps[0] if lamps else _seek(memory, admissible, goal.recep)
+    if goal.kind in APPLIANCE and not memory.treated:
+        appliance, verb = APPLIANCE[goal.kind]
+        treat = [c for c in admissible if c.startswith(f"{verb} {memory.holding} with {appliance}")]
+        return treat[0] if treat else _go_to_kind(memory, admissible, appliance)
+    put = [c for c in admissible if re.fullmatch(rf"move {re.escape(memory.holding)} to {re.escape(goal.recep)} \d+", c)]
+    return put[0] if put else _go_to_kind(memory, admissible, goal.recep)
+
+
+def _find_and_take(memory: _Memory, admissible: list[str]) -> str:
+    goal = memory.goal
+    takes = [c for c in _instances(admissible, "take ", goal.obj)
+             if not re.search(rf" from {re.escape(goal.recep)} \d+$", c)]
+    return takes[0] if takes else _seek(memory, admissible, goal.obj)
+
+
+def _seek(memory: _Memory, admissible: list[str], kind: str) -> str:
+    """Go where a `kind` was seen earlier (not the goal receptacle), else to the next unseen place."""
+    for place, seen in memory.seen.items():
+        if not place.startswith(memory.goal.recep + " ") and re.search(rf"\b{re.escape(kind)} \d+", seen):
+            if f"go to {place}" in admissible:
+                return f"go to {place}"
+    for place in memory.order:
+        if place not in memory.seen and f"go to {place}" in admissible:
+            return f"go to {place}"
+    for place, seen in memory.seen.items():  # a closed receptacle that was never opened
+        if "is closed" in seen and f"go to {place}" in admissible:
+            return f"go to {place}"
+    raise AgentError(f"looked everywhere and found no {kind}")
+
+
+def _go_to_kind(memory: _Memory, admissible: list[str], kind: str) -> str:
+    targets = _instances(admissible, "go to ", kind)
+    if not targets:
+        raise AgentError(f"no {kind} to go to; admissible: {admissible}")
+    return targets[0]
+
+
+def _location(text: str, memory: _Memory) -> str | None:
+    match = re.search(r"You arrive at ([a-z ]+ \d+)\.", text) or re.search(r"You open the ([a-z ]+ \d+)\.", text)
+    return match.group(1) if match else None

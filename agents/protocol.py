@@ -1,0 +1,55 @@
+"""What an agent harness is given, and what it must do.
+
+The runner starts the episode, then hands the harness an `EpisodeContext`: the task,
+the first observation, the env's tools, an OpenAI `base_url` (a gateway session URL
+when trajectories are recorded) and `step`, which applies one action to the env.
+The harness plays until `step` returns a finished step or it gives up; rewards are
+the runner's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
+
+
+class AgentError(RuntimeError):
+    """The harness could not go on (no plan, a bug); the episode is not scored."""
+
+
+class ModelUnavailable(RuntimeError):
+    """The model endpoint failed (connection, 5xx); an infrastructure fault, not the policy's."""
+
+
+@dataclass
+class EpisodeContext:
+    task: Task
+    reset: Reset
+    tools: list[ToolSchema]
+    """The env's tool schemas, fixed for the whole episode (so prompts extend turn by turn)."""
+    step: Callable[[Action], Awaitable[Step]]
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    max_turns: int = 50
+
+
+@dataclass
+class AgentOutcome:
+    turns: int = 0
+    invalid_actions: int = 0
+    stop_reason: str = "done"
+    """done | max_turns | context_length | gave_up"""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent(Protocol):
+    name: str
+    needs_model: bool
+    reset_options: dict[str, Any]
+    """Options the agent asks the env for at reset (e.g. an expert plan)."""
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome: ...

@@ -1,0 +1,189 @@
+"""Any command as a harness: `roost run --command "..."`.
+
+The command runs on the host in its own process group, with its model and its episode given
+through the environment:
+
+    ROOST_BASE_URL, OPENAI_BASE_URL   the episode's OpenAI base URL (a gateway session: recorded)
+    OPENAI_API_KEY                    the session key ('EMPTY' without a gateway)
+    ROOST_SESSION_ID                  the gateway session id ('' without a gateway)
+    ROOST_TASK_JSON                   {"id", "split", "metadata", "observation", "tools", "info"}
+    ROOST_ENV_STEP_URL                POST an action here (the env wire format: {"type": "text",
+                                      "text": ...} or {"type": "tool_call", "name": ..., "arguments": ...});
+                                      the answer is the step (observation, reward, terminated, ...)
+    ROOST_REWARD_FILE                 where the command may write {"reward": <float>, ...}
+
+The reward is the env's verdict when the episode ended (if the command exits first and the env
+offers a `submit` tool, the adapter submits for it), else the command's reward file, else none.
+A command past its timeout is killed with its whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError
+from roost.envs.protocol import Step, ToolCall
+
+SESSION_IN_URL = re.compile(r"/sessions/([^/]+)/")
+
+
+class CommandConfig(BaseModel):
+    """Keyword arguments of CommandAgent (`--agent-arg KEY=VALUE`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1)
+    """A shell command line."""
+    timeout_s: float = Field(3600.0, gt=0)
+    """Past this the command's process group is killed."""
+    submit_tool: str | None = "submit"
+    """Called when the command exits and the episode is still open (if the env offers it)."""
+    output_chars: int = Field(20_000, gt=0)
+    """How much of the command's output (its tail) is kept in the outcome."""
+
+
+class CommandAgent:
+    """roost's Agent protocol around an external command."""
+
+    name = "command"
+    needs_model = False
+    reset_options: dict[str, Any] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.config = CommandConfig(**kwargs)
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
+        proxy = StepProxy(ctx)
+        with tempfile.TemporaryDirectory(prefix="roost-command-") as tmp:
+            reward_file = Path(tmp) / "reward.json"
+            async with proxy:
+                code, output = await self._run_command(ctx, proxy.url, reward_file, tmp)
+            if not proxy.finished and self.config.submit_tool in {t["function"]["name"] for t in ctx.tools}:
+                try:
+                    proxy.record(await ctx.step(ToolCall(self.config.submit_tool, {})))
+                except EpisodeFinishedError:
+                    pass
+            file_reward = _read_reward(reward_file)
+        if proxy.fault is not None:
+            raise EnvFaultError(f"the env failed while the command acted: {proxy.fault}")
+        stop = "done" if proxy.finished else ("timeout" if code is None else "gave_up")
+        return AgentOutcome(turns=proxy.steps, invalid_actions=proxy.invalid, stop_reason=stop,
+                            extra={"exit_code": code, "output_tail": output, "env_done": proxy.finished,
+                                   "env_reward": proxy.reward, "file_reward": file_reward})
+
+    async def _run_command(self, ctx: EpisodeContext, step_url: str, reward_file: Path,
+                           cwd: str) -> tuple[int | None, str]:
+        env = {**os.environ, **command_environment(ctx, step_url, reward_file)}
+        proc = await asyncio.create_subprocess_shell(self.config.command, cwd=cwd, env=env, start_new_session=True,
+                                                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                                                     stderr=asyncio.subprocess.STDOUT)
+        tail = bytearray()
+
+        async def read() -> None:
+            while chunk := await proc.stdout.read(1 << 16):
+                tail.extend(chunk)
+                del tail[:-self.config.output_chars]
+
+        try:
+            await asyncio.wait_for(asyncio.gather(read(), proc.wait()), self.config.timeout_s)
+            code: int | None = proc.returncode
+        except TimeoutError:
+            code = None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # what it left running goes too
+            except (ProcessLookupError, PermissionError):
+                pass
+        return code, tail.decode("utf-8", errors="replace")
+
+
+def command_environment(ctx: EpisodeContext, step_url: str, reward_file: Path) -> dict[str, str]:
+    base_url = ctx.base_url or ""
+    match = SESSION_IN_URL.search(base_url)
+    task = {"id": ctx.task.id, "split": ctx.task.split, "metadata": ctx.task.metadata,
+            "observation": ctx.reset.observation.text, "tools": ctx.tools, "info": ctx.reset.info}
+    return {"ROOST_BASE_URL": base_url, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": ctx.api_key or "EMPTY",
+            "ROOST_SESSION_ID": match.group(1) if match else "", "ROOST_TASK_JSON": json.dumps(task, default=str),
+            "ROOST_ENV_STEP_URL": step_url, "ROOST_REWARD_FILE": str(reward_file),
+            **({"ROOST_MODEL": ctx.model} if ctx.model else {})}
+
+
+class StepProxy:
+    """`POST /step` on a free 127.0.0.1 port → the episode's `step`; remembers how it ended."""
+
+    def __init__(self, ctx: EpisodeContext) -> None:
+        self.ctx = ctx
+        self.url = ""
+        self.steps = self.invalid = 0
+        self.finished = False
+        self.reward = 0.0
+        self.fault: EnvError | None = None
+
+    def record(self, step: Step) -> None:
+        self.steps += 1
+        self.reward += step.reward
+        self.finished = self.finished or step.done
+
+    async def __aenter__(self) -> StepProxy:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=16 << 20)
+        app.router.add_post("/step", self._step)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/step"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+    async def _step(self, request):
+        from aiohttp import web
+        from pydantic import ValidationError
+
+        from roost.envs.wire import StepRequest
+
+        try:
+            action = StepRequest.model_validate({"action": await request.json()}).to_protocol()
+        except (ValueError, ValidationError) as exc:
+            return _error(web, 400, "bad_request", f"not an action ({exc}); send {{'type': 'text', 'text': ...}} "
+                          "or {'type': 'tool_call', 'name': ..., 'arguments': {...}}")
+        try:
+            step = await self.ctx.step(action)
+        except EnvError as exc:
+            self.invalid += exc.code == "invalid_action"
+            if isinstance(exc, EnvFaultError):
+                self.fault = exc
+            status = {"invalid_action": 400, "episode_finished": 409}.get(exc.code, 502)
+            return _error(web, status, exc.code, str(exc))
+        self.record(step)
+        return web.json_response({"observation": step.observation.text, "reward": step.reward,
+                                  "terminated": step.terminated, "truncated": step.truncated,
+                                  "info": step.info}, dumps=lambda o: json.dumps(o, default=str))
+
+
+def _error(web, status: int, code: str, message: str):
+    return web.json_response({"error": {"type": code, "message": message}}, status=status)
+
+
+def _read_reward(path: Path) -> float | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+        return float(value["reward"] if isinstance(value, dict) else value)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AgentError(f"the command's reward file {path} is not {{\"reward\": <number>}}: {exc}") from exc

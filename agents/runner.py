@@ -1,0 +1,200 @@
+"""The episode runner: task → gateway session → env episode → harness → reward → finish.
+
+    results = await run_episodes(tasks, host, agent, tools, RunConfig(concurrency=8), gateway)
+    summary = summarize(results)
+
+Per episode: open a gateway session in the task's group (when a gateway is given),
+start the env episode, run the harness with `base_url` = the session URL, post the
+summed env reward and finish the session. An environment fault (env 5xx, a lost env
+worker or server) or a failed model endpoint ends the episode as `infra_error`: no
+reward is posted and it is left out of the success rate — never scored 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from roost.agents.gateway_session import GatewayClient, GatewayError, GatewaySession
+from roost.agents.protocol import Agent, AgentError, EpisodeContext, ModelUnavailable
+from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError
+from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeHost(Protocol):
+    """Where episodes run: `roost.envs.client.EnvClient` (a server) or `EpisodeManager` (in-process)."""
+
+    async def create(self, *, task_id: str | None = None, seed: int | None = None, split: str | None = None,
+                     options: dict[str, Any] | None = None) -> tuple[str, Reset]: ...
+
+    async def step(self, episode_id: str, action: Action) -> Step: ...
+
+    async def delete(self, episode_id: str) -> Any: ...
+
+    async def tasks(self, split: str) -> list[Task]: ...
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    concurrency: int = 8
+    max_turns: int = 50
+    model: str | None = None
+    base_url: str | None = None
+    """OpenAI-compatible endpoint for harnesses when no gateway records the episode."""
+    api_key: str | None = None
+    run_id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:8]}")
+    progress: bool = True
+    capacity_wait_s: float = 300.0
+    """How long to keep retrying while the env server is full (429)."""
+
+
+@dataclass
+class EpisodeResult:
+    task_id: str
+    split: str
+    status: str = "ok"
+    """ok | infra_error | agent_error"""
+    reward: float = 0.0
+    success: bool = False
+    steps: int = 0
+    turns: int = 0
+    invalid_actions: int = 0
+    stop_reason: str = ""
+    session_id: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class _Tracker:
+    """Binds `step` to one env episode and keeps the reward and end state."""
+
+    def __init__(self, host: EpisodeHost, episode_id: str) -> None:
+        self.host, self.episode_id = host, episode_id
+        self.reward, self.steps, self.terminated, self.done = 0.0, 0, False, False
+
+    async def step(self, action: Action) -> Step:
+        if self.done:
+            raise EpisodeFinishedError(f"episode {self.episode_id} has ended")
+        step = await self.host.step(self.episode_id, action)
+        self.steps += 1
+        self.reward += step.reward
+        self.terminated, self.done = step.terminated, step.done
+        return step
+
+
+async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
+                      gateway: GatewayClient | None = None) -> EpisodeResult:
+    result = EpisodeResult(task.id, task.split)
+    started = time.perf_counter()
+    session: GatewaySession | None = None
+    episode_id: str | None = None
+    try:
+        if gateway is not None:
+            session = await gateway.create_session(f"{config.run_id}/{task.id}", _task_meta(task),
+                                                   {"run_id": config.run_id, "agent": agent.name})
+            result.session_id = session.session_id
+        episode_id, reset = await _create(host, task, agent, config)
+        tracker = _Tracker(host, episode_id)
+        ctx = EpisodeContext(task, reset, tools, tracker.step,
+                             session.base_url if session else config.base_url,
+                             session.key if session else config.api_key, config.model, config.max_turns)
+        outcome = await agent.run(ctx)
+        result.reward, result.steps = tracker.reward, tracker.steps
+        result.success = tracker.terminated and tracker.reward > 0
+        result.turns, result.invalid_actions = outcome.turns, outcome.invalid_actions
+        result.stop_reason = outcome.stop_reason
+    except (EnvFaultError, ModelUnavailable, GatewayError) as exc:
+        result.status, result.error = "infra_error", f"{type(exc).__name__}: {exc}"
+    except AgentError as exc:
+        result.status, result.error = "agent_error", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a harness bug must not stop the other episodes
+        log.exception("agent %s crashed on %s", agent.name, task.id)
+        result.status, result.error = "agent_error", f"{type(exc).__name__}: {exc}"
+    finally:
+        if episode_id is not None:
+            await _quietly(host.delete(episode_id))
+    result.seconds = round(time.perf_counter() - started, 3)
+    if gateway is not None and session is not None:
+        await _report(gateway, session, result)
+    return result
+
+
+async def run_episodes(tasks: list[Task], host: EpisodeHost, agent: Agent, tools: list[ToolSchema],
+                       config: RunConfig, gateway: GatewayClient | None = None) -> list[EpisodeResult]:
+    """Run all tasks, `config.concurrency` at a time, with a progress bar on stderr."""
+    from tqdm.auto import tqdm
+
+    limit = asyncio.Semaphore(config.concurrency)
+    bar = tqdm(total=len(tasks), desc=f"{agent.name}", unit="ep", disable=not config.progress, leave=False)
+    wins = 0
+
+    async def one(task: Task) -> EpisodeResult:
+        nonlocal wins
+        async with limit:
+            result = await run_episode(task, host, agent, tools, config, gateway)
+        wins += result.success
+        bar.update(1)
+        bar.set_postfix(success=f"{wins}/{bar.n}")
+        return result
+
+    try:
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+    finally:
+        bar.close()
+
+
+def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
+    scored = [r for r in results if r.status == "ok"]
+    return {
+        "episodes": len(results),
+        "scored": len(scored),
+        "success_rate": round(sum(r.success for r in scored) / len(scored), 4) if scored else None,
+        "mean_reward": round(sum(r.reward for r in scored) / len(scored), 4) if scored else None,
+        "mean_steps": round(sum(r.steps for r in scored) / len(scored), 2) if scored else None,
+        "infra_errors": sum(r.status == "infra_error" for r in results),
+        "agent_errors": sum(r.status == "agent_error" for r in results),
+    }
+
+
+def results_json(results: list[EpisodeResult]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in results]
+
+
+def _task_meta(task: Task) -> dict[str, Any]:
+    return {"id": task.id, "split": task.split, **task.metadata}
+
+
+async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig) -> tuple[str, Reset]:
+    deadline = time.monotonic() + config.capacity_wait_s
+    while True:
+        try:
+            return await host.create(task_id=task.id, split=task.split, options=dict(agent.reset_options))
+        except CapacityError as exc:
+            if time.monotonic() + exc.retry_after > deadline:
+                raise EnvFaultError(f"env server stayed full for {config.capacity_wait_s:.0f}s: {exc}") from exc
+            await asyncio.sleep(exc.retry_after)
+
+
+async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult) -> None:
+    try:
+        if result.status == "ok":
+            await gateway.post_reward(session.session_id, result.reward, {"success": result.success})
+        await gateway.finish(session.session_id, result.status, task_id=result.task_id, reward=result.reward,
+                             steps=result.steps, stop_reason=result.stop_reason, error=result.error)
+    except GatewayError as exc:
+        log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
+        if result.status == "ok":
+            result.status, result.error = "infra_error", str(exc)
+
+
+async def _quietly(coro) -> None:
+    try:
+        await coro
+    except Exception as exc:  # noqa: BLE001 - cleanup of an episode that may already be gone
+        log.debug("episode cleanup: %s", exc)

@@ -1,0 +1,130 @@
+"""The built-in tool-calling agent, on the official `openai` client.
+
+One chat: a system prompt, the first observation, then per turn the model's reply and
+the env's answer. A tool call is sent to the env as a tool call and answered with a
+`tool` message; a plain-text reply is sent as a text action and answered with a
+`user` message. An inadmissible action is answered with the env's error text and
+costs a turn. The tools stay the env's static schemas for the whole episode, so every
+request extends the previous one (the gateway then records one growing sample).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
+from roost.envs.errors import InvalidActionError
+from roost.envs.protocol import Step, TextAction, ToolCall
+
+SYSTEM_PROMPT = (
+    "You are an agent acting in a text environment. Read the observation, then act by calling "
+    "one of the provided tools with exactly one command. Keep going until the task is done."
+)
+
+
+class ToolAgent:
+    name = "tool"
+    needs_model = True
+    reset_options: dict[str, Any] = {}
+
+    def __init__(self, temperature: float = 0.7, max_tokens: int = 256, system_prompt: str = SYSTEM_PROMPT,
+                 timeout_s: float = 600.0) -> None:
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.system_prompt = system_prompt
+        self.timeout_s = timeout_s
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
+        import openai
+
+        if not ctx.base_url:
+            raise AgentError("the tool agent needs a model: pass --base-url "
+                             "(an OpenAI-compatible endpoint or a roost gateway)")
+        client = openai.AsyncOpenAI(base_url=ctx.base_url, api_key=ctx.api_key or "EMPTY",
+                                    timeout=self.timeout_s, max_retries=2)
+        try:
+            model = ctx.model or await _first_model(client)
+            return await self._play(client, model, ctx)
+        finally:
+            await client.close()
+
+    async def _play(self, client: Any, model: str, ctx: EpisodeContext) -> AgentOutcome:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt},
+                                          {"role": "user", "content": ctx.reset.observation.text}]
+        outcome = AgentOutcome()
+        while outcome.turns < ctx.max_turns:
+            outcome.turns += 1
+            reply = await self._complete(client, model, messages, ctx)
+            if reply is None:
+                outcome.stop_reason = "context_length"
+                return outcome
+            messages.append(_assistant_message(reply))
+            step = await self._act(reply, messages, outcome, ctx)
+            if step is not None and step.done:
+                return outcome
+        outcome.stop_reason = "max_turns"
+        return outcome
+
+    async def _complete(self, client: Any, model: str, messages: list[dict[str, Any]], ctx: EpisodeContext) -> Any:
+        import openai
+
+        try:
+            response = await client.chat.completions.create(
+                model=model, messages=messages, tools=ctx.tools or openai.NOT_GIVEN,
+                temperature=self.temperature, max_tokens=self.max_tokens)
+        except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as exc:
+            raise ModelUnavailable(f"model endpoint {ctx.base_url} failed: {exc}") from exc
+        except openai.BadRequestError as exc:
+            if "context" in str(exc).lower():
+                return None
+            raise AgentError(f"model endpoint refused the request: {exc}") from exc
+        return response.choices[0].message
+
+    async def _act(self, reply: Any, messages: list[dict[str, Any]], outcome: AgentOutcome,
+                   ctx: EpisodeContext) -> Step | None:
+        if reply.tool_calls:
+            step = None
+            for call in reply.tool_calls:
+                action = ToolCall(call.function.name, call.function.arguments, call.id)
+                step, text = await self._step(action, outcome, ctx)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+                if step is not None and step.done:
+                    break
+            return step
+        command = (reply.content or "").strip()
+        if not command:
+            messages.append({"role": "user", "content": "Act by calling a tool with one command."})
+            outcome.invalid_actions += 1
+            return None
+        step, text = await self._step(TextAction(command), outcome, ctx)
+        messages.append({"role": "user", "content": text})
+        return step
+
+    @staticmethod
+    async def _step(action: TextAction | ToolCall, outcome: AgentOutcome,
+                    ctx: EpisodeContext) -> tuple[Step | None, str]:
+        try:
+            step = await ctx.step(action)
+        except InvalidActionError as exc:
+            outcome.invalid_actions += 1
+            return None, f"Invalid action: {exc}"
+        return step, step.observation.text
+
+
+async def _first_model(client: Any) -> str:
+    import openai
+
+    try:
+        models = await client.models.list()
+    except (openai.APIConnectionError, openai.InternalServerError) as exc:
+        raise ModelUnavailable(f"could not list models: {exc}") from exc
+    if not models.data:
+        raise AgentError("the endpoint serves no models; pass --model")
+    return models.data[0].id
+
+
+def _assistant_message(reply: Any) -> dict[str, Any]:
+    message = reply.model_dump(exclude_none=True)
+    message["role"] = "assistant"
+    message["content"] = reply.content or ""
+    return message

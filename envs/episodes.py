@@ -1,0 +1,274 @@
+"""Episodes of one env server: leases, capacity, and the workers that host them.
+
+An episode holds a slot from creation until it terminates, is truncated, fails, is
+deleted or is reaped (idle past its lease). Past `max_episodes` live episodes,
+`create` raises `CapacityError`. An env fault or a lost worker ends the episode as
+`failed` and frees its slot; its next request raises `EnvFaultError` again, so the
+runner sees the fault however it looks.
+
+The HTTP server is a thin layer over this class; `roost eval` without `--env-url`
+uses it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from roost.envs.errors import (
+    CapacityError,
+    EnvFaultError,
+    EpisodeFinishedError,
+    EpisodeNotFoundError,
+    InvalidActionError,
+)
+from roost.envs.metrics import EnvMetrics
+from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task
+from roost.envs.worker import WorkerConfig, WorkerCrashed, WorkerHandle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    workers: int = 2
+    """Worker processes; env code is CPU-bound, so about one per core."""
+    max_episodes: int = 64
+    """Live episodes at once; one more is refused with 429 and `Retry-After`."""
+    lease_s: float = 600.0
+    """An episode idle this long is reaped and its resources freed."""
+    keep_ended: int = 10_000
+    """Ended episodes remembered, so late requests get a clear answer."""
+
+
+@dataclass
+class EpisodeRecord:
+    id: str
+    task_id: str
+    worker: WorkerHandle | None
+    state: str = "running"
+    steps: int = 0
+    total_reward: float = 0.0
+    created_at: float = field(default_factory=time.time)
+    last_active_at: float = field(default_factory=time.time)
+    error: str | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class EpisodeManager:
+    def __init__(self, worker_config: WorkerConfig, config: ManagerConfig = ManagerConfig(),
+                 metrics: EnvMetrics | None = None) -> None:
+        self.worker_config = worker_config
+        self.config = config
+        self.metrics = metrics or EnvMetrics()
+        self.workers: list[WorkerHandle] = []
+        self.episodes: OrderedDict[str, EpisodeRecord] = OrderedDict()
+        self._info: EnvInfo | None = None
+        self._reserved = 0
+        self._reaper: asyncio.Task | None = None
+
+    @property
+    def info(self) -> EnvInfo:
+        if self._info is None:
+            raise RuntimeError("EpisodeManager.start() has not finished")
+        return self._info
+
+    @property
+    def live(self) -> int:
+        return self._reserved
+
+    @property
+    def started(self) -> bool:
+        return self._info is not None
+
+    async def start(self) -> None:
+        """Start the workers and wait until each has loaded the env (idempotent)."""
+        if self.started:
+            return
+        self.workers = [WorkerHandle(self.worker_config, i) for i in range(self.config.workers)]
+        try:
+            infos = await asyncio.gather(*(w.ready() for w in self.workers))
+        except BaseException:
+            await self.stop()
+            raise
+        self._info = infos[0]
+        self._reaper = asyncio.create_task(self._reap_forever())
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        for worker in self.workers:
+            await asyncio.to_thread(worker.kill)
+        self._info = None
+
+    async def __aenter__(self) -> EpisodeManager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def tasks(self, split: str) -> list[Task]:
+        worker = self._pick_worker()
+        try:
+            return await worker.call("tasks", payload=split)
+        except WorkerCrashed as exc:
+            await self._replace(worker, str(exc))
+            raise
+
+    async def create(self, *, task_id: str | None = None, seed: int | None = None,
+                     split: str | None = None, options: dict[str, Any] | None = None) -> tuple[str, Reset]:
+        if self._reserved >= self.config.max_episodes:
+            self.metrics.inc("roost_env_capacity_rejections_total")
+            raise CapacityError(f"all {self.config.max_episodes} episode slots are in use; retry shortly",
+                                retry_after=1.0)
+        self._reserved += 1
+        worker = self._pick_worker()
+        record = EpisodeRecord(uuid.uuid4().hex, task_id or "", worker)
+        worker.episodes.add(record.id)
+        self.episodes[record.id] = record
+        started = time.perf_counter()
+        try:
+            async with record.lock:
+                reset = await self._call(record, "reset",
+                                         dict(task_id=task_id, seed=seed, split=split, options=options))
+        except BaseException:
+            self._end(record, "closed" if record.state == "running" else record.state)
+            self.episodes.pop(record.id, None)
+            raise
+        self.metrics.observe("reset", time.perf_counter() - started)
+        self.metrics.inc("roost_env_episodes_started_total")
+        record.task_id = reset.task_id
+        return record.id, reset
+
+    async def step(self, episode_id: str, action: Action) -> Step:
+        record = self.get(episode_id)
+        async with record.lock:
+            self._check_running(record)
+            started = time.perf_counter()
+            try:
+                step = await self._call(record, "step", action)
+            except InvalidActionError:
+                self.metrics.inc("roost_env_invalid_actions_total")
+                record.last_active_at = time.time()
+                raise
+            self.metrics.observe("step", time.perf_counter() - started)
+            self.metrics.inc("roost_env_steps_total")
+            record.steps += 1
+            record.total_reward += step.reward
+            record.last_active_at = time.time()
+            if step.terminated or step.truncated:
+                await self._close(record, "terminated" if step.terminated else "truncated")
+            return step
+
+    def get(self, episode_id: str) -> EpisodeRecord:
+        record = self.episodes.get(episode_id)
+        if record is None:
+            raise EpisodeNotFoundError(f"no episode {episode_id!r} (never created, or forgotten long ago)")
+        return record
+
+    async def delete(self, episode_id: str) -> EpisodeRecord:
+        record = self.get(episode_id)
+        async with record.lock:
+            if record.state == "running":
+                await self._close(record, "closed")
+        return record
+
+    def lease_expires_at(self, record: EpisodeRecord) -> float | None:
+        return record.last_active_at + self.config.lease_s if record.state == "running" else None
+
+    def gauges(self) -> dict[str, float]:
+        return {
+            "roost_env_live_episodes": self.live,
+            "roost_env_max_episodes": self.config.max_episodes,
+            "roost_env_workers_alive": sum(w.alive for w in self.workers),
+        }
+
+    def _pick_worker(self) -> WorkerHandle:
+        alive = [w for w in self.workers if w.alive] or self.workers
+        return min(alive, key=lambda w: len(w.episodes))
+
+    def _check_running(self, record: EpisodeRecord) -> None:
+        if record.state == "failed":
+            raise EnvFaultError(f"episode {record.id} failed: {record.error}")
+        if record.state == "reaped":
+            raise EpisodeNotFoundError(
+                f"episode {record.id} was reaped after {self.config.lease_s:.0f}s idle; start a new one")
+        if record.state != "running":
+            raise EpisodeFinishedError(f"episode {record.id} is {record.state}; start a new one")
+
+    async def _call(self, record: EpisodeRecord, op: str, payload: Any) -> Any:
+        worker = record.worker
+        if worker is None:
+            raise EnvFaultError(f"episode {record.id} has no worker")
+        try:
+            return await worker.call(op, record.id, payload)
+        except WorkerCrashed as exc:
+            await self._replace(worker, str(exc))
+            raise
+        except EnvFaultError as exc:
+            self.metrics.inc("roost_env_errors_total", 'type="env_error"')
+            record.error = str(exc)
+            await self._close(record, "failed")
+            raise
+
+    async def _close(self, record: EpisodeRecord, state: str) -> None:
+        worker = record.worker
+        self._end(record, state)
+        if worker is not None and worker.alive:
+            try:
+                await worker.call("close", record.id)
+            except WorkerCrashed as exc:
+                await self._replace(worker, str(exc))
+
+    def _end(self, record: EpisodeRecord, state: str) -> None:
+        if record.state == "running":
+            self._reserved -= 1
+            self.metrics.inc("roost_env_episodes_ended_total", f'state="{state}"')
+        record.state = state
+        if record.worker is not None:
+            record.worker.episodes.discard(record.id)
+        record.worker = None
+        while len(self.episodes) > self.config.keep_ended + self.config.max_episodes:
+            oldest = next(iter(self.episodes.values()))
+            if oldest.state == "running":
+                break
+            self.episodes.popitem(last=False)
+
+    async def _replace(self, worker: WorkerHandle, reason: str) -> None:
+        if worker not in self.workers:
+            return
+        self.metrics.inc("roost_env_worker_restarts_total")
+        self.metrics.inc("roost_env_errors_total", 'type="worker_crashed"')
+        for episode_id in list(worker.episodes):
+            record = self.episodes[episode_id]
+            record.error = reason
+            self._end(record, "failed")
+        await asyncio.to_thread(worker.kill)
+        fresh = WorkerHandle(self.worker_config, worker.index)
+        self.workers[self.workers.index(worker)] = fresh
+        await fresh.ready()
+
+    async def _reap_forever(self) -> None:
+        interval = max(0.05, min(self.config.lease_s / 4, 5.0))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._reap(time.time() - self.config.lease_s)
+            except Exception:  # noqa: BLE001 - the reaper must outlive any one failure
+                log.exception("reaping idle episodes failed; trying again in %.1fs", interval)
+
+    async def _reap(self, deadline: float) -> None:
+        for record in list(self.episodes.values()):
+            if record.state != "running" or record.last_active_at >= deadline or record.lock.locked():
+                continue
+            async with record.lock:
+                if record.state == "running" and record.last_active_at < deadline:
+                    self.metrics.inc("roost_env_reaped_total")
+                    await self._close(record, "reaped")

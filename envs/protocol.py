@@ -1,0 +1,123 @@
+"""The async Env protocol and the records it exchanges.
+
+An `Env` plays one episode at a time: `reset` starts one (by task id or seed), `step`
+applies an action, `close` frees what the env holds. An action is plain text or a
+tool call; an observation is text, optionally with an image and an accessibility
+tree. Each env publishes its tools as OpenAI function schemas, so an LLM harness
+can pass them to the model as they are. `terminated` (the task reached an end state)
+and `truncated` (a limit cut the episode short) are kept apart, as in Gymnasium.
+
+Invariants env authors keep:
+- `reset` may be called again at any time and starts a fresh episode.
+- an `InvalidActionError` from `step` leaves the episode unchanged.
+- any other exception from `reset` or `step` is an environment fault.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from roost.envs.errors import InvalidActionError
+
+ToolSchema = dict[str, Any]
+"""An OpenAI function tool: `{"type": "function", "function": {"name", "description", "parameters"}}`."""
+
+
+@dataclass(frozen=True)
+class TextAction:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str | dict[str, Any]
+    """The JSON text the model produced (as OpenAI returns it), or already parsed."""
+    id: str | None = None
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a dict; malformed JSON is the agent's error, not the env's."""
+        if isinstance(self.arguments, dict):
+            return self.arguments
+        try:
+            value = json.loads(self.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise InvalidActionError(
+                f"arguments of tool {self.name!r} are not valid JSON ({exc.msg} at {exc.pos}): "
+                f"{self.arguments[:200]!r}"
+            ) from None
+        if not isinstance(value, dict):
+            raise InvalidActionError(f"arguments of tool {self.name!r} must be a JSON object, got {value!r}")
+        return value
+
+
+Action = TextAction | ToolCall
+
+
+@dataclass(frozen=True)
+class Observation:
+    text: str
+    image: str | None = None
+    """A base64-encoded PNG, when the env renders one."""
+    accessibility_tree: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    split: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    name: str
+    version: str
+    tools: list[ToolSchema]
+    splits: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Reset:
+    task_id: str
+    observation: Observation
+    tools: list[ToolSchema]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+    tools: list[ToolSchema] | None = None
+    """The tools for the next step, when they changed (for example a new enum of commands)."""
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+@runtime_checkable
+class Env(Protocol):
+    @property
+    def info(self) -> EnvInfo: ...
+
+    async def tasks(self, split: str) -> list[Task]: ...
+
+    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
+                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset: ...
+
+    async def step(self, action: Action) -> Step: ...
+
+    async def close(self) -> None: ...
+
+
+EnvFactory = Callable[[], Env]
+"""Makes a fresh env; envs made by one factory may share read-only state (a task index)."""

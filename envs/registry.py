@@ -1,0 +1,81 @@
+"""Short env names → where their code lives.
+
+An entry point is a `module:function` that takes the env's keyword arguments and
+returns an `EnvFactory`; the factory does the expensive setup (indexing tasks) once
+and makes a fresh env per episode. Anything not in `ENVS` may be given by its dotted
+path directly, e.g. `roost serve mypkg.myenv:make_factory`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roost.envs.protocol import Env, EnvFactory
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    entry_point: str
+    description: str = ""
+    routes: str | None = None
+    """`module:function(manager) -> APIRouter` of extra pages the env server serves (web modes)."""
+    call_timeout_s: float = 120.0
+    """How long one reset or step may take before its worker is killed (grading can be slow)."""
+
+    def load_routes(self):
+        """The env's extra router factory, or None."""
+        if self.routes is None:
+            return None
+        module, _, attr = self.routes.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    @property
+    def package_dir(self) -> Path | None:
+        """The env's own subpackage (holding its Dockerfile), for envs that ship one."""
+        module = self.entry_point.split(":", 1)[0]
+        spec = importlib.util.find_spec(module.rsplit(".", 1)[0])
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return Path(next(iter(spec.submodule_search_locations)))
+
+
+ENVS: dict[str, EnvSpec] = {
+    "alfworld": EnvSpec(
+        "alfworld",
+        "roost.envs.alfworld.env:make_factory",
+        "ALFWorld household tasks as TextWorld PDDL games (text, admissible commands as a tool).",
+    ),
+    "webshop": EnvSpec("webshop", "roost.envs.webshop.env:make_factory",
+                       "WebShop online shopping: search, click, buy; the paper's reward (text or web pages).",
+                       routes="roost.envs.webshop.web:web_router"),
+    "swe": EnvSpec("swe", "roost.envs.swe.env:make_factory",
+                   "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
+                   call_timeout_s=1800.0),
+    "hermes": EnvSpec("hermes", "roost.envs.hermes.env:make_factory",
+                      "hermes-agent per episode: its terminal and file tools in a sandbox, rewarded by a verifier."),
+}
+
+
+def resolve(name: str) -> EnvSpec:
+    if name in ENVS:
+        return ENVS[name]
+    if ":" in name:
+        return EnvSpec(name, name)
+    raise KeyError(f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))} "
+                   "(or give an entry point as 'package.module:function')")
+
+
+def load_factory(name: str, **kwargs: Any) -> EnvFactory:
+    module_name, _, attr = resolve(name).entry_point.partition(":")
+    make_factory = getattr(importlib.import_module(module_name), attr)
+    return make_factory(**kwargs)
+
+
+def make_env(name: str, **kwargs: Any) -> Env:
+    """One env, in this process (Gymnasium's `make`)."""
+    return load_factory(name, **kwargs)()

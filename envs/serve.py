@@ -1,0 +1,144 @@
+"""Run an env server.
+
+    python -m roost.envs.serve alfworld --host 0.0.0.0 --port 8000   # what containers run
+    roost serve alfworld --port 8000                                 # the same, from the CLI
+
+`serving(...)` runs one in the background of an asyncio program (tests, benchmarks,
+`roost eval`) on a free port and yields its URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from roost.envs.episodes import EpisodeManager, ManagerConfig
+from roost.envs.errors import EnvError
+from roost.envs.worker import WorkerConfig
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    env: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    manager: ManagerConfig = ManagerConfig()
+    max_body_bytes: int = 1 << 20
+    call_timeout_s: float | None = None
+    """A worker that takes longer to answer one request is killed (its episodes fail);
+    default: the env's own `EnvSpec.call_timeout_s`."""
+
+
+def _spec(config: ServerConfig):
+    from roost.envs.registry import resolve
+
+    return resolve(config.env)
+
+
+def build_manager(config: ServerConfig) -> EpisodeManager:
+    timeout = config.call_timeout_s or _spec(config).call_timeout_s
+    worker = WorkerConfig(config.env, config.env_kwargs, call_timeout_s=timeout)
+    return EpisodeManager(worker, config.manager)
+
+
+def build_app(config: ServerConfig, manager: EpisodeManager | None = None):
+    from roost.envs.server import create_app
+
+    manager = manager or build_manager(config)
+    app = create_app(manager, max_body_bytes=config.max_body_bytes)
+    routes = _spec(config).load_routes()
+    if routes is not None:  # the env's own pages (e.g. WebShop's web mode)
+        app.include_router(routes(manager))
+    return app
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do, and without it
+    # every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _server(config: ServerConfig, manager: EpisodeManager | None = None):
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(build_app(config, manager), log_level="warning", access_log=False,
+                                         timeout_graceful_shutdown=5))
+
+
+async def serve(config: ServerConfig) -> None:
+    """Serve until cancelled. The env loads before the port opens, so a broken env (no data,
+    a bad entry point) raises its own error here instead of a failed server startup."""
+    manager = build_manager(config)
+    await manager.start()
+    sock = _bind(config.host, config.port)
+    await _server(config, manager).serve(sockets=[sock])
+
+
+@contextlib.asynccontextmanager
+async def serving(config: ServerConfig) -> AsyncIterator[str]:
+    """Serve in the background (port 0 picks a free one); yields the base URL once healthy."""
+    sock = _bind(config.host, config.port)
+    server = _server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("env server stopped while starting")
+            await asyncio.sleep(0.05)
+        host, port = sock.getsockname()[:2]
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sock.close()
+
+
+def parse_env_args(pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (numbers, booleans)."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"env argument {pair!r} is not KEY=VALUE")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m roost.envs.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("env", help="registry name (alfworld) or module:function entry point")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--max-episodes", type=int, default=ManagerConfig.max_episodes)
+    parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
+    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    config = ServerConfig(args.env, parse_env_args(args.env_arg), args.host, args.port,
+                          ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s))
+    try:
+        asyncio.run(serve(config))
+    except EnvError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The HTTP env server: a thin FastAPI layer over an `EpisodeManager`.
+
+Routes and wire types are listed in `roost.envs.wire`. Errors map to statuses here
+and nowhere else; bodies always look like `{"error": {"type", "message"}}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from roost.envs import errors, wire
+from roost.envs.episodes import EpisodeManager, EpisodeRecord
+from roost.envs.limits import BodySizeLimit
+
+log = logging.getLogger(__name__)
+
+STATUS = {
+    errors.BadRequestError: 400,
+    errors.UnknownTaskError: 404,
+    errors.EpisodeNotFoundError: 404,
+    errors.EpisodeFinishedError: 409,
+    errors.InvalidActionError: 422,
+    errors.CapacityError: 429,
+    errors.EnvFaultError: 500,
+}
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = wire.ErrorBody(error=wire.ErrorDetail(type=code, message=message))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def create_app(manager: EpisodeManager, *, max_body_bytes: int = 1 << 20) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await manager.start()  # a no-op when the caller started it
+        try:
+            yield
+        finally:
+            await manager.stop()
+
+    app = FastAPI(title="roost env server", lifespan=lifespan)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    _add_error_handlers(app)
+    _add_routes(app, manager)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(errors.EnvError)
+    async def env_error(request: Request, exc: errors.EnvError) -> JSONResponse:
+        status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
+        headers = {"Retry-After": f"{exc.retry_after:.0f}"} if isinstance(exc, errors.CapacityError) else None
+        if status >= 500:
+            log.warning("env fault on %s %s: %s", request.method, request.url.path, exc)
+        return error_response(status, exc.code, str(exc), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        return error_response(422, errors.BadRequestError.code, f"invalid request: {problems}")
+
+
+def _status(manager: EpisodeManager, record: EpisodeRecord) -> wire.EpisodeStatus:
+    return wire.EpisodeStatus(
+        episode_id=record.id, task_id=record.task_id, state=record.state, steps=record.steps,
+        total_reward=record.total_reward, created_at=record.created_at,
+        last_active_at=record.last_active_at, lease_expires_at=manager.lease_expires_at(record),
+        error=record.error,
+    )
+
+
+def _add_routes(app: FastAPI, manager: EpisodeManager) -> None:
+    @app.post("/episodes", response_model=wire.EpisodeCreated)
+    async def create_episode(request: wire.ResetRequest) -> wire.EpisodeCreated:
+        episode_id, reset = await manager.create(task_id=request.task_id, seed=request.seed,
+                                                 split=request.split, options=request.options)
+        return wire.EpisodeCreated(episode_id=episode_id, task_id=reset.task_id,
+                                   observation=wire.ObservationWire.of(reset.observation),
+                                   tools=reset.tools, info=reset.info)
+
+    @app.post("/episodes/{episode_id}/step", response_model=wire.StepResponse)
+    async def step_episode(episode_id: str, request: wire.StepRequest) -> wire.StepResponse:
+        step = await manager.step(episode_id, request.to_protocol())
+        return wire.StepResponse(episode_id=episode_id, observation=wire.ObservationWire.of(step.observation),
+                                 reward=step.reward, terminated=step.terminated, truncated=step.truncated,
+                                 info=step.info, tools=step.tools)
+
+    @app.get("/episodes/{episode_id}", response_model=wire.EpisodeStatus)
+    async def get_episode(episode_id: str) -> wire.EpisodeStatus:
+        return _status(manager, manager.get(episode_id))
+
+    @app.delete("/episodes/{episode_id}", response_model=wire.EpisodeStatus)
+    async def delete_episode(episode_id: str) -> wire.EpisodeStatus:
+        return _status(manager, await manager.delete(episode_id))
+
+    @app.get("/tasks", response_model=wire.TaskList)
+    async def list_tasks(split: str = "train") -> wire.TaskList:
+        tasks = await manager.tasks(split)
+        return wire.TaskList(split=split, tasks=[wire.TaskWire(id=t.id, split=t.split, metadata=t.metadata)
+                                                 for t in tasks])
+
+    @app.get("/info", response_model=wire.EnvInfoResponse)
+    async def info() -> wire.EnvInfoResponse:
+        i = manager.info
+        return wire.EnvInfoResponse(name=i.name, version=i.version, description=i.description, tools=i.tools,
+                                    splits=list(i.splits), max_episodes=manager.config.max_episodes,
+                                    lease_s=manager.config.lease_s)
+
+    @app.get("/health", response_model=wire.Health)
+    async def health() -> wire.Health:
+        alive = sum(w.alive for w in manager.workers)
+        return wire.Health(status="ok" if alive else "starting", live_episodes=manager.live, workers=alive)
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> str:
+        return manager.metrics.render(manager.gauges())

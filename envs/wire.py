@@ -1,0 +1,144 @@
+"""HTTP wire types of the env server. Shared by server and client; unknown fields are rejected.
+
+    POST   /episodes                 ResetRequest  → EpisodeCreated
+    POST   /episodes/{id}/step       StepRequest   → StepResponse
+    GET    /episodes/{id}                          → EpisodeStatus
+    DELETE /episodes/{id}                          → EpisodeStatus
+    GET    /tasks?split=                           → TaskList
+    GET    /info                                   → EnvInfoResponse
+    GET    /health                                 → Health
+    GET    /metrics                                → Prometheus text
+Errors: `{"error": {"type": <EnvError.code>, "message": ...}}`; an environment fault is a
+5xx whose type is `env_error`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from roost.envs import protocol
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObservationWire(Wire):
+    text: str
+    image: str | None = None
+    accessibility_tree: str | None = None
+
+    @classmethod
+    def of(cls, obs: protocol.Observation) -> ObservationWire:
+        return cls(text=obs.text, image=obs.image, accessibility_tree=obs.accessibility_tree)
+
+    def to_protocol(self) -> protocol.Observation:
+        return protocol.Observation(self.text, self.image, self.accessibility_tree)
+
+
+class ResetRequest(Wire):
+    task_id: str | None = Field(None, max_length=1024)
+    seed: int | None = None
+    split: str | None = Field(None, max_length=64)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TextActionWire(Wire):
+    type: Literal["text"] = "text"
+    text: str = Field(max_length=65536)
+
+
+class ToolCallWire(Wire):
+    type: Literal["tool_call"] = "tool_call"
+    name: str = Field(max_length=256)
+    arguments: str | dict[str, Any] = Field(default="{}", description="JSON text, as OpenAI returns it, or an object.")
+    id: str | None = None
+
+
+ActionWire = Annotated[TextActionWire | ToolCallWire, Field(discriminator="type")]
+
+
+class StepRequest(Wire):
+    action: ActionWire
+
+    @classmethod
+    def of(cls, action: protocol.Action) -> StepRequest:
+        if isinstance(action, protocol.TextAction):
+            return cls(action=TextActionWire(text=action.text))
+        return cls(action=ToolCallWire(name=action.name, arguments=action.arguments, id=action.id))
+
+    def to_protocol(self) -> protocol.Action:
+        a = self.action
+        if isinstance(a, TextActionWire):
+            return protocol.TextAction(a.text)
+        return protocol.ToolCall(a.name, a.arguments, a.id)
+
+
+class EpisodeCreated(Wire):
+    episode_id: str
+    task_id: str
+    observation: ObservationWire
+    tools: list[dict[str, Any]]
+    info: dict[str, Any]
+
+
+class StepResponse(Wire):
+    episode_id: str
+    observation: ObservationWire
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    tools: list[dict[str, Any]] | None = None
+
+
+EpisodeState = Literal["running", "terminated", "truncated", "failed", "closed", "reaped"]
+
+
+class EpisodeStatus(Wire):
+    episode_id: str
+    task_id: str
+    state: EpisodeState
+    steps: int
+    total_reward: float
+    created_at: float
+    last_active_at: float
+    lease_expires_at: float | None
+    error: str | None = None
+
+
+class TaskWire(Wire):
+    id: str
+    split: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskList(Wire):
+    split: str
+    tasks: list[TaskWire]
+
+
+class EnvInfoResponse(Wire):
+    name: str
+    version: str
+    description: str
+    tools: list[dict[str, Any]]
+    splits: list[str]
+    max_episodes: int
+    lease_s: float
+
+
+class Health(Wire):
+    status: Literal["ok", "starting"]
+    live_episodes: int
+    workers: int
+
+
+class ErrorDetail(Wire):
+    type: str
+    message: str
+
+
+class ErrorBody(Wire):
+    error: ErrorDetail

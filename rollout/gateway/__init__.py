@@ -1,0 +1,1 @@
+"""roost.rollout.gateway: the OpenAI-compatible gateway that records token-exact trajectories."""

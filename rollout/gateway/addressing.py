@@ -1,0 +1,52 @@
+"""Which session and agent a model call belongs to.
+
+By URL (`/sessions/{sid}/v1`, `/sessions/{sid}/agents/{agent}/v1`), by a session key in
+`Authorization: Bearer` on plain `/v1`, or neither (the anonymous session, if allowed). The
+agent comes from the path, else the `X-Roost-Agent` header, else `main`; its parent from
+`X-Roost-Parent-Agent` the first time the agent calls.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from .errors import InvalidSessionKey
+from .recording import CallTarget
+from .sessions import DEFAULT_AGENT, KEY_PREFIX, SessionRegistry, check_agent_id
+
+
+def bearer(request: Request) -> str | None:
+    value = request.headers.get("authorization")
+    if value and value[:7].lower() == "bearer ":
+        return value[7:].strip() or None
+    return None
+
+
+async def resolve_target(request: Request, registry: SessionRegistry, sessionless: str) -> CallTarget:
+    sid = request.path_params.get("sid")
+    key = bearer(request)
+    session_key = key if key is not None and key.startswith(KEY_PREFIX) else None
+    if sid is not None:
+        state = await registry.get(sid)
+        if session_key is not None:
+            registry.check_key(state, session_key)
+    elif session_key is not None:
+        state = await registry.by_key(session_key)
+    elif sessionless == "record":
+        state = await registry.anonymous()
+    else:
+        raise InvalidSessionKey(
+            "no session: send the session key from POST /sessions as 'Authorization: Bearer <key>', "
+            "or use the session's base_url (/sessions/{id}/v1)"
+        )
+    registry.check_open(state)
+    agent = request.path_params.get("agent")
+    where = "path"
+    if agent is None:
+        agent, where = request.headers.get("x-roost-agent") or DEFAULT_AGENT, "X-Roost-Agent"
+    check_agent_id(agent, where)
+    parent = request.headers.get("x-roost-parent-agent")
+    if parent is not None:
+        check_agent_id(parent, "X-Roost-Parent-Agent")
+    parent = await registry.ensure_agent(state, agent, parent)
+    return CallTarget(state, agent, parent)

@@ -1,0 +1,45 @@
+"""The gateway's ASGI app (Starlette: routing without per-request validation layers,
+which the hot path does itself with pydantic-core)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from . import routes_control, routes_openai, routes_probes
+from .config import GatewayConfig
+from .errors import MethodNotAllowed, NotFound
+from .gateway import Gateway
+from .http_util import error_response
+
+
+def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlette:
+    gw = gateway or Gateway(config)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.stop()
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 405:
+            return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        return error_response(NotFound(
+            f"no endpoint {request.method} {request.url.path}; the gateway serves /v1/chat/completions, "
+            "/v1/completions, /v1/models (also under /sessions/{id}/v1 and /sessions/{id}/agents/{agent}/v1) "
+            "and the control plane (/sessions, /admin, /health, /metrics)"))
+
+    app = Starlette(
+        routes=routes_openai.routes(gw) + routes_control.routes(gw) + routes_probes.routes(gw),
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.gateway = gw
+    return app

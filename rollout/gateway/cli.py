@@ -1,0 +1,112 @@
+"""`roost gateway`, `roost preflight`, `roost trajectories export` and `roost bench gateway`."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+
+class Backend(str, Enum):
+    embedded = "embedded"
+    sglang = "sglang"
+    openai = "openai"
+
+
+class Policy(str, Enum):
+    keep = "keep"
+    drop = "drop"
+
+
+class Sessionless(str, Enum):
+    record = "record"
+    reject = "reject"
+
+
+def gateway(
+    backend: Backend = typer.Option(Backend.embedded, help="embedded/sglang: SGLang-API engine (token-exact); openai: pass-through."),
+    engine_url: str = typer.Option(None, help="Engine base URL (openai backend: upstream base URL incl. /v1). "
+                                   "embedded without it: start an embedded engine for --model."),
+    model: str = typer.Option(None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+    store: Path = typer.Option(Path(".roost/trajectories.sqlite"), help="SQLite trajectory store."),
+    reasoning: Policy = typer.Option(Policy.keep, help="Past reasoning: keep (as sampled) or drop (as the template renders)."),
+    served_model_name: str = typer.Option(None, help="Model name clients use (default: model folder name or 'tiny')."),
+    public_url: str = typer.Option(None, help="URL harnesses reach the gateway at (for session base_urls)."),
+    sessionless: Sessionless = typer.Option(Sessionless.record, help="Plain /v1 calls without a session key: record or reject."),
+    pause_wait_s: float = typer.Option(60.0, help="How long new calls wait while paused."),
+    engine_timeout_s: float = typer.Option(600.0, help="Longest one engine request may take."),
+    upstream_api_key: str = typer.Option(None, envvar="ROOST_UPSTREAM_API_KEY", help="openai backend: API key."),
+    upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
+    upstream_token_ids: bool = typer.Option(False, help="openai backend: ask upstream for token ids."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Serve the OpenAI-compatible gateway that records token-exact trajectories."""
+    from .config import GatewayConfig
+    from .launch import serve
+
+    config = GatewayConfig(
+        backend=backend.value, engine_url=engine_url, model=model, host=host, port=port, store_path=store,
+        reasoning_policy=reasoning.value, served_model_name=served_model_name, public_url=public_url,
+        sessionless=sessionless.value, pause_wait_s=pause_wait_s, engine_timeout_s=engine_timeout_s,
+        upstream_api_key=upstream_api_key, upstream_model=upstream_model, upstream_token_ids=upstream_token_ids,
+    )
+    if backend is Backend.embedded and engine_url is None:
+        from ..engine.launch import EngineProcess
+
+        with EngineProcess(model or "tiny") as url:
+            serve(config.model_copy(update={"engine_url": url, "model": model or "tiny"}), log_level)
+        return
+    serve(config, log_level)
+
+
+def preflight(
+    model: str = typer.Option("tiny", help="'tiny' or a checkpoint folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Check that multi-turn chats with tool calls and reasoning re-render as exact extensions."""
+    from .preflight import format_report, run_preflight
+
+    report = run_preflight(model)
+    typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else format_report(report))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def export(
+    store: Path = typer.Option(Path(".roost/trajectories.sqlite"), help="The gateway's trajectory store."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
+    out: Path = typer.Option(..., help="Output file."),
+    kind: str = typer.Option("calls", help="calls (one row per call) or samples (root-to-leaf training samples)."),
+    group: str = typer.Option(None, help="Only sessions of this group."),
+) -> None:
+    """Export recorded calls or training samples."""
+    from ..store.export import export as run_export
+
+    count = run_export(store, out, fmt=fmt, kind=kind, group_id=group)
+    typer.echo(json.dumps({"rows": count, "out": str(out), "format": fmt, "kind": kind}))
+
+
+def bench_gateway(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per concurrency."),
+    concurrency: str = typer.Option("1,16,256", help="Comma-separated concurrency levels."),
+    seconds: float = typer.Option(4.0, help="Measuring time per level and path."),
+    engine_url: str = typer.Option(None, help="Use this running scripted engine instead of starting one."),
+) -> None:
+    """Same chat load straight to the engine's scripted sampler and through the gateway."""
+    from .bench import run_bench
+
+    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url):
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    app.command("gateway")(gateway)
+    app.command("preflight")(preflight)
+    trajectories = typer.Typer(help="The trajectory store.", no_args_is_help=True)
+    trajectories.command("export")(export)
+    app.add_typer(trajectories, name="trajectories")
+    bench.command("gateway")(bench_gateway)

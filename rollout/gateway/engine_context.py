@@ -1,0 +1,88 @@
+"""What the token-engine call handlers share: the engine client, the tokenizer and
+template, the store, metrics and limits. Built once per gateway and passed explicitly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..chat.reply_parser import ReplyFormat
+from ..chat.tokenizer import ChatTokenizer
+from ..sglang_client import Generation, SGLangClient
+from ..store.records import CallRecord, logprob_array, ids_array
+from ..store.trajectory_store import TrajectoryStore
+from ..store.writer import StoreClosed
+from .config import GatewayConfig
+from .errors import ModelNotFound, StoreUnavailable
+from .metrics import GatewayMetrics
+from .prompt_builder import PromptBuilder, PromptPlan
+from .recording import CallTarget, Sampled
+
+
+@dataclass
+class EngineContext:
+    config: GatewayConfig
+    client: SGLangClient
+    tokenizer: ChatTokenizer
+    builder: PromptBuilder
+    store: TrajectoryStore
+    metrics: GatewayMetrics
+    served_model: str
+    context_length: int
+    reply_format: ReplyFormat
+
+    def check_model(self, model: str) -> None:
+        if model != self.served_model and model.rsplit("/", 1)[-1] != self.served_model:
+            raise ModelNotFound(
+                f"model {model!r} is not served here; this gateway serves {self.served_model!r} "
+                "(see GET /v1/models)", param="model",
+            )
+
+    async def generate(self, prompt: list[int], params: dict[str, Any], call_ids: list[str]) -> list[Generation]:
+        """One engine request per choice, the call id as SGLang's rid; n=1 is awaited directly
+        (a task per call would cost a loop iteration on the hot path)."""
+        if len(call_ids) == 1:
+            return [await self.client.generate(prompt, params, rid=call_ids[0])]
+        return list(await asyncio.gather(*(self.client.generate(prompt, params, rid=c) for c in call_ids)))
+
+    def sampled_from(self, gen: Generation) -> Sampled:
+        return Sampled(ids_array(gen.output_ids), logprob_array(gen.output_logprobs),
+                       gen.finish_reason, gen.weight_version)
+
+    def token_strings(self, ids: Any) -> list[str]:
+        return [self.tokenizer.decode([t]) for t in ids]
+
+    async def record(self, record: CallRecord) -> None:
+        try:
+            await self.store.record_call(record)
+        except StoreClosed as exc:
+            raise StoreUnavailable(f"the trajectory store is closed ({exc}); the gateway is shutting down") from exc
+        except Exception as exc:  # sqlite3 errors: disk full, I/O error, locked
+            raise StoreUnavailable(
+                f"the call could not be recorded ({type(exc).__name__}: {exc}); it was not returned, retry; "
+                f"check the store at {self.store.path}"
+            ) from exc
+
+    def count_call(self, endpoint: str, plan: PromptPlan, sampled: Sampled) -> None:
+        m = self.metrics
+        m.calls.inc(endpoint, plan.kind, plan.reuse)
+        m.prompt_tokens.inc(amount=len(plan.prompt_ids))
+        m.reused_tokens.inc(amount=plan.shared_prefix_len)
+        m.completion_tokens.inc(amount=len(sampled.ids))
+
+    def observe(self, endpoint: str, received: float, engine_s: float) -> None:
+        total = time.perf_counter() - received
+        self.metrics.latency.observe(total, endpoint)
+        self.metrics.engine_latency.observe(engine_s, endpoint)
+        self.metrics.overhead.observe(max(total - engine_s, 0.0), endpoint)
+
+    @staticmethod
+    def call_headers(target: CallTarget, call_ids: list[str], engine_s: float | None = None) -> dict[str, str]:
+        headers = {"X-Roost-Call-Id": ",".join(call_ids), "X-Roost-Session-Id": target.session.session_id,
+                   "X-Roost-Agent": target.agent}
+        if engine_s is not None:
+            # Server-Timing lets a client split its latency into engine time and gateway time.
+            headers["Server-Timing"] = f"engine;dur={engine_s * 1e3:.3f}"
+        return headers

@@ -1,0 +1,139 @@
+"""Gateway errors, each an OpenAI-shaped body with the right HTTP status.
+
+Every message says what happened and what to do about it; `type` and `code` follow the
+values OpenAI uses where OpenAI has one, so clients map them to their own exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ..sglang_client import EngineError, EngineProtocolError, EngineRejected
+
+if TYPE_CHECKING:
+    from .metrics import GatewayMetrics
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, retry_after_s: int | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after_s = retry_after_s
+        if code is not None:
+            self.code = code
+
+    def body(self) -> bytes:
+        return orjson.dumps(
+            {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
+        )
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class SessionNotFound(NotFound):
+    code = "session_not_found"
+
+
+class InvalidSessionKey(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class SessionFinished(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "session_finished"
+
+
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class BackendUnavailable(GatewayError):
+    """The engine is down, slow, or answered something unusable: retry later; the session is kept."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "engine_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int = 2, code: str | None = None):
+        super().__init__(message, retry_after_s=retry_after_s, code=code)
+
+
+class GatewayPaused(BackendUnavailable):
+    code = "gateway_paused"
+
+
+class StoreUnavailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "store_unavailable"
+
+    def __init__(self, message: str):
+        super().__init__(message, retry_after_s=5)
+
+
+def engine_failure(exc: EngineError, metrics: GatewayMetrics, retry_after_s: int) -> GatewayError:
+    """Map an engine error to the gateway's answer; the session is untouched either way."""
+    if isinstance(exc, EngineRejected):
+        metrics.engine_errors.inc("engine_rejected")
+        return InvalidRequest(f"the engine refused this request: {exc}", code="engine_rejected")
+    if isinstance(exc, EngineProtocolError):
+        metrics.engine_errors.inc("engine_protocol_error")
+        return BackendUnavailable(
+            f"the engine answered something that is not an SGLang /generate answer ({exc}); "
+            "check that --engine-url points at an SGLang-API engine; the session is kept, retry",
+            retry_after_s=retry_after_s, code="engine_protocol_error",
+        )
+    metrics.engine_errors.inc("engine_unavailable")
+    return BackendUnavailable(
+        f"the engine is unavailable ({exc}); the session is kept, retry after a moment",
+        retry_after_s=retry_after_s,
+    )

@@ -1,0 +1,147 @@
+"""The gateway object: everything one gateway owns, started and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..chat.reply_parser import HERMES
+from ..chat.template import ChatTemplate
+from ..chat.tokenizer import ChatTokenizer
+from ..sglang_client import EngineError, SGLangClient
+from ..store.trajectory_store import TrajectoryStore
+from .chat_calls import ChatCalls
+from .config import GatewayConfig
+from .engine_context import EngineContext
+from .metrics import GatewayMetrics
+from .passthrough import PassthroughCalls
+from .pause import PauseGate
+from .prompt_builder import PromptBuilder
+from .recording import node_from_call
+from .sessions import SessionRegistry
+from .text_calls import TextCalls
+
+log = logging.getLogger("roost.gateway")
+
+
+class GatewayStartupError(RuntimeError):
+    """The gateway cannot start: no engine to learn the model from, or no tokenizer."""
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig):
+        self.config = config
+        self.metrics = GatewayMetrics()
+        self.store = TrajectoryStore(config.store_path)
+        self.gate: PauseGate | None = None
+        self.registry: SessionRegistry | None = None
+        self.ctx: EngineContext | None = None
+        self.chat: ChatCalls | None = None
+        self.text: TextCalls | None = None
+        self.passthrough: PassthroughCalls | None = None
+        self.served_model = config.served_model_name or "model"
+
+    @property
+    def token_exact(self) -> bool:
+        return self.config.backend in ("embedded", "sglang")
+
+    async def start(self) -> None:
+        config = self.config
+        await asyncio.to_thread(self.store.open)
+        self.gate = PauseGate(config.pause_wait_s, config.retry_after_s)
+        tokenizer = None
+        if self.token_exact:
+            self.ctx = await self._engine_context()
+            tokenizer = self.ctx.tokenizer
+            self.chat, self.text = ChatCalls(self.ctx), TextCalls(self.ctx)
+            self.served_model = self.ctx.served_model
+        else:
+            self.passthrough = PassthroughCalls(config, self.store.record_call, self.metrics)
+            self.served_model = config.served_model_name or config.upstream_model or "upstream"
+        self.registry = SessionRegistry(
+            self.store, default_policy=config.reasoning_policy, max_nodes_per_agent=config.max_nodes_per_agent,
+            max_in_memory=config.max_sessions_in_memory,
+            node_from_call=(lambda call: node_from_call(call, tokenizer)) if tokenizer else _no_nodes,
+        )
+        m = self.metrics
+        m.gauge("roost_gateway_in_flight", "Model calls in flight", lambda: self.gate.in_flight)
+        m.gauge("roost_gateway_paused", "1 while paused for a weight update", lambda: float(self.gate.paused))
+        m.gauge("roost_gateway_sessions_in_memory", "Sessions held in memory", lambda: self.registry.in_memory)
+        m.gauge("roost_gateway_store_commits", "Store transactions committed", lambda: self.store.writer.batches)
+        m.gauge("roost_gateway_store_writes", "Store writes committed", lambda: self.store.writer.writes)
+        # transformers, tokenizers and jinja leave millions of long-lived objects; freezing
+        # them keeps the collector from rescanning them all in the middle of a call.
+        gc.freeze()
+
+    async def stop(self) -> None:
+        if self.ctx is not None:
+            await self.ctx.client.close()
+        if self.passthrough is not None:
+            await self.passthrough.close()
+        await asyncio.to_thread(self.store.close)
+
+    async def _engine_context(self) -> EngineContext:
+        config = self.config
+        if not config.engine_url:
+            raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
+        client = SGLangClient(config.engine_url, timeout_s=config.engine_timeout_s)
+        info = await self._model_info(client)
+        model = config.model or info.get("tokenizer_path") or info.get("model_path")
+        if not model:
+            raise GatewayStartupError(
+                f"the engine at {config.engine_url} did not answer /get_model_info and no --model was given; "
+                "start the engine first or pass --model (the tokenizer and chat template to use)")
+        folder = await asyncio.to_thread(_resolve, model)
+        tokenizer, template = await asyncio.to_thread(_load_tokenizer, folder)
+        context_length = config.context_length or info.get("max_context_length") or _config_context(folder)
+        served = config.served_model_name or ("tiny" if model == "tiny" else Path(str(model)).name)
+        return EngineContext(
+            config=config, client=client, tokenizer=tokenizer, builder=PromptBuilder(template, tokenizer),
+            store=self.store, metrics=self.metrics, served_model=served, context_length=int(context_length),
+            reply_format=HERMES,
+        )
+
+    async def _model_info(self, client: SGLangClient) -> dict[str, Any]:
+        # With --model given the engine may come up later; without it we must ask the engine.
+        deadline = asyncio.get_running_loop().time() + (2.0 if self.config.model else self.config.startup_timeout_s)
+        while True:
+            try:
+                return await client.model_info()
+            except EngineError as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    log.warning("engine at %s not answering /get_model_info: %s", self.config.engine_url, exc)
+                    return {}
+                await asyncio.sleep(0.5)
+
+
+def _no_nodes(call: Any) -> Any:
+    raise RuntimeError("pass-through sessions keep no token trees")
+
+
+def _resolve(model: str) -> Path:
+    from ..engine.tiny_model import resolve_model
+
+    try:
+        return resolve_model(model)
+    except FileNotFoundError as exc:
+        raise GatewayStartupError(str(exc)) from exc
+
+
+def _load_tokenizer(folder: Path) -> tuple[ChatTokenizer, ChatTemplate]:
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = ChatTokenizer(hf.backend_tokenizer, eos_token=hf.eos_token)
+    special = {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)}
+    return tokenizer, ChatTemplate(hf.chat_template, special)
+
+
+def _config_context(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / "config.json").read_text())["max_position_embeddings"])
+    except (OSError, KeyError, ValueError):
+        return 4096

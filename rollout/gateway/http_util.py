@@ -1,0 +1,79 @@
+"""Reading request bodies and turning errors into OpenAI-shaped responses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .errors import BodyTooLarge, GatewayError, InvalidRequest
+from .metrics import GatewayMetrics
+
+log = logging.getLogger("roost.gateway")
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise BodyTooLarge(f"request body of {length} bytes exceeds the gateway's {limit}-byte limit")
+    body = await request.body()
+    if len(body) > limit:
+        raise BodyTooLarge(f"request body exceeds the gateway's {limit}-byte limit")
+    return body
+
+
+def parse(model: type[M], body: bytes) -> M:
+    if not body.strip():
+        raise InvalidRequest("the request body is empty; send a JSON object", code="invalid_json")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def validation_error(exc: ValidationError) -> InvalidRequest:
+    errors = exc.errors(include_url=False)
+    if any(e["type"] == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e["type"] == "json_invalid").get("ctx", {}).get("error", "")
+        return InvalidRequest(f"malformed JSON in the request body ({detail}); send a JSON object", code="invalid_json")
+    parts, param = [], None
+    for e in errors[:6]:
+        where = ".".join(str(x) for x in e["loc"]) or "body"
+        param = param or where
+        if e["type"] == "missing":
+            parts.append(f"{where} is required")
+        elif e["type"] == "extra_forbidden":
+            parts.append(f"{where} is not a field this gateway knows; remove it")
+        elif e["type"] == "model_type" and not e["loc"]:
+            parts.append("the body must be a JSON object")
+        else:
+            parts.append(f"{where}: {e['msg']}")
+    return InvalidRequest("invalid request: " + "; ".join(parts), param=param)
+
+
+def error_response(error: GatewayError) -> Response:
+    return Response(error.body(), status_code=error.status, media_type="application/json", headers=error.headers())
+
+
+def guarded(endpoint: str, metrics: GatewayMetrics, handler: Handler) -> Handler:
+    """Run `handler`, answering every failure OpenAI-shaped and counting the status."""
+
+    async def run(request: Request) -> Response:
+        try:
+            response = await handler(request)
+        except GatewayError as error:
+            response = error_response(error)
+        except Exception:
+            log.exception("unhandled error on %s", endpoint)
+            response = error_response(GatewayError(
+                "the gateway failed on this request (a bug: see its log); other sessions are unaffected"))
+        metrics.requests.inc(endpoint, str(response.status_code))
+        return response
+
+    return run

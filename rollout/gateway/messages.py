@@ -1,0 +1,138 @@
+"""OpenAI messages → the dicts a chat template renders, and the keys that identify them.
+
+Keys decide whether a new call continues an earlier one. A message's key covers what the
+template renders from it. An assistant message's key covers its content and tool calls
+(name + arguments as parsed JSON), not its reasoning, tool-call ids or surrounding
+whitespace: harnesses commonly drop `reasoning_content`, re-serialise arguments or strip
+text when they send a reply back, and none of that makes it a different reply. Whether the
+reply then re-renders exactly is the prompt builder's check, not the key's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from .errors import InvalidRequest
+from .wire import ChatMessage, Tool
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def _text(content: str | list[dict[str, Any]] | None, where: str) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    parts = []
+    for i, part in enumerate(content):
+        kind = part.get("type")
+        if kind in ("text", "input_text") and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        else:
+            raise InvalidRequest(
+                f"{where}.content[{i}] is a {kind!r} part; this gateway serves a text model, "
+                "so only text parts are accepted",
+                param=f"{where}.content",
+            )
+    return "\n".join(parts)
+
+
+def _arguments(arguments: str | dict[str, Any]) -> str | dict[str, Any]:
+    return arguments
+
+
+def _canonical_arguments(arguments: str | dict[str, Any]) -> Any:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {"__raw__": arguments}
+
+
+def to_template(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Template dicts: no None values (templates test for presence), `developer` → `system`."""
+    if not messages:
+        raise InvalidRequest("messages is empty; send at least one message", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        role = "system" if m.role == "developer" else m.role
+        content = _text(m.content, where)
+        d: dict[str, Any] = {"role": role}
+        if role == "assistant":
+            d["content"] = content or ""
+            reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
+            if reasoning is not None:
+                d["reasoning_content"] = reasoning
+            if m.tool_calls:
+                d["tool_calls"] = [
+                    {"id": c.id, "type": "function",
+                     "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                    for c in m.tool_calls
+                ]
+        else:
+            if content is None:
+                raise InvalidRequest(f"{where} (role {m.role}) has no content", param=f"{where}.content")
+            d["content"] = content
+            if m.name is not None:
+                d["name"] = m.name
+            if role == "tool" and m.tool_call_id is not None:
+                d["tool_call_id"] = m.tool_call_id
+        out.append(d)
+    return out
+
+
+def _reply_text(content: str | None) -> str:
+    """An assistant message's content as a reply key sees it: reasoning a harness folded
+    back into the content (`<think>…</think>answer`, split off the same way Qwen's template
+    does) and surrounding whitespace (some harnesses strip it) do not make another reply."""
+    text = content or ""
+    if "</think>" in text:
+        text = text.split("</think>")[-1]
+    return text.strip()
+
+
+def message_key(message: dict[str, Any]) -> bytes:
+    if message["role"] == "assistant":
+        calls = [
+            [c["function"]["name"], _canonical_arguments(c["function"]["arguments"])]
+            for c in message.get("tool_calls") or ()
+        ]
+        return orjson.dumps(["assistant", _reply_text(message.get("content")), calls], option=_SORTED)
+    # A fixed field order instead of sorting keys: this runs for every message of every call.
+    return orjson.dumps([message["role"], message["content"], message.get("name"), message.get("tool_call_id")])
+
+
+def reply_message_key(content: str | None, tool_calls: list[tuple[str, str]]) -> bytes:
+    """The key of an assistant reply the gateway returned (name, arguments JSON text)."""
+    message = {
+        "role": "assistant",
+        "content": content or "",
+        "tool_calls": [{"function": {"name": n, "arguments": a}} for n, a in tool_calls],
+    }
+    return message_key(message)
+
+
+def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
+    return [t.model_dump(exclude_none=True) for t in tools] if tools else None
+
+
+def header_key(tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None) -> bytes:
+    """What besides the messages changes a rendered prompt: tools and template kwargs."""
+    return orjson.dumps([tools or [], template_kwargs or {}], option=_SORTED)
+
+
+def chain_keys(header: bytes, keys: list[bytes]) -> list[bytes]:
+    """chain[k] identifies the first k messages under this header (chain[0]: none)."""
+    h = hashlib.blake2b(header, digest_size=16).digest()
+    chain = [h]
+    for key in keys:
+        h = hashlib.blake2b(h + key, digest_size=16).digest()
+        chain.append(h)
+    return chain
+
+
+def extend_chain(previous: bytes, key: bytes) -> bytes:
+    return hashlib.blake2b(previous + key, digest_size=16).digest()

@@ -1,0 +1,168 @@
+"""The control plane: sessions, rewards, advantages, pause/resume, health and metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..store.records import AdvantageRecord, RewardRecord
+from .errors import InvalidRequest, NotFound
+from .gateway import Gateway
+from .http_util import guarded, parse, read_body
+from .sessions import SessionState
+from .wire import CreateSession, FinishSession, PauseRequest, PostAdvantages, PostReward
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+def _base_url(gw: Gateway, request: Request) -> str:
+    return (gw.config.public_url or str(request.base_url)).rstrip("/")
+
+
+def _session_view(state_or_record: Any, calls: list | None = None, agents: list | None = None,
+                  rewards: list | None = None, tokens: bool = False) -> dict[str, Any]:
+    r = state_or_record.record if isinstance(state_or_record, SessionState) else state_or_record
+    view: dict[str, Any] = {
+        "session_id": r.session_id, "group_id": r.group_id, "task": r.task, "metadata": r.metadata,
+        "status": r.status, "reasoning_policy": r.reasoning_policy, "created_at": r.created_at,
+        "finished_at": r.finished_at, "finish_info": r.finish_info,
+    }
+    if agents is not None:
+        view["agents"] = [{"agent_id": a.agent_id, "parent_agent": a.parent_agent} for a in agents]
+    if calls is not None:
+        view["calls"] = [_call_view(c, tokens) for c in calls]
+    if rewards is not None:
+        view["rewards"] = [{"reward": x.reward, "agent": x.agent_id, "call_id": x.call_id, "info": x.info} for x in rewards]
+    return view
+
+
+def _call_view(c: Any, tokens: bool) -> dict[str, Any]:
+    view = {
+        "call_id": c.call_id, "agent_id": c.agent_id, "parent_agent": c.parent_agent, "seq": c.seq,
+        "endpoint": c.endpoint, "parent_call_id": c.parent_call_id, "kind": c.kind, "reuse": c.reuse,
+        "shared_prefix_len": c.shared_prefix_len, "prompt_tokens": len(c.prompt_ids),
+        "completion_tokens": len(c.sampled_ids), "finish_reason": c.finish_reason,
+        "weight_version": c.weight_version, "timings": c.timings, "response": c.response,
+    }
+    if tokens:
+        view["prompt_ids"] = list(c.prompt_ids)
+        view["sampled_ids"] = list(c.sampled_ids)
+        view["sampled_logprobs"] = list(c.sampled_logprobs)
+    return view
+
+
+def routes(gw: Gateway) -> list[Route]:
+    async def create_session(request: Request) -> Response:
+        body = await read_body(request, gw.config.max_body_bytes)
+        req = parse(CreateSession, body) if body.strip() else CreateSession()
+        state, key = await gw.registry.create(
+            group_id=req.group_id, task=req.task, metadata=req.metadata, session_id=req.session_id,
+            policy=req.reasoning_policy,
+        )
+        base = f"{_base_url(gw, request)}/sessions/{state.session_id}/v1"
+        return _json({"session_id": state.session_id, "key": key, "base_url": base, "group_id": req.group_id,
+                      "reasoning_policy": state.record.reasoning_policy, "created_at": state.record.created_at}, 201)
+
+    async def get_session(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        await gw.registry.get(sid)  # 404 if unknown
+        tokens = request.query_params.get("tokens", "").lower() in ("1", "true", "yes")
+
+        def read(reader):
+            return reader.session(sid), reader.calls(sid), reader.agents(sid), reader.rewards(sid)
+
+        record, calls, agents, rewards = await gw.store.read(read)
+        return _json(_session_view(record, calls, agents, rewards, tokens))
+
+    async def list_sessions(request: Request) -> Response:
+        group = request.query_params.get("group")
+        status = request.query_params.get("status")
+
+        def read(reader):
+            return [(s, reader.call_count(s.session_id)) for s in reader.sessions(group_id=group, status=status)]
+
+        rows = await gw.store.read(read)
+        return _json({"sessions": [{**_session_view(s), "calls": n} for s, n in rows]})
+
+    async def post_reward(request: Request) -> Response:
+        state = await gw.registry.get(request.path_params["sid"])
+        req = parse(PostReward, await read_body(request, gw.config.max_body_bytes))
+        if req.agent is not None and req.agent not in state.agents:
+            raise NotFound(f"session {state.session_id!r} has no agent {req.agent!r}; agents: {sorted(state.agents)}")
+        if req.call_id is not None:
+            call = await gw.store.read(lambda r: r.call(req.call_id))
+            if call is None or call.session_id != state.session_id:
+                raise NotFound(f"session {state.session_id!r} has no call {req.call_id!r}")
+        await gw.store.add_reward(RewardRecord(state.session_id, req.reward, req.agent, req.call_id, req.info, time.time()))
+        return _json({"ok": True})
+
+    async def post_advantages(request: Request) -> Response:
+        state = await gw.registry.get(request.path_params["sid"])
+        req = parse(PostAdvantages, await read_body(request, gw.config.max_body_bytes))
+        ids = [a.call_id for a in req.advantages]
+        calls = await gw.store.read(lambda r: {i: r.call(i) for i in ids})
+        records = []
+        for item in req.advantages:
+            call = calls.get(item.call_id)
+            if call is None or call.session_id != state.session_id:
+                raise NotFound(f"session {state.session_id!r} has no call {item.call_id!r}")
+            if isinstance(item.advantage, list):
+                if len(item.advantage) != len(call.sampled_ids):
+                    raise InvalidRequest(
+                        f"call {item.call_id} sampled {len(call.sampled_ids)} tokens but got "
+                        f"{len(item.advantage)} per-token advantages; send one per sampled token or a scalar",
+                        param="advantages")
+                records.append(AdvantageRecord(item.call_id, state.session_id, None, item.advantage, time.time()))
+            else:
+                records.append(AdvantageRecord(item.call_id, state.session_id, item.advantage, None, time.time()))
+        await gw.store.set_advantages(records)
+        return _json({"ok": True, "calls": len(records)})
+
+    async def finish_session(request: Request) -> Response:
+        state = await gw.registry.get(request.path_params["sid"])
+        body = await read_body(request, gw.config.max_body_bytes)
+        req = parse(FinishSession, body) if body.strip() else FinishSession()
+        await gw.registry.finish(state, req.info)
+        return _json(_session_view(state))
+
+    async def pause(request: Request) -> Response:
+        body = await read_body(request, gw.config.max_body_bytes)
+        req = parse(PauseRequest, body) if body.strip() else PauseRequest()
+        gw.gate.pause()
+        drained = await gw.gate.drained(req.drain_timeout_s)
+        return _json({"paused": True, "drained": drained, "in_flight": gw.gate.in_flight})
+
+    async def resume(request: Request) -> Response:
+        gw.gate.resume()
+        return _json({"paused": False, "in_flight": gw.gate.in_flight})
+
+    async def health(request: Request) -> Response:
+        engine = "n/a"
+        if gw.ctx is not None:
+            engine = "ok" if await gw.ctx.client.health() else "unreachable"
+        return _json({"status": "ok", "engine": engine, "paused": gw.gate.paused, "backend": gw.config.backend,
+                      "model": gw.served_model, "in_flight": gw.gate.in_flight})
+
+    async def metrics(request: Request) -> Response:
+        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    m = gw.metrics
+    return [
+        Route("/sessions", guarded("sessions", m, create_session), methods=["POST"]),
+        Route("/sessions", guarded("sessions", m, list_sessions), methods=["GET"]),
+        Route("/sessions/{sid}", guarded("session", m, get_session), methods=["GET"]),
+        Route("/sessions/{sid}/reward", guarded("reward", m, post_reward), methods=["POST"]),
+        Route("/sessions/{sid}/advantages", guarded("advantages", m, post_advantages), methods=["POST"]),
+        Route("/sessions/{sid}/finish", guarded("finish", m, finish_session), methods=["POST"]),
+        Route("/admin/pause", guarded("pause", m, pause), methods=["POST"]),
+        Route("/admin/resume", guarded("resume", m, resume), methods=["POST"]),
+        Route("/health", guarded("health", m, health), methods=["GET"]),
+        Route("/metrics", guarded("metrics", m, metrics), methods=["GET"]),
+    ]

@@ -1,0 +1,78 @@
+"""Answers to the probes agent harnesses send before they chat (hermes-agent's, first of all).
+
+hermes-agent asks a server what it is and how long its context is, at the server's root (the
+base URL without its `/v1`, so `/sessions/{sid}` for a session): LM Studio's `/api/v1/models`,
+Ollama's `/api/tags` and `/api/show`, llama.cpp's `/v1/props` and `/props`, vLLM's `/version`;
+OpenAI clients retrieve `/v1/models/{id}`. The gateway answers as what it is, an
+OpenAI-compatible server that reports its window in `/v1/models` the way vLLM does:
+
+    GET  {root}/version             {"version": ...}: "vLLM-like", read the window from /v1/models
+    GET  {root}/v1/models/{id}      the model's card (404 for another id)
+    POST {root}/api/show            the window in Ollama's shape (asked when no other probe told it)
+
+`/api/tags`, `/api/v1/models` and `/props` stay 404: a harness that took the gateway for Ollama,
+LM Studio or llama.cpp would add that server's own options to its requests.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .errors import NotFound
+from .gateway import Gateway
+from .http_util import guarded
+
+ROOTS = ("", "/sessions/{sid}", "/sessions/{sid}/agents/{agent}")
+
+
+def _json(payload: object) -> Response:
+    return Response(orjson.dumps(payload), media_type="application/json")
+
+
+def _roost_version() -> str:
+    try:
+        return version("roost")
+    except PackageNotFoundError:
+        return "0"
+
+
+async def _cards(gw: Gateway) -> list[dict]:
+    if gw.passthrough is not None:
+        return orjson.loads((await gw.passthrough.models()).body).get("data", [])
+    return [{"id": gw.served_model, "object": "model", "created": 0, "owned_by": "roost",
+             "max_model_len": gw.ctx.context_length}]
+
+
+def routes(gw: Gateway) -> list[Route]:
+    async def server_version(request: Request) -> Response:
+        return _json({"version": _roost_version(), "server": "roost-gateway"})
+
+    async def model_card(request: Request) -> Response:
+        wanted = request.path_params["model"]
+        cards = await _cards(gw)
+        for card in cards:
+            if card.get("id") == wanted:
+                return _json(card)
+        raise NotFound(f"no model {wanted!r} here; this gateway serves {[c.get('id') for c in cards]}",
+                       param="model")
+
+    async def ollama_show(request: Request) -> Response:
+        cards = await _cards(gw)
+        window = next((c.get("max_model_len") for c in cards if c.get("max_model_len")), None)
+        if window is None:
+            raise NotFound("the upstream server does not report its context length")
+        return _json({"model_info": {"general.context_length": int(window)}, "parameters": f"num_ctx {int(window)}",
+                      "capabilities": ["completion", "tools"], "details": {"format": "roost-gateway"}})
+
+    out = []
+    for root in ROOTS:
+        out.append(Route(f"{root}/version", guarded("probe", gw.metrics, server_version), methods=["GET"]))
+        out.append(Route(f"{root}/v1/models/{{model:path}}", guarded("probe", gw.metrics, model_card),
+                         methods=["GET"]))
+        out.append(Route(f"{root}/api/show", guarded("probe", gw.metrics, ollama_show), methods=["POST"]))
+    return out

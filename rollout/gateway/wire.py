@@ -1,0 +1,159 @@
+"""OpenAI wire types the gateway accepts (requests) and the control plane's bodies.
+
+Unknown fields are rejected with a 400 naming them, so a typo'd sampling parameter cannot
+silently change nothing. Fields OpenAI defines that roost cannot honour are accepted only
+where ignoring them is harmless (`user`, `store`, `metadata`, ...); the rest are refused in
+`sampling.py` with a message saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionCall(Wire):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(Wire):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+    index: int | None = None  # some clients echo the streaming index back
+
+
+class ChatMessage(Wire):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None  # the field name some clients use for reasoning_content
+    refusal: str | None = None
+    function_call: dict[str, Any] | None = None
+    audio: dict[str, Any] | None = None
+    annotations: list[Any] | None = None
+    provider_specific_fields: dict[str, Any] | None = None  # litellm echoes this back
+
+
+class ToolFunction(Wire):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Wire):
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class StreamOptions(Wire):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class SamplingFields(Wire):
+    """Sampling fields shared by chat and text completions (OpenAI names, plus the
+    SGLang/vLLM extensions harnesses pass through `extra_body`)."""
+
+    model: str
+    max_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=64)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: Any = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # Extensions (SGLang / vLLM names).
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = Field(None, ge=0)
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool | None = None
+    return_token_ids: bool = False
+    # Scripted-sampler control for tests and benchmarks (embedded engine only).
+    custom_params: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage]
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_completion_tokens: int | None = Field(None, ge=0)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: Any = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class CreateSession(Wire):
+    """`POST /sessions`."""
+
+    group_id: str | None = Field(None, description="Group (e.g. GRPO group / training step) the session belongs to")
+    task: dict[str, Any] = Field(default_factory=dict, description="Task metadata (id, split, env, seed, ...)")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else to keep with the session")
+    session_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$", description="Choose the id (default: random)")
+    reasoning_policy: Literal["keep", "drop"] | None = Field(None, description="Override the gateway's policy")
+
+
+class PostReward(Wire):
+    """`POST /sessions/{sid}/reward`: to the session, or to one agent, or to one call."""
+
+    reward: float
+    agent: str | None = None
+    call_id: str | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallAdvantage(Wire):
+    call_id: str
+    advantage: float | list[float]
+
+
+class PostAdvantages(Wire):
+    """`POST /sessions/{sid}/advantages`: a scalar per call, or one value per sampled token."""
+
+    advantages: list[CallAdvantage]
+
+
+class FinishSession(Wire):
+    """`POST /sessions/{sid}/finish`."""
+
+    info: dict[str, Any] = Field(default_factory=dict, description="e.g. outcome, env status, infra_error")
+
+
+class PauseRequest(Wire):
+    """`POST /admin/pause`: stop admitting calls; wait (bounded) for in-flight ones to finish."""
+
+    drain_timeout_s: float = Field(60.0, ge=0.0)

@@ -1,0 +1,1 @@
+"""roost.rollout.store: the trajectory store (SQLite, WAL), its export, and training samples."""

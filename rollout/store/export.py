@@ -1,0 +1,118 @@
+"""Export a trajectory store as JSONL or Parquet: one row per call, or per training sample."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .reader import TrajectoryReader
+from .records import FORMAT_VERSION, CallRecord
+from .samples import iter_training_samples
+
+FORMATS = ("jsonl", "parquet")
+KINDS = ("calls", "samples")
+
+
+def call_dict(call: CallRecord, session_group: str | None) -> dict[str, Any]:
+    row = asdict(call)
+    row["prompt_ids"] = list(call.prompt_ids)
+    row["sampled_ids"] = list(call.sampled_ids)
+    row["sampled_logprobs"] = list(call.sampled_logprobs)
+    row["group_id"] = session_group
+    row["format_version"] = FORMAT_VERSION
+    return row
+
+
+def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None) -> Iterator[dict[str, Any]]:
+    if kind == "calls":
+        for session in reader.sessions(group_id=group_id):
+            for call in reader.calls(session.session_id):
+                yield call_dict(call, session.group_id)
+    else:
+        status = None  # an export is for people: unfinished sessions are included too
+        for sample in iter_training_samples(reader, group_id=group_id, status=status):
+            row = asdict(sample)
+            row["format_version"] = FORMAT_VERSION
+            yield row
+
+
+def export(store: str | Path, out: str | Path, *, fmt: str = "jsonl", kind: str = "calls",
+           group_id: str | None = None) -> int:
+    """Write the rows to `out`; returns how many were written."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown export kind {kind!r}; expected one of {', '.join(KINDS)}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with TrajectoryReader(store) as reader:
+        rows = iter_rows(reader, kind, group_id)
+        if fmt == "jsonl":
+            return _write_jsonl(rows, out)
+        return _write_parquet(rows, out, kind)
+
+
+def _write_jsonl(rows: Iterator[dict[str, Any]], out: Path) -> int:
+    count = 0
+    with out.open("wb") as fh:
+        for row in rows:
+            fh.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            count += 1
+    return count
+
+
+def _parquet_schema(pa, kind: str):
+    text, i64, f64 = pa.string(), pa.int64(), pa.float64()
+    if kind == "calls":
+        columns = [
+            ("call_id", text), ("session_id", text), ("group_id", text), ("agent_id", text),
+            ("parent_agent", text), ("seq", i64), ("endpoint", text), ("backend", text), ("model", text),
+            ("parent_call_id", text), ("shared_prefix_len", i64), ("kind", text), ("reuse", text),
+            ("prompt_ids", pa.list_(pa.int32())), ("sampled_ids", pa.list_(pa.int32())),
+            ("sampled_logprobs", pa.list_(f64)), ("finish_reason", text), ("sampling_params", text),
+            ("weight_version", text), ("timings", text), ("request", text), ("response", text),
+            ("created_at", f64), ("prompt_key", text), ("reply_key", text), ("render_len", i64),
+            ("render_digest", text), ("turns_before", i64), ("format_version", i64),
+        ]
+    else:
+        columns = [
+            ("session_id", text), ("group_id", text), ("task", text), ("agent_id", text),
+            ("parent_agent", text), ("leaf_call_id", text), ("call_ids", pa.list_(text)),
+            ("tokens", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())),
+            ("logprobs", pa.list_(f64)), ("advantages", pa.list_(f64)), ("reward", f64),
+            ("spans", text), ("finish_reason", text), ("format_version", i64),
+        ]
+    return pa.schema(columns)
+
+
+def _write_parquet(rows: Iterator[dict[str, Any]], out: Path, kind: str, batch_rows: int = 1024) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _parquet_schema(pa, kind)
+    # Free-form objects (messages, task metadata, finish reasons) go in as JSON text: their
+    # shape differs from row to row, which a Parquet schema cannot hold.
+    json_columns = {f.name for f in schema if f.type == pa.string()}
+
+    def flatten(row: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: (orjson.dumps(v).decode() if k in json_columns and not isinstance(v, str) and v is not None else v)
+            for k, v in row.items()
+        }
+
+    count = 0
+    with pq.ParquetWriter(str(out), schema) as writer:
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            batch.append(flatten(row))
+            if len(batch) >= batch_rows:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                count += len(batch)
+                batch = []
+        writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+        count += len(batch)
+    return count

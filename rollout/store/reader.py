@@ -1,0 +1,115 @@
+"""Synchronous reads of a trajectory store, for the trainer, exports and the control plane.
+
+Readers never block the gateway's writer: WAL gives each read a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import schema
+from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+from .rows import (
+    CALL_COLUMNS,
+    SESSION_COLUMNS,
+    advantage_from_row,
+    agent_from_row,
+    call_from_row,
+    reward_from_row,
+    session_from_row,
+)
+
+
+class StoreMissing(FileNotFoundError):
+    """The trajectory store file does not exist."""
+
+
+class TrajectoryReader:
+    """Read-only access to a store file; a context manager."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        if not path.is_file():
+            raise StoreMissing(
+                f"no trajectory store at {path}; pass the --store file the gateway wrote "
+                "(default .roost/trajectories.sqlite in the gateway's working folder)"
+            )
+        self.path = path
+        self._conn: sqlite3.Connection = schema.connect(str(path), readonly=True)
+
+    def __enter__(self) -> TrajectoryReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def session(self, session_id: str) -> SessionRecord | None:
+        row = self._conn.execute(
+            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE session_id=?", (session_id,)
+        ).fetchone()
+        return session_from_row(row) if row else None
+
+    def session_by_key(self, key_hash: str) -> SessionRecord | None:
+        row = self._conn.execute(
+            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE key_hash=?", (key_hash,)
+        ).fetchone()
+        return session_from_row(row) if row else None
+
+    def sessions(self, *, group_id: str | None = None, status: str | None = None) -> list[SessionRecord]:
+        query = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+        clauses, args = [], []
+        if group_id is not None:
+            clauses.append("group_id=?")
+            args.append(group_id)
+        if status is not None:
+            clauses.append("status=?")
+            args.append(status)
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += " ORDER BY created_at"
+        return [session_from_row(r) for r in self._conn.execute(query, args)]
+
+    def agents(self, session_id: str) -> list[AgentRecord]:
+        rows = self._conn.execute(
+            "SELECT session_id, agent_id, parent_agent, created_at FROM agents WHERE session_id=? "
+            "ORDER BY created_at", (session_id,),
+        )
+        return [agent_from_row(r) for r in rows]
+
+    def calls(self, session_id: str) -> list[CallRecord]:
+        rows = self._conn.execute(
+            f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE session_id=? ORDER BY seq", (session_id,)
+        )
+        return [call_from_row(r) for r in rows]
+
+    def call(self, call_id: str) -> CallRecord | None:
+        row = self._conn.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE call_id=?", (call_id,)).fetchone()
+        return call_from_row(row) if row else None
+
+    def iter_calls(self) -> Iterator[CallRecord]:
+        for row in self._conn.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls ORDER BY session_id, seq"):
+            yield call_from_row(row)
+
+    def call_count(self, session_id: str | None = None) -> int:
+        if session_id is None:
+            return self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+        return self._conn.execute("SELECT COUNT(*) FROM calls WHERE session_id=?", (session_id,)).fetchone()[0]
+
+    def rewards(self, session_id: str) -> list[RewardRecord]:
+        rows = self._conn.execute(
+            "SELECT session_id, agent_id, call_id, reward, info, created_at FROM rewards "
+            "WHERE session_id=? ORDER BY id", (session_id,),
+        )
+        return [reward_from_row(r) for r in rows]
+
+    def advantages(self, session_id: str) -> dict[str, AdvantageRecord]:
+        rows = self._conn.execute(
+            "SELECT call_id, session_id, value, per_token, created_at FROM advantages WHERE session_id=?",
+            (session_id,),
+        )
+        return {r[0]: advantage_from_row(r) for r in rows}

@@ -1,0 +1,119 @@
+"""The trajectory records: sessions, agents, calls, rewards and advantages.
+
+Internal records are dataclasses; the store turns them into rows and back. Token ids are
+kept as `array('i')` and logprobs as `array('d')` so that long prompts cost 4 and 8 bytes a
+token in memory instead of a Python object each.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+# Bumped whenever a record's meaning changes; exports carry it.
+FORMAT_VERSION = 1
+
+
+def ids_array(values: Any = ()) -> array:
+    return values if isinstance(values, array) and values.typecode == "i" else array("i", values)
+
+
+def logprob_array(values: Any = ()) -> array:
+    return values if isinstance(values, array) and values.typecode == "d" else array("d", values)
+
+
+@dataclass
+class SessionRecord:
+    """One episode's worth of calls, addressed by `session_id` and authenticated by its key."""
+
+    session_id: str
+    key_hash: str
+    group_id: str | None = None
+    task: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    reasoning_policy: str = "keep"
+    status: str = "open"  # open | finished
+    created_at: float = 0.0
+    finished_at: float | None = None
+    finish_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentRecord:
+    """An agent of a session; `parent_agent` is the agent that spawned it, if any."""
+
+    session_id: str
+    agent_id: str
+    parent_agent: str | None = None
+    created_at: float = 0.0
+
+
+@dataclass
+class CallRecord:
+    """One model call, token-exact: the ids the engine received and the ids it sampled.
+
+    `parent_call_id` is the call whose token path (prompt + sampled) shares the longest
+    prefix with this call's prompt, `shared_prefix_len` tokens long. `kind` says how:
+    `extend` (the prompt starts with the parent's whole path), `fork` (it starts with a
+    shorter part of it: history edited, reasoning dropped, a retry), `root` (no parent).
+    `reuse` says how an `extend` was built: `exact` (the chat template re-renders the
+    parent's reply exactly as sampled), `kept` (it does not, and the gateway kept the
+    sampled tokens: reasoning policy `keep`), `none` (not built by reuse).
+    """
+
+    call_id: str
+    session_id: str
+    agent_id: str
+    parent_agent: str | None
+    seq: int
+    endpoint: str  # chat | completions
+    backend: str
+    model: str
+    parent_call_id: str | None
+    shared_prefix_len: int
+    kind: str
+    reuse: str
+    prompt_ids: array
+    sampled_ids: array
+    sampled_logprobs: array
+    finish_reason: dict[str, Any]
+    sampling_params: dict[str, Any]
+    weight_version: str
+    timings: dict[str, float]
+    request: dict[str, Any]  # messages, tools, ... as the harness sent them (text, for people)
+    response: dict[str, Any]  # the choice as returned (text, for people)
+    created_at: float
+    # What the gateway needs to rebuild its token tree after a restart.
+    prompt_key: str = ""
+    reply_key: str = ""
+    render_len: int = 0
+    render_digest: str = ""
+    turns_before: int = 0
+
+    @property
+    def path_len(self) -> int:
+        return len(self.prompt_ids) + len(self.sampled_ids)
+
+
+@dataclass
+class RewardRecord:
+    """A reward for a whole session (agent and call None), one agent, or one call."""
+
+    session_id: str
+    reward: float
+    agent_id: str | None = None
+    call_id: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+
+@dataclass
+class AdvantageRecord:
+    """An advantage posted for one call: a scalar for all its sampled tokens, or one per token."""
+
+    call_id: str
+    session_id: str
+    value: float | None = None
+    per_token: list[float] | None = None
+    created_at: float = 0.0

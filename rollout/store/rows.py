@@ -1,0 +1,94 @@
+"""Records to SQLite rows and back."""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+from typing import Any
+
+import orjson
+
+from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+
+CALL_COLUMNS = (
+    "call_id", "session_id", "agent_id", "parent_agent", "seq", "endpoint", "backend", "model",
+    "parent_call_id", "shared_prefix_len", "kind", "reuse", "prompt_ids", "sampled_ids",
+    "sampled_logprobs", "finish_reason", "sampling_params", "weight_version", "timings",
+    "request", "response", "created_at", "prompt_key", "reply_key", "render_len",
+    "render_digest", "turns_before",
+)
+SESSION_COLUMNS = (
+    "session_id", "key_hash", "group_id", "task", "metadata", "reasoning_policy", "status",
+    "created_at", "finished_at", "finish_info",
+)
+INSERT_CALL = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+INSERT_SESSION = (
+    f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})"
+)
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _ids(blob: bytes) -> array:
+    values = array("i")
+    values.frombytes(blob)
+    return values
+
+
+def _floats(blob: bytes) -> array:
+    values = array("d")
+    values.frombytes(blob)
+    return values
+
+
+def call_row(c: CallRecord) -> tuple:
+    return (
+        c.call_id, c.session_id, c.agent_id, c.parent_agent, c.seq, c.endpoint, c.backend, c.model,
+        c.parent_call_id, c.shared_prefix_len, c.kind, c.reuse, c.prompt_ids.tobytes(),
+        c.sampled_ids.tobytes(), c.sampled_logprobs.tobytes(), _json(c.finish_reason),
+        _json(c.sampling_params), c.weight_version, _json(c.timings), _json(c.request),
+        _json(c.response), c.created_at, c.prompt_key, c.reply_key, c.render_len,
+        c.render_digest, c.turns_before,
+    )
+
+
+def call_from_row(row: sqlite3.Row | tuple) -> CallRecord:
+    v = dict(zip(CALL_COLUMNS, row))
+    for name in ("finish_reason", "sampling_params", "timings", "request", "response"):
+        v[name] = orjson.loads(v[name])
+    v["prompt_ids"] = _ids(v["prompt_ids"])
+    v["sampled_ids"] = _ids(v["sampled_ids"])
+    v["sampled_logprobs"] = _floats(v["sampled_logprobs"])
+    return CallRecord(**v)
+
+
+def session_row(s: SessionRecord) -> tuple:
+    return (
+        s.session_id, s.key_hash, s.group_id, _json(s.task), _json(s.metadata),
+        s.reasoning_policy, s.status, s.created_at, s.finished_at, _json(s.finish_info),
+    )
+
+
+def session_from_row(row: tuple) -> SessionRecord:
+    v = dict(zip(SESSION_COLUMNS, row))
+    for name in ("task", "metadata", "finish_info"):
+        v[name] = orjson.loads(v[name])
+    return SessionRecord(**v)
+
+
+def agent_from_row(row: tuple) -> AgentRecord:
+    return AgentRecord(session_id=row[0], agent_id=row[1], parent_agent=row[2], created_at=row[3])
+
+
+def reward_from_row(row: tuple) -> RewardRecord:
+    return RewardRecord(
+        session_id=row[0], agent_id=row[1], call_id=row[2], reward=row[3],
+        info=orjson.loads(row[4]), created_at=row[5],
+    )
+
+
+def advantage_from_row(row: tuple) -> AdvantageRecord:
+    per_token = list(_floats(row[3])) if row[3] is not None else None
+    return AdvantageRecord(call_id=row[0], session_id=row[1], value=row[2], per_token=per_token, created_at=row[4])

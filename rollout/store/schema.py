@@ -1,0 +1,115 @@
+"""The store's SQLite schema and the pragmas every connection uses.
+
+Token ids are stored as little-endian int32 blobs and logprobs as little-endian float64
+blobs (`array('i')` / `array('d')` bytes on the little-endian machines roost runs on).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+SCHEMA_VERSION = 1
+
+if sys.byteorder != "little":  # blobs are written in native order; say so instead of corrupting
+    raise ImportError("roost's trajectory store assumes a little-endian machine")
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL,
+    group_id TEXT,
+    task TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    reasoning_policy TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    finish_info TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_group ON sessions(group_id);
+CREATE INDEX IF NOT EXISTS sessions_by_key ON sessions(key_hash);
+CREATE TABLE IF NOT EXISTS agents (
+    session_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    parent_agent TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, agent_id)
+);
+CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    parent_agent TEXT,
+    seq INTEGER NOT NULL,
+    endpoint TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    model TEXT NOT NULL,
+    parent_call_id TEXT,
+    shared_prefix_len INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    reuse TEXT NOT NULL,
+    prompt_ids BLOB NOT NULL,
+    sampled_ids BLOB NOT NULL,
+    sampled_logprobs BLOB NOT NULL,
+    finish_reason TEXT NOT NULL,
+    sampling_params TEXT NOT NULL,
+    weight_version TEXT NOT NULL,
+    timings TEXT NOT NULL,
+    request TEXT NOT NULL,
+    response TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    prompt_key TEXT NOT NULL,
+    reply_key TEXT NOT NULL,
+    render_len INTEGER NOT NULL,
+    render_digest TEXT NOT NULL,
+    turns_before INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, seq);
+CREATE TABLE IF NOT EXISTS rewards (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    agent_id TEXT,
+    call_id TEXT,
+    reward REAL NOT NULL,
+    info TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rewards_by_session ON rewards(session_id);
+CREATE TABLE IF NOT EXISTS advantages (
+    call_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    value REAL,
+    per_token BLOB,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS advantages_by_session ON advantages(session_id);
+"""
+
+
+def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open the store. WAL lets readers run while the writer commits; synchronous=NORMAL
+    makes a commit durable once it is in the WAL file, which survives the gateway process
+    being killed (SIGKILL) though not a power cut: the trade we want for rollouts."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=10000")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def create(conn: sqlite3.Connection) -> None:
+    conn.executescript(DDL)
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is None:
+        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    elif int(row[0]) != SCHEMA_VERSION:
+        raise RuntimeError(
+            f"trajectory store has schema version {row[0]}, this roost reads version {SCHEMA_VERSION}; "
+            "export it with the roost that wrote it, or point the gateway at a new --store file"
+        )

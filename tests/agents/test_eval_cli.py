@@ -1,0 +1,57 @@
+"""The commands users run: `roost serve alfworld` + `roost eval --env-url`, and `roost eval` alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOST = [sys.executable, "-m", "roost.cli.main"]
+
+
+def _roost(*args: str, env: dict | None = None) -> dict:
+    done = subprocess.run([*ROOST, *args], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_then_eval_the_expert_against_it(alfworld_data: Path):
+    port = _free_port()
+    server = subprocess.Popen([*ROOST, "serve", "alfworld", "--port", str(port), "--workers", "1",
+                               "--data-dir", str(alfworld_data)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            assert server.poll() is None, "roost serve exited"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        report = _roost("eval", "alfworld", "--agent", "expert", "--env-url", url, "--episodes", "3",
+                        "--split", "valid_unseen", "--json", "--no-progress")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert (report["success_rate"], report["mean_reward"], report["episodes"]) == (1.0, 1.0, 3)
+
+
+def test_eval_alone_runs_the_env_on_the_made_fixtures(tmp_path: Path):
+    env = {**os.environ, "ROOST_HOME": str(tmp_path), "ALFWORLD_DATA": str(tmp_path / "no-alfworld-data")}
+    made = subprocess.run([*ROOST, "envs", "alfworld", "make-fixtures", "--train", "2", "--valid-seen", "0",
+                           "--valid-unseen", "0", "--receptacles", "4"], capture_output=True, text=True, env=env)
+    assert made.returncode == 0 and made.stdout.strip() == str(tmp_path / "alfworld"), made.stderr
+    report = _roost("eval", "alfworld", "--agent", "expert", "--episodes", "2", "--json", "--no-progress", env=env)
+    assert (report["success_rate"], report["scored"], report["split"]) == (1.0, 2, "train")

@@ -1,0 +1,64 @@
+"""The episode runner with the expert agent: in-process and against a server, faults, capacity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from roost.agents.evaluate import EvalConfig, evaluate
+from roost.agents.expert import ExpertAgent
+from roost.agents.gateway_session import GatewayClient
+from roost.agents.runner import RunConfig, run_episodes, summarize
+from roost.envs.client import EnvClient
+from roost.envs.episodes import EpisodeManager, ManagerConfig
+from roost.envs.serve import ServerConfig, serving
+from roost.envs.worker import WorkerConfig
+
+
+async def test_the_expert_solves_every_fixture_game_in_process(alfworld_data: Path):
+    report = await evaluate(EvalConfig("alfworld", agent="expert", episodes=6, split="train", concurrency=3,
+                                       env_kwargs={"data_dir": str(alfworld_data)}, workers=2, progress=False))
+    assert (report["success_rate"], report["mean_reward"], report["scored"]) == (1.0, 1.0, 6)
+    assert len({r["task_id"] for r in report["results"]}) == 6 and not report["recorded"]
+
+
+async def test_the_expert_solves_every_fixture_game_against_a_full_server(alfworld_data: Path):
+    # One slot for four concurrent episodes: the runner waits out the 429s.
+    config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0,
+                          manager=ManagerConfig(workers=1, max_episodes=1))
+    async with serving(config) as url:
+        report = await evaluate(EvalConfig("alfworld", agent="expert", env_url=url, episodes=6, split="valid_unseen",
+                                           concurrency=4, progress=False))
+        async with httpx.AsyncClient() as http:  # the server shares this event loop: no blocking calls
+            metrics = (await http.get(f"{url}/metrics")).text
+    assert (report["success_rate"], report["scored"], report["infra_errors"]) == (1.0, 6, 0)
+    assert "roost_env_capacity_rejections_total" in metrics
+
+
+async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(scripted_gateway: str):
+    manager = EpisodeManager(WorkerConfig("faulty_envs:make_factory", {}), ManagerConfig(workers=1))
+    async with manager, GatewayClient(scripted_gateway) as gateway:
+        tasks = await manager.tasks("train")
+        run = RunConfig(concurrency=1, run_id="faults", progress=False)
+        results = await run_episodes(tasks, manager, ExpertAgent(), manager.info.tools, run, gateway)
+    assert [r.status for r in results] == ["infra_error", "infra_error"]
+    assert "died" in results[0].error
+    summary = summarize(results)
+    assert (summary["scored"], summary["success_rate"], summary["infra_errors"]) == (0, None, 2)
+    session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}").json()
+    assert session["group_id"] == "faults/t0" and session["status"] == "finished"
+    assert session["finish_info"]["status"] == "infra_error" and session["rewards"] == []
+
+
+async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfworld_data: Path, scripted_gateway: str):
+    config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
+    async with serving(config) as url, EnvClient(url) as client, GatewayClient(scripted_gateway) as gateway:
+        tasks = (await client.tasks("valid_seen"))[:2]
+        run = RunConfig(concurrency=2, run_id="rewarded", progress=False)
+        results = await run_episodes(tasks, client, ExpertAgent(), (await client.info()).tools, run, gateway)
+    assert all(r.status == "ok" and r.success for r in results)
+    listed = httpx.get(f"{scripted_gateway}/sessions").json()["sessions"]
+    assert {s["group_id"] for s in listed} == {f"rewarded/{t.id}" for t in tasks}
+    session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}").json()
+    assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
+    assert session["task"]["id"] == results[0].task_id

@@ -1,0 +1,95 @@
+"""The tool-calling agent through the real gateway: a scripted model that plays the walkthrough
+(the whole tool-call loop, recorded token-exactly), and the tiny model sampling freely."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+from roost.agents.evaluate import EvalConfig, evaluate
+from roost.envs.alfworld.env import make_factory
+from roost.envs.protocol import TextAction
+
+
+def _tool_call(command: str) -> str:
+    return f'<tool_call>\n{json.dumps({"name": "act", "arguments": {"command": command}})}\n</tool_call>'
+
+
+async def _walkthrough_rules(data: Path, split: str) -> tuple[str, list[dict]]:
+    """Scripted-sampler rules that answer each observation of an expert game with the next command.
+
+    The newest message decides which rule fires, so each observation's first line is its key."""
+    env = make_factory(str(data))()
+    try:
+        for task in await env.tasks(split):
+            reset = await env.reset(task_id=task.id, options={"expert_plan": True})
+            keys, info, text = [], reset.info, reset.observation.text
+            rules = []
+            while True:
+                key = text.split("\n\n")[0].split("\n")[-1] if not keys else text.split("\n")[0]
+                keys.append(key)
+                command = info["expert_plan"][0]
+                rules.append({"match": re.escape(key), "reply": _tool_call(command)})
+                step = await env.step(TextAction(command))
+                if step.done:
+                    break
+                info, text = step.info, step.observation.text
+            if len(set(keys)) == len(keys):
+                return task.id, rules
+    finally:
+        await env.close()
+    raise AssertionError("no fixture game with distinct observations")
+
+
+async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_it(
+        alfworld_data: Path, scripted_engine_url: str, scripted_gateway: str):
+    task_id, rules = await _walkthrough_rules(alfworld_data, "valid_seen")
+    rules.append({"match": None, "reply": "OK."})
+    async with httpx.AsyncClient() as http:
+        scripted = await http.post(f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": rules})
+        assert scripted.status_code == 200
+        try:
+            report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=scripted_gateway, episodes=1,
+                                               task_ids=(task_id,),
+                                               split="valid_seen", concurrency=1, max_turns=12, progress=False,
+                                               env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
+                                               agent_kwargs={"max_tokens": 64}, run_id="scripted"))
+        finally:
+            await http.post(f"{scripted_engine_url}/roost/scripted_sampler",
+                            json={"rules": [{"match": None, "reply": "OK."}]})
+    (result,) = report["results"]
+    assert result["task_id"] == task_id
+    assert report["recorded"] and result["status"] == "ok"
+    assert (result["success"], result["reward"], result["invalid_actions"]) == (True, 1.0, 0)
+    session = httpx.get(f"{scripted_gateway}/sessions/{result['session_id']}").json()
+    calls = session["calls"]
+    assert len(calls) == result["turns"] == result["steps"] == len(rules) - 1
+    assert [c["kind"] for c in calls] == ["root"] + ["extend"] * (len(calls) - 1)
+    assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
+
+
+async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld_data: Path, model_gateway: str):
+    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, episodes=2,
+                                       split="valid_unseen", concurrency=2, max_turns=2, progress=False,
+                                       env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
+                                       agent_kwargs={"max_tokens": 16}))
+    assert report["recorded"] and report["scored"] == 2 and report["infra_errors"] == 0
+    for result in report["results"]:
+        session = httpx.get(f"{model_gateway}/sessions/{result['session_id']}?tokens=1").json()
+        assert len(session["calls"]) == 2 and session["finish_info"]["status"] == "ok"
+        assert all(c["completion_tokens"] > 0 and c["sampled_ids"] for c in session["calls"])
+        assert session["calls"][1]["kind"] == "extend"
+
+
+async def test_a_plain_openai_endpoint_is_evaluated_without_recording(alfworld_data: Path, scripted_gateway: str):
+    # The gateway's sessionless /v1 stands in for any OpenAI-compatible API here; the scripted
+    # engine's fallback reply "OK." is not a command, so each turn is an invalid action.
+    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=f"{scripted_gateway}/v1", episodes=1,
+                                       split="train", max_turns=2, progress=False, workers=1,
+                                       env_kwargs={"data_dir": str(alfworld_data)}))
+    (result,) = report["results"]
+    assert not report["recorded"] and result["session_id"] is None
+    assert (result["status"], result["success"], result["invalid_actions"], result["stop_reason"]) == \
+        ("ok", False, 2, "max_turns")

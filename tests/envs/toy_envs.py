@@ -1,0 +1,57 @@
+"""A tiny env for server tests that need an env to misbehave on purpose.
+
+Loaded by entry point (`toy_envs:make_factory`): the server's worker processes get the
+test process's `sys.path`, so they import it from here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from roost.envs.errors import InvalidActionError
+from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
+
+COMMANDS = ("inc", "crash", "boom", "hang")
+COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}}
+TOOLS = [{"type": "function", "function": {"name": "act", "description": ", ".join(COMMANDS), "parameters": COMMAND}}]
+
+
+class CounterEnv:
+    """Count to `target` with `inc`; `crash` kills the worker process, `boom` raises, `hang` hangs."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.n = 0
+
+    @property
+    def info(self) -> EnvInfo:
+        return EnvInfo("counter", "0", TOOLS, ("train",))
+
+    async def tasks(self, split: str) -> list[Task]:
+        return [Task(f"count-{i}", split) for i in range(3)]
+
+    async def reset(self, *, task_id=None, seed=None, split=None, options=None) -> Reset:
+        self.n = 0
+        return Reset(task_id or "count-0", Observation("n=0"), TOOLS, {"admissible_commands": list(COMMANDS)})
+
+    async def step(self, action) -> Step:
+        command = action.text if isinstance(action, TextAction) else action.parsed_arguments().get("command")
+        if command == "crash":
+            os._exit(3)
+        if command == "boom":
+            raise RuntimeError("the toy env broke")
+        if command == "hang":
+            time.sleep(3600)
+        if command != "inc":
+            raise InvalidActionError(f"{command!r} is not one of {COMMANDS}")
+        self.n += 1
+        done = self.n >= self.target
+        return Step(Observation(f"n={self.n}"), float(done), done, False, {"admissible_commands": list(COMMANDS)})
+
+    async def close(self) -> None:
+        pass
+
+
+def make_factory(target: int = 3):
+    return lambda: CounterEnv(target)

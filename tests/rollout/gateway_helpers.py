@@ -1,0 +1,167 @@
+"""Shared pieces of the gateway tests: a spy in front of the scripted engine, gateways.
+
+Everything here is a real server on 127.0.0.1; the engine is the suite's
+`scripted_engine_url` (tests/conftest.py), whose replies each test forces per request. The spy is test code, not a roost part: it
+forwards `/generate` to the engine unchanged and remembers, per request id, the ids the
+engine received and the ids it sampled, so tests can compare them with the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import httpx
+import orjson
+from aiohttp import web
+
+from roost.rollout.engine.launch import free_port
+from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.launch import GatewayThread
+from roost.rollout.store.reader import TrajectoryReader
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                     "required": ["city"]}}},
+    {"type": "function", "function": {"name": "search", "description": "Search the web",
+                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
+                                                     "required": ["q"]}}},
+]
+TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+THINK = "<think>\nThe user asks about the weather; I should call the tool.\n</think>\n\n"
+
+def say(text: str) -> dict:
+    """Request fields that make the scripted engine reply `text` (pass as extra_body)."""
+    return {"custom_params": {"scripted_reply": text}}
+
+
+@dataclass
+class Seen:
+    input_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+
+
+class EngineSpy:
+    """A pass-through proxy in front of the engine that remembers what crossed it."""
+
+    def __init__(self, engine_url: str):
+        self.engine_url = engine_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.seen: dict[str, Seen] = {}
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> EngineSpy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._http.close(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        runner = self._runner = web.AppRunner(app, access_log=None)
+
+        async def start() -> None:
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", self.port).start()
+            self._http = aiohttp.ClientSession()
+
+        self._loop.run_until_complete(start())
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        url = f"{self.engine_url}{request.path_qs}"
+        seen = None
+        if request.path == "/generate" and body:
+            payload = orjson.loads(body)
+            custom = (payload.get("sampling_params") or {}).get("custom_params") or {}
+            mode = custom.pop("spy_mode", None)
+            if mode is not None:
+                body = orjson.dumps(payload)
+                misbehaved = await _misbehave(mode)
+                if misbehaved is not None:
+                    return misbehaved
+            seen = Seen(list(payload.get("input_ids") or []))
+            self.seen[payload.get("rid", "")] = seen
+        async with self._http.request(request.method, url, data=body, headers={"content-type": "application/json"}) as up:
+            if up.headers.get("content-type", "").startswith("text/event-stream"):
+                out = web.StreamResponse(status=up.status, headers={"content-type": "text/event-stream"})
+                await out.prepare(request)
+                async for line in up.content:
+                    if seen is not None and line.startswith(b"data:") and line.strip() != b"data: [DONE]":
+                        seen.output_ids.extend(orjson.loads(line[5:])["output_ids"])
+                    await out.write(line)
+                await out.write_eof()
+                return out
+            raw = await up.read()
+            if seen is not None and up.status == 200:
+                seen.output_ids = list(orjson.loads(raw)["output_ids"])
+            return web.Response(body=raw, status=up.status, content_type=up.content_type)
+
+
+async def _misbehave(mode: str) -> web.Response | None:
+    """Engine failures on demand: `custom_params.spy_mode` = slow:<s> | error500 | garbage | wrong_shape."""
+    if mode.startswith("slow:"):
+        await asyncio.sleep(float(mode.split(":", 1)[1]))
+        return None
+    if mode == "error500":
+        return web.json_response({"error": {"message": "CUDA out of memory"}}, status=500)
+    if mode == "garbage":
+        return web.Response(text="<html>502 bad gateway</html>", status=200, content_type="text/html")
+    if mode == "wrong_shape":
+        return web.json_response({"text": "hi", "meta_info": {}})
+    raise ValueError(f"unknown spy_mode {mode!r}")
+
+
+def misbehave(mode: str, reply: str = "ok") -> dict:
+    """extra_body making the spy fail this one request the given way."""
+    return {"custom_params": {"scripted_reply": reply, "spy_mode": mode}}
+
+
+def gateway_config(engine_url: str, store: Path, **overrides) -> GatewayConfig:
+    return GatewayConfig(**{"engine_url": engine_url, "model": "tiny", "store_path": store, **overrides})
+
+
+def start_gateway(engine_url: str, store: Path, **overrides) -> GatewayThread:
+    server = GatewayThread(gateway_config(engine_url, store, **overrides))
+    server.start()
+    return server
+
+
+def new_session(gateway_url: str, **body) -> dict:
+    resp = httpx.post(f"{gateway_url}/sessions", json=body)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def stored_calls(store: Path, session_id: str):
+    with TrajectoryReader(store) as reader:
+        return reader.calls(session_id)
+
+
+def assert_token_exact(store: Path, session_id: str, spy: EngineSpy) -> int:
+    """Every stored call's ids are exactly what the engine received and sampled."""
+    calls = stored_calls(store, session_id)
+    assert calls, "no calls recorded"
+    for call in calls:
+        seen = spy.seen.get(call.call_id)
+        assert seen is not None, f"the engine never saw call {call.call_id}"
+        assert list(call.prompt_ids) == seen.input_ids, f"call {call.seq}: prompt ids differ from the engine's"
+        assert list(call.sampled_ids) == seen.output_ids, f"call {call.seq}: sampled ids differ from the engine's"
+        assert len(call.sampled_logprobs) == len(call.sampled_ids)
+    return len(calls)

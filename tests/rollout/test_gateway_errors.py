@@ -1,0 +1,166 @@
+"""Bad input and failing engines: each an OpenAI-shaped error with the right status; the
+gateway keeps serving other sessions; no stored call is lost or corrupted."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import httpx
+import pytest
+
+from gateway_helpers import (
+    EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
+)
+from roost.rollout.engine.launch import free_port
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def spy(scripted_engine_url):
+    with EngineSpy(scripted_engine_url) as spy:
+        yield spy
+
+
+@pytest.fixture(scope="module")
+def gateway(spy, tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
+    server = start_gateway(spy.url, store, engine_timeout_s=1.5, retry_after_s=3)
+    yield server.url, store
+    server.stop()
+
+
+def post(url, path, body=None, content=None, headers=None):
+    return httpx.post(f"{url}{path}", json=body, content=content, headers=headers, timeout=30)
+
+
+def assert_error(resp, status, code=None, needle=None):
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert set(error) >= {"message", "type", "code"}
+    if code is not None:
+        assert error["code"] == code, error
+    if needle is not None:
+        assert needle in error["message"], error["message"]
+    return error
+
+
+BAD_REQUESTS = [
+    (b"{not json", 400, "invalid_json", "malformed JSON"),
+    (b"", 400, "invalid_json", "empty"),
+    (b"[1, 2]", 400, None, "JSON object"),
+    (b'{"model": "tiny"}', 400, None, "messages is required"),
+    (b'{"model": "tiny", "messages": []}', 400, None, "messages is empty"),
+    (b'{"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}', 400, None, "messages.0.role"),
+    (b'{"model": "tiny", "messages": [{"role": "user"}]}', 400, None, "has no content"),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temprature": 1}', 400, None, "temprature"),
+    (b'{"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found", "'tiny'"),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400, None, "text parts"),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400,
+     "context_length_exceeded", "max_tokens"),
+]
+
+
+@pytest.mark.parametrize("body,status,code,needle", BAD_REQUESTS, ids=[c[3] for c in BAD_REQUESTS])
+def test_bad_request(gateway, body, status, code, needle):
+    url, _ = gateway
+    session = new_session(url)
+    resp = post(url, f"/sessions/{session['session_id']}/v1/chat/completions", content=body,
+                headers={"content-type": "application/json"})
+    assert_error(resp, status, code, needle)
+    # The same session still works.
+    ok = post(url, f"/sessions/{session['session_id']}/v1/chat/completions",
+              {"model": "tiny", "messages": HI, **say("fine")})
+    assert ok.status_code == 200
+
+
+def test_prompt_past_context_length(gateway):
+    url, _ = gateway
+    long = " ".join(["word"] * 5000)
+    resp = post(url, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": long}]})
+    assert_error(resp, 400, "context_length_exceeded", "context length is 4096")
+
+
+def test_unknown_session_and_wrong_keys(gateway):
+    url, _ = gateway
+    assert_error(post(url, "/sessions/nope/v1/chat/completions", {"model": "tiny", "messages": HI}),
+                 404, "session_not_found", "POST /sessions")
+    one, two = new_session(url), new_session(url)
+    wrong = post(url, "/v1/chat/completions", {"model": "tiny", "messages": HI},
+                 headers={"Authorization": "Bearer rsk-not-a-key"})
+    assert_error(wrong, 401, "invalid_api_key")
+    crossed = post(url, f"/sessions/{one['session_id']}/v1/chat/completions", {"model": "tiny", "messages": HI},
+                   headers={"Authorization": f"Bearer {two['key']}"})
+    assert_error(crossed, 401, "invalid_api_key", one["session_id"])
+    assert_error(httpx.get(f"{url}/sessions/nope"), 404, "session_not_found")
+    assert_error(httpx.get(f"{url}/v2/whatever"), 404, "not_found", "/v1/chat/completions")
+    assert_error(httpx.get(f"{url}/v1/chat/completions"), 405)
+    assert_error(post(url, "/sessions", {"group_id": "g", "colour": "red"}), 400, None, "colour")
+
+
+@pytest.mark.parametrize("mode,code", [("error500", "engine_unavailable"), ("garbage", "engine_protocol_error"),
+                                       ("wrong_shape", "engine_protocol_error"), ("slow:5", "engine_unavailable")])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_engine_failure_is_503_and_session_kept(gateway, spy, mode, code, stream):
+    url, store = gateway
+    session = new_session(url)
+    base = f"{url}/sessions/{session['session_id']}/v1/chat/completions"
+    first = post(url, f"/sessions/{session['session_id']}/v1/chat/completions",
+                 {"model": "tiny", "messages": HI, **say("Hello.")}).json()
+    convo = HI + [first["choices"][0]["message"], {"role": "user", "content": "more"}]
+    started = time.monotonic()
+    failed = httpx.post(base, json={"model": "tiny", "messages": convo, "stream": stream, **misbehave(mode)}, timeout=30)
+    assert_error(failed, 503, code)
+    assert failed.headers["Retry-After"] == "3"
+    assert time.monotonic() - started < 5  # engine_timeout_s=1.5 bounds a slow engine
+    again = httpx.post(base, json={"model": "tiny", "messages": convo, **say("More.")}, timeout=30)
+    assert again.status_code == 200
+    calls = stored_calls(store, session["session_id"])
+    assert [c.kind for c in calls] == ["root", "extend"]  # the failure left the tree intact
+    assert_token_exact(store, session["session_id"], spy)
+
+
+def test_slow_engine_does_not_block_other_sessions(gateway):
+    url, _ = gateway
+    slow, fast = new_session(url), new_session(url)
+    results = {}
+
+    def slow_call():
+        results["slow"] = post(url, f"/sessions/{slow['session_id']}/v1/chat/completions",
+                               {"model": "tiny", "messages": HI, **misbehave("slow:5")})
+
+    thread = threading.Thread(target=slow_call)
+    thread.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    ok = post(url, f"/sessions/{fast['session_id']}/v1/chat/completions", {"model": "tiny", "messages": HI, **say("Hi")})
+    assert ok.status_code == 200 and time.monotonic() - started < 1.5
+    thread.join(10)
+    assert results["slow"].status_code == 503
+
+
+def test_engine_down(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    server = start_gateway(dead, tmp_path / "t.sqlite", retry_after_s=7)
+    try:
+        session = new_session(server.url)
+        for stream in (False, True):
+            resp = post(server.url, f"/sessions/{session['session_id']}/v1/chat/completions",
+                        {"model": "tiny", "messages": HI, "stream": stream})
+            assert_error(resp, 503, "engine_unavailable", "session is kept")
+            assert resp.headers["Retry-After"] == "7"
+        assert httpx.get(f"{server.url}/health").json()["engine"] == "unreachable"
+        assert httpx.get(f"{server.url}/sessions/{session['session_id']}").json()["status"] == "open"
+    finally:
+        server.stop()
+
+
+def test_store_is_intact(gateway, spy):
+    url, store = gateway
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        sids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM calls")]
+    for sid in sids:
+        assert_token_exact(store, sid, spy)

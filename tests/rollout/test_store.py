@@ -1,0 +1,158 @@
+"""The trajectory store: group commit, records round-trip, training samples, export."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from array import array
+
+import pyarrow.parquet as pq
+import pytest
+
+from roost.rollout.store.export import export
+from roost.rollout.store.reader import StoreMissing, TrajectoryReader
+from roost.rollout.store.records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
+from roost.rollout.store.samples import iter_training_samples
+from roost.rollout.store.trajectory_store import TrajectoryStore
+
+
+def call(cid, seq, prompt, sampled, *, parent=None, shared=0, kind="root", agent="main", lp=None):
+    return CallRecord(
+        call_id=cid, session_id="s1", agent_id=agent, parent_agent=None, seq=seq, endpoint="chat",
+        backend="embedded", model="tiny", parent_call_id=parent, shared_prefix_len=shared, kind=kind,
+        reuse="exact" if kind == "extend" else "none", prompt_ids=array("i", prompt), sampled_ids=array("i", sampled),
+        sampled_logprobs=array("d", lp if lp is not None else [-0.5] * len(sampled)),
+        finish_reason={"type": "stop", "matched": 2}, sampling_params={"max_new_tokens": 8}, weight_version="3",
+        timings={"total_ms": 1.0}, request={"messages": [{"role": "user", "content": "x"}]},
+        response={"message": {"role": "assistant", "content": "y"}}, created_at=1.0,
+    )
+
+
+@pytest.fixture()
+def store(tmp_path):
+    store = TrajectoryStore(tmp_path / "t.sqlite").open()
+    yield store
+    store.close()
+
+
+def _fill(store):
+    async def go():
+        await store.create_session(SessionRecord("s1", "h", group_id="g", task={"id": 1}, created_at=1.0))
+        # root: prompt [1,2,3] sampled [4,5]; extend: prompt [1..5,6] sampled [7,2];
+        # fork of the root at 3 tokens (its reply rewritten): prompt [1,2,3,9,6] sampled [8]
+        await asyncio.gather(
+            store.record_call(call("a", 0, [1, 2, 3], [4, 5], lp=[-0.1, -0.2])),
+            store.record_call(call("b", 1, [1, 2, 3, 4, 5, 6], [7, 2], parent="a", shared=5, kind="extend",
+                                   lp=[-0.3, -0.4])),
+            store.record_call(call("c", 2, [1, 2, 3, 9, 6], [8], parent="a", shared=3, kind="fork", lp=[-0.9])),
+        )
+        await store.add_reward(RewardRecord("s1", 0.5))
+        await store.add_reward(RewardRecord("s1", 1.0, call_id="c"))
+        await store.set_advantages([AdvantageRecord("b", "s1", value=2.0)])
+        await store.finish_session("s1", 2.0, {"outcome": "ok"})
+
+    asyncio.run(go())
+
+
+def test_records_round_trip_and_commit_before_return(store):
+    _fill(store)
+    # A second connection sees every write: each await returned after its commit.
+    with TrajectoryReader(store.path) as reader:
+        a = reader.call("a")
+        assert list(a.prompt_ids) == [1, 2, 3] and list(a.sampled_logprobs) == [-0.1, -0.2]
+        assert a.finish_reason == {"type": "stop", "matched": 2} and a.request["messages"][0]["content"] == "x"
+        assert [c.call_id for c in reader.calls("s1")] == ["a", "b", "c"]
+        assert reader.session("s1").status == "finished"
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.writer.writes >= 7
+
+
+def test_group_commit_batches_concurrent_writes(store):
+    async def go():
+        await store.create_session(SessionRecord("s1", "h", created_at=1.0))
+        await asyncio.gather(*(store.record_call(call(f"c{i}", i, [1, 2], [3])) for i in range(500)))
+
+    asyncio.run(go())
+    with TrajectoryReader(store.path) as reader:
+        assert reader.call_count("s1") == 500
+    assert store.writer.batches < 100  # far fewer transactions than writes
+
+
+def test_failed_write_fails_alone(store):
+    async def go():
+        await store.create_session(SessionRecord("s1", "h", created_at=1.0))
+        results = await asyncio.gather(
+            store.record_call(call("x", 0, [1], [2])), store.record_call(call("x", 1, [1], [2])),
+            store.record_call(call("y", 2, [1], [2])), return_exceptions=True,
+        )
+        return results
+
+    results = asyncio.run(go())
+    assert results[0] is None and isinstance(results[1], sqlite3.IntegrityError) and results[2] is None
+    with TrajectoryReader(store.path) as reader:
+        assert sorted(c.call_id for c in reader.calls("s1")) == ["x", "y"]
+
+
+def test_training_samples_are_root_to_leaf_paths(store):
+    _fill(store)
+    samples = {s.leaf_call_id: s for s in iter_training_samples(store.path)}
+    assert sorted(samples) == ["b", "c"]  # a is inside b's path
+    b = samples["b"]
+    assert b.tokens == [1, 2, 3, 4, 5, 6, 7, 2]
+    assert b.loss_mask == [0, 0, 0, 1, 1, 0, 1, 1]
+    assert b.logprobs == [0, 0, 0, -0.1, -0.2, 0, -0.3, -0.4]
+    assert b.advantages == [0, 0, 0, 0, 0, 0, 2.0, 2.0]
+    assert b.call_ids == ["a", "b"] and [(s.call_id, s.start, s.end) for s in b.spans] == [("a", 3, 5), ("b", 6, 8)]
+    assert b.reward == 0.5 and b.group_id == "g" and b.task == {"id": 1}
+    c = samples["c"]
+    assert c.tokens == [1, 2, 3, 9, 6, 8] and c.loss_mask == [0, 0, 0, 0, 0, 1]
+    assert c.reward == 1.0 and c.advantages is None
+
+
+def test_unfinished_sessions_are_skipped_by_default(tmp_path):
+    store = TrajectoryStore(tmp_path / "t.sqlite").open()
+
+    async def go():
+        await store.create_session(SessionRecord("s1", "h", created_at=1.0))
+        await store.record_call(call("a", 0, [1], [2]))
+
+    asyncio.run(go())
+    store.close()
+    assert list(iter_training_samples(tmp_path / "t.sqlite")) == []
+    assert len(list(iter_training_samples(tmp_path / "t.sqlite", status=None))) == 1
+
+
+@pytest.mark.parametrize("kind", ["calls", "samples"])
+def test_export_jsonl_and_parquet(store, tmp_path, kind):
+    _fill(store)
+    n = export(store.path, tmp_path / "out.jsonl", fmt="jsonl", kind=kind)
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert n == len(rows) == (3 if kind == "calls" else 2)
+    m = export(store.path, tmp_path / "out.parquet", fmt="parquet", kind=kind)
+    table = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert m == n and len(table) == n
+    if kind == "calls":
+        assert rows[0]["prompt_ids"] == [1, 2, 3] and table[0]["sampled_ids"] == [4, 5]
+        assert json.loads(table[0]["finish_reason"]) == {"type": "stop", "matched": 2}
+    else:
+        assert {tuple(r["loss_mask"]) for r in table} == {tuple(r["loss_mask"]) for r in rows}
+
+
+def test_missing_store_says_what_to_do(tmp_path):
+    with pytest.raises(StoreMissing, match="--store"):
+        TrajectoryReader(tmp_path / "nope.sqlite")
+
+
+def test_export_cli(store, tmp_path):
+    import subprocess
+    import sys
+
+    _fill(store)
+    out = tmp_path / "samples.parquet"
+    done = subprocess.run([sys.executable, "-m", "roost.cli.main", "trajectories", "export", "--store", str(store.path),
+                           "--format", "parquet", "--kind", "samples", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 2 and len(pq.read_table(out)) == 2

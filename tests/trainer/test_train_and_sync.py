@@ -1,0 +1,189 @@
+"""End to end: record trajectories through the real gateway into the trajectory store,
+train the tiny model a few steps with Megatron on the store's samples, export a Hugging
+Face checkpoint, sync it into the engine with the gateway paused around the swap, and
+check the engine now serves the trainer's weights at the new version."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import httpx
+import pytest
+import torch
+from aiohttp import web
+from transformers import AutoTokenizer
+
+from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.sglang_client import SGLangClient
+from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
+from roost.trainer.batches import group_samples, samples_from_store
+from roost.trainer.hf_checkpoint import CheckpointMismatch
+from roost.trainer.samples import Sample
+from roost.trainer.weight_sync import WeightSyncError, sync_weights
+
+QUESTIONS = ["Name a colour.", "Count to three."]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    """This module's own engine: its weights get replaced."""
+    with EngineProcess("tiny") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gateway(engine, tiny_model_path, tmp_path_factory):
+    from roost.rollout.gateway.config import GatewayConfig
+    from roost.rollout.gateway.launch import GatewayThread
+
+    store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
+    config = GatewayConfig(engine_url=engine, model=str(tiny_model_path), served_model_name="tiny", store_path=store)
+    with GatewayThread(config) as url:
+        yield url, store
+
+
+async def record(http: httpx.AsyncClient, gateway_url: str, rollouts: int = 4) -> list[str]:
+    """GRPO groups of two-turn chats through the gateway, with rewards; returns group ids."""
+    groups = []
+    for g, question in enumerate(QUESTIONS):
+        group = f"step-0/task-{g}"
+        groups.append(group)
+        for i in range(rollouts):
+            session = (await http.post(f"{gateway_url}/sessions", json={"group_id": group})).json()
+            messages = [{"role": "user", "content": question}]
+            reply = ""
+            for turn in range(2):
+                answer = await http.post(f"{session['base_url']}/chat/completions", json={
+                    "model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 1.0})
+                assert answer.status_code == 200, answer.text
+                reply = answer.json()["choices"][0]["message"].get("content") or ""
+                messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Again."}]
+            sid = session["session_id"]
+            await http.post(f"{gateway_url}/sessions/{sid}/reward", json={"reward": float(len(reply) % 3 + i)})
+            await http.post(f"{gateway_url}/sessions/{sid}/finish", json={})
+    return groups
+
+
+async def engine_logprobs(engine_url: str, prompt: list[int]) -> tuple[list[int], list[float], str]:
+    async with SGLangClient(engine_url) as client:
+        gen = await client.generate(prompt, {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True})
+    return gen.output_ids, gen.output_logprobs, gen.weight_version
+
+
+async def test_train_on_recorded_trajectories_then_engine_serves_updated_weights(
+    megatron_world, engine, gateway, tiny_model_path, tmp_path
+):
+    from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
+
+    gateway_url, store = gateway
+    async with httpx.AsyncClient(timeout=120) as http:
+        groups = await record(http, gateway_url)
+    samples = list(samples_from_store(store, group_ids=groups))
+    assert len({s.session_id for s in samples}) == 8 and all(s.num_sampled for s in samples)
+
+    policy = MegatronPolicy(TrainConfig(checkpoint=str(tiny_model_path), lr=3e-3, token_budget=512))
+    # the recorded tokens are exact: the trainer's logprobs are the engine's
+    for sample, lp in zip(samples, policy.logprobs(samples)):
+        rollout = torch.tensor([sample.rollout_logprobs[i] for i, m in enumerate(sample.loss_mask) if m])
+        assert float((lp - rollout).abs().max()) <= 1e-4
+
+    config = AdvantageConfig(default=EstimatorConfig("grpo", {"equal_rewards": "zero"}))
+    for _ in range(3):
+        scored, stats = compute_advantages(group_samples(samples), config)
+        assert stats["samples"] == len(samples)
+        assert policy.train_step(scored).updated
+    assert policy.steps == 3
+
+    folder = policy.export_hf(tmp_path / "step-3")
+    prompt = AutoTokenizer.from_pretrained(tiny_model_path)("The weather today")["input_ids"]
+    before = await engine_logprobs(engine, prompt)
+    result = await sync_weights(engine, folder, weight_version="step-3", gateway_url=gateway_url)
+    assert result.weight_version == "step-3"
+
+    ids, logprobs, version = await engine_logprobs(engine, prompt)
+    assert version == "step-3" and logprobs != before[1]
+    probe = Sample.from_turns([(prompt, ids, logprobs)], session_id="probe", group_id="probe")
+    ours = policy.logprobs([probe])[0]
+    assert float((ours - torch.tensor(logprobs)).abs().max()) <= 1e-4
+
+    # later calls through the gateway are served, and recorded, at the new version
+    async with httpx.AsyncClient(timeout=120) as http:
+        session = (await http.post(f"{gateway_url}/sessions", json={"group_id": "step-1/task-0"})).json()
+        answer = await http.post(f"{session['base_url']}/chat/completions", json={
+            "model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+        assert answer.status_code == 200
+        await http.post(f"{gateway_url}/sessions/{session['session_id']}/finish", json={})
+    recorded = list(samples_from_store(store, session_ids=[session["session_id"]]))
+    assert {c.weight_version for s in recorded for c in s.calls} == {"step-3"}
+
+
+class PauseSpy:
+    """A stand-in gateway that records /admin/pause and /admin/resume, and which weights
+    the engine served at each."""
+
+    def __init__(self, engine_url: str):
+        self.engine_url = engine_url
+        self.events: list[tuple[str, str]] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        async with SGLangClient(self.engine_url) as client:
+            version = (await client.model_info())["weight_version"]
+        self.events.append((request.match_info["action"], version))
+        return web.json_response({"paused": request.match_info["action"] == "pause"})
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/admin/{action}", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
+async def test_the_swap_happens_while_the_gateway_is_paused(engine, tiny_model_path, tmp_path):
+    spy = PauseSpy(engine)
+    url = await spy.start()
+    try:
+        await sync_weights(engine, tiny_model_path, weight_version="spy", gateway_url=url)
+    finally:
+        await spy.runner.cleanup()
+    assert [e[0] for e in spy.events] == ["pause", "resume"]
+    assert spy.events[0][1] != "spy" and spy.events[1][1] == "spy"
+
+
+def copy_checkpoint(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+async def test_vocab_size_mismatch_is_refused_before_pausing(engine, tiny_model_path, tmp_path):
+    folder = copy_checkpoint(tiny_model_path, tmp_path / "bad-vocab")
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] = 1000
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointMismatch, match="vocab_size 1000"):
+        await sync_weights(engine, folder, gateway_url="http://127.0.0.1:9")  # the gateway is never called
+
+
+async def test_tokenizer_mismatch_is_refused(engine, tiny_model_path, tmp_path):
+    folder = copy_checkpoint(tiny_model_path, tmp_path / "bad-tokenizer")
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = list(vocab)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(CheckpointMismatch, match="different tokenizers"):
+        await sync_weights(engine, folder)
+
+
+async def test_failed_load_keeps_old_weights_and_resumes(engine, tiny_model_path, tmp_path):
+    folder = copy_checkpoint(tiny_model_path, tmp_path / "corrupt")
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    async with SGLangClient(engine) as client:
+        version = (await client.model_info())["weight_version"]
+    with pytest.raises(WeightSyncError, match="did not load"):
+        await sync_weights(engine, folder, weight_version="never")
+    async with SGLangClient(engine) as client:
+        assert (await client.model_info())["weight_version"] == version

@@ -1,0 +1,62 @@
+"""Sample batches of known shape for the trainer tests."""
+
+from __future__ import annotations
+
+import random
+
+from roost.trainer.samples import CallRef, Sample
+
+
+def rand_tokens(rng: random.Random, n: int, vocab: int = 151936) -> list[int]:
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+def grpo_batch(seed: int = 0, groups: int = 2, size: int = 4, prompt: int = 24, answer: int = 8,
+               vocab: int = 151936) -> list[Sample]:
+    """Groups of rollouts sharing a prompt; some answers share their first tokens."""
+    rng = random.Random(seed)
+    out = []
+    for g in range(groups):
+        head = rand_tokens(rng, prompt, vocab)
+        shared = rand_tokens(rng, 3, vocab)
+        for i in range(size):
+            ans = (shared if i % 2 else []) + rand_tokens(rng, answer - (3 if i % 2 else 0), vocab)
+            lps = [-rng.random() * 3 for _ in ans]
+            out.append(Sample.from_turns([(head, ans, lps)], session_id=f"g{g}s{i}", group_id=f"g{g}",
+                                         reward=float(rng.randint(0, 3))))
+    return out
+
+
+def agentic_batch(seed: int = 1, vocab: int = 151936) -> list[Sample]:
+    """Branching multi-turn, multi-agent sessions: each session's planner forks once, and a
+    solver agent (its own prompt) runs two turns; two sessions share a group."""
+    rng = random.Random(seed)
+    system = rand_tokens(rng, 10, vocab)
+    out = []
+    for s in range(2):
+        task = system + rand_tokens(rng, 6, vocab)
+        turn1 = (task, rand_tokens(rng, 5, vocab), None)
+        obs = rand_tokens(rng, 4, vocab)
+        reward = float(s)
+        for branch in range(2):  # the planner's history forks after turn 1
+            turn2 = (obs + rand_tokens(rng, branch + 1, vocab), rand_tokens(rng, 4, vocab), None)
+            turn3 = (rand_tokens(rng, 3, vocab), rand_tokens(rng, 6, vocab), None)
+            turns = [(c, a, [-rng.random() for _ in a]) for c, a, _ in (turn1, turn2, turn3)]
+            out.append(Sample.from_turns(turns, session_id=f"a{s}", group_id="agentic", agent_id="planner",
+                                         reward=reward))
+        solver = [(system + rand_tokens(rng, 5, vocab), rand_tokens(rng, 7, vocab), None),
+                  (rand_tokens(rng, 3, vocab), rand_tokens(rng, 5, vocab), None)]
+        out.append(Sample.from_turns([(c, a, [-rng.random() for _ in a]) for c, a, _ in solver],
+                                     session_id=f"a{s}", group_id="agentic", agent_id="solver", reward=1.0 - reward))
+    return out
+
+
+def make_sample(tokens, mask, reward=1.0, session="s", group="g", agent="main", calls=None, token_call=None,
+                logprobs=None, advantages=None) -> Sample:
+    calls = calls or [CallRef(call_id=f"{session}/{agent}/0", weight_version="0")]
+    return Sample(
+        session_id=session, group_id=group, agent_id=agent, tokens=list(tokens), loss_mask=list(mask),
+        rollout_logprobs=logprobs or [-1.0 * m for m in mask],
+        token_call=token_call or [0 if m else -1 for m in mask], calls=calls, reward=reward,
+        advantages=advantages,
+    )

@@ -1,0 +1,92 @@
+"""Reading and writing Hugging Face checkpoint folders (config, tokenizer, safetensors).
+
+A written folder is complete before it appears: tensors and files go to a staging folder
+that is renamed into place, so an engine never loads half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model", "tokenizer_config.json",
+                   "special_tokens_map.json", "added_tokens.json")
+
+
+class CheckpointMismatch(ValueError):
+    """Two checkpoints (or a checkpoint and an engine) disagree on vocabulary or tokenizer."""
+
+
+def read_config(folder: str | Path) -> dict:
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
+    return json.loads(path.read_text())
+
+
+def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no *.safetensors file")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(file))
+    return tensors
+
+
+def tokenizer_fingerprint(folder: str | Path) -> str | None:
+    """A hash of the tokenizer's vocabulary files, None when the folder has none."""
+    digest = hashlib.sha256()
+    found = False
+    for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"):
+        path = Path(folder) / name
+        if path.is_file():
+            digest.update(name.encode() + path.read_bytes())
+            found = True
+    return digest.hexdigest()[:16] if found else None
+
+
+def check_tokenizer(folder: str | Path, vocab_size: int) -> None:
+    """The tokenizer's ids must fit the model's embedding rows."""
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text())
+    ids = list((data.get("model", {}).get("vocab") or {}).values())
+    ids += [t["id"] for t in data.get("added_tokens", [])]
+    if ids and max(ids) >= vocab_size:
+        raise CheckpointMismatch(
+            f"{folder}: tokenizer has token id {max(ids)} but the model's vocab_size is {vocab_size}; "
+            "the tokenizer does not belong to these weights"
+        )
+
+
+def write_checkpoint(tensors: dict[str, torch.Tensor], source: str | Path, out: str | Path,
+                     dtype: torch.dtype | None = None) -> Path:
+    """Write `tensors` as `out/model.safetensors` with the source's config and tokenizer."""
+    source, out = Path(source), Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        for item in source.iterdir():
+            if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and item.name not in WEIGHT_INDEXES:
+                shutil.copy2(item, staging / item.name)
+        if dtype is not None:
+            tensors = {k: v.to(dtype) for k, v in tensors.items()}
+        save_file({k: v.contiguous() for k, v in tensors.items()}, staging / "model.safetensors",
+                  metadata={"format": "pt"})
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,123 @@
+"""Policy losses over per-sample token logprobs: PPO clip (with dual clip), GRPO, GSPO, and
+the negative log-likelihood of supervised fine-tuning (`sft`).
+
+Every loss here is a weighted sum over sampled tokens, with the weights fixed for the
+whole step before microbatching (`token_weights`), so summing microbatch losses gives
+exactly the full-batch loss whatever the packing. Off-policy correction: the ratio is
+taken against `old_logprobs` (the trainer's own logprobs of the rollout policy when
+recomputed, else the engine's rollout logprobs), and truncated importance sampling
+weights each token by min(exp(old - rollout), cap), stopped from the gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LossConfig:
+    """How the policy loss is computed; one of these per training recipe."""
+
+    kind: str = "ppo"
+    """`ppo` (token-level clipped ratio), `grpo` (same clip, KL in the loss, sequence-mean
+    aggregation by default), `gspo` (sequence-level ratio) or `sft` (negative log-likelihood of
+    the loss-masked tokens; advantages and rollout logprobs are ignored)."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    """PPO clip range [1 - clip_low, 1 + clip_high]; clip_high 0.28 gives DAPO's clip-higher."""
+    dual_clip: float | None = 3.0
+    """Dual clip c > 1: for negative advantages the loss is capped at -A * c. None disables it."""
+    gspo_clip_low: float = 3e-4
+    gspo_clip_high: float = 4e-4
+    tis_cap: float | None = 2.0
+    """Truncated importance sampling cap against the rollout logprobs; None disables it."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to the reference model (needs reference logprobs)."""
+    aggregation: str | None = None
+    """`token_mean` (all tokens of the step count equally) or `seq_mean_token_mean` (each
+    sample counts equally); None picks token_mean, or seq_mean_token_mean for grpo."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("ppo", "grpo", "gspo", "sft"):
+            raise ValueError(f"unknown loss kind {self.kind!r}; use ppo, grpo, gspo or sft")
+        if self.aggregation is None:
+            self.aggregation = "seq_mean_token_mean" if self.kind == "grpo" else "token_mean"
+        if self.aggregation not in ("token_mean", "seq_mean_token_mean"):
+            raise ValueError(f"unknown aggregation {self.aggregation!r}; use token_mean or seq_mean_token_mean")
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must exceed 1 (got {self.dual_clip})")
+
+
+def token_weights(num_sampled: Sequence[int], aggregation: str) -> list[float]:
+    """Per-sample weight of each sampled token, for the whole step (all DP ranks)."""
+    total = sum(num_sampled)
+    if total == 0:
+        raise ValueError("no sampled tokens in the batch: nothing to train on")
+    if aggregation == "token_mean":
+        return [1.0 / total] * len(num_sampled)
+    live = sum(1 for n in num_sampled if n)
+    return [1.0 / (n * live) if n else 0.0 for n in num_sampled]
+
+
+@dataclass
+class SampleTerms:
+    """One sample's per-token inputs to the loss (sampled tokens only, in order)."""
+
+    logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    weight: float
+    ref_logprobs: torch.Tensor | None = None
+
+
+def policy_loss(terms: Sequence[SampleTerms], config: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """The summed loss of these samples and a few detached statistics (also summed)."""
+    total = torch.zeros((), device=terms[0].logprobs.device) if terms else torch.zeros(())
+    stats = {"clip_fraction": 0.0, "tis_mean": 0.0, "kl": 0.0, "tokens": 0.0, "neg_logprob": 0.0,
+             "rollout_abs_diff": 0.0}
+    for t in terms:
+        if t.logprobs.numel() == 0:
+            continue
+        total = total + _sample_loss(t, config, stats)
+    return total, stats
+
+
+def _sample_loss(t: SampleTerms, config: LossConfig, stats: dict[str, float]) -> torch.Tensor:
+    stats["tokens"] += t.logprobs.numel()
+    stats["neg_logprob"] += float(-t.logprobs.detach().sum())
+    if config.kind == "sft":
+        return t.weight * -t.logprobs.sum()
+    # the trainer's logprobs of the rollout policy against the engine's (sums of |difference|)
+    stats["rollout_abs_diff"] += float((t.old_logprobs.detach() - t.rollout_logprobs).abs().sum())
+    log_ratio = t.logprobs - t.old_logprobs
+    adv = t.advantages
+    if config.kind == "gspo":
+        seq_log_ratio = log_ratio.mean()
+        # s_i for the value, token logprobs for the gradient (GSPO-token form)
+        ratio = torch.exp(seq_log_ratio.detach() + t.logprobs - t.logprobs.detach())
+        low, high = 1 - config.gspo_clip_low, 1 + config.gspo_clip_high
+    else:
+        ratio = torch.exp(log_ratio)
+        low, high = 1 - config.clip_low, 1 + config.clip_high
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(low, high)
+    loss = torch.maximum(unclipped, clipped)
+    if config.dual_clip is not None and config.kind != "gspo":
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * config.dual_clip), loss)
+    if config.tis_cap is not None:
+        tis = torch.exp(t.old_logprobs - t.rollout_logprobs).clamp(max=config.tis_cap).detach()
+        loss = loss * tis
+        stats["tis_mean"] += float(tis.sum())
+    if config.kl_coef:
+        if t.ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs reference logprobs; configure a reference model")
+        delta = t.ref_logprobs - t.logprobs
+        kl = torch.exp(delta) - delta - 1
+        loss = loss + config.kl_coef * kl
+        stats["kl"] += float(kl.detach().sum())
+    stats["clip_fraction"] += float(((ratio < low) | (ratio > high)).float().sum())
+    return t.weight * loss.sum()

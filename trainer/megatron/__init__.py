@@ -1,0 +1,6 @@
+"""The Megatron-core adapter: GPTModel for Qwen3, Qwen2 and Llama dense models, weight
+conversion to and from Hugging Face, forward on packed trees, the policy-loss train step.
+
+Import the submodules you need (`model`, `convert`, `train`); importing this package
+loads nothing heavy.
+"""

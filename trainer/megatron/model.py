@@ -1,0 +1,207 @@
+"""Megatron-core GPTModel for Qwen3, Qwen2 and Llama dense checkpoints, and its forward on
+a packed microbatch down to the logprobs of the scored tokens.
+
+The forward runs GPTModel's own embedding, decoder and output layer, but drives RoPE from
+the caller's position ids (GPTModel's forward ignores them for RoPE, and tree packing
+needs depth positions) and applies the vocabulary projection only to the rows whose
+next-token logprob is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..prefix_tree import Microbatch
+
+SUPPORTED = ("qwen3", "qwen2", "llama")
+
+
+class UnsupportedModel(ValueError):
+    """The checkpoint's architecture or options are outside what the adapter converts."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The architecture facts of a Hugging Face checkpoint that Megatron needs."""
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_eps: float
+    rope_theta: float
+    tie_embeddings: bool
+    qkv_bias: bool
+    qk_norm: bool
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+
+    @classmethod
+    def from_hf_config(cls, config: dict[str, Any]) -> ModelSpec:
+        family = config.get("model_type")
+        if family not in SUPPORTED:
+            raise UnsupportedModel(f"model_type {family!r} is not supported; the adapter converts {', '.join(SUPPORTED)}")
+        if family == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):
+            raise UnsupportedModel("Llama checkpoints with attention_bias or mlp_bias are not supported")
+        if config.get("hidden_act", "silu") != "silu":
+            raise UnsupportedModel(f"hidden_act {config.get('hidden_act')!r}: only silu (SwiGLU) is supported")
+        heads = config["num_attention_heads"]
+        rope = config.get("rope_parameters") or config.get("rope_scaling")
+        theta = config.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
+        if rope and rope.get("rope_type", rope.get("type", "default")) == "default":
+            rope = None
+        return cls(
+            family=family,
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            ffn_hidden_size=config["intermediate_size"],
+            num_layers=config["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            rms_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=float(theta),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            qkv_bias=family == "qwen2" or (family == "qwen3" and bool(config.get("attention_bias"))),
+            qk_norm=family == "qwen3",
+            rope_scaling=dict(rope) if rope else None,
+            max_position_embeddings=config.get("max_position_embeddings", 4096),
+        )
+
+    @classmethod
+    def from_checkpoint(cls, folder: str | Path) -> ModelSpec:
+        return cls.from_hf_config(json.loads((Path(folder) / "config.json").read_text()))
+
+
+def inverse_frequencies(spec: ModelSpec) -> torch.Tensor:
+    """RoPE inverse frequencies exactly as Hugging Face computes them (scaling included)."""
+    if spec.rope_scaling is None:
+        dim = spec.head_dim
+        return 1.0 / (spec.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = spec.rope_scaling.get("rope_type", spec.rope_scaling.get("type"))
+    config = LlamaConfig(
+        hidden_size=spec.hidden_size, num_attention_heads=spec.num_heads, head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        rope_parameters={**spec.rope_scaling, "rope_type": rope_type, "rope_theta": spec.rope_theta},
+    )
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, None)
+    if abs(scaling - 1.0) > 1e-12:
+        raise UnsupportedModel(f"rope_type {rope_type!r} scales attention by {scaling}; not supported")
+    return inv_freq
+
+
+def rotary_embedding(inv_freq: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """Rotary angles for each token from its position id: [s, b, 1, head_dim]."""
+    freqs = position_ids[..., None].float() * inv_freq.float()
+    return torch.cat((freqs, freqs), dim=-1).transpose(0, 1).unsqueeze(2)
+
+
+def transformer_config(spec: ModelSpec, *, tp: int = 1, dtype: torch.dtype = torch.float32, **overrides: Any):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    on_gpu = torch.cuda.is_available()
+    fields: dict[str, Any] = dict(
+        num_layers=spec.num_layers, hidden_size=spec.hidden_size, ffn_hidden_size=spec.ffn_hidden_size,
+        num_attention_heads=spec.num_heads, num_query_groups=spec.num_kv_heads, kv_channels=spec.head_dim,
+        normalization="RMSNorm", layernorm_epsilon=spec.rms_eps, gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=spec.qkv_bias,
+        qk_layernorm=spec.qk_norm, hidden_dropout=0.0, attention_dropout=0.0,
+        params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        tensor_model_parallel_size=tp, use_cpu_initialization=not on_gpu, perform_initialization=False,
+        bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+        bias_dropout_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
+    )
+    fields.update(overrides)
+    return TransformerConfig(**fields)
+
+
+def transformer_engine_available() -> bool:
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
+    """The layer spec: Transformer Engine's where it runs, else Megatron's local one.
+
+    `attention` picks the local core attention: `sdpa` (`SDPAttention`, the default) or
+    `local` (Megatron's `DotProductAttention`, which materialises the score matrix).
+    """
+    from megatron.core.models.gpt import gpt_layer_specs
+
+    if attention == "te":
+        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
+    local = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
+    if attention == "sdpa":
+        from .attention import SDPAttention
+
+        local.submodules.self_attention.submodules.core_attention = SDPAttention
+    elif attention != "local":
+        raise ValueError(f"attention must be sdpa, local or te, not {attention!r}")
+    return local
+
+
+def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
+    """A GPTModel for `spec` (weights uninitialised: load them with `convert`)."""
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    if attention is None:
+        attention = "te" if transformer_engine_available() else "sdpa"
+    if spec.vocab_size % config.tensor_model_parallel_size:
+        raise UnsupportedModel(
+            f"vocab size {spec.vocab_size} is not divisible by tensor-parallel size {config.tensor_model_parallel_size}"
+        )
+    model = GPTModel(
+        config, layer_spec(spec, attention), vocab_size=spec.vocab_size,
+        max_sequence_length=spec.max_position_embeddings, position_embedding_type="rope",
+        rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=spec.tie_embeddings,
+    )
+    model.roost_attention = attention
+    return model
+
+
+def scored_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Logprob of each scored token of the microbatch, [num_scored], differentiable.
+
+    Works under tensor parallelism: the output layer yields this rank's vocabulary shard
+    and the vocab-parallel cross entropy reduces over the tensor-parallel group.
+    """
+    from megatron.core import tensor_parallel
+
+    model = getattr(model, "module", model)  # unwrap Megatron DDP
+    microbatch = microbatch.to(next(model.parameters()).device)
+    input_ids, position_ids = microbatch.input_ids, microbatch.position_ids
+    hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # [s, b, h]
+    sparse = getattr(model, "roost_attention", "sdpa") == "sdpa"
+    if microbatch.tree is not None:
+        mask = microbatch.tree if sparse else microbatch.tree.dense_mask()
+    elif sparse:
+        mask = None  # causal rows
+    else:
+        n = input_ids.shape[1]
+        mask = torch.ones(n, n, dtype=torch.bool, device=input_ids.device).triu(1)[None, None].expand(input_ids.shape[0], 1, n, n)
+    hidden = model.decoder(
+        hidden_states=hidden, attention_mask=mask,
+        rotary_pos_emb=rotary_embedding(inv_freq.to(input_ids.device), position_ids),
+    )
+    if microbatch.score_rows.numel() == 0:
+        return hidden.sum() * 0.0 + torch.zeros(0, device=hidden.device)
+    rows = hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]
+    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
+    logits, _ = model.output_layer(rows[:, None, :], weight=weight)  # [m, 1, vocab / tp]
+    loss = tensor_parallel.vocab_parallel_cross_entropy(logits.float(), microbatch.score_targets[:, None])
+    return -loss[:, 0]

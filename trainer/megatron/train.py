@@ -1,0 +1,247 @@
+"""The Megatron policy: load a Hugging Face checkpoint, train on scored samples, export.
+
+    policy = MegatronPolicy(TrainConfig(checkpoint="path/to/hf", lr=1e-5))
+    stats = policy.train_step(scored)            # scored = compute_advantages(...)[0]
+    policy.export_hf("out/step-1")               # collective; tp0/dp0 writes the folder
+
+`train_step` packs the samples into prefix-tree microbatches (same plan on every rank),
+gives data-parallel rank r the microbatches r, r + dp, ..., runs forward → per-token
+logprobs → policy loss → backward on each, then reduces gradients across data-parallel
+ranks and takes one Megatron optimizer step. Per-token loss weights are fixed over the
+whole batch first, so the update does not depend on packing, microbatching or DP size.
+Call `parallel.init(tp=...)` in every process before building the policy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import hf_checkpoint
+from ..advantages import Scored
+from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
+from ..prefix_tree import Microbatch, build_microbatches
+from ..samples import Sample
+from . import convert, parallel
+from .model import ModelSpec, build_gpt_model, inverse_frequencies, scored_logprobs, transformer_config
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class TrainConfig:
+    """The trainer's settings, grouped: model, optimizer, packing, loss."""
+
+    checkpoint: str
+    """Hugging Face checkpoint folder to start from (Qwen3, Qwen2 or Llama dense)."""
+    reference: str | None = None
+    """Checkpoint of the reference model for the KL term (needed when loss.kl_coef > 0)."""
+    dtype: str = "float32"
+    attention: str | None = None
+    """Core attention: `sdpa`, `local` or `te`; None picks te on GPU with TE, else sdpa."""
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    clip_grad: float = 1.0
+    use_distributed_optimizer: bool = False
+    token_budget: int = 8192
+    """Most tokens in one microbatch (tree tokens in the tree layout)."""
+    layout: str = "tree"
+    old_logprobs: str = "current"
+    """The ratio's denominator: `current` (this forward, detached: exact for one update per
+    rollout batch), `recompute` (a no-grad pass before the update) or `rollout` (the
+    engine's). Truncated IS then weighs old against rollout logprobs."""
+    loss: LossConfig = field(default_factory=LossConfig)
+
+
+@dataclass
+class StepStats:
+    loss: float
+    grad_norm: float
+    updated: bool
+    samples: int
+    sampled_tokens: int
+    microbatches: int
+    tree_tokens: int
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class MegatronPolicy:
+    """A GPTModel with its optimizer, built from (and exported to) Hugging Face weights."""
+
+    def __init__(self, config: TrainConfig):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        self.config = config
+        self.info = parallel.info()
+        self.source = Path(config.checkpoint)
+        self.spec = ModelSpec.from_checkpoint(self.source)
+        hf_checkpoint.check_tokenizer(self.source, self.spec.vocab_size)
+        dtype = _DTYPES[config.dtype]
+        self.mcore_config = transformer_config(
+            self.spec, tp=self.info.tp_size, dtype=dtype, calculate_per_token_loss=True
+        )
+        model = build_gpt_model(self.spec, self.mcore_config, config.attention)
+        self.te_names = model.roost_attention == "te"
+        self._load(model, self.source)
+        if torch.cuda.is_available():
+            model.cuda()
+        self.model = DistributedDataParallel(
+            self.mcore_config,
+            DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True, use_distributed_optimizer=config.use_distributed_optimizer
+            ),
+            model,
+        )
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="adam", lr=config.lr, weight_decay=config.weight_decay, adam_beta1=config.adam_betas[0],
+                adam_beta2=config.adam_betas[1], clip_grad=config.clip_grad, bf16=dtype == torch.bfloat16,
+                params_dtype=dtype, use_distributed_optimizer=config.use_distributed_optimizer,
+            ),
+            [self.model],
+        )
+        self.inv_freq = inverse_frequencies(self.spec)
+        self.reference = self._reference_model() if config.loss.kl_coef else None
+        self.steps = 0
+
+    def _load(self, model: Any, folder: Path) -> None:
+        hf = hf_checkpoint.read_weights(folder)
+        state = convert.hf_to_megatron(hf, self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size,
+                                       te=self.te_names)
+        convert.load_into(model, {k: v.to(self.mcore_config.params_dtype) for k, v in state.items()})
+
+    def _reference_model(self) -> Any:
+        if self.config.reference is None:
+            raise ValueError("loss.kl_coef > 0 needs TrainConfig.reference (a checkpoint folder)")
+        reference = build_gpt_model(self.spec, self.mcore_config, self.config.attention)
+        self._load(reference, Path(self.config.reference))
+        reference.requires_grad_(False)
+        return reference.eval()
+
+    def microbatches(self, samples: list[Sample], layout: str | None = None) -> list[Microbatch]:
+        """The whole batch's microbatches (same plan on every rank)."""
+        scored = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+        return build_microbatches(
+            [s.tokens for s in samples], scored, [s.group_id for s in samples], self.config.token_budget,
+            layout or self.config.layout,
+        )
+
+    def my_microbatches(self, microbatches: list[Microbatch]) -> list[Microbatch]:
+        return microbatches[self.info.dp_rank :: self.info.dp_size]
+
+    @torch.no_grad()
+    def logprobs(self, samples: list[Sample], model: Any = None) -> list[torch.Tensor]:
+        """Logprobs of every sample's sampled tokens (all samples, on every rank)."""
+        out: list[torch.Tensor | None] = [None] * len(samples)
+        for microbatch in self.microbatches(samples):
+            values = scored_logprobs(model or self.model, microbatch, self.inv_freq)
+            for index, lp in zip(microbatch.sample_index, microbatch.sample_logprobs(values)):
+                out[index] = lp
+        return [lp for lp in out if lp is not None]
+
+    def train_step(self, scored: list[Scored]) -> StepStats:
+        """One optimizer step on a batch of scored samples (the same list on every rank)."""
+        started = time.perf_counter()
+        samples = [item.sample for item in scored]
+        microbatches = self.microbatches(samples)
+        positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+        weights = token_weights([len(p) for p in positions], self.config.loss.aggregation)
+        mine = self.my_microbatches(microbatches)
+        old = self._old_logprobs(mine) if self.config.old_logprobs == "recompute" else {}
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        total_loss = 0.0
+        sums: dict[str, float] = {}
+        for microbatch in mine:
+            logprobs = microbatch.sample_logprobs(scored_logprobs(self.model, microbatch, self.inv_freq))
+            ref = self._reference_logprobs(microbatch)
+            terms = []
+            for j, index in enumerate(microbatch.sample_index):
+                pos = positions[index]
+                sample = samples[index]
+                current = logprobs[j]
+                rollout = torch.tensor([sample.rollout_logprobs[i] for i in pos], device=current.device)
+                terms.append(SampleTerms(
+                    logprobs=current,
+                    old_logprobs=old.get(index, rollout if self.config.old_logprobs == "rollout" else current.detach()),
+                    rollout_logprobs=rollout,
+                    advantages=torch.tensor([scored[index].advantages[i] for i in pos], device=current.device),
+                    weight=weights[index],
+                    ref_logprobs=None if ref is None else ref[j],
+                ))
+            loss, stats = policy_loss(terms, self.config.loss)
+            loss.backward()
+            total_loss += float(loss.detach())
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value
+        from megatron.core.distributed import finalize_model_grads
+
+        finalize_model_grads([self.model])
+        updated, grad_norm, _ = self.optimizer.step()
+        self.steps += int(bool(updated))
+        return StepStats(
+            loss=_dp_sum(total_loss), grad_norm=float(grad_norm or 0.0), updated=bool(updated),
+            samples=len(samples), sampled_tokens=sum(len(p) for p in positions),
+            microbatches=len(microbatches), tree_tokens=sum(mb.num_tokens for mb in microbatches),
+            seconds=time.perf_counter() - started, extra=sums,
+        )
+
+    @torch.no_grad()
+    def _old_logprobs(self, microbatches: list[Microbatch]) -> dict[int, torch.Tensor]:
+        old = {}
+        for microbatch in microbatches:
+            values = scored_logprobs(self.model, microbatch, self.inv_freq)
+            old.update(zip(microbatch.sample_index, microbatch.sample_logprobs(values)))
+        return old
+
+    @torch.no_grad()
+    def _reference_logprobs(self, microbatch: Microbatch) -> list[torch.Tensor] | None:
+        if self.reference is None:
+            return None
+        return microbatch.sample_logprobs(scored_logprobs(self.reference, microbatch, self.inv_freq))
+
+    def hf_state(self) -> dict[str, torch.Tensor]:
+        """The current weights as a Hugging Face state dict (collective over tensor parallel)."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        local = convert.model_state(self.model)
+        if self.info.tp_size == 1:
+            shards = [local]
+        else:
+            group = parallel_state.get_tensor_model_parallel_group()
+            shards = [{} for _ in range(self.info.tp_size)]
+            for name, tensor in local.items():
+                gathered = [torch.empty_like(tensor) for _ in range(self.info.tp_size)]
+                dist.all_gather(gathered, tensor.contiguous(), group=group)
+                for rank, piece in enumerate(gathered):
+                    shards[rank][name] = piece.cpu()
+        return convert.megatron_to_hf(shards, self.spec, te=self.te_names)
+
+    def export_hf(self, folder: str | Path) -> Path:
+        """Write the weights as a Hugging Face checkpoint (collective; one rank writes)."""
+        import torch.distributed as dist
+
+        state = self.hf_state()
+        if self.info.writes_checkpoints:
+            hf_checkpoint.write_checkpoint(state, self.source, folder)
+        dist.barrier()
+        return Path(folder)
+
+
+def _dp_sum(value: float) -> float:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    if parallel_state.get_data_parallel_world_size() == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor, group=parallel_state.get_data_parallel_group())
+    return float(tensor[0])

@@ -1,0 +1,353 @@
+"""Prefix-tree packing: the token trie over a microbatch's samples.
+
+Samples of a GRPO group share their prompt; turns of an agentic session share everything
+before a fork. The trie over their exact token ids (never text) holds each shared prefix
+once. Laid out depth-first, every node's ancestors come before it and its subtree is one
+contiguous run `[i, end[i])`, so the tree attention mask is "j is an ancestor of i or i
+itself" = `j <= i < end[j]`, and the position id of a node is its depth. The logprob of a
+sampled token is read from its parent's hidden state; gather maps carry each sample's
+sampled tokens back to those rows, so the loss sees exactly the per-sample values of a
+flat layout.
+
+Microbatches are filled to a token budget by first-fit decreasing over trees (one tree per
+group, split when a group alone exceeds the budget), then the microbatch's trie is built
+over all its samples. `flat_microbatches` lays the same samples out one per row, the
+layout the tree must match.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+class PackingError(ValueError):
+    """Samples cannot be packed as asked (for instance, one exceeds the token budget)."""
+
+
+@dataclass
+class Segment:
+    """A maximal chain of the depth-first layout, slots [start, end), and the slots its
+    queries attend to: the ancestors' slots, then its own (causally)."""
+
+    start: int
+    end: int
+    keys: torch.Tensor
+    mask: torch.Tensor | None
+    """[end - start, len(keys)] bool, True = may attend; None when keys are the segment itself."""
+
+
+@dataclass
+class TreeLayout:
+    """The tree's attention structure: subtree ends (dense mask) and chains (sparse form)."""
+
+    subtree_end: torch.Tensor
+    segments: list[Segment]
+
+    def to(self, device: torch.device) -> TreeLayout:
+        segments = [Segment(g.start, g.end, g.keys.to(device), None if g.mask is None else g.mask.to(device))
+                    for g in self.segments]
+        return TreeLayout(self.subtree_end.to(device), segments)
+
+    def dense_mask(self) -> torch.Tensor:
+        """[1, 1, n, n] bool in Megatron's convention: True = may NOT attend."""
+        index = torch.arange(len(self.subtree_end))
+        # node i may attend to node j iff j is i's ancestor or i itself: j <= i < end[j]
+        may_attend = (index[None, :] <= index[:, None]) & (index[:, None] < self.subtree_end[None, :])
+        return ~may_attend[None, None]
+
+
+@dataclass
+class Microbatch:
+    """One forward pass worth of samples, in tree or flat layout.
+
+    Tree layout: one row, `tree` holds the attention structure. Flat layout: one sample
+    per row, causal attention, `tree` is None. Hidden states are read as a flattened
+    [b * s, hidden] array: `score_rows[k]` is the row whose next-token distribution scores
+    `score_targets[k]`. Sample `sample_index[i]` finds its sampled tokens' logprobs, in
+    token order, at `sample_scores[i]` (indices into the scored entries).
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    tree: TreeLayout | None
+    score_rows: torch.Tensor
+    score_targets: torch.Tensor
+    sample_index: list[int]
+    sample_scores: list[torch.Tensor]
+    num_tokens: int
+    layout: str
+
+    def to(self, device: torch.device) -> Microbatch:
+        """This microbatch with its tensors on `device` (gather maps stay where they are)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        return Microbatch(
+            input_ids=self.input_ids.to(device), position_ids=self.position_ids.to(device),
+            tree=None if self.tree is None else self.tree.to(device), score_rows=self.score_rows.to(device),
+            score_targets=self.score_targets.to(device), sample_index=self.sample_index,
+            sample_scores=self.sample_scores, num_tokens=self.num_tokens, layout=self.layout,
+        )
+
+    @property
+    def attention_mask(self) -> torch.Tensor | None:
+        """The dense mask ([1, 1, n, n], True = masked) for trees; None (causal) for flat rows."""
+        return None if self.tree is None else self.tree.dense_mask()
+
+    def sample_logprobs(self, scored_logprobs: torch.Tensor) -> list[torch.Tensor]:
+        """Per-sample logprobs of the sampled tokens, from the scored entries."""
+        return [scored_logprobs[index.to(scored_logprobs.device)] for index in self.sample_scores]
+
+
+@dataclass
+class _Trie:
+    tokens: list[int]
+    parent: list[int]
+    children: list[dict[int, int]]
+
+    @classmethod
+    def empty(cls) -> _Trie:
+        return cls(tokens=[], parent=[], children=[])
+
+    def insert(self, sequence: Sequence[int], roots: dict[int, int]) -> list[int]:
+        """Add a sequence; return the node of each of its tokens."""
+        path = []
+        level = roots
+        parent = -1
+        for token in sequence:
+            node = level.get(token)
+            if node is None:
+                node = len(self.tokens)
+                self.tokens.append(token)
+                self.parent.append(parent)
+                self.children.append({})
+                level[token] = node
+            path.append(node)
+            parent = node
+            level = self.children[node]
+        return path
+
+
+def trie_size(sequences: Sequence[Sequence[int]]) -> int:
+    """Number of unique prefixes (= tree tokens) over the sequences."""
+    trie = _Trie.empty()
+    roots: dict[int, int] = {}
+    for sequence in sequences:
+        trie.insert(sequence, roots)
+    return len(trie.tokens)
+
+
+def _depth_first(trie: _Trie, roots: dict[int, int]) -> tuple[list[int], list[int]]:
+    """Depth-first order of the nodes and each node's subtree end in that order."""
+    order: list[int] = []
+    end = [0] * len(trie.tokens)
+    stack: list[tuple[int, bool]] = [(node, False) for node in reversed(list(roots.values()))]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            end[node] = len(order)
+            continue
+        order.append(node)
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(list(trie.children[node].values())))
+    return order, end
+
+
+def tree_microbatch(
+    sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int]
+) -> Microbatch:
+    """Pack sequences into one depth-first token trie.
+
+    `scored[i]` lists the token positions of sequence i whose logprob is needed (its
+    sampled tokens; never position 0).
+    """
+    trie = _Trie.empty()
+    roots: dict[int, int] = {}
+    paths = [trie.insert(sequence, roots) for sequence in sequences]
+    order, end = _depth_first(trie, roots)
+    slot = [0] * len(order)
+    for position, node in enumerate(order):
+        slot[node] = position
+    n = len(order)
+    tokens = torch.tensor([trie.tokens[node] for node in order], dtype=torch.long)
+    parent = torch.tensor([slot[trie.parent[node]] if trie.parent[node] >= 0 else -1 for node in order])
+    depth = torch.zeros(n, dtype=torch.long)
+    for position in range(n):  # parents precede children in depth-first order
+        if parent[position] >= 0:
+            depth[position] = depth[parent[position]] + 1
+    subtree_end = torch.tensor([end[node] for node in order], dtype=torch.long)
+
+    score_slot: dict[int, int] = {}
+    sample_scores = []
+    for path, positions in zip(paths, scored):
+        entries = []
+        for position in positions:
+            if position <= 0:
+                raise PackingError("position 0 cannot be scored: no token precedes it")
+            entries.append(score_slot.setdefault(slot[path[position]], len(score_slot)))
+        sample_scores.append(torch.tensor(entries, dtype=torch.long))
+    scored_nodes = torch.tensor(list(score_slot), dtype=torch.long)
+    return Microbatch(
+        input_ids=tokens[None, :],
+        position_ids=depth[None, :],
+        tree=TreeLayout(subtree_end, _segments(parent.tolist())),
+        score_rows=parent[scored_nodes] if len(scored_nodes) else scored_nodes,
+        score_targets=tokens[scored_nodes] if len(scored_nodes) else scored_nodes,
+        sample_index=list(sample_index),
+        sample_scores=sample_scores,
+        num_tokens=n,
+        layout="tree",
+    )
+
+
+def _segments(parent: list[int]) -> list[Segment]:
+    """Split the depth-first layout into chains; each attends to its ancestors' slots."""
+    starts = [i for i in range(len(parent)) if i == 0 or parent[i] != i - 1]
+    bounds = list(zip(starts, starts[1:] + [len(parent)]))
+    segment_of = {}
+    for number, (start, end) in enumerate(bounds):
+        segment_of.update(dict.fromkeys(range(start, end), number))
+    segments = []
+    for start, end in bounds:
+        ranges = [(start, end)]
+        node = parent[start]
+        while node >= 0:
+            chain_start = bounds[segment_of[node]][0]
+            ranges.append((chain_start, node + 1))
+            node = parent[chain_start]
+        ranges.reverse()
+        keys = torch.cat([torch.arange(a, b) for a, b in ranges])
+        prefix = len(keys) - (end - start)
+        mask = None
+        if prefix:
+            own = torch.ones(end - start, end - start, dtype=torch.bool).tril()
+            mask = torch.cat([torch.ones(end - start, prefix, dtype=torch.bool), own], dim=1)
+        segments.append(Segment(start, end, keys, mask))
+    return segments
+
+
+def flat_microbatch(
+    sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int],
+    pad_id: int = 0,
+) -> Microbatch:
+    """Lay sequences out one per row (right-padded), causal attention: the reference layout."""
+    width = max(len(sequence) for sequence in sequences)
+    rows = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    score_rows: list[int] = []
+    score_targets: list[int] = []
+    sample_scores = []
+    for row, (sequence, positions) in enumerate(zip(sequences, scored)):
+        rows[row, : len(sequence)] = torch.tensor(list(sequence), dtype=torch.long)
+        start = len(score_rows)
+        for position in positions:
+            if position <= 0:
+                raise PackingError("position 0 cannot be scored: no token precedes it")
+            score_rows.append(row * width + position - 1)
+            score_targets.append(sequence[position])
+        sample_scores.append(torch.arange(start, len(score_rows)))
+    return Microbatch(
+        input_ids=rows,
+        position_ids=torch.arange(width).expand(len(sequences), width).contiguous(),
+        tree=None,
+        score_rows=torch.tensor(score_rows, dtype=torch.long),
+        score_targets=torch.tensor(score_targets, dtype=torch.long),
+        sample_index=list(sample_index),
+        sample_scores=sample_scores,
+        num_tokens=sum(len(sequence) for sequence in sequences),
+        layout="flat",
+    )
+
+
+def plan_microbatches(
+    sequences: Sequence[Sequence[int]], groups: Sequence[str], token_budget: int
+) -> list[list[int]]:
+    """Assign sequences to microbatches of at most `token_budget` tree tokens.
+
+    One tree per group (sequences of a group share prefixes); a group whose tree exceeds
+    the budget is split into several trees of neighbouring sequences. Trees are placed
+    first-fit decreasing. Returns sequence indices per microbatch.
+    """
+    for index, sequence in enumerate(sequences):
+        if len(sequence) > token_budget:
+            raise PackingError(
+                f"sample {index} has {len(sequence)} tokens, over the microbatch token budget of "
+                f"{token_budget}; raise the budget or cap the rollout length (max_new_tokens, turns)"
+            )
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for index, group in enumerate(groups):
+        by_group[group].append(index)
+    trees: list[tuple[int, list[int]]] = []
+    for members in by_group.values():
+        trees.extend(_split_group(sequences, members, token_budget))
+    trees.sort(key=lambda tree: -tree[0])
+    bins: list[list[int]] = []
+    loads: list[int] = []
+    for size, members in trees:
+        for b, load in enumerate(loads):
+            if load + size <= token_budget:
+                bins[b].extend(members)
+                loads[b] += size
+                break
+        else:
+            bins.append(list(members))
+            loads.append(size)
+    return [sorted(members) for members in bins]
+
+
+def _split_group(
+    sequences: Sequence[Sequence[int]], members: list[int], token_budget: int
+) -> list[tuple[int, list[int]]]:
+    ordered = sorted(members, key=lambda index: list(sequences[index]))
+    trees: list[tuple[int, list[int]]] = []
+    current: list[int] = []
+    trie, roots = _Trie.empty(), {}
+    for index in ordered:
+        before = len(trie.tokens)
+        trie.insert(sequences[index], roots)
+        if len(trie.tokens) > token_budget and current:
+            trees.append((before, current))
+            trie, roots = _Trie.empty(), {}
+            trie.insert(sequences[index], roots)
+            current = []
+        current.append(index)
+    if current:
+        trees.append((len(trie.tokens), current))
+    return trees
+
+
+def build_microbatches(
+    sequences: Sequence[Sequence[int]],
+    scored: Sequence[Sequence[int]],
+    groups: Sequence[str],
+    token_budget: int,
+    layout: str = "tree",
+) -> list[Microbatch]:
+    """Plan and pack microbatches in the `tree` or `flat` layout (same token budget)."""
+    if layout == "tree":
+        plan = plan_microbatches(sequences, groups, token_budget)
+        make = tree_microbatch
+    elif layout == "flat":
+        plan = _plan_flat(sequences, token_budget)
+        make = flat_microbatch
+    else:
+        raise ValueError(f"unknown layout {layout!r}; use 'tree' or 'flat'")
+    return [make([sequences[i] for i in ids], [scored[i] for i in ids], ids) for ids in plan]
+
+
+def _plan_flat(sequences: Sequence[Sequence[int]], token_budget: int) -> list[list[int]]:
+    plan: list[list[int]] = []
+    width = 0
+    for index in sorted(range(len(sequences)), key=lambda i: -len(sequences[i])):
+        length = len(sequences[index])
+        if length > token_budget:
+            raise PackingError(f"sample {index} has {length} tokens, over the token budget of {token_budget}")
+        if plan and max(width, length) * (len(plan[-1]) + 1) <= token_budget:
+            plan[-1].append(index)
+            width = max(width, length)
+        else:
+            plan.append([index])
+            width = length
+    return [sorted(ids) for ids in plan]

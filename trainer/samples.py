@@ -1,0 +1,128 @@
+"""The one data contract between rollout and trainer: `Sample`.
+
+A sample is one agent's root-to-leaf path through a session's token tree: the exact token
+ids the engine saw and sampled, with loss mask 1 on sampled tokens only, the engine's
+logprob of each sampled token, and which call (and so which weight version) sampled it.
+Rewards and posted advantages ride along; everything the trainer computes afterwards
+(advantages, loss weights) is derived from samples, never from text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SampleError(ValueError):
+    """A sample breaks the contract (lengths, masks, non-finite values)."""
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """One model call that sampled tokens of a sample."""
+
+    call_id: str
+    weight_version: str
+    reward: float | None = None
+    """A reward posted for this call alone (per-call rewards), if any."""
+    advantage: float | None = None
+    """An advantage posted for this call to the gateway; takes precedence over estimators."""
+
+
+@dataclass
+class Sample:
+    """One agent's root-to-leaf path in a session, ready for training."""
+
+    session_id: str
+    group_id: str
+    agent_id: str
+    tokens: list[int]
+    loss_mask: list[int]
+    """1 on tokens the model sampled (the only ones trained on), 0 on prompt/observation tokens."""
+    rollout_logprobs: list[float]
+    """The engine's logprob of each token as sampled; ignored where loss_mask is 0."""
+    token_call: list[int]
+    """Index into `calls` of the call that sampled each token; -1 where loss_mask is 0."""
+    calls: list[CallRef]
+    reward: float | None = None
+    """This agent's reward in the session (agent reward, else the session's)."""
+    advantages: list[float | None] | None = None
+    """Per-token advantages posted to the gateway (None where none was posted); posted
+    values take precedence over estimators."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    def weight_version_of(self, index: int) -> str | None:
+        """The weight version that sampled token `index`, None for context tokens."""
+        call = self.token_call[index]
+        return None if call < 0 else self.calls[call].weight_version
+
+    def validate(self) -> Sample:
+        """Check the contract; raise `SampleError` saying what is wrong. Returns self."""
+        n = len(self.tokens)
+        where = f"sample of session {self.session_id!r}, agent {self.agent_id!r}"
+        for name in ("loss_mask", "rollout_logprobs", "token_call"):
+            if len(getattr(self, name)) != n:
+                raise SampleError(f"{where}: {name} has {len(getattr(self, name))} entries for {n} tokens")
+        if self.advantages is not None and len(self.advantages) != n:
+            raise SampleError(f"{where}: advantages has {len(self.advantages)} entries for {n} tokens")
+        if n == 0:
+            raise SampleError(f"{where}: no tokens")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise SampleError(f"{where}: loss_mask must hold only 0 and 1")
+        if self.loss_mask[0]:
+            raise SampleError(f"{where}: the first token cannot be sampled (nothing precedes it)")
+        for i, (m, c) in enumerate(zip(self.loss_mask, self.token_call)):
+            if m and not 0 <= c < len(self.calls):
+                raise SampleError(f"{where}: sampled token {i} names call {c}, but there are {len(self.calls)} calls")
+            if m and not math.isfinite(self.rollout_logprobs[i]):
+                raise SampleError(f"{where}: rollout logprob of sampled token {i} is {self.rollout_logprobs[i]}")
+        if self.reward is not None and not math.isfinite(self.reward):
+            raise SampleError(
+                f"{where}: reward is {self.reward}; fix the reward function or drop the session"
+            )
+        if self.advantages is not None and not all(a is None or math.isfinite(a) for a in self.advantages):
+            raise SampleError(f"{where}: posted advantages hold non-finite values")
+        return self
+
+    @classmethod
+    def from_turns(
+        cls,
+        turns: list[tuple[list[int], list[int], list[float]]],
+        *,
+        session_id: str,
+        group_id: str,
+        agent_id: str = "main",
+        reward: float | None = None,
+        weight_version: str = "0",
+    ) -> Sample:
+        """Build a sample from (context ids, sampled ids, sampled logprobs) per call.
+
+        Each call's context is the tokens appended since the previous call (prompt,
+        tool results, the next user turn); handy for tests and recorded fixtures.
+        """
+        tokens: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
+        token_call: list[int] = []
+        calls = []
+        for index, (context, sampled, sampled_logprobs) in enumerate(turns):
+            if len(sampled) != len(sampled_logprobs):
+                raise SampleError(f"call {index}: {len(sampled)} sampled ids but {len(sampled_logprobs)} logprobs")
+            calls.append(CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version=weight_version))
+            tokens += list(context) + list(sampled)
+            mask += [0] * len(context) + [1] * len(sampled)
+            logprobs += [0.0] * len(context) + list(sampled_logprobs)
+            token_call += [-1] * len(context) + [index] * len(sampled)
+        return cls(
+            session_id=session_id, group_id=group_id, agent_id=agent_id, tokens=tokens,
+            loss_mask=mask, rollout_logprobs=logprobs, token_call=token_call, calls=calls,
+            reward=reward,
+        ).validate()
