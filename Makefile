@@ -11,23 +11,22 @@ PIP      := $(BIN)/pip install --constraint .ci/constraints.txt
 # `python` from PATH: it must be the venv's, not a pyenv shim.
 export PATH := $(abspath $(BIN)):$(PATH)
 EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer
+# Installed without their dependencies: sglang is needed only for its protocol classes
+# (GenerateReqInput, SamplingParams) and its full dependency set needs a GPU; hermes-agent
+# pins exact versions of openai, pydantic, rich, ... that conflict with roost's, and runs
+# with the versions here (the modules it imports are listed in the `agents` extra).
 SGLANG   := sglang==0.5.3
 HERMES   := hermes-agent==0.19.0
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml .ci/constraints.txt
+$(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP) --quiet "torch==2.13.0" -e ".[$(EXTRAS)]"
-	# sglang is only needed for its protocol classes (GenerateReqInput, SamplingParams);
-	# its full dependency set needs a GPU, so it goes in without dependencies.
-	$(PIP) --quiet --no-deps "$(SGLANG)"
-	# hermes-agent pins exact versions of openai, pydantic, rich, ... that conflict with
-	# roost's; it runs with the versions here (its imports are listed in the agents extra).
-	$(PIP) --quiet --no-deps "$(HERMES)"
+	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)"
 	touch $(STAMP)
 
 demo: install

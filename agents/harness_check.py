@@ -33,7 +33,7 @@ class EngineRecorder:
     """An aiohttp proxy on a free 127.0.0.1 port, on its own thread; a context manager."""
 
     def __init__(self, engine_url: str) -> None:
-        from roost.rollout.engine.launch import free_port
+        from roost.rollout.server_process import free_port
 
         self.engine_url = engine_url.rstrip("/")
         self.port = free_port()

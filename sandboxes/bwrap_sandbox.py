@@ -167,8 +167,12 @@ class BubblewrapSandbox(SandboxBase):
         if self.config.limits.network:
             argv.append("--share-net")
         argv += self._filesystem()
-        argv += ["--bind", str(self.scratch), "/tmp", "--bind", str(workdir_source), self.workdir,
-                 "--chdir", _inside(cwd, self.workdir), "--clearenv"]
+        argv += ["--bind", str(self.scratch), "/tmp", "--bind", str(workdir_source), self.workdir]
+        # Extra read-only folders go last, so a folder under /tmp (a checkout's venv, say)
+        # is not hidden by the sandbox's own /tmp.
+        for path in self.config.bubblewrap.ro_binds:
+            argv += ["--ro-bind-try", path, path]
+        argv += ["--chdir", _inside(cwd, self.workdir), "--clearenv"]
         for key, value in self._environment(env).items():
             argv += ["--setenv", key, value]
         argv += [*self.config.shell, command]
@@ -190,8 +194,6 @@ class BubblewrapSandbox(SandboxBase):
                     args += ["--symlink", os.readlink(link), link]
                 elif os.path.isdir(link):
                     args += ["--ro-bind", link, link]
-        for path in self.config.bubblewrap.ro_binds:
-            args += ["--ro-bind-try", path, path]
         return args + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
 
     def _environment(self, extra: dict[str, str] | None) -> dict[str, str]:

@@ -4,22 +4,12 @@ as a `roost gateway` subprocess (benchmarks, crash tests)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 
-import httpx
+from roost.rollout.server_process import ServerProcess, free_port
 
 from .config import GatewayConfig
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _uvicorn_config(config: GatewayConfig, log_level: str):
@@ -93,42 +83,8 @@ class GatewayThread:
         self.stop()
 
 
-class GatewayProcess:
+class GatewayProcess(ServerProcess):
     """`roost gateway ...` in a subprocess on a free port; a context manager."""
 
     def __init__(self, args: list[str], *, port: int | None = None, startup_timeout_s: float = 120.0):
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "roost.cli.main", "gateway", "--port", str(self.port), *args]
-        self.startup_timeout_s = startup_timeout_s
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> str:
-        self.process = subprocess.Popen(self.args, env=dict(os.environ))
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self.process.returncode} before answering /health")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"gateway did not answer {self.url}/health within {self.startup_timeout_s}s")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__("gateway", args, port=port, startup_timeout_s=startup_timeout_s)

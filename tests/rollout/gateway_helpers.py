@@ -18,7 +18,7 @@ import httpx
 import orjson
 from aiohttp import web
 
-from roost.rollout.engine.launch import free_port
+from roost.rollout.server_process import free_port
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.store.reader import TrajectoryReader

@@ -13,7 +13,7 @@ import pytest
 from gateway_helpers import (
     EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
 )
-from roost.rollout.engine.launch import free_port
+from roost.rollout.server_process import free_port
 
 HI = [{"role": "user", "content": "hi"}]
 

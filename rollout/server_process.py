@@ -1,0 +1,65 @@
+"""A roost server (`roost engine`, `roost gateway`, ...) in a subprocess on 127.0.0.1.
+
+Tests, benchmarks and the demo start real servers this way; the process is stopped
+(terminate, then kill) when the context exits.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """`roost SUBCOMMAND --port P ARGS...` in a subprocess; a context manager yielding its URL."""
+
+    def __init__(self, subcommand: str, args: list[str], *, port: int | None = None,
+                 startup_timeout_s: float = 120.0, env: dict[str, str] | None = None):
+        self.name = subcommand
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [sys.executable, "-m", "roost.cli.main", subcommand, "--port", str(self.port), *args]
+        self.startup_timeout_s = startup_timeout_s
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        self.process = subprocess.Popen(self.args, env=self.env)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode} before answering /health")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"{self.name} did not answer {self.url}/health within {self.startup_timeout_s}s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
