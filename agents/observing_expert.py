@@ -11,7 +11,10 @@ remember (where it saw a second object) was in an earlier observation.
     roost eval alfworld --agent roost.agents.observing_expert:ObservingExpert --episodes 12
 
 `order="random"` visits the receptacles in a random order per episode: more varied
-demonstrations of the same policy.
+demonstrations of the same policy. `slips=0.2` makes a learner's mistake before one turn in
+five (a detour to another receptacle, the same move again, a wrong number) and then carries
+on from wherever that left it; the turns of the slips are listed in
+`AgentOutcome.extra["slips"]`, so SFT can show recoveries without training on the mistakes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import TextAction
 
 # ALFWorld's goal templates (alfworld.gen.goal_library) for the six task types.
@@ -78,10 +82,12 @@ class ObservingExpert:
     needs_model = False
     reset_options: dict[str, Any] = {}
 
-    def __init__(self, order: str = "listed", seed: int | None = None) -> None:
+    def __init__(self, order: str = "listed", slips: float = 0.0, seed: int | None = None) -> None:
         if order not in ("listed", "random"):
             raise ValueError(f"order must be 'listed' or 'random', not {order!r}")
-        self.order = order
+        if not 0.0 <= slips < 1.0:
+            raise ValueError(f"slips is a probability in [0, 1), got {slips}")
+        self.order, self.slips = order, slips
         self.rng = random.Random(seed)
 
     async def run(self, ctx: EpisodeContext) -> AgentOutcome:
@@ -91,14 +97,36 @@ class ObservingExpert:
         if self.order == "random":
             self.rng.shuffle(places)
         memory = _Memory(parse_goal(text), places)
+        slips: list[int] = []
+        last = ""
         for turn in range(ctx.max_turns):
             command = next_command(memory, text, admissible)
-            step = await ctx.step(TextAction(command))
+            slipped = bool(self.slips) and (turn - 1) not in slips and self.rng.random() < self.slips
+            if slipped:
+                slips.append(turn)
+                command = self._slip(command, last, admissible)
+            last = command
+            try:
+                step = await ctx.step(TextAction(command))
+            except InvalidActionError:
+                if not slipped:
+                    raise
+                continue  # the game is unchanged; the next turn recovers
             _remember(memory, command, step.observation.text)
             if step.done:
-                return AgentOutcome(turns=turn + 1, stop_reason="done")
+                return AgentOutcome(turns=turn + 1, stop_reason="done", extra={"slips": slips})
             text, admissible = step.observation.text, list(step.info.get("admissible_commands") or [])
-        return AgentOutcome(turns=ctx.max_turns, stop_reason="max_turns")
+        return AgentOutcome(turns=ctx.max_turns, stop_reason="max_turns", extra={"slips": slips})
+
+    def _slip(self, command: str, last: str, admissible: list[str]) -> str:
+        """A learner's mistake instead of `command`: a detour, the same move again, a wrong number."""
+        roll = self.rng.random()
+        detours = [c for c in admissible if c.startswith("go to ") and c != command]
+        if roll < 0.4 and detours:
+            return self.rng.choice(detours)
+        if roll < 0.7 and last.startswith("go to "):
+            return last
+        return re.sub(r"\d+", lambda m: str(int(m.group()) + 1), command, count=1)
 
 
 def _remember(memory: _Memory, command: str, observation: str) -> None:

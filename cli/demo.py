@@ -1,60 +1,42 @@
-"""`roost demo`: roost's main job on its embedded defaults.
+"""`roost demo`: SFT → GRPO on ALFWorld on the embedded defaults, with a before/after table.
 
-At this stage of the project the demo starts the embedded engine with the tiny model and
-shows what it records for every call: sampled completions with their token ids and
-logprobs, as the gateway and trainer will see them.
+The pipeline lives in `roost.trainer.demo`; this is its command line.
 """
 
 from __future__ import annotations
 
-import asyncio
+from pathlib import Path
 
 import typer
 
-PROMPTS = [
-    "<|im_start|>user\nWhere is the apple?<|im_end|>\n<|im_start|>assistant\n",
-    "The capital of France is",
-    "def add(a, b):",
-]
 
-
-async def _sample(url: str) -> list[tuple[str, object]]:
-    from roost.rollout.sglang_client import SGLangClient
-
-    from transformers import AutoTokenizer
-
-    async with SGLangClient(url) as client:
-        info = await client.model_info()
-        tokenizer = AutoTokenizer.from_pretrained(info["tokenizer_path"])
-        params = {"max_new_tokens": 8, "temperature": 1.0, "sampling_seed": 0}
-        ids = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
-        generations = await asyncio.gather(*(client.generate(i, params) for i in ids))
-    return [(tokenizer, p, g) for p, g in zip(PROMPTS, generations)]
-
-
-def demo() -> None:
-    """Run roost's main job on the embedded defaults (tiny model, embedded engine)."""
+def demo(
+    out: Path = typer.Option(Path("runs/demo"), help="Run folder (replaced): checkpoints, metrics, trajectories."),
+    quick: bool = typer.Option(False, "--quick", help="A cut-down run of a few minutes (checks the set-up)."),
+    tour: bool = typer.Option(True, "--tour/--no-tour", help="First show one tool-calling conversation as the "
+                                                             "gateway records it, token by token (~20 s)."),
+) -> None:
+    """SFT a small model on ALFWorld expert demonstrations, then GRPO; print held-out success."""
     from rich.console import Console
-    from rich.table import Table
 
-    from roost.rollout.engine.launch import EngineProcess
+    from roost.trainer.demo import DemoConfig, run_demo, table
 
     console = Console()
-    with console.status("starting the embedded engine with the tiny model"):
-        process = EngineProcess("tiny")
-        url = process.start()
-    try:
-        results = asyncio.run(_sample(url))
-    finally:
-        process.stop()
-    for tokenizer, prompt, gen in results:
-        table = Table(title=f"prompt: {prompt!r}", show_lines=False)
-        for column in ("token id", "token", "logprob"):
-            table.add_column(column)
-        for token, logprob in zip(gen.output_ids, gen.output_logprobs):
-            table.add_row(str(token), repr(tokenizer.decode([token])), f"{logprob:.4f}")
-        console.print(table)
-        console.print(f"finish: {gen.finish_reason}  weight version: {gen.weight_version}\n")
+    if tour:
+        from roost.rollout.gateway.tour import run_tour
+
+        run_tour(console)
+    config = DemoConfig.quick() if quick else DemoConfig()
+    console.print("roost demo: SFT → GRPO on ALFWorld (games, engine, gateway, env server and trainer all local)")
+    result = run_demo(config, out.resolve(), console)
+    console.print(table(result))
+    minutes, seconds = divmod(int(result.seconds), 60)
+    console.print(f"done in {minutes} min {seconds} s. Run folder: {result.run_dir}")
+    console.print(f"trajectories (every token of every episode): {result.store}\n"
+                  f"  roost trajectories export --store {result.store} --format jsonl --out demo.jsonl\n"
+                  f"  (held-out episodes are in groups eval-before-*, eval-after_sft-*, eval-final-*; "
+                  f"training groups are named <launch>-g<N>/<task>)\n"
+                  f"metrics per step: {result.run_dir / 'metrics.jsonl'}")
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

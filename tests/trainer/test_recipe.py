@@ -1,0 +1,97 @@
+"""Recipes: validation names the bad key and what is allowed; overrides and `base:` merge; every
+shipped recipe validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roost.trainer.recipe import RecipeError, load_recipe, parse_overrides, validate_recipe
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+MINIMAL = {"name": "t", "env": {"name": "alfworld"}}
+
+
+def write(tmp_path: Path, name: str, data: dict) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_minimal_recipe_gets_defaults_grouped_by_component():
+    recipe = validate_recipe(MINIMAL)
+    assert recipe.trainer.loss.kind == "ppo" and recipe.algorithm.advantage.name == "grpo"
+    assert recipe.algorithm.mode == "sync" and recipe.rollout.group_size == 4
+    assert recipe.output_dir == Path("runs/t")
+
+
+def test_an_unknown_key_is_named_with_the_keys_allowed_there():
+    with pytest.raises(RecipeError) as exc:
+        validate_recipe({**MINIMAL, "trainer": {"lrr": 1e-5}}, "my.yaml")
+    message = str(exc.value)
+    assert "my.yaml" in message and "trainer.lrr: unknown key" in message
+    assert "lr," in message and "token_budget" in message
+
+
+def test_a_bad_value_names_the_key_and_the_allowed_values():
+    with pytest.raises(RecipeError) as exc:
+        validate_recipe({**MINIMAL, "algorithm": {"mode": "sometimes"}})
+    assert "algorithm.mode" in str(exc.value) and "'sync' or 'async'" in str(exc.value)
+    with pytest.raises(RecipeError, match="rollout.group_size"):
+        validate_recipe({**MINIMAL, "rollout": {"group_size": 0}})
+    with pytest.raises(RecipeError, match="env: required"):
+        validate_recipe({"name": "t"})
+
+
+def test_overrides_take_dotted_paths_yaml_values_and_short_names(tmp_path):
+    path = write(tmp_path, "r.yaml", MINIMAL)
+    recipe = load_recipe(path, ["steps=2", "trainer.lr=3e-5", "agent.args={temperature: 0.5}",
+                                "algorithm.per_agent.planner.name=rloo"])
+    assert recipe.schedule.steps == 2 and recipe.trainer.lr == 3e-5
+    assert recipe.agent.args == {"temperature": 0.5}
+    assert recipe.algorithm.per_agent["planner"].name == "rloo"
+    assert parse_overrides(["a.b=[1, 2]"]) == {"a": {"b": [1, 2]}}
+    with pytest.raises(RecipeError, match="not KEY=VALUE"):
+        load_recipe(path, ["steps"])
+    with pytest.raises(RecipeError, match="schedule.stepz: unknown key"):
+        load_recipe(path, ["schedule.stepz=3"])
+
+
+def test_base_recipes_merge_and_loops_are_refused(tmp_path):
+    write(tmp_path, "gpu.yaml", {**MINIMAL, "trainer": {"lr": 1e-6, "tp": 2}, "rollout": {"group_size": 8}})
+    cpu = write(tmp_path, "cpu.yaml", {"base": "gpu.yaml", "name": "t-cpu", "trainer": {"tp": 1}})
+    recipe = load_recipe(cpu)
+    assert (recipe.name, recipe.trainer.tp, recipe.trainer.lr, recipe.rollout.group_size) == ("t-cpu", 1, 1e-6, 8)
+    write(tmp_path, "a.yaml", {"base": "b.yaml"})
+    write(tmp_path, "b.yaml", {"base": "a.yaml"})
+    with pytest.raises(RecipeError, match="loops"):
+        load_recipe(tmp_path / "a.yaml")
+    with pytest.raises(RecipeError, match="no recipe at"):
+        load_recipe(tmp_path / "missing.yaml")
+
+
+def test_small_vocab_models_need_expert_sft_data():
+    with pytest.raises(RecipeError, match="small_vocab"):
+        validate_recipe({**MINIMAL, "model": {"small_vocab": {}}})
+
+
+SHIPPED = sorted(p for p in RECIPES.glob("*/**/*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(RECIPES)) for p in SHIPPED])
+def test_every_shipped_recipe_validates_and_has_a_readme(path):
+    recipe = load_recipe(path, ["steps=2"])
+    assert recipe.schedule.steps == 2
+    assert (path.parent / "README.md").is_file()
+
+
+def test_every_training_recipe_has_a_cpu_and_a_gpu_variant():
+    folders = {p.parent for p in SHIPPED if p.name == "cpu.yaml"}
+    assert len(folders) >= 5, folders
+    for folder in folders:
+        # the GPU variant is gpu.yaml (webshop/grpo keeps its recipe.yaml, which the env tests read)
+        assert (folder / "gpu.yaml").is_file() or (folder / "recipe.yaml").is_file(), folder
+        cpu = load_recipe(folder / "cpu.yaml")
+        assert cpu.engine.backend == "embedded" and cpu.placement.trainer_gpus == 0

@@ -1,0 +1,68 @@
+"""From the store to a training batch: only episodes that finished `ok` are trained on, the rest are
+counted by why (infra_error, timeout, agent_error, unfinished); stale samples are dropped."""
+
+from __future__ import annotations
+
+import httpx
+
+from roost.trainer.rl_batches import collect_batch, session_status, staleness
+from roost.trainer.rollout_workers import HarnessTimeout
+from roost.trainer.samples import CallRef, Sample
+
+
+def sample_of_versions(*versions: str) -> Sample:
+    calls = [CallRef(f"c{i}", v) for i, v in enumerate(versions)]
+    tokens = [1] + [2] * len(versions)
+    return Sample("s", "g", "main", tokens, [0] + [1] * len(versions), [0.0] * len(tokens),
+                  [-1] + list(range(len(versions))), calls, reward=1.0)
+
+
+def test_staleness_counts_from_the_oldest_sampled_token():
+    assert staleness(sample_of_versions("3", "5"), current_version=5) == 2
+    assert staleness(sample_of_versions("5"), current_version=5) == 0
+    assert staleness(sample_of_versions("expert"), current_version=9) == 0  # not an engine version
+
+
+def test_timeouts_are_told_apart_from_other_harness_errors():
+    assert session_status({"status": "ok"}) == "ok"
+    assert session_status({"status": "infra_error", "error": "EnvFaultError: gone"}) == "infra_error"
+    assert session_status({"status": "agent_error", "error": f"{HarnessTimeout.__name__}: ran past"}) == "timeout"
+    assert session_status({"status": "agent_error", "error": "AgentError: no plan"}) == "agent_error"
+
+
+async def record(http: httpx.AsyncClient, gateway: str, group: str, finish: dict | None, reward: float | None) -> None:
+    session = (await http.post(f"{gateway}/sessions", json={"group_id": group})).json()
+    answer = await http.post(f"{session['base_url']}/chat/completions", json={
+        "model": "tiny", "messages": [{"role": "user", "content": "go"}], "max_tokens": 4,
+        "custom_params": {"scripted_reply": "look"}})
+    assert answer.status_code == 200, answer.text
+    if reward is not None:
+        await http.post(f"{gateway}/sessions/{session['session_id']}/reward", json={"reward": reward})
+    if finish is not None:
+        await http.post(f"{gateway}/sessions/{session['session_id']}/finish", json={"info": finish})
+
+
+async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(scripted_engine_url, tmp_path):
+    from roost.rollout.gateway.config import GatewayConfig
+    from roost.rollout.gateway.launch import GatewayThread
+    from roost.rollout.sglang_client import SGLangClient
+
+    async with SGLangClient(scripted_engine_url) as engine:
+        version = int((await engine.model_info())["weight_version"])
+    store = tmp_path / "store.sqlite"
+    with GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0)) as url:
+        async with httpx.AsyncClient(timeout=60) as http:
+            await record(http, url, "g0/t", {"status": "ok", "reward": 1.0}, 1.0)
+            await record(http, url, "g0/t", {"status": "ok", "reward": 0.0}, 0.0)
+            await record(http, url, "g0/t", {"status": "infra_error", "error": "EnvFaultError: died"}, None)
+            await record(http, url, "g0/t", {"status": "agent_error", "error": "HarnessTimeout: 5s"}, None)
+            await record(http, url, "g0/t", None, None)  # still open (a crash mid-episode)
+    batch = collect_batch(store, ["g0/t"], current_version=version, max_staleness=0)
+    assert batch.counts == {"ok": 2, "infra_error": 1, "timeout": 1, "open": 1, "samples": 2}
+    assert [len(g.samples) for g in batch.groups] == [2] and sorted(batch.rewards) == [0.0, 1.0]
+    assert batch.staleness == [0, 0]
+
+    later = collect_batch(store, ["g0/t"], current_version=version + 2, max_staleness=1)
+    assert later.groups == [] and later.counts["dropped_stale"] == 2
+    kept = collect_batch(store, ["g0/t"], current_version=version + 1, max_staleness=1)
+    assert kept.staleness == [1, 1]

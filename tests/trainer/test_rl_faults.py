@@ -1,0 +1,148 @@
+"""Faults during rollouts: a harness that hangs past its timeout, an env server that dies mid-run,
+an engine that restarts. The rollouts go on; the faulty episodes are labelled in the store and
+left out of training; dead servers come back on the same port (the engine with the run's
+newest weights)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import httpx
+import pytest
+
+from roost.agents.protocol import AgentOutcome, EpisodeContext
+from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
+from roost.trainer.rl_batches import collect_batch
+from roost.trainer.rl_services import ServiceActor, SupervisedServer, free_port
+from roost.trainer.rollout_workers import GroupSpec, RolloutWorker
+
+TOOLS = [{"type": "function", "function": {"name": "act", "parameters": {"type": "object", "properties": {}}}}]
+
+
+class OneStepEnv:
+    """Done with reward 1 after one `win`; served by the test's env servers (entry point
+    `test_rl_faults:make_factory`: the server's workers import this module)."""
+
+    @property
+    def info(self) -> EnvInfo:
+        return EnvInfo("one-step", "0", TOOLS, ("train",))
+
+    async def tasks(self, split: str) -> list[Task]:
+        return [Task("t0", split)]
+
+    async def reset(self, *, task_id=None, seed=None, split=None, options=None) -> Reset:
+        return Reset(task_id or "t0", Observation("say win"), TOOLS, {})
+
+    async def step(self, action) -> Step:
+        return Step(Observation("won"), 1.0, True, False, {})
+
+    async def close(self) -> None:
+        pass
+
+
+def make_factory():
+    return OneStepEnv
+
+
+class SlowAgent:
+    """Waits `delay` seconds, then wins; with a huge delay it hangs."""
+
+    name, needs_model, reset_options = "slow", False, {}
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
+        await asyncio.sleep(self.delay)
+        await ctx.step(TextAction("win"))
+        return AgentOutcome(turns=1)
+
+
+def env_server(tmp_path) -> SupervisedServer:
+    port = free_port()
+    command = [sys.executable, "-m", "roost.envs.serve", "test_rl_faults:make_factory", "--port", str(port),
+               "--workers", "1"]
+    env = {"PYTHONPATH": ":".join(p for p in sys.path if p)}
+    return SupervisedServer("env", command, "127.0.0.1", port, log_dir=tmp_path, env=env, startup_timeout_s=60)
+
+
+def agent_config(delay: float, timeout_s: float) -> dict:
+    return {"harness": "test_rl_faults:SlowAgent", "args": {"delay": delay}, "max_turns": 3, "timeout_s": timeout_s}
+
+
+@pytest.fixture
+def gateway(scripted_engine_url, tmp_path):
+    from roost.rollout.gateway.config import GatewayConfig
+    from roost.rollout.gateway.launch import GatewayThread
+
+    store = tmp_path / "store.sqlite"
+    with GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0)) as url:
+        yield url, store
+
+
+async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_path):
+    url, store = gateway
+    server = env_server(tmp_path)
+    server.start()
+    try:
+        task = Task("t0", "train")
+        fast = RolloutWorker(server.url, url, agent_config(0.0, 5.0), concurrency=4)
+        hung = RolloutWorker(server.url, url, agent_config(3600.0, 1.0), concurrency=4)
+        [ok] = await fast.play([GroupSpec("g0", task, 2)])
+        [cut] = await hung.play([GroupSpec("g1", task, 2)])
+    finally:
+        server.stop()
+    assert [r["status"] for r in ok.results] == ["ok", "ok"] and all(r["success"] for r in ok.results)
+    assert [r["status"] for r in cut.results] == ["agent_error", "agent_error"]
+    assert cut.results[0]["error"].startswith("HarnessTimeout")
+    assert collect_batch(store, ["g1/t0"], current_version=0, max_staleness=None).counts == {"timeout": 2, "samples": 0}
+
+
+async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_labelled(gateway, tmp_path):
+    url, store = gateway
+    server = env_server(tmp_path)
+    server.start()
+    try:
+        worker = RolloutWorker(server.url, url, agent_config(1.5, 30.0), concurrency=4)
+        playing = asyncio.create_task(worker.play([GroupSpec("g2", Task("t0", "train"), 2)]))
+        await asyncio.sleep(0.8)  # both episodes started, neither finished
+        server.kill()
+        [outcome] = await playing
+        deadline = time.monotonic() + 60
+        while not server.healthy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        [after] = await worker.play([GroupSpec("g3", Task("t0", "train"), 1)])
+    finally:
+        server.stop()
+    assert [r["status"] for r in outcome.results] == ["infra_error", "infra_error"]
+    assert server.restarts == 1 and after.results[0]["status"] == "ok"
+    assert collect_batch(store, ["g2/t0"], current_version=0, max_staleness=None).counts["infra_error"] == 2
+
+
+async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_version(tiny_model_path, tmp_path):
+    from roost.rollout.sglang_client import SGLangClient
+    from roost.trainer.rl_services import _roost
+
+    port = free_port()
+    actor = ServiceActor("engine", _roost("engine", "--model", "tiny", "--port", str(port)), "127.0.0.1", port,
+                         str(tmp_path))
+    url = actor.start()
+    try:
+        async with SGLangClient(url) as client:
+            await client.update_weights_from_disk(str(tiny_model_path), weight_version="7")
+        actor.loaded(str(tiny_model_path), "7")
+        actor.kill()
+        deadline = time.monotonic() + 120
+        version = None
+        while time.monotonic() < deadline and version != "7":
+            await asyncio.sleep(0.5)
+            try:
+                async with httpx.AsyncClient(timeout=5) as http:
+                    version = (await http.get(f"{url}/get_model_info")).json().get("weight_version")
+            except httpx.HTTPError:
+                continue
+        assert version == "7" and actor.restarts() == 1
+    finally:
+        actor.stop()

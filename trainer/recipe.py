@@ -1,0 +1,389 @@
+"""Training recipes: one typed, validated YAML file per run, grouped by component.
+
+    recipe = load_recipe("recipes/alfworld/cpu.yaml", ["steps=2", "rollout.group_size=4"])
+
+A recipe names the env, the agent harness, the model, the engine backend, the trainer,
+the algorithm (advantage estimator or custom hook, sync or async with a staleness bound),
+batch and group sizes, the schedule, and where things run. Unknown keys and bad values are
+errors that name the key and what is allowed. `base: other.yaml` starts from another
+recipe (a CPU variant overrides a few keys of its GPU recipe); `--set key=value` overrides
+any key by its dotted path (values are YAML: `--set trainer.lr=1e-4`), and a few short
+names reach common keys (`steps` is `schedule.steps`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ALIASES = {"steps": "schedule.steps", "seed": "schedule.seed", "output_dir": "schedule.output_dir"}
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be loaded: the message names the file, the key and what is allowed."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnvServerConfig(_Section):
+    url: str | None = None
+    """A running env server (`roost serve ENV`); null starts one for the run and restarts it if it dies."""
+    workers: int = Field(2, ge=1)
+    """Env worker processes of a started server."""
+    max_episodes: int = Field(64, ge=1)
+
+
+class EnvConfig(_Section):
+    name: str
+    """Registry name (alfworld, webshop, swe, hermes) or a `module:function` entry point."""
+    kwargs: dict[str, Any] = {}
+    """The env's own keyword arguments (`roost serve ENV --env-arg KEY=VALUE`)."""
+    prepare: str | None = None
+    """A `module:function(**prepare_args) -> dict` run before the server starts (generate fixtures,
+    download data); the dict it returns is merged into `kwargs`."""
+    prepare_args: dict[str, Any] = {}
+    split: str = "train"
+    """The split training tasks come from."""
+    server: EnvServerConfig = EnvServerConfig()
+
+
+class AgentConfig(_Section):
+    harness: str = "tool"
+    """A harness by registry name (tool, expert, mini-swe-agent, command, hermes) or `module:Class`."""
+    args: dict[str, Any] = {}
+    """The harness's keyword arguments (`--agent-arg`), e.g. temperature, max_tokens."""
+    max_turns: int = Field(30, ge=1)
+    timeout_s: float = Field(600.0, gt=0)
+    """An episode still running after this long is cut off, labelled `timeout` and not trained on."""
+    agents: list[str] = ["main"]
+    """The gateway agent ids the harness speaks as (several for multi-agent harnesses)."""
+    tools: bool = True
+    """Offer the env's tool schemas to the harness; false: it acts in plain text (shorter prompts,
+    for small models: the `tool` agent then sends its replies as text commands)."""
+
+
+class SmallVocabConfig(_Section):
+    """Build roost's small-vocabulary Qwen3 model on the env's own text (the demo model)."""
+
+    vocab_size: int = Field(1024, ge=64)
+    hidden_size: int = Field(128, ge=8)
+    intermediate_size: int = Field(384, ge=8)
+    num_hidden_layers: int = Field(4, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    head_dim: int = Field(32, ge=4)
+    seed: int = 0
+
+
+class ModelConfig(_Section):
+    path: str | None = "tiny"
+    """`tiny` (the test model with the real Qwen3 tokenizer) or a Hugging Face checkpoint folder."""
+    small_vocab: SmallVocabConfig | None = None
+    """Instead of `path`: build the small-vocabulary model, its tokenizer trained on the SFT data."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if self.small_vocab is not None:
+            self.path = None
+        elif not self.path:
+            raise ValueError("model needs `path` (tiny or a checkpoint folder) or `small_vocab`")
+        return self
+
+
+class EngineConfig(_Section):
+    backend: Literal["embedded", "sglang"] = "embedded"
+    """embedded: roost's CPU/GPU torch engine; sglang: `python -m sglang.launch_server`."""
+    url: str | None = None
+    """A running engine; null starts one for the run (and restarts it with the latest weights if it dies)."""
+    args: list[str] = []
+    """Extra command-line flags passed through to the engine unchanged (e.g. SGLang's --mem-fraction-static)."""
+    dtype: str = "float32"
+    max_running: int = Field(64, ge=1)
+
+
+class GatewayConfig(_Section):
+    reasoning_policy: Literal["keep", "drop"] = "keep"
+    url: str | None = None
+    """A running gateway in front of the engine (its store must be `store`); null starts one."""
+
+
+class LossSection(_Section):
+    kind: Literal["ppo", "grpo", "gspo"] = "ppo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    tis_cap: float | None = 2.0
+    """Truncated importance sampling cap: corrects stale (async) and engine/trainer mismatched tokens."""
+    kl_coef: float = 0.0
+    aggregation: Literal["token_mean", "seq_mean_token_mean"] | None = None
+
+
+class TrainerConfig(_Section):
+    backend: Literal["megatron"] = "megatron"
+    tp: int = Field(1, ge=1)
+    """Tensor-parallel size."""
+    dp: int = Field(1, ge=1)
+    """Data-parallel size; the trainer has tp * dp ranks (Ray actors)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    clip_grad: float = 1.0
+    token_budget: int = Field(8192, ge=16)
+    """Most tokens in one microbatch (prefix-tree tokens)."""
+    layout: Literal["tree", "flat"] = "tree"
+    old_logprobs: Literal["current", "recompute", "rollout"] = "current"
+    use_distributed_optimizer: bool = False
+    threads: int | None = None
+    """torch threads per rank; null: the CPUs Ray gives the rank."""
+    loss: LossSection = LossSection()
+
+
+class EstimatorSection(_Section):
+    name: str = "grpo"
+    """grpo, rloo, reinforce++, gae, or a custom hook `module:function(group, **options)`."""
+    options: dict[str, Any] = {}
+
+
+class AlgorithmConfig(_Section):
+    advantage: EstimatorSection = EstimatorSection()
+    per_agent: dict[str, EstimatorSection] = {}
+    """An agent's own estimator in multi-agent episodes (agent id → estimator)."""
+    mode: Literal["sync", "async"] = "sync"
+    """sync: each step trains on rollouts of the current weights; async: rollouts never stop, weights
+    are swapped in while episodes run, and samples up to `max_staleness` versions old are used."""
+    max_staleness: int = Field(1, ge=0)
+    """async: samples whose oldest token is this many weight versions behind are dropped."""
+
+
+class RolloutConfig(_Section):
+    groups_per_step: int = Field(4, ge=1)
+    """Tasks per training step (one group each)."""
+    group_size: int = Field(4, ge=1)
+    """Episodes per task: a GRPO group."""
+    concurrency: int = Field(16, ge=1)
+    """Episodes played at once (all rollout workers together)."""
+    workers: int = Field(1, ge=1)
+    """Rollout worker actors."""
+
+
+class SFTData(_Section):
+    source: Literal["expert", "jsonl", "store"] = "expert"
+    """expert: play `harness` on the train split and train on its transcripts; jsonl: a file of
+    Sample records; store: successful sessions of a trajectory store (rejection sampling)."""
+    harness: str = "roost.agents.observing_expert:ObservingExpert"
+    harness_args: dict[str, Any] = {}
+    episodes: int = Field(64, ge=1)
+    max_turns: int = Field(40, ge=1)
+    """expert: turns per episode (an expert may need more than the policy is given)."""
+    cache: str | None = None
+    """expert: a JSONL file keeping the transcripts across runs (default: run_dir/sft/transcripts.jsonl)."""
+    path: str | None = None
+    """jsonl: the samples file; store: the SQLite store."""
+    min_reward: float = 1.0
+    """store: sessions rewarded below this are left out."""
+
+
+class SFTConfig(_Section):
+    data: SFTData = SFTData()
+    steps: int = Field(50, ge=0)
+    batch_size: int = Field(16, ge=1)
+    """Samples per optimizer step."""
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(5, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """Cosine decay from lr to lr * min_lr_ratio."""
+
+
+class EvalConfig(_Section):
+    split: str | None = None
+    """Held-out split evaluated before and after training (and every `every` steps); null: no eval."""
+    episodes: int = Field(16, ge=1)
+    every: int = Field(0, ge=0)
+    args: dict[str, Any] = {}
+    """Harness arguments for evaluation (e.g. temperature), over `agent.args`."""
+
+
+class ScheduleConfig(_Section):
+    steps: int = Field(10, ge=0)
+    """RL steps (optimizer steps, each followed by a weight update in the engine)."""
+    checkpoint_every: int = Field(5, ge=0)
+    """Save trainer state and HF weights every this many steps (0: only at the end)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    output_dir: str = "runs/{name}"
+    """Checkpoints, metrics and the trajectory store; `{name}` is the recipe's name."""
+    resume: bool = True
+    """Continue from the newest checkpoint in output_dir, if any."""
+    seed: int = 0
+
+
+class PlacementConfig(_Section):
+    ray_address: str | None = None
+    """null: a local Ray on this machine; else a cluster address (`auto`, `ray://host:10001`)."""
+    num_cpus: int | None = None
+    """Local Ray only: CPUs to give it (default: all)."""
+    colocate: bool = True
+    """true: engine and trainer share a node (and GPUs); false: split across nodes/GPUs."""
+    trainer_gpus: float = 0.0
+    """GPUs per trainer rank."""
+    engine_gpus: float = 0.0
+    trainer_cpus: float = 1.0
+    """CPUs per trainer rank (its torch threads)."""
+    host: str = "127.0.0.1"
+    """Address services bind; a cluster needs one the other nodes reach."""
+
+
+class MetricsConfig(_Section):
+    console: bool = True
+    jsonl: bool = True
+    tensorboard: bool = False
+    wandb_project: str | None = None
+
+
+class Recipe(_Section):
+    name: str
+    description: str = ""
+    env: EnvConfig
+    agent: AgentConfig = AgentConfig()
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    gateway: GatewayConfig = GatewayConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    sft: SFTConfig | None = None
+    """Supervised fine-tuning before RL (SFT → RL); null skips it."""
+    eval: EvalConfig = EvalConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    placement: PlacementConfig = PlacementConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    python_path: list[str] = []
+    """Folders (relative to the recipe file) put on the import path of the run, so a recipe's own
+    hooks (`algorithm.advantage.name: my_credit:split`, a harness) load by dotted path."""
+    source: str | None = Field(None, exclude=True)
+    """The file the recipe came from (set by `load_recipe`)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Recipe:
+        if self.model.small_vocab is not None and (self.sft is None or self.sft.data.source != "expert"):
+            raise ValueError("model.small_vocab trains its tokenizer on expert transcripts: it needs "
+                             "sft.data.source: expert")
+        if self.rollout.concurrency < self.rollout.group_size:
+            raise ValueError(f"rollout.concurrency ({self.rollout.concurrency}) must be at least "
+                             f"rollout.group_size ({self.rollout.group_size}) so a group plays at once")
+        return self
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.schedule.output_dir.format(name=self.name))
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`key.path=value` pairs (values parsed as YAML) → a nested dict."""
+    nested: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise RecipeError(f"override {pair!r} is not KEY=VALUE (e.g. --set trainer.lr=1e-5)")
+        path = ALIASES.get(key, key).split(".")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise RecipeError(f"override {pair!r}: the value is not valid YAML: {exc}") from exc
+        node = nested
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise RecipeError(f"override {pair!r} conflicts with another override of {part!r}")
+        node[path[-1]] = value
+    return nested
+
+
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, recursively for mappings; anything else in `top` replaces."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_recipe_dict(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The YAML mapping of a recipe file with its `base:` chain applied."""
+    path = path.resolve()
+    if path in seen:
+        raise RecipeError(f"{path}: `base:` chain loops back to itself")
+    if not path.is_file():
+        raise RecipeError(f"no recipe at {path}; pass a YAML file such as recipes/alfworld/cpu.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe is a YAML mapping (name:, env:, ...), got {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return merge(read_recipe_dict(path.parent / base, (*seen, path)), data)
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, merge `base:` and overrides, validate. Raises `RecipeError` naming what is wrong."""
+    path = Path(path)
+    data = merge(read_recipe_dict(path), parse_overrides(overrides or []))
+    if isinstance(data.get("python_path"), list):
+        data["python_path"] = [str((path.parent / p).resolve()) for p in data["python_path"]]
+    return validate_recipe(data, str(path))
+
+
+def validate_recipe(data: dict[str, Any], source: str = "<recipe>") -> Recipe:
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(describe_errors(exc, source)) from None
+    recipe.source = source
+    return recipe
+
+
+def describe_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: {exc.error_count()} problem(s) in the recipe:"]
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            allowed = _allowed_keys(error["loc"][:-1])
+            lines.append(f"  {where}: unknown key; allowed here: {', '.join(allowed)}")
+        elif error["type"] == "missing":
+            lines.append(f"  {where}: required, but missing")
+        else:
+            lines.append(f"  {where}: {error['msg']} (got {error.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Recipe
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+    fields = getattr(model, "model_fields", {})
+    return sorted(name for name, f in fields.items() if not f.exclude)
+
+
+def _model_of(annotation: Any) -> Any:
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,85 @@
+"""From finished rollout groups in the trajectory store to a training batch.
+
+    batch = collect_batch(store, group_ids, current_version=7, max_staleness=1)
+    batch.groups, batch.counts        # counts: what was left out and why
+
+Only sessions that finished `ok` are trained on: an episode whose env server died, whose
+engine went away (`infra_error`), whose harness failed or hung past its timeout
+(`agent_error`, `timeout`) has no reward and is left out, and counted. A sample whose
+oldest sampled token is more than `max_staleness` weight versions behind the trainer (or
+ahead of it: weights lost to a crash) is dropped (`dropped_stale`); the rest are trained on with truncated importance sampling
+against the engine's logprobs (the loss's `tis_cap`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .advantages import Group
+from .batches import group_samples, samples_from_store
+from .samples import Sample
+
+TIMEOUT_PREFIX = "HarnessTimeout"
+
+
+@dataclass
+class Batch:
+    groups: list[Group]
+    counts: dict[str, int] = field(default_factory=dict)
+    staleness: list[int] = field(default_factory=list)
+    """Staleness of each kept sample, in weight versions."""
+    rewards: list[float] = field(default_factory=list)
+    """Reward of each kept session (for the step's metrics)."""
+
+
+def session_status(finish_info: dict) -> str:
+    """ok | infra_error | agent_error | timeout, from what the runner posted at finish."""
+    status = str(finish_info.get("status", "ok"))
+    if status == "agent_error" and str(finish_info.get("error") or "").startswith(TIMEOUT_PREFIX):
+        return "timeout"
+    return status
+
+
+def staleness(sample: Sample, current_version: int) -> int:
+    """How many weight versions behind `current_version` the sample's oldest sampled token is."""
+    versions = [_version(sample.calls[c].weight_version) for c, m in zip(sample.token_call, sample.loss_mask) if m]
+    known = [v for v in versions if v is not None]
+    return current_version - min(known) if known else 0
+
+
+def _version(text: str) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_version: int,
+                  max_staleness: int | None) -> Batch:
+    from roost.rollout.store.reader import TrajectoryReader
+
+    counts: Counter[str] = Counter()
+    keep: list[str] = []
+    rewards: list[float] = []
+    with TrajectoryReader(store) as reader:
+        for group_id in group_ids:
+            for session in reader.sessions(group_id=group_id):
+                status = "open" if session.status != "finished" else session_status(session.finish_info)
+                counts[status] += 1
+                if status == "ok":
+                    keep.append(session.session_id)
+                    rewards.append(float(session.finish_info.get("reward", 0.0)))
+    samples, ages = [], []
+    for sample in samples_from_store(store, session_ids=keep):
+        age = staleness(sample, current_version)
+        # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
+        if age < 0 or (max_staleness is not None and age > max_staleness):
+            counts["dropped_stale"] += 1
+            continue
+        samples.append(sample)
+        ages.append(age)
+    counts["samples"] = len(samples)
+    return Batch(group_samples(samples), dict(counts), ages, rewards)

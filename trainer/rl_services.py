@@ -1,0 +1,185 @@
+"""The servers a training run needs (engine, gateway, env server), each a supervised subprocess
+inside a Ray actor placed where the recipe says.
+
+    engine = ServiceActor.options(**placement).remote("engine", engine_command(recipe, model, port), port)
+    url = ray.get(engine.start.remote())
+
+A server that dies is restarted on the same port by a watchdog thread, and the run goes on:
+episodes in flight when it died end `infra_error` (the runner's label) and are not trained
+on. A restarted engine loads the newest weights the run has synced, at the same version.
+Each server's output goes to `run_dir/logs/<name>.log`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .recipe import Recipe
+
+
+class ServiceError(RuntimeError):
+    """A server could not be started (see its log)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _roost(*args: str) -> list[str]:
+    return [sys.executable, "-m", "roost.cli.main", *args]
+
+
+def engine_command(recipe: Recipe, model: str, host: str, port: int) -> list[str]:
+    engine = recipe.engine
+    if engine.backend == "sglang":
+        return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
+                "--port", str(port), "--dtype", engine.dtype, *engine.args]
+    return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
+                  "--max-running", str(engine.max_running), *engine.args)
+
+
+def gateway_command(recipe: Recipe, engine_url: str, model: str, store: Path, host: str, port: int) -> list[str]:
+    return _roost("gateway", "--backend", "sglang" if recipe.engine.backend == "sglang" else "embedded",
+                  "--engine-url", engine_url, "--model", model, "--store", str(store), "--host", host,
+                  "--port", str(port), "--reasoning", recipe.gateway.reasoning_policy)
+
+
+def env_command(recipe: Recipe, kwargs: dict[str, Any], host: str, port: int) -> list[str]:
+    import json
+
+    server = recipe.env.server
+    args = [sys.executable, "-m", "roost.envs.serve", recipe.env.name, "--host", host, "--port", str(port),
+            "--workers", str(server.workers), "--max-episodes", str(server.max_episodes)]
+    for key, value in kwargs.items():
+        args += ["--env-arg", f"{key}={json.dumps(value)}"]
+    return args
+
+
+class SupervisedServer:
+    """A server subprocess on a fixed port, restarted by a watchdog thread when it dies."""
+
+    def __init__(self, name: str, command: list[str], host: str, port: int, *, log_dir: Path,
+                 startup_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
+        self.name, self.command, self.port = name, command, port
+        self.url = f"http://{host}:{port}"
+        self.log_path = log_dir / f"{name}.log"
+        self.startup_timeout_s = startup_timeout_s
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+        self.after_restart: Any = None
+        """Called (with no arguments) after each restart, e.g. to reload the newest weights."""
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    def start(self) -> str:
+        self._launch()
+        self._watchdog = threading.Thread(target=self._watch, name=f"{self.name}-watchdog", daemon=True)
+        self._watchdog.start()
+        return self.url
+
+    def _launch(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        log.close()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServiceError(f"{self.name} exited with {self.process.returncode} while starting; "
+                                   f"see {self.log_path} (command: {' '.join(self.command)})")
+            if self.healthy():
+                return
+            time.sleep(0.2)
+        self.process.kill()
+        raise ServiceError(f"{self.name} did not answer {self.url}/health within {self.startup_timeout_s:.0f}s; "
+                           f"see {self.log_path}")
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            if self.process is not None and self.process.poll() is not None and not self._stop.is_set():
+                self.restarts += 1
+                try:
+                    self._launch()
+                    if self.after_restart is not None:
+                        self.after_restart()
+                except Exception as exc:  # noqa: BLE001 - keep watching; the next check retries
+                    with self.log_path.open("a") as log:
+                        log.write(f"\n[roost] restart {self.restarts} of {self.name} failed: {exc}\n")
+
+    def kill(self) -> None:
+        """Kill the server as a crash would (fault-injection tests); the watchdog restarts it."""
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=5)
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class ServiceActor:
+    """A `SupervisedServer` in a Ray actor (placed on the node and GPUs the recipe asks for)."""
+
+    def __init__(self, name: str, command: list[str], host: str, port: int, log_dir: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env)
+        self.weights: tuple[str, str] | None = None
+
+    def start(self) -> str:
+        self.server.after_restart = self._reload
+        return self.server.start()
+
+    def loaded(self, folder: str, version: str) -> None:
+        """Record the weights the engine now serves; a restarted engine reloads them."""
+        self.weights = (folder, version)
+
+    def _reload(self) -> None:
+        if self.weights is None:
+            return
+        from roost.rollout.sglang_client import SGLangClient
+
+        folder, version = self.weights
+
+        async def load() -> None:
+            async with SGLangClient(self.server.url) as client:
+                await client.update_weights_from_disk(folder, weight_version=version)
+
+        asyncio.run(load())
+
+    def restarts(self) -> int:
+        return self.server.restarts
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def healthy(self) -> bool:
+        return self.server.healthy()
+
+    def stop(self) -> None:
+        self.server.stop()

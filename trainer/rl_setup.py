@@ -1,0 +1,149 @@
+"""Setting up a run: Ray, where actors go, the env's data, the model, and the servers.
+
+Everything here is started once per run and handed to the loop explicitly (`Stack`);
+nothing is global. `stack(recipe, run_dir, model)` is a context manager that stops what
+it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .recipe import Recipe
+from .rl_services import ServiceActor, env_command, free_port, gateway_command, engine_command
+
+
+@contextlib.contextmanager
+def ray_session(recipe: Recipe) -> Iterator[None]:
+    """A local Ray (or the cluster at `placement.ray_address`) for the run; reuses one already up."""
+    import sys
+
+    import ray
+
+    for folder in recipe.python_path:
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    if ray.is_initialized():
+        yield
+        return
+    placement = recipe.placement
+    # Actors (and the servers they start) import the recipe's own modules too.
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+        [*recipe.python_path, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}}
+    if placement.ray_address:
+        ray.init(address=placement.ray_address, log_to_driver=False, runtime_env=runtime_env)
+    else:
+        ray.init(num_cpus=placement.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, runtime_env=runtime_env)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@dataclass
+class Placement:
+    trainer: list[dict[str, Any]]
+    """Ray options per trainer rank."""
+    engine: dict[str, Any]
+
+
+def placement(recipe: Recipe) -> Placement:
+    """Trainer ranks in one placement group; the engine in rank 0's bundle when colocated."""
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    p = recipe.placement
+    world = recipe.trainer.tp * recipe.trainer.dp
+    bundles = []
+    for rank in range(world):
+        gpus = p.trainer_gpus + (p.engine_gpus if p.colocate and rank == 0 else 0.0)
+        bundles.append({k: v for k, v in {"CPU": p.trainer_cpus, "GPU": gpus}.items() if v > 0})
+    if not all(bundles):
+        return Placement([{} for _ in range(world)], {"num_gpus": p.engine_gpus})
+    group = placement_group(bundles, strategy="PACK" if p.colocate else "SPREAD")
+    ray.get(group.ready())
+
+    def in_bundle(index: int) -> dict[str, Any]:
+        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)}
+
+    engine = {"num_gpus": p.engine_gpus, **(in_bundle(0) if p.colocate else {})}
+    return Placement([in_bundle(rank) for rank in range(world)], engine)
+
+
+def prepare_env(recipe: Recipe) -> dict[str, Any]:
+    """The env's kwargs after its `prepare` hook (fixture generation, downloads) has run."""
+    from .advantages import load_function
+
+    kwargs = dict(recipe.env.kwargs)
+    if recipe.env.prepare:
+        kwargs.update(load_function(recipe.env.prepare)(**recipe.env.prepare_args) or {})
+    return kwargs
+
+
+@dataclass
+class Services:
+    env: Any
+    engine: Any
+    gateway: Any
+    env_url: str
+    engine_url: str
+    gateway_url: str
+    store: Path
+
+
+def _service(name: str, command: list[str], host: str, port: int, log_dir: Path, **options: Any) -> tuple[Any, str]:
+    import ray
+
+    actor = ray.remote(ServiceActor).options(num_cpus=0, max_concurrency=4, **options).remote(
+        name, command, host, port, str(log_dir))
+    return actor, ray.get(actor.start.remote())
+
+
+def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> tuple[Any, str]:
+    if recipe.env.server.url:
+        return None, recipe.env.server.url
+    host = recipe.placement.host
+    port = free_port(host)
+    return _service("env", env_command(recipe, env_kwargs, host, port), host, port, log_dir)
+
+
+@contextlib.contextmanager
+def services(recipe: Recipe, run_dir: Path, model: str, env: tuple[Any, str], where: Placement) -> Iterator[Services]:
+    """Engine and gateway (started unless the recipe names running ones), with the env server."""
+    host = recipe.placement.host
+    log_dir = run_dir / "logs"
+    store = run_dir / "trajectories.sqlite"
+    started = [env[0]] if env[0] is not None else []
+    try:
+        engine, engine_url = None, recipe.engine.url
+        if engine_url is None:
+            port = free_port(host)
+            engine, engine_url = _service("engine", engine_command(recipe, model, host, port), host, port, log_dir,
+                                          **where.engine)
+            started.append(engine)
+        gateway, gateway_url = None, recipe.gateway.url
+        if gateway_url is None:
+            port = free_port(host)
+            gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, port),
+                                            host, port, log_dir)
+            started.append(gateway)
+        yield Services(env[0], engine, gateway, env[1], engine_url, gateway_url, store)
+    finally:
+        _stop(started)
+
+
+def _stop(actors: list[Any]) -> None:
+    import ray
+
+    for actor in reversed(actors):
+        with contextlib.suppress(Exception):
+            ray.get(actor.stop.remote(), timeout=60)
+        with contextlib.suppress(Exception):
+            ray.kill(actor)

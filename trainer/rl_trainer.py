@@ -1,0 +1,168 @@
+"""The trainer as Ray actors: one `TrainerRank` per tensor/data-parallel rank, driven together.
+
+    trainer = TrainerGroup.start(recipe, checkpoint="path/hf", placement=pg)
+    stats = trainer.train_step(scored)                 # every rank gets the same batch
+    trainer.export("ckpt/step-3/hf")                   # collective; rank 0 writes
+    trainer.save("ckpt/step-3/trainer"); trainer.load(...)
+
+Each rank runs `parallel.init` with the group's rendezvous address, builds a
+`MegatronPolicy` from the Hugging Face checkpoint, and trains on the whole scored batch
+(`train_step` picks its own microbatches). SFT and RL share the policy: `set_loss` switches
+the loss (the negative log-likelihood of SFT, or PPO/GRPO/GSPO) and the learning rate.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .recipe import Recipe
+
+
+def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) -> Any:
+    from .losses import LossConfig
+    from .megatron.train import TrainConfig
+
+    t = recipe.trainer
+    return TrainConfig(
+        checkpoint=checkpoint, reference=reference, dtype=t.dtype, lr=t.lr, weight_decay=t.weight_decay,
+        adam_betas=tuple(t.adam_betas),
+        clip_grad=t.clip_grad, use_distributed_optimizer=t.use_distributed_optimizer, token_budget=t.token_budget,
+        layout=t.layout, old_logprobs=t.old_logprobs, loss=LossConfig(**t.loss.model_dump()),
+    )
+
+
+class TrainerRank:
+    """One rank of the trainer (a Ray actor)."""
+
+    def __init__(self, rank: int, world_size: int, tp: int, threads: int | None) -> None:
+        self.rank, self.world_size, self.tp = rank, world_size, tp
+        self.threads = threads
+        self.policy: Any = None
+
+    def address(self) -> str:
+        import ray
+
+        from .rl_services import free_port
+
+        host = ray.util.get_node_ip_address()
+        return f"tcp://{host}:{free_port(host)}"
+
+    def init(self, init_method: str, config: Any) -> dict[str, Any]:
+        import torch
+
+        from .megatron import parallel
+        from .megatron.train import MegatronPolicy
+
+        torch.set_num_threads(self.threads or max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        info = parallel.init(tp=self.tp, rank=self.rank, world_size=self.world_size, init_method=init_method)
+        self.policy = MegatronPolicy(config)
+        return asdict(info)
+
+    def train_step(self, scored: list[Any]) -> dict[str, Any]:
+        stats = self.policy.train_step(scored)
+        return {**asdict(stats), "tp_rank": self.policy.info.tp_rank}
+
+    def set_loss(self, loss: Any, lr: float, reference: str | None = None) -> None:
+        self.policy.config.loss = loss
+        self.set_lr(lr)
+        if loss.kl_coef and reference and self.policy.reference is None:
+            self.policy.config.reference = reference
+            self.policy.reference = self.policy._reference_model()
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.policy.optimizer.param_groups:
+            group["lr"] = lr
+
+    def export(self, folder: str) -> str:
+        return str(self.policy.export_hf(folder))
+
+    def save(self, folder: str) -> None:
+        import torch
+
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        torch.save({"optimizer": self.policy.optimizer.state_dict(), "steps": self.policy.steps},
+                   Path(folder) / f"rank-{self.rank}.pt")
+
+    def load(self, folder: str) -> None:
+        import torch
+
+        state = torch.load(Path(folder) / f"rank-{self.rank}.pt", weights_only=False)
+        self.policy.optimizer.load_state_dict(state["optimizer"])
+        self.policy.steps = state["steps"]
+
+    def shutdown(self) -> None:
+        from .megatron import parallel
+
+        parallel.shutdown()
+
+
+class TrainerGroup:
+    """The driver's handle on all trainer ranks."""
+
+    def __init__(self, ranks: list[Any]) -> None:
+        self.ranks = ranks
+
+    @classmethod
+    def start(cls, recipe: Recipe, checkpoint: str, *, reference: str | None = None,
+              scheduling: list[dict[str, Any]] | None = None) -> TrainerGroup:
+        import ray
+
+        t, placement = recipe.trainer, recipe.placement
+        world = t.tp * t.dp
+        actor = ray.remote(TrainerRank)
+        ranks = []
+        for rank in range(world):
+            options: dict[str, Any] = {"num_cpus": placement.trainer_cpus, "num_gpus": placement.trainer_gpus}
+            if scheduling:
+                options.update(scheduling[rank])
+            threads = t.threads or max(1, int(placement.trainer_cpus))
+            ranks.append(actor.options(**options).remote(rank, world, t.tp, threads))
+        init_method = ray.get(ranks[0].address.remote())
+        config = train_config(recipe, checkpoint, reference)
+        ray.get([r.init.remote(init_method, config) for r in ranks])
+        return cls(ranks)
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        import ray
+
+        refs = [ray.put(a) if isinstance(a, list) else a for a in args]
+        return ray.get([getattr(r, method).remote(*refs) for r in self.ranks])
+
+    def train_step(self, scored: list[Any]) -> dict[str, Any]:
+        """One optimizer step; stats summed over data-parallel ranks (tensor-parallel ranks agree)."""
+        per_rank = self._all("train_step", scored)
+        first = dict(per_rank[0])
+        extra: dict[str, float] = {}
+        for stats in per_rank:
+            if stats["tp_rank"] == 0:
+                for key, value in stats["extra"].items():
+                    extra[key] = extra.get(key, 0.0) + value
+        first["extra"] = extra
+        return first
+
+    def set_loss(self, loss: Any, lr: float, reference: str | None = None) -> None:
+        self._all("set_loss", loss, lr, reference)
+
+    def set_lr(self, lr: float) -> None:
+        self._all("set_lr", lr)
+
+    def export(self, folder: str) -> str:
+        return self._all("export", folder)[0]
+
+    def save(self, folder: str) -> None:
+        self._all("save", folder)
+
+    def load(self, folder: str) -> None:
+        self._all("load", folder)
+
+    def shutdown(self) -> None:
+        import ray
+
+        try:
+            self._all("shutdown")
+        finally:
+            for rank in self.ranks:
+                ray.kill(rank)

@@ -1,0 +1,130 @@
+"""Rollout workers: Ray actors that play groups of episodes against the env server, with the
+harness's model calls going through the gateway (so every token is recorded).
+
+    worker = RolloutWorker.remote(env_url, gateway_url, recipe.agent.model_dump(), concurrency=8)
+    outcomes = ray.get(worker.play.remote([GroupSpec("step-3/t7", task, 4)]))   # sync: one step's groups
+    worker.stream.remote(specs); ray.get(worker.finished.remote())                # async: never waits
+
+A group is `size` episodes of one task, in the gateway group `GroupSpec.run_id/TASK_ID` (the
+runner's naming). Each episode is cut off after `timeout_s` (labelled `timeout`); env and
+engine faults are the runner's `infra_error`. Either way the session is finished without a
+reward and the trainer leaves it out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.envs.protocol import Task
+
+class HarnessTimeout(AgentError):
+    """The harness was still running past the recipe's `agent.timeout_s`. The runner records the
+    error as `HarnessTimeout: ...`, which `rl_batches.session_status` reads as `timeout`."""
+
+
+class TimeoutAgent:
+    """Any harness, cut off after `timeout_s` seconds per episode."""
+
+    def __init__(self, agent: Any, timeout_s: float) -> None:
+        self.agent, self.timeout_s = agent, timeout_s
+        self.name, self.needs_model, self.reset_options = agent.name, agent.needs_model, agent.reset_options
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
+        try:
+            return await asyncio.wait_for(self.agent.run(ctx), self.timeout_s)
+        except TimeoutError:
+            raise HarnessTimeout(f"the {self.name} harness ran past its {self.timeout_s:.0f}s timeout") from None
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    run_id: str
+    task: Task
+    size: int
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.run_id}/{self.task.id}"
+
+
+@dataclass
+class GroupOutcome:
+    group_id: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class RolloutWorker:
+    """Plays groups of episodes; one asyncio loop, `concurrency` episodes at a time."""
+
+    def __init__(self, env_url: str, gateway_url: str | None, agent: dict[str, Any], *, concurrency: int,
+                 agent_args: dict[str, Any] | None = None) -> None:
+        self.env_url, self.gateway_url = env_url, gateway_url
+        self.agent_config = agent
+        self.concurrency = concurrency
+        self.default_args = agent_args
+        self._limit: asyncio.Semaphore | None = None
+        self._done: list[GroupOutcome] = []
+        self._tasks: set[asyncio.Task] = set()
+
+    def _agent(self, args: dict[str, Any] | None) -> TimeoutAgent:
+        from roost.agents.registry import load_agent
+
+        kwargs = {**self.agent_config.get("args", {}), **(args if args is not None else self.default_args or {})}
+        return TimeoutAgent(load_agent(self.agent_config["harness"], **kwargs), self.agent_config["timeout_s"])
+
+    async def play(self, specs: list[GroupSpec], args: dict[str, Any] | None = None) -> list[GroupOutcome]:
+        """Play these groups now and return when all are done."""
+        return list(await asyncio.gather(*(self._play_group(spec, args) for spec in specs)))
+
+    async def stream(self, specs: list[GroupSpec], args: dict[str, Any] | None = None) -> int:
+        """Start playing these groups in the background; collect them with `finished`."""
+        for spec in specs:
+            task = asyncio.create_task(self._play_group(spec, args))
+            self._tasks.add(task)
+            task.add_done_callback(self._collect)
+        return len(self._tasks)
+
+    def _collect(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is None:
+            self._done.append(task.result())
+
+    async def finished(self) -> list[GroupOutcome]:
+        done, self._done = self._done, []
+        return done
+
+    async def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def _play_group(self, spec: GroupSpec, args: dict[str, Any] | None) -> GroupOutcome:
+        from roost.agents.gateway_session import GatewayClient
+        from roost.agents.runner import RunConfig, run_episode
+        from roost.envs.client import EnvClient
+
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(self.concurrency)
+        agent = self._agent(args)
+        config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
+                           progress=False)
+        started = time.perf_counter()
+        async with EnvClient(self.env_url) as host:
+            tools = (await host.info()).tools if self.agent_config.get("tools", True) else []
+            gateway = GatewayClient(self.gateway_url) if self.gateway_url else None
+
+            async def one() -> Any:
+                async with self._limit:
+                    return await run_episode(spec.task, host, agent, tools, config, gateway)
+
+            try:
+                results = await asyncio.gather(*(one() for _ in range(spec.size)))
+            finally:
+                if gateway is not None:
+                    await gateway.aclose()
+        from dataclasses import asdict
+
+        return GroupOutcome(spec.group_id, [asdict(r) for r in results], time.perf_counter() - started)
