@@ -71,8 +71,14 @@ class _Memory:
     seen: dict[str, str] = field(default_factory=dict)
     """receptacle → the last text seen there"""
     placed: int = 0
+    target: str | None = None
+    """The goal receptacle the first object went into; a second one must join it there."""
     holding: str | None = None
     treated: bool = False
+
+    def is_target(self, place: str) -> bool:
+        """Whether `place` is where objects go (any instance of the goal's type until one is used)."""
+        return place == self.target if self.target else place.startswith(self.goal.recep + " ")
 
 
 class ObservingExpert:
@@ -87,24 +93,31 @@ class ObservingExpert:
             raise ValueError(f"order must be 'listed' or 'random', not {order!r}")
         if not 0.0 <= slips < 1.0:
             raise ValueError(f"slips is a probability in [0, 1), got {slips}")
-        self.order, self.slips = order, slips
-        self.rng = random.Random(seed)
+        self.order, self.slips, self.seed = order, slips, seed
+        self._plays: dict[str, int] = {}
+
+    def _episode_rng(self, task_id: str) -> random.Random:
+        """Its own generator per (seed, task, play): the same episodes however they interleave."""
+        play = self._plays.get(task_id, 0)
+        self._plays[task_id] = play + 1
+        return random.Random(f"{self.seed}/{task_id}/{play}") if self.seed is not None else random.Random()
 
     async def run(self, ctx: EpisodeContext) -> AgentOutcome:
         text = ctx.reset.observation.text
         admissible = list(ctx.reset.info.get("admissible_commands") or [])
         places = [c[len("go to "):] for c in admissible if c.startswith("go to ")]
+        rng = self._episode_rng(ctx.task.id)
         if self.order == "random":
-            self.rng.shuffle(places)
+            rng.shuffle(places)
         memory = _Memory(parse_goal(text), places)
         slips: list[int] = []
         last = ""
         for turn in range(ctx.max_turns):
             command = next_command(memory, text, admissible)
-            slipped = bool(self.slips) and (turn - 1) not in slips and self.rng.random() < self.slips
+            slipped = bool(self.slips) and (turn - 1) not in slips and rng.random() < self.slips
             if slipped:
                 slips.append(turn)
-                command = self._slip(command, last, admissible)
+                command = _slip(rng, command, last, admissible)
             last = command
             try:
                 step = await ctx.step(TextAction(command))
@@ -118,20 +131,23 @@ class ObservingExpert:
             text, admissible = step.observation.text, list(step.info.get("admissible_commands") or [])
         return AgentOutcome(turns=ctx.max_turns, stop_reason="max_turns", extra={"slips": slips})
 
-    def _slip(self, command: str, last: str, admissible: list[str]) -> str:
-        """A learner's mistake instead of `command`: a detour, the same move again, a wrong number."""
-        roll = self.rng.random()
-        detours = [c for c in admissible if c.startswith("go to ") and c != command]
-        if roll < 0.4 and detours:
-            return self.rng.choice(detours)
-        if roll < 0.7 and last.startswith("go to "):
-            return last
-        return re.sub(r"\d+", lambda m: str(int(m.group()) + 1), command, count=1)
+
+def _slip(rng: random.Random, command: str, last: str, admissible: list[str]) -> str:
+    """A learner's mistake instead of `command`: a detour, the same move again, a wrong number."""
+    roll = rng.random()
+    detours = [c for c in admissible if c.startswith("go to ") and c != command]
+    if roll < 0.4 and detours:
+        return rng.choice(detours)
+    if roll < 0.7 and last.startswith("go to "):
+        return last
+    return re.sub(r"\d+", lambda m: str(int(m.group()) + 1), command, count=1)
 
 
 def _remember(memory: _Memory, command: str, observation: str) -> None:
     first = observation.split("\n\nAdmissible commands:")[0]
     if command.startswith(("go to ", "open ")):
+        if not first.startswith(("You arrive at", "You open")):
+            return  # "Nothing happens.": keep what was seen there before
         place = command.split(" ", 2)[-1] if command.startswith("go to ") else command[len("open "):]
         memory.seen[place] = first
     elif command.startswith("take "):
@@ -140,6 +156,7 @@ def _remember(memory: _Memory, command: str, observation: str) -> None:
         memory.treated = True
     elif command.startswith("move "):
         memory.holding, memory.treated = None, False
+        memory.target = command.split(" to ", 1)[1]
         memory.placed += 1
 
 
@@ -165,21 +182,24 @@ def next_command(memory: _Memory, text: str, admissible: list[str]) -> str:
         appliance, verb = APPLIANCE[goal.kind]
         treat = [c for c in admissible if c.startswith(f"{verb} {memory.holding} with {appliance}")]
         return treat[0] if treat else _go_to_kind(memory, admissible, appliance)
-    put = [c for c in admissible if re.fullmatch(rf"move {re.escape(memory.holding)} to {re.escape(goal.recep)} \d+", c)]
-    return put[0] if put else _go_to_kind(memory, admissible, goal.recep)
+    put = [c for c in admissible if c.startswith(f"move {memory.holding} to ") and memory.is_target(c.split(" to ", 1)[1])]
+    if put:
+        return put[0]
+    if memory.target and f"go to {memory.target}" in admissible:
+        return f"go to {memory.target}"
+    return _go_to_kind(memory, admissible, goal.recep)
 
 
 def _find_and_take(memory: _Memory, admissible: list[str]) -> str:
     goal = memory.goal
-    takes = [c for c in _instances(admissible, "take ", goal.obj)
-             if not re.search(rf" from {re.escape(goal.recep)} \d+$", c)]
+    takes = [c for c in _instances(admissible, "take ", goal.obj) if not memory.is_target(c.split(" from ", 1)[1])]
     return takes[0] if takes else _seek(memory, admissible, goal.obj)
 
 
 def _seek(memory: _Memory, admissible: list[str], kind: str) -> str:
     """Go where a `kind` was seen earlier (not the goal receptacle), else to the next unseen place."""
     for place, seen in memory.seen.items():
-        if not place.startswith(memory.goal.recep + " ") and re.search(rf"\b{re.escape(kind)} \d+", seen):
+        if not memory.is_target(place) and re.search(rf"\b{re.escape(kind)} \d+", seen):
             if f"go to {place}" in admissible:
                 return f"go to {place}"
     for place in memory.order:

@@ -6,7 +6,8 @@
 Per episode: open a gateway session in the task's group (when a gateway is given),
 start the env episode, run the harness with `base_url` = the session URL, post the
 summed env reward and finish the session. An environment fault (env 5xx, a lost env
-worker or server) or a failed model endpoint ends the episode as `infra_error`: no
+worker or server, an episode the env server no longer knows because it restarted) or a
+failed model endpoint ends the episode as `infra_error`: no
 reward is posted and it is left out of the success rate — never scored 0.
 """
 
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 from roost.agents.gateway_session import GatewayClient, GatewayError, GatewaySession
 from roost.agents.protocol import Agent, AgentError, EpisodeContext, ModelUnavailable
-from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError
+from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
         result.success = tracker.terminated and tracker.reward > 0
         result.turns, result.invalid_actions = outcome.turns, outcome.invalid_actions
         result.stop_reason = outcome.stop_reason
-    except (EnvFaultError, ModelUnavailable, GatewayError) as exc:
+    except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, GatewayError) as exc:
         result.status, result.error = "infra_error", f"{type(exc).__name__}: {exc}"
     except AgentError as exc:
         result.status, result.error = "agent_error", f"{type(exc).__name__}: {exc}"

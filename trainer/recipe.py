@@ -159,6 +159,9 @@ class AlgorithmConfig(_Section):
     are swapped in while episodes run, and samples up to `max_staleness` versions old are used."""
     max_staleness: int = Field(1, ge=0)
     """async: samples whose oldest token is this many weight versions behind are dropped."""
+    updates_per_batch: int = Field(1, ge=1)
+    """Optimizer steps on each rollout batch (PPO epochs); more than one needs
+    trainer.old_logprobs: rollout, so the ratio (and its clip) is taken against the rollout policy."""
 
 
 class RolloutConfig(_Section):
@@ -273,6 +276,13 @@ class Recipe(_Section):
         if self.model.small_vocab is not None and (self.sft is None or self.sft.data.source != "expert"):
             raise ValueError("model.small_vocab trains its tokenizer on expert transcripts: it needs "
                              "sft.data.source: expert")
+        if self.algorithm.updates_per_batch > 1 and self.trainer.old_logprobs != "rollout":
+            raise ValueError("algorithm.updates_per_batch > 1 needs trainer.old_logprobs: rollout (with `current` "
+                             "the ratio is always 1 and the clip never acts)")
+        unknown = sorted(set(self.algorithm.per_agent) - set(self.agent.agents))
+        if unknown:
+            raise ValueError(f"algorithm.per_agent names agent(s) {unknown} that agent.agents "
+                             f"({self.agent.agents}) does not list")
         if self.rollout.concurrency < self.rollout.group_size:
             raise ValueError(f"rollout.concurrency ({self.rollout.concurrency}) must be at least "
                              f"rollout.group_size ({self.rollout.group_size}) so a group plays at once")

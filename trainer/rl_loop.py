@@ -7,7 +7,7 @@ rollout workers), evaluate the starting policy, SFT if the recipe has it, then t
 steps: take finished groups (`rl_rollouts`), keep the trainable samples (`rl_batches`),
 score them (`advantages`), one optimizer step, export and load the new weights into the
 engine, log, checkpoint. Evaluations before, after SFT, every `eval.every` steps and at the
-end go into the summary (and `state.json`).
+end go into the summary (and `evals.json`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Hooks:
 
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
-    from .rl_setup import placement, prepare_env, ray_session, services, start_env
+    from .rl_setup import placement, prepare_env, ray_session, services, start_env, stop_services
 
     hooks = hooks or Hooks()
     run_dir = recipe.output_dir.resolve()
@@ -73,6 +73,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
                 finally:
                     run.close()
         finally:
+            stop_services([env[0]] if env[0] is not None else [])
             metrics.close()
 
 
@@ -215,7 +216,12 @@ class _Run:
             batch = collect_batch(self.svc.store, group_ids, current_version=state.weight_version,
                                   max_staleness=max_staleness)
             scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
-            stats = self.trainer.train_step(scored) if scored else None
+            stats = None
+            for update in range(algo.updates_per_batch if scored else 0):
+                last = self.trainer.train_step(scored)
+                # the first update measures engine/trainer mismatch; the last one how much is clipped
+                stats = last if stats is None else {**stats, "extra": {**stats["extra"],
+                                                                       "clip_fraction": last["extra"]["clip_fraction"]}}
             state.step += 1
             state.consumed_groups += group_ids
             sync_s = self._publish(f"step-{state.step}") if stats else 0.0

@@ -67,6 +67,15 @@ def env_command(recipe: Recipe, kwargs: dict[str, Any], host: str, port: int) ->
     return args
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the actor that started it dies (Ray kills actors
+    without running their cleanup), so no server outlives its run."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class SupervisedServer:
     """A server subprocess on a fixed port, restarted by a watchdog thread when it dies."""
 
@@ -85,15 +94,24 @@ class SupervisedServer:
         self._watchdog: threading.Thread | None = None
 
     def start(self) -> str:
-        self._launch()
-        self._watchdog = threading.Thread(target=self._watch, name=f"{self.name}-watchdog", daemon=True)
+        # Every launch happens on the watchdog thread: a child asks to die with the thread that
+        # started it (PR_SET_PDEATHSIG), and this thread lives exactly as long as the supervision.
+        started = threading.Event()
+        failure: list[BaseException] = []
+        self._watchdog = threading.Thread(target=self._watch, args=(started, failure), name=f"{self.name}-watchdog",
+                                          daemon=True)
         self._watchdog.start()
+        started.wait()
+        if failure:
+            self._stop.set()
+            raise failure[0]
         return self.url
 
     def _launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         log.close()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
@@ -113,7 +131,14 @@ class SupervisedServer:
         except httpx.HTTPError:
             return False
 
-    def _watch(self) -> None:
+    def _watch(self, started: threading.Event, failure: list[BaseException]) -> None:
+        try:
+            self._launch()
+        except BaseException as exc:  # noqa: BLE001 - handed to start(), which raises it
+            failure.append(exc)
+            return
+        finally:
+            started.set()
         while not self._stop.wait(0.5):
             if self.process is not None and self.process.poll() is not None and not self._stop.is_set():
                 self.restarts += 1

@@ -136,10 +136,11 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: tuple[Any, str], wh
             started.append(gateway)
         yield Services(env[0], engine, gateway, env[1], engine_url, gateway_url, store)
     finally:
-        _stop(started)
+        stop_services(started)
 
 
-def _stop(actors: list[Any]) -> None:
+def stop_services(actors: list[Any]) -> None:
+    """Stop the servers of these service actors and the actors (safe to call twice)."""
     import ray
 
     for actor in reversed(actors):

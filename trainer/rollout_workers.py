@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
@@ -125,6 +125,4 @@ class RolloutWorker:
             finally:
                 if gateway is not None:
                     await gateway.aclose()
-        from dataclasses import asdict
-
         return GroupOutcome(spec.group_id, [asdict(r) for r in results], time.perf_counter() - started)

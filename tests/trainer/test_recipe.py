@@ -48,7 +48,7 @@ def test_a_bad_value_names_the_key_and_the_allowed_values():
 def test_overrides_take_dotted_paths_yaml_values_and_short_names(tmp_path):
     path = write(tmp_path, "r.yaml", MINIMAL)
     recipe = load_recipe(path, ["steps=2", "trainer.lr=3e-5", "agent.args={temperature: 0.5}",
-                                "algorithm.per_agent.planner.name=rloo"])
+                                "agent.agents=[planner, executor]", "algorithm.per_agent.planner.name=rloo"])
     assert recipe.schedule.steps == 2 and recipe.trainer.lr == 3e-5
     assert recipe.agent.args == {"temperature": 0.5}
     assert recipe.algorithm.per_agent["planner"].name == "rloo"
@@ -72,9 +72,14 @@ def test_base_recipes_merge_and_loops_are_refused(tmp_path):
         load_recipe(tmp_path / "missing.yaml")
 
 
-def test_small_vocab_models_need_expert_sft_data():
+def test_cross_section_rules_are_checked():
     with pytest.raises(RecipeError, match="small_vocab"):
         validate_recipe({**MINIMAL, "model": {"small_vocab": {}}})
+    with pytest.raises(RecipeError, match="old_logprobs: rollout"):
+        validate_recipe({**MINIMAL, "algorithm": {"updates_per_batch": 2}})
+    validate_recipe({**MINIMAL, "algorithm": {"updates_per_batch": 2}, "trainer": {"old_logprobs": "rollout"}})
+    with pytest.raises(RecipeError, match="per_agent names agent"):
+        validate_recipe({**MINIMAL, "algorithm": {"per_agent": {"planner": {"name": "rloo"}}}})
 
 
 SHIPPED = sorted(p for p in RECIPES.glob("*/**/*.yaml"))

@@ -7,8 +7,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from roost.trainer.recipe import validate_recipe
 from roost.trainer.rl_loop import train
+
+
+@pytest.fixture
+def local_ray():
+    """One local Ray for both runs (the loop reuses a Ray that is already up)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
 
 
 def tiny_recipe(run_dir, **overrides) -> dict:
@@ -17,7 +29,8 @@ def tiny_recipe(run_dir, **overrides) -> dict:
         "env": {"name": "alfworld", "prepare": "roost.trainer.recipe_prepare:alfworld_fixtures",
                 "prepare_args": {"train": 4, "valid_seen": 0, "valid_unseen": 2, "receptacles": 3, "distractors": 1},
                 "server": {"workers": 1, "max_episodes": 16}},
-        "agent": {"harness": "tool", "args": {"temperature": 1.0, "max_tokens": 12}, "max_turns": 2, "timeout_s": 60},
+        "agent": {"harness": "tool", "tools": False, "args": {"temperature": 1.0, "max_tokens": 8}, "max_turns": 2,
+                  "timeout_s": 60},
         "model": {"small_vocab": {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
                                   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
                                   "head_dim": 16}},
@@ -37,7 +50,7 @@ def tiny_recipe(run_dir, **overrides) -> dict:
     return recipe
 
 
-def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path):
+def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local_ray):
     run_dir = tmp_path / "run"
     summary = train(validate_recipe(tiny_recipe(run_dir)))
     assert summary.steps == 2 and set(summary.evals) == {"before", "after_sft", "final"}
@@ -58,7 +71,7 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path):
     assert (run_dir / "checkpoints" / "step-2" / "trainer" / "rank-0.pt").is_file()
 
     resumed = train(validate_recipe(tiny_recipe(run_dir, schedule__steps=3, algorithm__mode="async",
-                                                algorithm__max_staleness=1)))
+                                                algorithm__max_staleness=1, eval__split=None)))
     assert resumed.steps == 3
     rl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in rl if m["stage"] == "rl"]

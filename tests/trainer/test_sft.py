@@ -53,6 +53,20 @@ def test_the_goal_is_read_from_the_observation():
     assert parse_goal("Your task is to: examine the alarmclock with the desklamp.").recep == "desklamp"
 
 
+def test_the_second_object_joins_the_first_in_the_same_receptacle():
+    from roost.agents.observing_expert import _Memory, next_command
+
+    memory = _Memory(parse_goal("Your task is to: put two cd in shelf."), ["shelf 1", "shelf 2", "desk 1"])
+    memory.seen = {"shelf 1": "You arrive at shelf 1. On the shelf 1, you see a cd 1.",
+                   "shelf 2": "You arrive at shelf 2. On the shelf 2, you see a cd 2."}
+    memory.target, memory.placed = "shelf 1", 1
+    admissible = ["go to shelf 1", "go to desk 1", "take cd 2 from shelf 2", "move cd 3 to shelf 2"]
+    assert next_command(memory, "You arrive at shelf 2.", admissible) == "take cd 2 from shelf 2"
+    memory.holding = "cd 2"
+    assert next_command(memory, "You arrive at shelf 2.", admissible) == "go to shelf 1"
+    assert next_command(memory, "You arrive at shelf 1.", ["move cd 2 to shelf 1"]) == "move cd 2 to shelf 1"
+
+
 async def test_the_observing_expert_wins_every_game_even_with_slips():
     from roost.agents.runner import RunConfig, run_episodes
     from roost.envs.alfworld.fixtures import FixtureSpec, cached_fixtures
