@@ -53,6 +53,10 @@ class RunConfig:
     progress: bool = True
     capacity_wait_s: float = 300.0
     """How long to keep retrying while the env server is full (429)."""
+    invalid_action_penalty: float = 0.0
+    """Subtracted from the reward posted for training, per invalid action (verl-agent's
+    `invalid_action_penalty_coef`): episodes that all fail still differ. The env reward,
+    success and the session's finish info stay as the env gave them."""
 
 
 @dataclass
@@ -122,7 +126,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
             await _quietly(host.delete(episode_id))
     result.seconds = round(time.perf_counter() - started, 3)
     if gateway is not None and session is not None:
-        await _report(gateway, session, result)
+        await _report(gateway, session, result, config.invalid_action_penalty)
     return result
 
 
@@ -182,10 +186,12 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
             await asyncio.sleep(exc.retry_after)
 
 
-async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult) -> None:
+async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float) -> None:
     try:
         if result.status == "ok":
-            await gateway.post_reward(session.session_id, result.reward, {"success": result.success})
+            shaped = result.reward - penalty * result.invalid_actions
+            await gateway.post_reward(session.session_id, shaped, {"success": result.success, "env_reward": result.reward,
+                                                                   "invalid_actions": result.invalid_actions})
         await gateway.finish(session.session_id, result.status, task_id=result.task_id, reward=result.reward,
                              steps=result.steps, stop_reason=result.stop_reason, error=result.error)
     except GatewayError as exc:

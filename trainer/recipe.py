@@ -173,6 +173,10 @@ class RolloutConfig(_Section):
     """Episodes played at once (all rollout workers together)."""
     workers: int = Field(1, ge=1)
     """Rollout worker actors."""
+    invalid_action_penalty: float = Field(0.0, ge=0.0)
+    """Subtracted from an episode's training reward per invalid action (as verl-agent's
+    `invalid_action_penalty_coef`), so groups where every episode fails still carry signal;
+    success rates and the env reward are reported unshaped."""
 
 
 class SFTData(_Section):

@@ -139,7 +139,8 @@ class _Run:
         r = recipe.rollout
         worker = ray.remote(RolloutWorker).options(num_cpus=0)
         per_worker = max(1, r.concurrency // r.workers)
-        self.workers = [worker.remote(svc.env_url, svc.gateway_url, recipe.agent.model_dump(), concurrency=per_worker)
+        self.workers = [worker.remote(svc.env_url, svc.gateway_url, recipe.agent.model_dump(), concurrency=per_worker,
+                                      invalid_action_penalty=r.invalid_action_penalty)
                         for _ in range(r.workers)]
         self.tasks = self._tasks(recipe.env.split)
         self.rollouts = Rollouts(recipe, self.workers, self.tasks, state, svc.store)

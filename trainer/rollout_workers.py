@@ -62,8 +62,9 @@ class RolloutWorker:
     """Plays groups of episodes; one asyncio loop, `concurrency` episodes at a time."""
 
     def __init__(self, env_url: str, gateway_url: str | None, agent: dict[str, Any], *, concurrency: int,
-                 agent_args: dict[str, Any] | None = None) -> None:
+                 agent_args: dict[str, Any] | None = None, invalid_action_penalty: float = 0.0) -> None:
         self.env_url, self.gateway_url = env_url, gateway_url
+        self.invalid_action_penalty = invalid_action_penalty
         self.agent_config = agent
         self.concurrency = concurrency
         self.default_args = agent_args
@@ -110,7 +111,7 @@ class RolloutWorker:
             self._limit = asyncio.Semaphore(self.concurrency)
         agent = self._agent(args)
         config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
-                           progress=False)
+                           progress=False, invalid_action_penalty=self.invalid_action_penalty)
         started = time.perf_counter()
         async with EnvClient(self.env_url) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []

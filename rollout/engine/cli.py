@@ -24,6 +24,9 @@ def engine(
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
     sampler: Sampler = typer.Option(Sampler.model, help="'scripted' forces replies from --script (tests, benchmarks)."),
     script: Path = typer.Option(None, help="Scripted sampler rules: JSON {\"rules\": [{\"match\": regex|null, \"reply\": text}]}."),
+    disable_radix_cache: bool = typer.Option(False, "--disable-radix-cache",
+                                             help="Prefill every prompt in full (SGLang's flag): no reuse of the "
+                                                  "keys and values of an earlier call that the prompt extends."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT."""
@@ -33,7 +36,8 @@ def engine(
     from .launch import build_engine, serve
 
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
-                           scripted=sampler is Sampler.scripted, script=script)
+                           scripted=sampler is Sampler.scripted, script=script,
+                           reuse_prefixes=not disable_radix_cache)
     serve(engine_, host=host, port=port, log_level=log_level)
 
 

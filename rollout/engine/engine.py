@@ -35,6 +35,9 @@ class EngineConfig:
     dtype: str = "float32"
     scripted: ScriptedSampler | None = None
     """When set, every reply is forced by the scripted sampler (tests, benchmarks)."""
+    reuse_prefixes: bool = True
+    """Keep finished requests' keys and values for the next request that extends them
+    (SGLang's radix cache; off with --disable-radix-cache)."""
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: dict | None = None
     weight_version: str = "0"
+    cached_tokens: int = 0
 
 
 class Engine:
@@ -56,6 +60,7 @@ class Engine:
         cache = SlotKVCache(
             layers=self.spec.num_layers, slots=config.max_running, kv_heads=self.spec.num_kv_heads,
             max_len=self.context_length, head_dim=self.spec.head_dim, dtype=self.dtype,
+            reuse_prefixes=config.reuse_prefixes,
         )
         self.scheduler = Scheduler(self.model, cache, max_running=config.max_running)
         self.scripted = config.scripted
@@ -161,6 +166,7 @@ class Engine:
                     completion.logprobs.append(out.logprob)
                 completion.finish_reason = out.finish_reason
                 completion.weight_version = out.weight_version
+                completion.cached_tokens = out.cached_tokens
         return completion
 
     async def update_weights(self, path: str, weight_version: str | None) -> str:
@@ -171,6 +177,7 @@ class Engine:
 
         def swap() -> str:
             self.model.load_state_dict(fitted, strict=True)
+            self.scheduler.cache.forget()
             self.scheduler.weight_version = weight_version or _next_version(self.scheduler.weight_version)
             return self.scheduler.weight_version
 

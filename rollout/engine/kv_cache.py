@@ -1,13 +1,27 @@
-"""A slot KV cache: one preallocated row per running request.
+"""A slot KV cache: one preallocated row per running request, with prefix reuse.
 
 Each request owns a slot for its lifetime; its keys and values live at positions
 0..length-1 of that slot. Slots are handed out and returned between decode steps, which
 is what lets requests join and leave a running batch.
+
+A returned slot keeps its keys and values, and the cache remembers which tokens they are
+(the request's prompt and all but its last sampled token). A new request is given the free
+slot holding the longest prefix of its prompt and prefills only the rest: an agent's next
+turn extends its previous call, so each turn computes just the new messages (SGLang's
+radix cache does this by tree; one path per slot is enough for multi-turn rollouts). New
+weights make every kept prefix stale: `forget` drops them, and slots in use when it is
+called come back empty.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
 import torch
+
+_NOTHING = np.zeros(0, dtype=np.int64)
 
 
 class CacheFull(RuntimeError):
@@ -15,24 +29,49 @@ class CacheFull(RuntimeError):
 
 
 class SlotKVCache:
-    def __init__(self, *, layers: int, slots: int, kv_heads: int, max_len: int, head_dim: int, dtype):
+    def __init__(self, *, layers: int, slots: int, kv_heads: int, max_len: int, head_dim: int, dtype,
+                 reuse_prefixes: bool = True):
         shape = (layers, slots, kv_heads, max_len, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype)
         self.values = torch.zeros(shape, dtype=dtype)
         self.max_len = max_len
-        self._free = list(range(slots - 1, -1, -1))
+        self.reuse_prefixes = reuse_prefixes
+        self._free: OrderedDict[int, np.ndarray] = OrderedDict((slot, _NOTHING) for slot in range(slots))
+        """free slot → the tokens whose keys and values it still holds (least recently used first)"""
+        self._current: dict[int, bool] = {}
+        """slot in use → whether its keys and values are of the current weights"""
 
     @property
     def free_slots(self) -> int:
         return len(self._free)
 
-    def acquire(self) -> int:
+    def acquire(self, prompt: Sequence[int] = ()) -> tuple[int, int]:
+        """A free slot, and how many leading tokens of `prompt` it already holds (always fewer
+        than all of them: the last prompt token is run again for its logits)."""
         if not self._free:
             raise CacheFull("no free KV cache slot")
-        return self._free.pop()
+        slot, held = next(iter(self._free)), 0
+        if self.reuse_prefixes and len(prompt) > 1:
+            wanted = np.asarray(prompt, dtype=np.int64)
+            for candidate, tokens in self._free.items():
+                length = _common_prefix(tokens, wanted)
+                if length > held:
+                    slot, held = candidate, length
+        del self._free[slot]
+        self._current[slot] = True
+        return slot, min(held, len(prompt) - 1)
 
-    def release(self, slot: int) -> None:
-        self._free.append(slot)
+    def release(self, slot: int, tokens: Sequence[int] = ()) -> None:
+        """Return `slot`; `tokens` are those whose keys and values it holds, for reuse."""
+        current = self._current.pop(slot, False)
+        self._free[slot] = np.asarray(tokens, dtype=np.int64) if current and self.reuse_prefixes else _NOTHING
+
+    def forget(self) -> None:
+        """The weights changed: no keys or values computed so far may be reused."""
+        for slot in self._free:
+            self._free[slot] = _NOTHING
+        for slot in self._current:
+            self._current[slot] = False
 
     def write_span(self, layer: int, slot: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [kv_heads, T, D]
@@ -50,3 +89,11 @@ class SlotKVCache:
 
     def gather(self, layer: int, slots, span: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys[layer, slots, :, :span], self.values[layer, slots, :, :span]
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n

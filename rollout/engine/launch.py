@@ -13,12 +13,12 @@ from .tiny_model import resolve_model
 
 def build_engine(
     model: str, *, context_length: int | None = None, max_running: int = 64, dtype: str = "float32",
-    scripted: bool = False, script: Path | None = None,
+    scripted: bool = False, script: Path | None = None, reuse_prefixes: bool = True,
 ) -> Engine:
     sampler = None
     if scripted:
         sampler = ScriptedSampler.from_file(script) if script else ScriptedSampler(Script())
-    config = EngineConfig(resolve_model(model), context_length, max_running, dtype, sampler)
+    config = EngineConfig(resolve_model(model), context_length, max_running, dtype, sampler, reuse_prefixes)
     return Engine(config)
 
 

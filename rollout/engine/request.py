@@ -19,6 +19,8 @@ class StepOutput:
     logprob: float
     finish_reason: dict[str, Any] | None
     weight_version: str
+    cached_tokens: int = 0
+    """Prompt tokens whose keys and values were reused from an earlier request."""
 
 
 @dataclass
@@ -43,6 +45,7 @@ class EngineRequest:
     decode: Callable[[list[int]], str]
     output_ids: list[int] = field(default_factory=list)
     slot: int | None = None
+    cached_tokens: int = 0
     cancelled: bool = False
     finished: bool = False
     generator: torch.Generator = field(default_factory=torch.Generator)

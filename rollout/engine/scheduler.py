@@ -133,9 +133,9 @@ class Scheduler:
     def _admit(self) -> None:
         while self._waiting and len(self._running) < self.max_running and self.cache.free_slots:
             request = self._waiting.popleft()
-            request.slot = self.cache.acquire()
-            ids = torch.tensor(request.prompt_ids, dtype=torch.long)
-            logits = self.model.prefill(ids, self.cache, request.slot)
+            request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids)
+            ids = torch.tensor(request.prompt_ids[request.cached_tokens:], dtype=torch.long)
+            logits = self.model.prefill(ids, self.cache, request.slot, start=request.cached_tokens)
             self._running.append(request)
             self._advance([request], logits[None])
 
@@ -157,7 +157,7 @@ class Scheduler:
             request.output_ids.append(token)
             room = self.cache.max_len - (len(request.prompt_ids) + len(request.output_ids))
             reason = request.finish_reason(token, room)
-            output = StepOutput(token, logprob, reason, self.weight_version)
+            output = StepOutput(token, logprob, reason, self.weight_version, request.cached_tokens)
             if reason is None:
                 request.emit([output])
             else:
@@ -180,5 +180,6 @@ class Scheduler:
 
     def _release(self, request: EngineRequest) -> None:
         if request.slot is not None:
-            self.cache.release(request.slot)
+            # the last sampled token was never fed through the model: its K/V are not there
+            self.cache.release(request.slot, request.prompt_ids + request.output_ids[:-1])
             request.slot = None

@@ -57,7 +57,7 @@ def _meta(engine: Engine, rid: str, prompt_len: int, done: Completion, with_logp
         "finish_reason": done.finish_reason,
         "prompt_tokens": prompt_len,
         "completion_tokens": len(done.output_ids),
-        "cached_tokens": 0,
+        "cached_tokens": done.cached_tokens,
         "weight_version": done.weight_version,
     }
     if with_logprobs:
@@ -163,7 +163,7 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.post("/flush_cache")
     async def flush_cache() -> Response:
-        # No prefix cache is kept across requests, so there is nothing to flush.
+        await _on_engine_thread(engine, engine.scheduler.cache.forget)
         return Response("Cache flushed.", status_code=200)
 
     @app.post("/pause_generation")
@@ -212,6 +212,7 @@ async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: flo
                 new_ids.append(out.token_id)
             done.finish_reason = out.finish_reason
             done.weight_version = out.weight_version
+            done.cached_tokens = out.cached_tokens
         chunk = {
             "text": _answer_text(engine, done, params),
             "output_ids": new_ids,  # SGLang streams output_ids incrementally

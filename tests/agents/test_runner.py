@@ -62,3 +62,35 @@ async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfwor
     session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}").json()
     assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
     assert session["task"]["id"] == results[0].task_id
+
+
+class Fumbler:
+    """Tries two commands no game admits, then gives up."""
+
+    name, needs_model, reset_options = "fumbler", False, {}
+
+    async def run(self, ctx):
+        from roost.agents.protocol import AgentOutcome
+        from roost.envs.errors import InvalidActionError
+        from roost.envs.protocol import TextAction
+
+        invalid = 0
+        for command in ("dance", "fly to the moon"):
+            try:
+                await ctx.step(TextAction(command))
+            except InvalidActionError:
+                invalid += 1
+        return AgentOutcome(turns=2, invalid_actions=invalid, stop_reason="gave_up")
+
+
+async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfworld_data: Path, scripted_gateway: str):
+    manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
+    async with manager, GatewayClient(scripted_gateway) as gateway:
+        tasks = (await manager.tasks("train"))[:1]
+        run = RunConfig(concurrency=1, run_id="penalised", progress=False, invalid_action_penalty=0.25)
+        [result] = await run_episodes(tasks, manager, Fumbler(), manager.info.tools, run, gateway)
+    assert (result.status, result.reward, result.invalid_actions, result.success) == ("ok", 0.0, 2, False)
+    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}").json()
+    [posted] = session["rewards"]
+    assert posted["reward"] == -0.5 and posted["info"]["env_reward"] == 0.0 and posted["info"]["invalid_actions"] == 2
+    assert session["finish_info"]["reward"] == 0.0

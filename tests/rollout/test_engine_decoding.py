@@ -153,3 +153,24 @@ async def test_sampling_settings_produce_valid_tokens(engine_url, temperature, t
         answer = await generate(client, engine_url, text="Hello", sampling_params=params, return_logprob=True)
     assert len(answer["output_ids"]) == 8
     assert all(lp <= 0 for lp, _, _ in answer["meta_info"]["output_token_logprobs"])
+
+
+
+async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_samples_the_same(engine_url, tiny_model_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    prompt = tokenizer.encode(PROMPTS[3], add_special_tokens=False)
+    turn = {"sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}, "return_logprob": True}
+    async with httpx.AsyncClient() as client:
+        first = await generate(client, engine_url, input_ids=prompt, **turn)
+        again = await generate(client, engine_url, input_ids=prompt, **turn)
+        ids = prompt + first["output_ids"] + tokenizer.encode("\nAnd now in French:", add_special_tokens=False)
+        reused = await generate(client, engine_url, input_ids=ids, **turn)
+        assert (await client.post(f"{engine_url}/flush_cache")).status_code == 200
+        fresh = await generate(client, engine_url, input_ids=ids, **turn)
+    assert again["meta_info"]["cached_tokens"] == len(prompt) - 1  # the last prompt token runs again for its logits
+    assert reused["meta_info"]["cached_tokens"] == len(prompt) + len(first["output_ids"]) - 1
+    assert fresh["meta_info"]["cached_tokens"] == 0
+    assert again["output_ids"] == first["output_ids"] and reused["output_ids"] == fresh["output_ids"]
+    for (a, _, _), (b, _, _) in zip(reused["meta_info"]["output_token_logprobs"],
+                                    fresh["meta_info"]["output_token_logprobs"]):
+        assert abs(a - b) <= 1e-5

@@ -76,6 +76,8 @@ def test_update_changes_outputs_and_bumps_version(own_engine, tiny_model_path, t
         resp = client.post(f"{own_engine}/update_weights_from_disk",
                            json={"model_path": checkpoint(tmp_path, tiny_model_path, perturb)})
         assert resp.status_code == 200 and resp.json()["success"] is True
+        first = client.post(f"{own_engine}/generate", json=GREEDY, timeout=60).json()["meta_info"]
+        assert first["cached_tokens"] == 0, "keys and values of the old weights were reused"
         ids_after, version_after = state(client, own_engine)
         assert int(version_after) == int(version_before) + 1
         assert resp.json()["weight_version"] == version_after
