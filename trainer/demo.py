@@ -44,10 +44,10 @@ class DemoConfig:
     slips: float = 0.25
     hidden_size: int = 128
     num_layers: int = 2
-    sft_steps: int = 600
+    sft_steps: int = 550
     sft_batch: int = 8
     sft_lr: float = 5e-3
-    rl_steps: int = 16
+    rl_steps: int = 28
     groups_per_step: int = 6
     group_size: int = 8
     rl_lr: float = 5e-4

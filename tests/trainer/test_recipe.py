@@ -100,3 +100,14 @@ def test_every_training_recipe_has_a_cpu_and_a_gpu_variant():
         assert (folder / "gpu.yaml").is_file() or (folder / "recipe.yaml").is_file(), folder
         cpu = load_recipe(folder / "cpu.yaml")
         assert cpu.engine.backend == "embedded" and cpu.placement.trainer_gpus == 0
+
+
+def test_the_demo_and_its_quick_variant_are_valid_recipes(tmp_path):
+    from roost.trainer.demo import DemoConfig, demo_recipe
+
+    for config in (DemoConfig(), DemoConfig.quick()):
+        recipe = demo_recipe(config, tmp_path / "run", tmp_path / "cache")
+        assert recipe.schedule.steps == config.rl_steps and recipe.sft.steps == config.sft_steps
+        assert recipe.rollout.concurrency == config.groups_per_step * config.group_size
+        assert recipe.algorithm.updates_per_batch == config.rl_updates_per_batch > 1
+        assert recipe.trainer.old_logprobs == "rollout" and recipe.eval.episodes == config.heldout_games
