@@ -47,7 +47,7 @@ class DemoConfig:
     sft_steps: int = 550
     sft_batch: int = 8
     sft_lr: float = 5e-3
-    rl_steps: int = 28
+    rl_steps: int = 24
     groups_per_step: int = 6
     group_size: int = 8
     rl_lr: float = 5e-4
