@@ -93,7 +93,8 @@ async def test_bad_commands_end_bounded_and_leave_the_host_alone(client, fixture
     assert flood.info["outcome"] == "output_limit" and len(flood.observation.text) < 20_000
     if reset.info["limits_enforced"]:  # without a pids limit a fork bomb would hurt this machine
         bomb = await client.step(episode, bash("bomb() { bomb | bomb & }; bomb"))
-        assert bomb.info["outcome"] in ("timeout", "exited")
+        # bounded either way: by time, by the pids limit, or by its flood of "fork: retry" errors
+        assert bomb.info["outcome"] in ("timeout", "exited", "output_limit")
     net = await client.step(episode, bash("(exec 3<>/dev/tcp/127.0.0.1/22) 2>&1 || echo no-network"))
     assert "no-network" in net.observation.text
     escape = await client.step(episode, bash(f"rm -rf {fixtures_dir} /etc/hostname 2>&1; touch /usr/x 2>&1; echo done"))
