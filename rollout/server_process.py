@@ -15,10 +15,22 @@ import time
 import httpx
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def stop_process(process: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
+    """Terminate `process` if it still runs; kill it if it has not exited within `timeout_s`."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class ServerProcess:
@@ -50,13 +62,7 @@ class ServerProcess:
         raise TimeoutError(f"{self.name} did not answer {self.url}/health within {self.startup_timeout_s}s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
     def __enter__(self) -> str:
         return self.start()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,17 +23,13 @@ from typing import Any
 
 import httpx
 
+from roost.rollout.server_process import stop_process
+
 from .recipe import Recipe
 
 
 class ServiceError(RuntimeError):
     """A server could not be started (see its log)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _roost(*args: str) -> list[str]:
@@ -159,13 +154,7 @@ class SupervisedServer:
         self._stop.set()
         if self._watchdog is not None:
             self._watchdog.join(timeout=5)
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 class ServiceActor:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roost.rollout.server_process import free_port
+
 from .recipe import Recipe
-from .rl_services import ServiceActor, env_command, free_port, gateway_command, engine_command
+from .rl_services import ServiceActor, env_command, gateway_command, engine_command
 
 
 @contextlib.contextmanager

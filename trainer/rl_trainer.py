@@ -45,7 +45,7 @@ class TrainerRank:
     def address(self) -> str:
         import ray
 
-        from .rl_services import free_port
+        from roost.rollout.server_process import free_port
 
         host = ray.util.get_node_ip_address()
         return f"tcp://{host}:{free_port(host)}"

@@ -48,6 +48,16 @@ class Completion:
     weight_version: str = "0"
     cached_tokens: int = 0
 
+    def add(self, outputs: list[StepOutput]) -> list[int]:
+        """Take in one event's step outputs; return the token ids it added."""
+        new_ids = [out.token_id for out in outputs if out.token_id >= 0]  # -1: an event with no token
+        self.output_ids += new_ids
+        self.logprobs += [out.logprob for out in outputs if out.token_id >= 0]
+        last = outputs[-1]
+        self.finish_reason, self.weight_version, self.cached_tokens = (
+            last.finish_reason, last.weight_version, last.cached_tokens)
+        return new_ids
+
 
 class Engine:
     def __init__(self, config: EngineConfig):
@@ -160,13 +170,7 @@ class Engine:
         plan = plan or self.prepare(prompt_ids, params)
         completion = Completion()
         async for outputs in self.stream(prompt_ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
-            for out in outputs:
-                if out.token_id >= 0:
-                    completion.output_ids.append(out.token_id)
-                    completion.logprobs.append(out.logprob)
-                completion.finish_reason = out.finish_reason
-                completion.weight_version = out.weight_version
-                completion.cached_tokens = out.cached_tokens
+            completion.add(outputs)
         return completion
 
     async def update_weights(self, path: str, weight_version: str | None) -> str:

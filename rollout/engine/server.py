@@ -204,15 +204,7 @@ async def _on_engine_thread(engine: Engine, fn) -> Any:
 async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float):
     done = Completion()
     async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
-        new_ids: list[int] = []
-        for out in outputs:
-            if out.token_id >= 0:
-                done.output_ids.append(out.token_id)
-                done.logprobs.append(out.logprob)
-                new_ids.append(out.token_id)
-            done.finish_reason = out.finish_reason
-            done.weight_version = out.weight_version
-            done.cached_tokens = out.cached_tokens
+        new_ids = done.add(outputs)
         chunk = {
             "text": _answer_text(engine, done, params),
             "output_ids": new_ids,  # SGLang streams output_ids incrementally

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+from roost.rollout.server_process import free_port
 
 ROOST = [sys.executable, "-m", "roost.cli.main"]
 
@@ -21,14 +21,8 @@ def _roost(*args: str, env: dict | None = None) -> dict:
     return json.loads(done.stdout)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_then_eval_the_expert_against_it(alfworld_data: Path):
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([*ROOST, "serve", "alfworld", "--port", str(port), "--workers", "1",
                                "--data-dir", str(alfworld_data)])
     url = f"http://127.0.0.1:{port}"

@@ -4,7 +4,6 @@ same logprobs, same loss, same updated weights (TRL-style invariant)."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
@@ -12,15 +11,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from roost.rollout.server_process import free_port
 from roost.trainer import hf_checkpoint
 
 HERE = Path(__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _entry(rank, world, port, tp, checkpoint, out, distributed_optimizer):

@@ -15,7 +15,8 @@ import pytest
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
 from roost.trainer.rl_batches import collect_batch
-from roost.trainer.rl_services import ServiceActor, SupervisedServer, free_port
+from roost.rollout.server_process import free_port
+from roost.trainer.rl_services import ServiceActor, SupervisedServer
 from roost.trainer.rollout_workers import GroupSpec, RolloutWorker
 
 TOOLS = [{"type": "function", "function": {"name": "act", "parameters": {"type": "object", "properties": {}}}}]

@@ -8,10 +8,11 @@ Megatron keeps its parallel state in module globals (its design, not ours); `ini
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
+
+from roost.rollout.server_process import free_port
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,6 @@ class ParallelInfo:
         return self.tp_rank == 0 and self.dp_rank == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def init(tp: int = 1, *, rank: int | None = None, world_size: int | None = None,
          init_method: str | None = None, seed: int = 1234) -> ParallelInfo:
     """Join (or create) the process group and set up Megatron's model parallelism.
@@ -52,7 +47,7 @@ def init(tp: int = 1, *, rank: int | None = None, world_size: int | None = None,
         rank = int(os.environ.get("RANK", 0)) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
         if init_method is None and "MASTER_ADDR" not in os.environ:
-            init_method = f"tcp://127.0.0.1:{_free_port()}"
+            init_method = f"tcp://127.0.0.1:{free_port()}"
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
