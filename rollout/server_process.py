@@ -21,6 +21,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+class ServerStartError(RuntimeError):
+    """A server process exited, or never answered /health, while starting."""
+
+
+def is_healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_healthy(process: subprocess.Popen, url: str, name: str, timeout_s: float, *, see: str = "") -> None:
+    """Return once `url`/health answers 200; kill `process` and raise `ServerStartError` if it exits
+    first or `timeout_s` passes (`see` points at its log)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerStartError(f"{name} exited with {process.returncode} before answering {url}/health{see}")
+        if is_healthy(url):
+            return
+        time.sleep(0.1)
+    stop_process(process, timeout_s=5.0)
+    raise ServerStartError(f"{name} did not answer {url}/health within {timeout_s:.0f}s{see}")
+
+
 def stop_process(process: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
     """Terminate `process` if it still runs; kill it if it has not exited within `timeout_s`."""
     if process is None or process.poll() is not None:
@@ -48,18 +73,8 @@ class ServerProcess:
 
     def start(self) -> str:
         self.process = subprocess.Popen(self.args, env=self.env)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode} before answering /health")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"{self.name} did not answer {self.url}/health within {self.startup_timeout_s}s")
+        wait_healthy(self.process, self.url, self.name, self.startup_timeout_s)
+        return self.url
 
     def stop(self) -> None:
         stop_process(self.process)

@@ -17,13 +17,10 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from roost.rollout.server_process import stop_process
+from roost.rollout.server_process import ServerStartError, is_healthy, stop_process, wait_healthy
 
 from .recipe import Recipe
 
@@ -108,23 +105,14 @@ class SupervisedServer:
         self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         log.close()
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServiceError(f"{self.name} exited with {self.process.returncode} while starting; "
-                                   f"see {self.log_path} (command: {' '.join(self.command)})")
-            if self.healthy():
-                return
-            time.sleep(0.2)
-        self.process.kill()
-        raise ServiceError(f"{self.name} did not answer {self.url}/health within {self.startup_timeout_s:.0f}s; "
-                           f"see {self.log_path}")
+        try:
+            wait_healthy(self.process, self.url, self.name, self.startup_timeout_s,
+                         see=f"; see {self.log_path} (command: {' '.join(self.command)})")
+        except ServerStartError as exc:
+            raise ServiceError(str(exc)) from None
 
     def healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return is_healthy(self.url)
 
     def _watch(self, started: threading.Event, failure: list[BaseException]) -> None:
         try:
