@@ -50,9 +50,9 @@ class AlfworldGame:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
         from textworld.envs import PddlEnv
 
-        from .parse_cache import install as install_parse_cache
+        from .textworld_speedups import install as install_speedups
 
-        install_parse_cache()
+        install_speedups()
         infos = textworld.EnvInfos(admissible_commands=True, won=True, extras=["gamefile"])
         self._pddl = PddlEnv(infos)
         self._env = AlfredInfos(AlfredDemangler(self._pddl, shuffle=False))

@@ -1,4 +1,4 @@
-"""The parse cache makes TextWorld faster and changes nothing a player sees."""
+"""The TextWorld speed-ups change nothing a player sees."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from roost.envs.alfworld import parse_cache
+from roost.envs.alfworld import textworld_speedups
 
 # Plays every game with a fixed random walk (a bad command every fourth step) and prints the
-# transcript; `cache` says whether roost's parse cache is installed first.
+# transcript; `on` installs roost's speed-ups first.
 PLAY = """
 import json, random, sys
-from roost.envs.alfworld import game, parse_cache
+from roost.envs.alfworld import game, textworld_speedups
 if sys.argv[1] == "off":
-    parse_cache.install = lambda: None
+    textworld_speedups.install = lambda: None
 play, rng, log = game.AlfworldGame(), random.Random(0), []
 for path in sys.argv[2:]:
     state = play.reset(path)
@@ -27,17 +27,17 @@ print(json.dumps(log))
 """
 
 
-def _transcript(cache: str, games: list[str]) -> list:
-    done = subprocess.run([sys.executable, "-c", PLAY, cache, *games], capture_output=True, text=True, check=True)
+def _transcript(speedups: str, games: list[str]) -> list:
+    done = subprocess.run([sys.executable, "-c", PLAY, speedups, *games], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_games_play_the_same_with_and_without_the_cache(alfworld_data: Path):
-    games = sorted(str(path) for path in alfworld_data.glob("json_2.1.1/*/*/*/game.tw-pddl"))[:6]
-    with_cache = _transcript("on", games)
-    assert len(with_cache) == 6 * 11
-    assert with_cache == _transcript("off", games)
-    assert any("Nothing happens" in feedback for feedback, _, _ in with_cache)
+def test_games_play_the_same_with_and_without_the_speedups(alfworld_data: Path):
+    games = sorted(str(path) for path in alfworld_data.glob("json_2.1.1/*/*/*/game.tw-pddl"))
+    faster = _transcript("on", games)
+    assert len(games) == 12 and len(faster) == 12 * 11
+    assert faster == _transcript("off", games)
+    assert any("Nothing happens" in feedback for feedback, _, _ in faster)
 
 
 def test_cached_results_are_copies_callers_may_change():
@@ -47,7 +47,7 @@ def test_cached_results_are_copies_callers_may_change():
         calls.append(text)
         return [text, rule_name]
 
-    cached = parse_cache.cached(parse)
+    cached = textworld_speedups.cached(parse)
     first = cached("a", rule_name="symbols")
     first.append("changed by the caller")
     assert cached("a", rule_name="symbols") == ["a", "symbols"]
