@@ -36,11 +36,12 @@ SYSTEM_PROMPT = "You are in a household text game. Reply with exactly one admiss
 
 @dataclass(frozen=True)
 class DemoConfig:
-    train_games: int = 400
-    heldout_games: int = 100
-    expert_episodes: int = 400
+    train_games: int = 1600
+    heldout_games: int = 200
+    expert_episodes: int = 1600
     """Observing-expert episodes, one per train game (more distinct games generalise better
-    than several episodes of fewer games, for the same cost)."""
+    than several episodes of fewer games, for the same cost; measured: 400 games gave ~11%
+    held-out success after SFT, 1,600 gave ~20%)."""
     slips: float = 0.25
     hidden_size: int = 128
     num_layers: int = 2

@@ -49,6 +49,9 @@ class EnvConfig(_Section):
     prepare_args: dict[str, Any] = {}
     split: str = "train"
     """The split training tasks come from."""
+    max_tasks: int | None = Field(None, ge=1)
+    """RL on a seeded sample of this many of the split's tasks (each then comes back every
+    max_tasks / groups_per_step steps); None: all of them. SFT data is not affected."""
     server: EnvServerConfig = EnvServerConfig()
 
 

@@ -124,7 +124,7 @@ class _Run:
                  metrics: MetricsLogger, hooks: Hooks) -> None:
         import ray
 
-        from .rl_rollouts import Rollouts
+        from .rl_rollouts import Rollouts, task_pool
         from .rl_trainer import TrainerGroup
         from .rollout_workers import RolloutWorker
 
@@ -142,7 +142,7 @@ class _Run:
         self.workers = [worker.remote(svc.env_url, svc.gateway_url, recipe.agent.model_dump(), concurrency=per_worker,
                                       invalid_action_penalty=r.invalid_action_penalty)
                         for _ in range(r.workers)]
-        self.tasks = self._tasks(recipe.env.split)
+        self.tasks = task_pool(self._tasks(recipe.env.split), recipe.env.max_tasks, recipe.schedule.seed)
         self.rollouts = Rollouts(recipe, self.workers, self.tasks, state, svc.store)
 
     def all(self, transcripts: list, tools: list) -> RunSummary:
@@ -187,6 +187,11 @@ class _Run:
             self._advance("sft", step, values)
 
         run_sft(self.trainer, samples, sft, seed=self.recipe.schedule.seed, on_step=logged)
+        # RL starts with a new optimizer, as a separate RL run from the SFT checkpoint would: Adam's
+        # second moments from the NLL gradients are far larger than policy-gradient ones and would
+        # shrink its updates (measured in the demo: clip fraction ~0.000 over 24 RL steps with SFT's
+        # moments, 0.07 on the first step with a new optimizer)
+        self.trainer.reset_optimizer()
         self.state.sft_done = True
         self._checkpoint("sft")
 

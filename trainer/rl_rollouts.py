@@ -36,6 +36,13 @@ class RolloutInfo:
     recovered: int = 0
 
 
+def task_pool(tasks: list[Task], max_tasks: int | None, seed: int) -> list[Task]:
+    """The tasks RL draws from: all of the split's, or a seeded sample of `max_tasks` (in split order)."""
+    if max_tasks is None or max_tasks >= len(tasks):
+        return tasks
+    return [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), max_tasks))]
+
+
 def pick(tasks: list[Task], index: int, seed: int) -> Task:
     """The task of the `index`-th group: the split's tasks in a seeded order, epoch after epoch."""
     epoch, offset = divmod(index, len(tasks))

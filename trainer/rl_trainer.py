@@ -76,6 +76,9 @@ class TrainerRank:
         for group in self.policy.optimizer.param_groups:
             group["lr"] = lr
 
+    def reset_optimizer(self) -> None:
+        self.policy.reset_optimizer()
+
     def export(self, folder: str) -> str:
         return str(self.policy.export_hf(folder))
 
@@ -148,6 +151,9 @@ class TrainerGroup:
 
     def set_lr(self, lr: float) -> None:
         self._all("set_lr", lr)
+
+    def reset_optimizer(self) -> None:
+        self._all("reset_optimizer")
 
     def export(self, folder: str) -> str:
         return self._all("export", folder)[0]

@@ -111,6 +111,12 @@ class MegatronPolicy:
         self.reference = self._reference_model() if config.loss.kl_coef else None
         self.steps = 0
 
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's moments and step counts, keeping the weights: the next step is
+        the first step of a new optimizer, as when a separate run starts from these weights."""
+        for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
+            optimizer.optimizer.state.clear()
+
     def _load(self, model: Any, folder: Path) -> None:
         hf = hf_checkpoint.read_weights(folder)
         state = convert.hf_to_megatron(hf, self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size,
