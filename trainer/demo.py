@@ -1,6 +1,6 @@
 """`roost demo`: SFT then GRPO on ALFWorld on a laptop, with a before/after table.
 
-    roost demo                    # about 14 minutes on 2 CPU cores
+    roost demo                    # about 13 minutes on 2 CPU cores
     roost demo --quick            # a few minutes: the same pipeline, cut down
 
 Everything is the real stack, as `roost train` runs it: an ALFWorld env server (real
