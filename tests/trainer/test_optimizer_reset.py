@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from trainer_fixtures import grpo_batch
 
@@ -18,14 +19,17 @@ def _scored(seed: int) -> list:
     return scored
 
 
-def _policy(checkpoint) -> MegatronPolicy:
-    return MegatronPolicy(TrainConfig(checkpoint=str(checkpoint), lr=1e-3, token_budget=512))
+def _policy(checkpoint, distributed: bool) -> MegatronPolicy:
+    return MegatronPolicy(TrainConfig(checkpoint=str(checkpoint), lr=1e-3, token_budget=512,
+                                      use_distributed_optimizer=distributed))
 
 
-def test_a_reset_optimizer_trains_like_a_new_run_from_the_same_weights(megatron_world, tiny_model_path, tmp_path):
+@pytest.mark.parametrize("distributed", [False, True], ids=["optimizer", "distributed-optimizer"])
+def test_a_reset_optimizer_trains_like_a_new_run_from_the_same_weights(megatron_world, tiny_model_path, tmp_path,
+                                                                       distributed):
     first, second = _scored(seed=1), _scored(seed=2)
 
-    one_run = _policy(tiny_model_path)
+    one_run = _policy(tiny_model_path, distributed)
     one_run.train_step(first)
     one_run.train_step(first)
     handed_over = one_run.export_hf(tmp_path / "after-first")
@@ -33,10 +37,10 @@ def test_a_reset_optimizer_trains_like_a_new_run_from_the_same_weights(megatron_
     one_run.reset_optimizer()
     one_run.train_step(second)
 
-    new_run = _policy(handed_over)
+    new_run = _policy(handed_over, distributed)
     new_run.train_step(second)
 
-    kept_moments = _policy(handed_over)
+    kept_moments = _policy(handed_over, distributed)
     kept_moments.optimizer.load_state_dict(moments)
     kept_moments.train_step(second)
 
