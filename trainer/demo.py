@@ -41,7 +41,7 @@ class DemoConfig:
     expert_episodes: int = 1600
     """Observing-expert episodes, one per train game (more distinct games generalise better
     than several episodes of fewer games, for the same cost; measured: 400 games gave ~11%
-    held-out success after SFT, 1,600 gave ~20%)."""
+    held-out success after SFT, 1,600 gave ~15%)."""
     slips: float = 0.25
     hidden_size: int = 128
     num_layers: int = 2

@@ -6,11 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-from roost.rollout.server_process import free_port
+from roost.rollout.server_process import free_port, stop_process, wait_healthy
 
 ROOST = [sys.executable, "-m", "roost.cli.main"]
 
@@ -27,18 +25,11 @@ def test_serve_then_eval_the_expert_against_it(alfworld_data: Path):
                                "--data-dir", str(alfworld_data)])
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            assert server.poll() is None, "roost serve exited"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(server, url, "roost serve", timeout_s=300)
         report = _roost("eval", "alfworld", "--agent", "expert", "--env-url", url, "--episodes", "3",
                         "--split", "valid_unseen", "--json", "--no-progress")
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_process(server, timeout_s=30)
     assert (report["success_rate"], report["mean_reward"], report["episodes"]) == (1.0, 1.0, 3)
 
 

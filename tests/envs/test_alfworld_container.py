@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from roost.envs.client import EnvClient
 from roost.envs.protocol import TextAction
 from roost.envs.registry import resolve
+from roost.rollout.server_process import free_port, wait_healthy
 
 
 @pytest.fixture(scope="module")
@@ -70,24 +68,13 @@ async def test_an_episode_against_the_server_in_the_container(docker_engine, alf
 
 @pytest.mark.timeout(600)
 async def test_roost_serve_docker_serves_and_cleans_up(docker_engine, alfworld_image: str, alfworld_data: Path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "roost.cli.main", "serve", "alfworld", "--docker", "--port", str(port),
                "--workers", "1", "--data-dir", str(alfworld_data)]
     server = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert server.poll() is None, f"roost serve --docker exited with {server.returncode}"
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the container never became healthy"
-            time.sleep(0.5)
+        wait_healthy(server, url, "roost serve --docker", timeout_s=300)
         assert await _play_expert(url) == 1.0
     finally:
         server.send_signal(signal.SIGINT)
