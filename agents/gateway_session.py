@@ -1,7 +1,8 @@
 """The runner's calls to the gateway's control plane, and nothing else.
 
     POST /sessions                 {"group_id", "task", "metadata"} → {"session_id", "key", "base_url"}
-    POST /sessions/{sid}/reward    {"reward", "info"}
+    POST /sessions/{sid}/reward    {"reward", "info"}, or {"reward", "call_id", "info"} (a step reward)
+    GET  /sessions/{sid}           the session's calls, in order
     POST /sessions/{sid}/finish    {"info": {"status": "ok" | "infra_error" | ..., ...}}
 
 `base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness as its OpenAI base URL,
@@ -46,19 +47,31 @@ class GatewayClient:
         body = await self._post("/sessions", {"group_id": group_id, "task": task, "metadata": metadata or {}})
         return GatewaySession(body["session_id"], body.get("key", ""), body["base_url"])
 
-    async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None) -> None:
-        await self._post(f"/sessions/{session_id}/reward", {"reward": reward, "info": info or {}})
+    async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None,
+                          call_id: str | None = None) -> None:
+        body: dict[str, Any] = {"reward": reward, "info": info or {}}
+        if call_id is not None:
+            body["call_id"] = call_id
+        await self._post(f"/sessions/{session_id}/reward", body)
+
+    async def call_ids(self, session_id: str) -> list[str]:
+        """The session's recorded calls, in the order they were made."""
+        view = await self._request("GET", f"/sessions/{session_id}")
+        return [c["call_id"] for c in sorted(view.get("calls", []), key=lambda c: c["seq"])]
 
     async def finish(self, session_id: str, status: str, **info: Any) -> None:
         await self._post(f"/sessions/{session_id}/finish", {"info": {"status": status, **info}})
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._request("POST", path, body)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
-            response = await self._http.post(path, json=body)
+            response = await self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise GatewayError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
         if not response.is_success:
-            raise GatewayError(f"POST {self.url}{path} answered {response.status_code}: {response.text[:500]}")
+            raise GatewayError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
         return response.json()
 
 

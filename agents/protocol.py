@@ -41,6 +41,10 @@ class EpisodeContext:
 class AgentOutcome:
     turns: int = 0
     invalid_actions: int = 0
+    invalid_calls: list[int] = field(default_factory=list)
+    """Which model calls (0-based, in the order the harness made them) chose an action the env
+    refused, for harnesses that know: the runner then puts the invalid-action penalty on
+    those calls as step rewards, instead of on the whole episode."""
     stop_reason: str = "done"
     """done | max_turns | context_length | gave_up"""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -54,9 +55,11 @@ class RunConfig:
     capacity_wait_s: float = 300.0
     """How long to keep retrying while the env server is full (429)."""
     invalid_action_penalty: float = 0.0
-    """Subtracted from the reward posted for training, per invalid action (verl-agent's
-    `invalid_action_penalty_coef`): episodes that all fail still differ. The env reward,
-    success and the session's finish info stay as the env gave them."""
+    """Taken off the training reward per invalid action (verl-agent's
+    `invalid_action_penalty_coef`): episodes that all fail still differ. Posted as a step
+    reward on the call that chose the action where the harness says which (`AgentOutcome.
+    invalid_calls`), else off the episode's reward. The env reward, success and the session's
+    finish info stay as the env gave them."""
 
 
 @dataclass
@@ -99,6 +102,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
     started = time.perf_counter()
     session: GatewaySession | None = None
     episode_id: str | None = None
+    invalid_calls: list[int] = []
     try:
         if gateway is not None:
             session = await gateway.create_session(f"{config.run_id}/{task.id}", _task_meta(task),
@@ -113,7 +117,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
         result.reward, result.steps = tracker.reward, tracker.steps
         result.success = tracker.terminated and tracker.reward > 0
         result.turns, result.invalid_actions = outcome.turns, outcome.invalid_actions
-        result.stop_reason = outcome.stop_reason
+        result.stop_reason, invalid_calls = outcome.stop_reason, outcome.invalid_calls
     except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, GatewayError) as exc:
         result.status, result.error = "infra_error", f"{type(exc).__name__}: {exc}"
     except AgentError as exc:
@@ -126,7 +130,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
             await _quietly(host.delete(episode_id))
     result.seconds = round(time.perf_counter() - started, 3)
     if gateway is not None and session is not None:
-        await _report(gateway, session, result, config.invalid_action_penalty)
+        await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
     return result
 
 
@@ -186,10 +190,12 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
             await asyncio.sleep(exc.retry_after)
 
 
-async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float) -> None:
+async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
+                  invalid_calls: list[int]) -> None:
     try:
         if result.status == "ok":
-            shaped = result.reward - penalty * result.invalid_actions
+            placed = await _penalise_calls(gateway, session, result, penalty, invalid_calls) if penalty else 0
+            shaped = result.reward - penalty * (result.invalid_actions - placed)
             await gateway.post_reward(session.session_id, shaped, {"success": result.success, "env_reward": result.reward,
                                                                    "invalid_actions": result.invalid_actions})
         await gateway.finish(session.session_id, result.status, task_id=result.task_id, reward=result.reward,
@@ -198,6 +204,22 @@ async def _report(gateway: GatewayClient, session: GatewaySession, result: Episo
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
         if result.status == "ok":
             result.status, result.error = "infra_error", str(exc)
+
+
+async def _penalise_calls(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
+                          invalid_calls: list[int]) -> int:
+    """Post the penalty of each invalid action on the call that chose it; returns how many were
+    placed. Only when the session holds exactly one call per turn (else which call chose what
+    is unknown, and the penalty stays on the episode)."""
+    if not invalid_calls:
+        return 0
+    call_ids = await gateway.call_ids(session.session_id)
+    if len(call_ids) != result.turns or not all(0 <= i < len(call_ids) for i in invalid_calls):
+        return 0
+    for index, count in sorted(Counter(invalid_calls).items()):
+        await gateway.post_reward(session.session_id, -penalty * count, {"invalid_actions": count},
+                                  call_id=call_ids[index])
+    return len(invalid_calls)
 
 
 async def _quietly(coro) -> None:

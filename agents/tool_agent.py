@@ -95,6 +95,7 @@ class ToolAgent:
         if not command:
             messages.append({"role": "user", "content": "Act by calling a tool with one command."})
             outcome.invalid_actions += 1
+            outcome.invalid_calls.append(outcome.turns - 1)
             return None
         step, text = await self._step(TextAction(command), outcome, ctx)
         messages.append({"role": "user", "content": text})
@@ -107,6 +108,7 @@ class ToolAgent:
             step = await ctx.step(action)
         except InvalidActionError as exc:
             outcome.invalid_actions += 1
+            outcome.invalid_calls.append(outcome.turns - 1)  # this turn's call chose the action
             return None, f"Invalid action: {exc}"
         return step, step.observation.text
 

@@ -6,8 +6,11 @@ An estimator is `fn(group: Group, **options) -> result`, where the result is
   - `{(session_id, agent_id): float}`: one advantage per agent per session,
   - `{call_id: float}`: one advantage per call,
   - `[[float, ...], ...]`: per-token advantages, one list per sample of the group.
-Scalars are spread over the sampled tokens they cover. Built-ins: `grpo`, `rloo`,
-`reinforce++`, `gae`; anything else is loaded by dotted path (`pkg.module:function`), so a
+Scalars are spread over the sampled tokens they cover. Rewards: a session's (or agent's)
+reward is its outcome; a reward posted on a call is a step reward (an invalid action's
+penalty, say), so an episode's return is its outcome plus its calls' step rewards.
+Built-ins: `grpo`, `rloo`, `reinforce++`, `gae`, and `gigpo` (per-step credit, in
+`roost.trainer.gigpo`); anything else is loaded by dotted path (`pkg.module:function`), so a
 recipe can name its own. Advantages posted to the gateway (per token or per call) take
 precedence over any estimator. In multi-agent groups each agent may use its own estimator.
 
@@ -51,18 +54,23 @@ class Group:
         return sample.reward
 
     def agent_rewards(self) -> dict[tuple[str, str], float]:
-        """One reward per (session, agent); an agent's branches in a session share it."""
+        """One return per (session, agent): its reward plus the step rewards posted on its calls
+        (each call once, however many of the agent's branches pass through it)."""
         rewards: dict[tuple[str, str], float] = {}
+        steps: dict[tuple[str, str], dict[str, float]] = {}
         for sample in self.samples:
             key = (sample.session_id, sample.agent_id)
             reward = self.session_reward(sample)
             if rewards.setdefault(key, reward) != reward:
                 raise AdvantageError(
                     f"group {self.group_id!r}: session {key[0]!r} agent {key[1]!r} has branches with different "
-                    "rewards (per-call rewards on its leaves); reward the agent once, or use a custom "
+                    "rewards; reward the agent once (per-step rewards go on its calls), or use a custom "
                     "estimator that returns per-call or per-token advantages"
                 )
-        return rewards
+            for call in sample.calls:
+                if call.reward is not None:
+                    steps.setdefault(key, {})[call.call_id] = call.reward
+        return {key: reward + sum(steps.get(key, {}).values()) for key, reward in rewards.items()}
 
 
 @dataclass
@@ -177,6 +185,7 @@ ESTIMATORS: dict[str, str] = {
     "rloo": "roost.trainer.advantages:rloo",
     "reinforce++": "roost.trainer.advantages:reinforce_pp",
     "gae": "roost.trainer.advantages:gae",
+    "gigpo": "roost.trainer.gigpo:gigpo",
 }
 
 

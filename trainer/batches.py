@@ -50,19 +50,18 @@ def samples_from_store(
         for session in sessions:
             rewards = reader.rewards(session.session_id)
             posted = reader.advantages(session.session_id)
-            call_rewards = {r.call_id: r.reward for r in rewards if r.call_id is not None}
             for path in session_samples(session, reader.calls(session.session_id), rewards, posted):
                 if path.num_sampled:
-                    yield _to_sample(path, posted, call_rewards)
+                    yield _to_sample(path, posted)
 
 
-def _to_sample(path, posted: dict, call_rewards: dict[str, float]) -> Sample:
+def _to_sample(path, posted: dict) -> Sample:
     token_call = [-1] * len(path.tokens)
     calls = []
     advantages: list[float | None] = [None] * len(path.tokens)
     for index, span in enumerate(path.spans):
         calls.append(CallRef(call_id=span.call_id, weight_version=span.weight_version,
-                             reward=call_rewards.get(span.call_id)))
+                             reward=span.reward))
         token_call[span.start : span.end] = [index] * (span.end - span.start)
         if span.call_id in posted and path.advantages is not None:
             advantages[span.start : span.end] = path.advantages[span.start : span.end]

@@ -22,7 +22,8 @@ from .recipe import MetricsConfig
 
 # What the console line shows, in order, with its format.
 CONSOLE = [
-    ("reward", "reward {:.3f}"), ("success", "success {:.2f}"), ("success_rate", "success rate {:.2f}"), ("loss", "loss {:.4f}"),
+    ("reward", "reward {:.3f}"), ("success", "success {:.2f}"), ("success_rate", "success rate {:.2f}"),
+    ("invalid_actions", "invalid {:.1f}/ep"), ("loss", "loss {:.4f}"),
     ("kl", "kl {:.4f}"), ("clip_fraction", "clip {:.3f}"), ("entropy", "entropy {:.3f}"),
     ("logprob_mismatch", "mismatch {:.4f}"), ("staleness", "stale {:.2f}"),
     ("rollout_tokens_per_s", "{:.0f} tok/s"), ("tree_saving", "tree -{:.0%}"),

@@ -149,7 +149,8 @@ class TrainerConfig(_Section):
 
 class EstimatorSection(_Section):
     name: str = "grpo"
-    """grpo, rloo, reinforce++, gae, or a custom hook `module:function(group, **options)`."""
+    """grpo, rloo, reinforce++, gae, gigpo (per-step credit), or a custom hook
+    `module:function(group, **options)`."""
     options: dict[str, Any] = {}
 
 

@@ -329,6 +329,7 @@ def step_metrics(batch: Any, rollout: Any, stats: dict[str, Any] | None, counts:
     values: dict[str, Any] = {
         "reward": sum(batch.rewards) / len(batch.rewards) if batch.rewards else None,
         "success": sum(r["success"] for r in ok) / len(ok) if ok else None,
+        "invalid_actions": sum(r["invalid_actions"] for r in ok) / len(ok) if ok else None,
         "episodes": len(results), "recovered_groups": rollout.recovered,
         "infra_error": batch.counts.get("infra_error", 0), "timeout": batch.counts.get("timeout", 0),
         "agent_error": batch.counts.get("agent_error", 0), "unfinished": batch.counts.get("open", 0),

@@ -32,6 +32,8 @@ class SampledSpan:
     start: int
     end: int
     weight_version: str
+    reward: float | None = None
+    """The step reward posted on this call (the latest), if any."""
 
 
 @dataclass
@@ -51,9 +53,10 @@ class TrainingSample:
         advantages: one per token from advantages posted to the gateway per call (a scalar is
             spread over the call's sampled tokens), 0.0 on unmasked tokens and on sampled
             tokens of calls that got none; None when no call on the path got one.
-        reward: the leaf call's reward if one was posted, else the agent's, else the
-            session's (the latest of each); None if none.
-        spans: which call sampled which masked range, and at which weight version.
+        reward: the outcome: the agent's reward if one was posted, else the session's (the
+            latest of each); None if none. Rewards posted on calls are step rewards, on `spans`.
+        spans: which call sampled which masked range, at which weight version, and the step
+            reward posted on that call.
         finish_reason: the leaf call's finish reason (SGLang's {"type": stop|length|abort, ...}).
     """
 
@@ -151,6 +154,7 @@ def _path_sample(
     adv = [0.0] * n
     any_advantage = False
     spans = []
+    step_rewards = {r.call_id: r.reward for r in rewards if r.call_id is not None}  # oldest first: latest wins
     chain = _ancestors(leaf, by_id)
     for call, limit in chain:
         start = len(call.prompt_ids)
@@ -171,7 +175,7 @@ def _path_sample(
             any_advantage = True
             for i in range(start, end):
                 adv[i] = record.per_token[i - start] if record.per_token is not None else (record.value or 0.0)
-        spans.append(SampledSpan(call.call_id, start, end, call.weight_version))
+        spans.append(SampledSpan(call.call_id, start, end, call.weight_version, step_rewards.get(call.call_id)))
     spans.reverse()
     return TrainingSample(
         session_id=session.session_id,
@@ -201,17 +205,15 @@ def _common(sampled, tokens: list[int], start: int, end: int) -> int:
 
 
 def _reward_for(leaf: CallRecord, rewards: list[RewardRecord]) -> float | None:
-    call_reward = agent_reward = session_reward = None
+    """The path's outcome: its agent's reward, else the session's. Rewards posted on calls are
+    step rewards; they ride on each call (`CallRef.reward`), not here."""
+    agent_reward = session_reward = None
     for r in rewards:  # oldest first, so the latest of each kind wins
         if r.call_id is not None:
-            if r.call_id == leaf.call_id:
-                call_reward = r.reward
-        elif r.agent_id is not None:
+            continue
+        if r.agent_id is not None:
             if r.agent_id == leaf.agent_id:
                 agent_reward = r.reward
         else:
             session_reward = r.reward
-    for value in (call_reward, agent_reward, session_reward):
-        if value is not None:
-            return value
-    return None
+    return agent_reward if agent_reward is not None else session_reward

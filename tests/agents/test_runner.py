@@ -9,10 +9,13 @@ from roost.agents.evaluate import EvalConfig, evaluate
 from roost.agents.expert import ExpertAgent
 from roost.agents.gateway_session import GatewayClient
 from roost.agents.runner import RunConfig, run_episodes, summarize
+from roost.agents.tool_agent import ToolAgent
 from roost.envs.client import EnvClient
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
+from roost.trainer.advantages import Group
+from roost.trainer.batches import samples_from_store
 
 
 async def test_the_expert_solves_every_fixture_game_in_process(alfworld_data: Path):
@@ -94,3 +97,21 @@ async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfwor
     [posted] = session["rewards"]
     assert posted["reward"] == -0.5 and posted["info"]["env_reward"] == 0.0 and posted["info"]["invalid_actions"] == 2
     assert session["finish_info"]["reward"] == 0.0
+
+
+async def test_the_tool_agent_s_invalid_actions_are_penalised_on_the_calls_that_chose_them(
+        alfworld_data: Path, scripted_gateway: str, tmp_path: Path):
+    # The scripted engine's fallback reply "OK." is not a command: every turn is an invalid action.
+    manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
+    async with manager, GatewayClient(scripted_gateway) as gateway:
+        tasks = (await manager.tasks("train"))[:1]
+        run = RunConfig(concurrency=1, max_turns=2, run_id="stepwise", progress=False, invalid_action_penalty=0.25)
+        [result] = await run_episodes(tasks, manager, ToolAgent(max_tokens=8), [], run, gateway)
+    assert (result.status, result.turns, result.invalid_actions, result.reward) == ("ok", 2, 2, 0.0)
+    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}").json()
+    call_ids = [c["call_id"] for c in session["calls"]]
+    assert {r["call_id"]: r["reward"] for r in session["rewards"] if r["call_id"]} == dict.fromkeys(call_ids, -0.25)
+    assert [r["reward"] for r in session["rewards"] if r["call_id"] is None] == [0.0]
+    [sample] = samples_from_store(tmp_path / "trajectories.sqlite", session_ids=[result.session_id])
+    assert (sample.reward, [c.reward for c in sample.calls]) == (0.0, [-0.25, -0.25])
+    assert Group("g", [sample]).agent_rewards() == {(result.session_id, sample.agent_id): -0.5}

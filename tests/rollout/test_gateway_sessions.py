@@ -142,7 +142,8 @@ def test_control_plane_rewards_advantages_finish(gateway):
                       json={"model": "tiny", "messages": [{"role": "user", "content": "again"}]})
     assert late.status_code == 409 and late.json()["error"]["code"] == "session_finished"
     [sample] = list(iter_training_samples(store, group_id="g-control"))
-    assert sample.reward == 1.0 and sample.task == {"id": "t-7", "split": "train"}
+    assert sample.reward == 0.5 and sample.spans[-1].reward == 1.0  # the session's outcome; the call's step reward
+    assert sample.task == {"id": "t-7", "split": "train"}
     assert sample.num_sampled == n_sampled
     assert sample.advantages[-n_sampled:] == [0.25] * n_sampled
     view = httpx.get(f"{url}/sessions/{sid}", params={"tokens": 1}).json()

@@ -108,7 +108,9 @@ def test_training_samples_are_root_to_leaf_paths(store):
     assert b.reward == 0.5 and b.group_id == "g" and b.task == {"id": 1}
     c = samples["c"]
     assert c.tokens == [1, 2, 3, 9, 6, 8] and c.loss_mask == [0, 0, 0, 0, 0, 1]
-    assert c.reward == 1.0 and c.advantages is None
+    # a reward posted on a call is that call's step reward; the path's outcome stays the session's
+    assert c.reward == 0.5 and c.advantages is None and [(s.call_id, s.reward) for s in c.spans] == [("c", 1.0)]
+    assert [s.reward for s in b.spans] == [None, None]
 
 
 def test_unfinished_sessions_are_skipped_by_default(tmp_path):
