@@ -1,4 +1,4 @@
-"""`roost demo`: SFT → GRPO on ALFWorld on the embedded defaults, with a before/after table.
+"""`roost demo`: SFT → GiGPO on ALFWorld on the embedded defaults, with a before/after table.
 
 The pipeline lives in `roost.trainer.demo`; this is its command line.
 """
@@ -16,7 +16,7 @@ def demo(
     tour: bool = typer.Option(True, "--tour/--no-tour", help="First show one tool-calling conversation as the "
                                                              "gateway records it, token by token (~20 s)."),
 ) -> None:
-    """SFT a small model on ALFWorld expert demonstrations, then GRPO; print held-out success."""
+    """SFT a small model on ALFWorld expert demonstrations, then RL (GiGPO); print held-out success."""
     from rich.console import Console
 
     from roost.trainer.demo import DemoConfig, run_demo, table
@@ -27,7 +27,7 @@ def demo(
 
         run_tour(console)
     config = DemoConfig.quick() if quick else DemoConfig()
-    console.print("roost demo: SFT → GRPO on ALFWorld (games, engine, gateway, env server and trainer all local)")
+    console.print("roost demo: SFT → GiGPO on ALFWorld (games, engine, gateway, env server and trainer all local)")
     result = run_demo(config, out.resolve(), console)
     console.print(table(result))
     minutes, seconds = divmod(int(result.seconds), 60)

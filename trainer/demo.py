@@ -1,4 +1,4 @@
-"""`roost demo`: SFT then GRPO on ALFWorld on a laptop, with a before/after table.
+"""`roost demo`: SFT then GiGPO on ALFWorld on a laptop, with a before/after table.
 
     roost demo                    # about 13 minutes on 2 CPU cores
     roost demo --quick            # a few minutes: the same pipeline, cut down
@@ -17,7 +17,8 @@ far faster without a tool schema in every prompt), and the Megatron trainer on R
  3. model         tokenizer + model built from the transcripts
  4. eval before   held-out success of the untrained model
  5. SFT           NLL on the expert's replies; eval after SFT
- 6. GRPO          groups of episodes per game through the gateway; eval after RL
+ 6. RL (GiGPO)    groups of episodes per game through the gateway, each turn credited against
+                  the group's turns from the same state; eval after RL
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ class DemoConfig:
     rl_updates_per_batch: int = 2
     """PPO epochs on each rollout batch (rollouts cost ~10x a training step here)."""
     invalid_action_penalty: float = 0.1
-    """Per invalid command, off the training reward: most early groups fail every episode,
-    and this keeps them informative (success is still what the table reports)."""
+    """Per invalid command, a step reward on the turn that chose it: most early groups fail
+    every episode, and this keeps them informative (success is still what the table reports)."""
+    step_weight: float = 1.0
+    """GiGPO's weight on the per-turn advantage (0 is GRPO with discounting)."""
     eval_temperature: float = 1.0
     max_turns: int = 15
     seed: int = 0
@@ -73,7 +76,7 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
                                config.seed)).encode()).hexdigest()[:12]
     return validate_recipe({
         "name": "demo",
-        "description": "SFT → GRPO on ALFWorld with a small-vocabulary Qwen3 model.",
+        "description": "SFT → GiGPO on ALFWorld with a small-vocabulary Qwen3 model.",
         "env": {"name": "alfworld", "split": "train",
                 "prepare": "roost.trainer.recipe_prepare:alfworld_fixtures",
                 "prepare_args": {"train": config.train_games, "valid_seen": 0, "valid_unseen": config.heldout_games,
@@ -97,7 +100,10 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
                     # each episode counts once, however many turns it ran (failures run longest)
                     "loss": {"kind": "ppo", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0,
                              "aggregation": "seq_mean_token_mean"}},
-        "algorithm": {"advantage": {"name": "grpo"}, "mode": "sync", "updates_per_batch": config.rl_updates_per_batch},
+        # GiGPO: a turn is credited against the group's turns from the same observation, so a
+        # good move in a failed episode is not pushed down, nor a wasted turn in a won one
+        "algorithm": {"advantage": {"name": "gigpo", "options": {"gamma": 0.95, "step_weight": config.step_weight}},
+                      "mode": "sync", "updates_per_batch": config.rl_updates_per_batch},
         "rollout": {"groups_per_step": config.groups_per_step, "group_size": config.group_size,
                     "concurrency": config.groups_per_step * config.group_size,
                     "invalid_action_penalty": config.invalid_action_penalty},
