@@ -94,10 +94,12 @@ def _serve_docker(env: str, port: int, data_dir: Optional[Path], base_image: Opt
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         url = container.start()
+        # A process started in the background inherits SIGINT ignored; it must still stop on it.
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
         _err(f"serving {env} from container {container.container.short_id} ({image}) on {url}; Ctrl-C stops it")
         while not stop.wait(1):
             pass
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C while the image builds or the container starts
         pass
     finally:
         container.stop()
