@@ -153,6 +153,15 @@ class EstimatorSection(_Section):
     `module:function(group, **options)`."""
     options: dict[str, Any] = {}
 
+    @model_validator(mode="after")
+    def _known(self) -> EstimatorSection:
+        from .advantages import ESTIMATORS
+
+        if self.name not in ESTIMATORS and ":" not in self.name and "." not in self.name:
+            raise ValueError(f"unknown advantage estimator {self.name!r}: use one of {', '.join(ESTIMATORS)} "
+                             "or a hook's dotted path, module:function")
+        return self
+
 
 class AlgorithmConfig(_Section):
     advantage: EstimatorSection = EstimatorSection()

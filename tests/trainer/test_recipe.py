@@ -43,6 +43,9 @@ def test_a_bad_value_names_the_key_and_the_allowed_values():
         validate_recipe({**MINIMAL, "rollout": {"group_size": 0}})
     with pytest.raises(RecipeError, match="env: required"):
         validate_recipe({"name": "t"})
+    with pytest.raises(RecipeError, match="unknown advantage estimator 'gipgo': use one of grpo, .*gigpo"):
+        validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "gipgo"}}})
+    assert validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "my_credit:split"}}})
 
 
 def test_overrides_take_dotted_paths_yaml_values_and_short_names(tmp_path):
