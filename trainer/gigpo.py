@@ -14,6 +14,11 @@ previous sampled reply and this call's reply (the env's observation in its chat 
 whole prompt for an episode's first call. Derived from token ids, not text, like everything
 the trainer computes. A call's advantage is `episode + step_weight * step`; a state reached
 once has a step advantage of 0.
+
+An episode's steps are the calls of one sample, so the estimator wants each agent's
+conversation as one growing sample (the gateway's `keep` reasoning policy, or any harness
+whose turns extend each other). Where turns fork (`drop`), each path is scored as an episode
+of its own, and its anchors hold its whole history, so few states are shared.
 """
 
 from __future__ import annotations
