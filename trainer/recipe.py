@@ -134,6 +134,9 @@ class TrainerConfig(_Section):
     """Data-parallel size; the trainer has tp * dp ranks (Ray actors)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     lr: float = Field(1e-6, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    """RL steps over which the learning rate rises linearly to `lr`: a new Adam's first updates
+    move every weight by about `lr`, whatever the size of its gradient."""
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.999)
     clip_grad: float = 1.0

@@ -222,6 +222,9 @@ class _Run:
             batch = collect_batch(self.svc.store, group_ids, current_version=state.weight_version,
                                   max_staleness=max_staleness)
             scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
+            lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
+            if recipe.trainer.warmup_steps:
+                self.trainer.set_lr(lr)
             stats = None
             for update in range(algo.updates_per_batch if scored else 0):
                 last = self.trainer.train_step(scored)
@@ -232,7 +235,7 @@ class _Run:
             state.consumed_groups += group_ids
             sync_s = self._publish(f"step-{state.step}") if stats else 0.0
             values = step_metrics(batch, rollout, stats, counts, scored)
-            values.update(weight_version=state.weight_version, weight_sync_s=sync_s,
+            values.update(lr=lr, weight_version=state.weight_version, weight_sync_s=sync_s,
                           step_s=time.perf_counter() - started)
             self._last = values
             self.metrics.log(state.step, values, stage="rl")
@@ -319,6 +322,11 @@ class _Run:
         for worker in self.workers:
             ray.kill(worker)
         self.trainer.shutdown()
+
+
+def rl_lr(lr: float, warmup_steps: int, step: int) -> float:
+    """The learning rate of RL step `step` (0-based): a linear warmup, then `lr`."""
+    return lr * (step + 1) / warmup_steps if step < warmup_steps else lr
 
 
 def step_metrics(batch: Any, rollout: Any, stats: dict[str, Any] | None, counts: dict[str, int],

@@ -35,7 +35,7 @@ def tiny_recipe(run_dir, **overrides) -> dict:
                                   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
                                   "head_dim": 16}},
         "sft": {"data": {"source": "expert", "episodes": 4}, "steps": 2, "batch_size": 2, "warmup_steps": 1},
-        "trainer": {"lr": 1e-3, "token_budget": 8192, "threads": 1},
+        "trainer": {"lr": 1e-3, "warmup_steps": 2, "token_budget": 8192, "threads": 1},
         # zero-advantage groups still train (a random model rarely wins, and the loop must run)
         "algorithm": {"advantage": {"name": "grpo", "options": {"equal_rewards": "zero"}}},
         "rollout": {"groups_per_step": 2, "group_size": 2, "concurrency": 4},
@@ -60,6 +60,7 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     rl = [m for m in lines if m["stage"] == "rl"]
     assert [m["step"] for m in sft] == [1, 2] and sft[1]["loss"] < sft[0]["loss"] + 1.0
     assert [m["step"] for m in rl] == [1, 2] and all(m["updated"] for m in rl)
+    assert [m["lr"] for m in rl] == pytest.approx([5e-4, 1e-3])  # RL's own warmup after SFT
     for key in ("reward", "success", "clip_fraction", "entropy", "logprob_mismatch", "staleness",
                 "rollout_tokens_per_s", "tree_saving", "infra_error", "timeout"):
         assert key in rl[0], key
@@ -76,4 +77,5 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     rl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in rl if m["stage"] == "rl"]
     assert [m["step"] for m in rl] == [1, 2, 3] and rl[-1]["weight_version"] == 4
+    assert rl[-1]["lr"] == pytest.approx(1e-3)  # a resumed run continues after its warmup
     assert json.loads((run_dir / "state.json").read_text())["step"] == 3
