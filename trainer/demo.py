@@ -53,10 +53,6 @@ class DemoConfig:
     groups_per_step: int = 6
     group_size: int = 8
     rl_lr: float = 5e-4
-    rl_warmup_steps: int = 6
-    """RL's learning rate rises over these steps: a new Adam's first updates move every weight
-    by ~lr, and in one of two demos the first steps' updates raised invalid commands 6 → 8 per
-    episode, which RL never recovered from."""
     rl_updates_per_batch: int = 2
     """PPO epochs on each rollout batch (rollouts cost ~10x a training step here)."""
     invalid_action_penalty: float = 0.1
@@ -99,8 +95,7 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
                          "cache": str(cache_dir / f"transcripts-{key}.jsonl")},
                 "steps": config.sft_steps, "batch_size": config.sft_batch, "lr": config.sft_lr,
                 "warmup_steps": 20, "min_lr_ratio": 0.1},
-        "trainer": {"lr": config.rl_lr, "warmup_steps": config.rl_warmup_steps, "adam_betas": [0.9, 0.95],
-                    "token_budget": 16384, "threads": 2,
+        "trainer": {"lr": config.rl_lr, "adam_betas": [0.9, 0.95], "token_budget": 16384, "threads": 2,
                     "old_logprobs": "rollout",
                     # each episode counts once, however many turns it ran (failures run longest)
                     "loss": {"kind": "ppo", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0,
