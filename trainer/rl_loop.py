@@ -199,9 +199,10 @@ class _Run:
     def _rl_loss(self) -> None:
         from .rl_trainer import train_config
 
-        config = train_config(self.recipe, self.state.model)
-        # the KL reference is the policy RL starts from (after SFT), kept across resumes
-        self.state.reference = self.state.reference or self.state.hf_weights
+        # the KL reference is the policy RL starts from (after SFT, else the recipe's model),
+        # kept across resumes
+        self.state.reference = self.state.reference or self.state.hf_weights or self.state.model
+        config = train_config(self.recipe, self.state.model, reference=self.state.reference)
         self.trainer.set_loss(config.loss, config.lr, reference=self.state.reference)
 
     def _rl(self) -> None:

@@ -26,11 +26,14 @@ def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) 
     from .megatron.train import TrainConfig
 
     t = recipe.trainer
+    loss = t.loss.model_dump()
+    if reference is None:  # no KL term until RL names its reference (`set_loss`, after any SFT)
+        loss["kl_coef"] = 0.0
     return TrainConfig(
         checkpoint=checkpoint, reference=reference, dtype=t.dtype, lr=t.lr, weight_decay=t.weight_decay,
         adam_betas=tuple(t.adam_betas),
         clip_grad=t.clip_grad, use_distributed_optimizer=t.use_distributed_optimizer, token_budget=t.token_budget,
-        layout=t.layout, old_logprobs=t.old_logprobs, loss=LossConfig(**t.loss.model_dump()),
+        layout=t.layout, old_logprobs=t.old_logprobs, loss=LossConfig(**loss),
     )
 
 

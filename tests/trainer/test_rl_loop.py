@@ -35,7 +35,7 @@ def tiny_recipe(run_dir, **overrides) -> dict:
                                   "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
                                   "head_dim": 16}},
         "sft": {"data": {"source": "expert", "episodes": 4}, "steps": 2, "batch_size": 2, "warmup_steps": 1},
-        "trainer": {"lr": 1e-3, "warmup_steps": 2, "token_budget": 8192, "threads": 1},
+        "trainer": {"lr": 1e-3, "warmup_steps": 2, "token_budget": 8192, "threads": 1, "loss": {"kl_coef": 0.01}},
         # zero-advantage groups still train (a random model rarely wins, and the loop must run)
         "algorithm": {"advantage": {"name": "grpo", "options": {"equal_rewards": "zero"}}},
         "rollout": {"groups_per_step": 2, "group_size": 2, "concurrency": 4},
@@ -61,6 +61,9 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     assert [m["step"] for m in sft] == [1, 2] and sft[1]["loss"] < sft[0]["loss"] + 1.0
     assert [m["step"] for m in rl] == [1, 2] and all(m["updated"] for m in rl)
     assert [m["lr"] for m in rl] == pytest.approx([5e-4, 1e-3])  # RL's own warmup after SFT
+    # kl_coef > 0: the reference (the policy after SFT) is loaded when RL starts; the random
+    # model's groups carry zero advantages, so the policy has not moved away from it
+    assert [m["kl"] for m in rl] == pytest.approx([0.0, 0.0], abs=1e-6)
     for key in ("reward", "success", "clip_fraction", "entropy", "logprob_mismatch", "staleness",
                 "rollout_tokens_per_s", "tree_saving", "infra_error", "timeout"):
         assert key in rl[0], key
