@@ -97,6 +97,12 @@ class Scored:
     advantages: list[float]
 
 
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for fewer than two values)."""
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
+
+
 def _centered(rewards: dict[Any, float], equal_rewards: str) -> dict[Any, float] | None:
     values = list(rewards.values())
     if max(values) - min(values) <= 1e-12:
@@ -115,8 +121,7 @@ def grpo(group: Group, *, scale: bool = True, eps: float = 1e-6, equal_rewards: 
     centered = _centered(rewards, equal_rewards)
     if centered is None or not scale:
         return centered
-    values = list(rewards.values())
-    std = math.sqrt(sum((v - sum(values) / len(values)) ** 2 for v in values) / max(len(values) - 1, 1))
+    _, std = mean_std(list(rewards.values()))
     return {key: value / (std + eps) for key, value in centered.items()}
 
 
@@ -311,7 +316,6 @@ def _whiten(items: list[Scored]) -> None:
     values = [a for item in items for a, m in zip(item.advantages, item.sample.loss_mask) if m]
     if len(values) < 2:
         return
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    mean, std = mean_std(values)
     for item in items:
         item.advantages = [(a - mean) / (std + 1e-6) if m else 0.0 for a, m in zip(item.advantages, item.sample.loss_mask)]

@@ -23,11 +23,10 @@ of its own, and its anchors hold its whole history, so few states are shared.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .advantages import AdvantageError, EstimatorResult, Group, grpo
+from .advantages import AdvantageError, EstimatorResult, Group, grpo, mean_std
 from .samples import Sample
 
 
@@ -97,9 +96,7 @@ def _anchor_advantages(steps: list[Step], scale: bool, eps: float) -> dict[str, 
         by_anchor.setdefault(step.anchor, []).append(step)
     out: dict[str, float] = {}
     for peers in by_anchor.values():
-        values = [s.ret for s in peers]
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+        mean, std = mean_std([s.ret for s in peers])
         for step in peers:
             if std <= 1e-12:  # a state reached once, or every peer did as well as the others
                 out[step.call_id] = 0.0
