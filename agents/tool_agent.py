@@ -10,6 +10,7 @@ request extends the previous one (the gateway then records one growing sample).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
@@ -28,11 +29,15 @@ class ToolAgent:
     reset_options: dict[str, Any] = {}
 
     def __init__(self, temperature: float = 0.7, max_tokens: int = 256, system_prompt: str = SYSTEM_PROMPT,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, seed: int | None = None) -> None:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.system_prompt = system_prompt
         self.timeout_s = timeout_s
+        # With a seed, each call samples with a seed drawn from it, the task and the turn, so an
+        # evaluation is reproducible: the same weights replay the same episodes (a task played
+        # twice plays the same way twice), and two policies share their random draws.
+        self.seed = seed
 
     async def run(self, ctx: EpisodeContext) -> AgentOutcome:
         import openai
@@ -71,7 +76,8 @@ class ToolAgent:
         try:
             response = await client.chat.completions.create(
                 model=model, messages=messages, tools=ctx.tools or openai.NOT_GIVEN,
-                temperature=self.temperature, max_tokens=self.max_tokens)
+                temperature=self.temperature, max_tokens=self.max_tokens,
+                seed=openai.NOT_GIVEN if self.seed is None else call_seed(self.seed, ctx.task.id, len(messages)))
         except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as exc:
             raise ModelUnavailable(f"model endpoint {ctx.base_url} failed: {exc}") from exc
         except openai.BadRequestError as exc:
@@ -111,6 +117,12 @@ class ToolAgent:
             outcome.invalid_calls.append(outcome.turns - 1)  # this turn's call chose the action
             return None, f"Invalid action: {exc}"
         return step, step.observation.text
+
+
+def call_seed(seed: int, task_id: str, position: int) -> int:
+    """The sampling seed of the call at `position` (its message count) in an episode of `task_id`."""
+    digest = hashlib.sha256(f"{seed}/{task_id}/{position}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
 
 
 async def _first_model(client: Any) -> str:

@@ -93,3 +93,20 @@ async def test_a_plain_openai_endpoint_is_evaluated_without_recording(alfworld_d
     assert not report["recorded"] and result["session_id"] is None
     assert (result["status"], result["success"], result["invalid_actions"], result["stop_reason"]) == \
         ("ok", False, 2, "max_turns")
+
+
+async def test_a_sampling_seed_replays_an_episode_and_another_seed_does_not(alfworld_data: Path, model_gateway: str):
+    # The tiny model's weights are random: at temperature 1 two unseeded episodes share nothing.
+    async def sampled(seed: int) -> list[list[list[int]]]:
+        report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, episodes=2,
+                                           split="valid_unseen", concurrency=2, max_turns=2, progress=False,
+                                           env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
+                                           agent_kwargs={"max_tokens": 8, "temperature": 1.0, "seed": seed}))
+        sessions = [httpx.get(f"{model_gateway}/sessions/{r['session_id']}?tokens=1").json()
+                    for r in sorted(report["results"], key=lambda r: r["task_id"])]
+        return [[c["sampled_ids"] for c in s["calls"]] for s in sessions]
+
+    first, again, other = await sampled(3), await sampled(3), await sampled(4)
+    assert first == again
+    assert first[0][0] != first[1][0]  # the seed depends on the task
+    assert all(a[0] != b[0] for a, b in zip(first, other))
