@@ -14,6 +14,7 @@ reward and the trainer leaves it out.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -71,12 +72,19 @@ class RolloutWorker:
         self._limit: asyncio.Semaphore | None = None
         self._done: list[GroupOutcome] = []
         self._tasks: set[asyncio.Task] = set()
+        self._agents: dict[str, TimeoutAgent] = {}
 
     def _agent(self, args: dict[str, Any] | None) -> TimeoutAgent:
+        """The harness for these arguments, built once: a harness plays any number of episodes
+        (concurrently too), and building one per group cost the worker time on every step."""
         from roost.agents.registry import load_agent
 
         kwargs = {**self.agent_config.get("args", {}), **(args if args is not None else self.default_args or {})}
-        return TimeoutAgent(load_agent(self.agent_config["harness"], **kwargs), self.agent_config["timeout_s"])
+        key = json.dumps(kwargs, sort_keys=True, default=str)
+        if key not in self._agents:
+            self._agents[key] = TimeoutAgent(load_agent(self.agent_config["harness"], **kwargs),
+                                             self.agent_config["timeout_s"])
+        return self._agents[key]
 
     async def play(self, specs: list[GroupSpec], args: dict[str, Any] | None = None) -> list[GroupOutcome]:
         """Play these groups now and return when all are done."""

@@ -52,8 +52,12 @@ class EngineRequest:
     _stop_scan_from: int = 0
 
     def __post_init__(self) -> None:
-        seed = self.plan.seed if self.plan.seed is not None else torch.seed()
-        self.generator.manual_seed(seed)
+        # Generator.seed(), not torch.seed(): the global one also reseeds CUDA, whose lazy call
+        # formats a stack trace on every request (13% of the engine's time, profiled)
+        if self.plan.seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(self.plan.seed)
 
     @property
     def position(self) -> int:
