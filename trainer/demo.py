@@ -1,6 +1,6 @@
 """`roost demo`: SFT then GiGPO on ALFWorld on a laptop, with a before/after table.
 
-    roost demo                    # about 13 minutes on 2 CPU cores
+    roost demo                    # about 14 minutes on 2 CPU cores (11 with games cached)
     roost demo --quick            # a few minutes: the same pipeline, cut down
 
 Everything is the real stack, as `roost train` runs it: an ALFWorld env server (real
@@ -18,7 +18,8 @@ far faster without a tool schema in every prompt), and the Megatron trainer on R
  4. eval before   held-out success of the untrained model
  5. SFT           NLL on the expert's replies; eval after SFT
  6. RL (GiGPO)    groups of episodes per game through the gateway, each turn credited against
-                  the group's turns from the same state; eval after RL
+                  the group's turns from the same state, a KL term to the SFT policy; eval
+                  after RL (evals are seeded: a row depends on the weights alone)
 """
 
 from __future__ import annotations
