@@ -303,6 +303,10 @@ class Recipe(_Section):
         if unknown:
             raise ValueError(f"algorithm.per_agent names agent(s) {unknown} that agent.agents "
                              f"({self.agent.agents}) does not list")
+        if self.agent.harness == "tool" and self.agent.args.get("seed") is not None and self.rollout.group_size > 1:
+            raise ValueError("agent.args.seed makes every episode of a group play the same way (the tool agent "
+                             "seeds each call from it, the task and the turn), so groups carry no signal: "
+                             "set the seed under eval.args instead")
         if self.rollout.concurrency < self.rollout.group_size:
             raise ValueError(f"rollout.concurrency ({self.rollout.concurrency}) must be at least "
                              f"rollout.group_size ({self.rollout.group_size}) so a group plays at once")

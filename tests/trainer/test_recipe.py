@@ -83,6 +83,9 @@ def test_cross_section_rules_are_checked():
     validate_recipe({**MINIMAL, "algorithm": {"updates_per_batch": 2}, "trainer": {"old_logprobs": "rollout"}})
     with pytest.raises(RecipeError, match="per_agent names agent"):
         validate_recipe({**MINIMAL, "algorithm": {"per_agent": {"planner": {"name": "rloo"}}}})
+    with pytest.raises(RecipeError, match="set the seed under eval.args"):
+        validate_recipe({**MINIMAL, "agent": {"harness": "tool", "args": {"seed": 0}}})
+    validate_recipe({**MINIMAL, "agent": {"harness": "tool"}, "eval": {"args": {"seed": 0}}})
 
 
 SHIPPED = sorted(p for p in RECIPES.glob("*/**/*.yaml"))
