@@ -39,7 +39,9 @@ class ToolAgent:
         # evaluation is reproducible: the same weights replay the same episodes (a task played
         # twice plays the same way twice), and two policies share their random draws.
         self.seed = seed
-        self._tls: ssl.SSLContext | None = None
+        # one TLS context for all episodes: building one loads the CA store, and a client per
+        # episode spent a fifth of a rollout worker's time there (profiled)
+        self._tls = ssl.create_default_context()
 
     async def run(self, ctx: EpisodeContext) -> AgentOutcome:
         import openai
@@ -47,9 +49,6 @@ class ToolAgent:
         if not ctx.base_url:
             raise AgentError("the tool agent needs a model: pass --base-url "
                              "(an OpenAI-compatible endpoint or a roost gateway)")
-        # one TLS context for all episodes: building one loads the CA store, and a client per
-        # episode spent a fifth of a rollout worker's time there (profiled)
-        self._tls = self._tls or ssl.create_default_context()
         client = openai.AsyncOpenAI(base_url=ctx.base_url, api_key=ctx.api_key or "EMPTY",
                                     timeout=self.timeout_s, max_retries=2,
                                     http_client=openai.DefaultAsyncHttpxClient(verify=self._tls))
