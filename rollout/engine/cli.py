@@ -27,6 +27,8 @@ def engine(
     disable_radix_cache: bool = typer.Option(False, "--disable-radix-cache",
                                              help="Prefill every prompt in full (SGLang's flag): no reuse of the "
                                                   "keys and values of an earlier call that the prompt extends."),
+    max_prefill_tokens: int = typer.Option(8192, help="Prompt tokens prefilled together in one batch "
+                                                       "(SGLang's flag); a longer prompt runs alone."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT."""
@@ -37,7 +39,7 @@ def engine(
 
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
-                           reuse_prefixes=not disable_radix_cache)
+                           reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)
     serve(engine_, host=host, port=port, log_level=log_level)
 
 

@@ -38,6 +38,9 @@ class EngineConfig:
     reuse_prefixes: bool = True
     """Keep finished requests' keys and values for the next request that extends them
     (SGLang's radix cache; off with --disable-radix-cache)."""
+    max_prefill_tokens: int = 8192
+    """Waiting prompts are prefilled together, up to this many new tokens a batch (SGLang's
+    --max-prefill-tokens); a longer prompt runs alone."""
 
 
 @dataclass
@@ -72,7 +75,8 @@ class Engine:
             max_len=self.context_length, head_dim=self.spec.head_dim, dtype=self.dtype,
             reuse_prefixes=config.reuse_prefixes,
         )
-        self.scheduler = Scheduler(self.model, cache, max_running=config.max_running)
+        self.scheduler = Scheduler(self.model, cache, max_running=config.max_running,
+                                   prefill_tokens=config.max_prefill_tokens)
         self.scripted = config.scripted
         self.started_at = time.time()
 

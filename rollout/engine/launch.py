@@ -13,12 +13,13 @@ from .tiny_model import resolve_model
 
 def build_engine(
     model: str, *, context_length: int | None = None, max_running: int = 64, dtype: str = "float32",
-    scripted: bool = False, script: Path | None = None, reuse_prefixes: bool = True,
+    scripted: bool = False, script: Path | None = None, reuse_prefixes: bool = True, max_prefill_tokens: int = 8192,
 ) -> Engine:
     sampler = None
     if scripted:
         sampler = ScriptedSampler.from_file(script) if script else ScriptedSampler(Script())
-    config = EngineConfig(resolve_model(model), context_length, max_running, dtype, sampler, reuse_prefixes)
+    config = EngineConfig(resolve_model(model), context_length, max_running, dtype, sampler, reuse_prefixes,
+                          max_prefill_tokens)
     return Engine(config)
 
 

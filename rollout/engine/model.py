@@ -1,10 +1,10 @@
 """A decoder-only transformer (Qwen3, Qwen2, Llama) with a slot KV cache.
 
 Module names mirror Hugging Face's (`model.layers.0.self_attn.q_proj`, ...), so a
-checkpoint's state dict loads as it is. Two entry points: `prefill` runs one request's
-prompt and fills its cache slot; `decode` advances a batch of requests by one token
-each, every request at its own position, so requests join and leave freely between
-steps (continuous batching).
+checkpoint's state dict loads as it is. Two entry points: `prefill` runs the new prompt
+tokens of a batch of requests into their cache slots; `decode_step` advances a batch of
+requests by one token each, every request at its own position, so requests join and leave
+freely between steps (continuous batching).
 """
 
 from __future__ import annotations
@@ -79,15 +79,22 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
-    def prefill(self, x, cos, sin, cache: SlotKVCache, slot: int, start: int) -> torch.Tensor:
+    def prefill(self, x, cos, sin, cache: SlotKVCache, spans: list[tuple[int, int, int]]) -> torch.Tensor:
+        """x: [1, N, hidden], requests' new tokens packed one after another; `spans` gives each
+        request's (slot, start position, token count) in that order."""
         q, k, v = self._project(x, cos, sin)
-        cache.write_span(self.layer, slot, start, k[0], v[0])
-        keys, values = cache.read_span(self.layer, slot, start + x.shape[1])
-        out = F.scaled_dot_product_attention(
-            q, keys[None], values[None], attn_mask=_prefill_mask(x.shape[1], start),
-            enable_gqa=self.heads != self.kv_heads,
-        )
-        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
+        outputs, offset = [], 0
+        for slot, start, length in spans:
+            end = offset + length
+            cache.write_span(self.layer, slot, start, k[0, :, offset:end], v[0, :, offset:end])
+            keys, values = cache.read_span(self.layer, slot, start + length)
+            outputs.append(F.scaled_dot_product_attention(
+                q[:, :, offset:end], keys[None], values[None], attn_mask=_prefill_mask(length, start),
+                enable_gqa=self.heads != self.kv_heads,
+            ))
+            offset = end
+        out = torch.cat(outputs, dim=2)
+        return self.o_proj(out.transpose(1, 2).reshape(1, x.shape[1], -1))
 
     def decode(self, x, cos, sin, cache: SlotKVCache, slots, positions, mask) -> torch.Tensor:
         q, k, v = self._project(x, cos, sin)
@@ -154,15 +161,22 @@ class CausalLM(nn.Module):
         return F.linear(self.model.norm(hidden), weight).float()
 
     @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, cache: SlotKVCache, slot: int, start: int = 0) -> torch.Tensor:
-        """Run `ids` (1-D) at positions start.. into `slot`; return the last position's logits."""
-        x = self.model.embed_tokens(ids)[None]
-        positions = torch.arange(start, start + ids.shape[0])[None]
+    def prefill(self, chunks: list[torch.Tensor], starts: list[int], slots: list[int],
+                cache: SlotKVCache) -> torch.Tensor:
+        """Run request b's new tokens `chunks[b]` (1-D) at positions starts[b].. into slot
+        slots[b]; return each request's last-position logits, [B, vocab]. The requests go
+        through the layers packed into one sequence (one call per weight matrix, however many
+        requests); only attention runs request by request."""
+        lengths = [len(chunk) for chunk in chunks]
+        x = self.model.embed_tokens(torch.cat(chunks))[None]
+        positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lengths)])[None]
         cos, sin = self.rotary(positions, x.dtype)
+        spans = list(zip(slots, starts, lengths))
         for layer in self.model.layers:
-            attn = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, slot, start)
+            attn = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans)
             x = layer.finish(x, attn)
-        return self.logits(x[0, -1:])[0]
+        last = torch.tensor(lengths).cumsum(0) - 1
+        return self.logits(x[0, last])
 
     @torch.inference_mode()
     def decode_step(

@@ -1,7 +1,7 @@
 """Continuous batching: the engine's decode loop, on a thread of its own.
 
 Between two decode steps the loop runs pending control work (weight swaps), admits
-waiting requests (a prefill each, which also samples their first token) and drops
+waiting requests (prefilled together, which also samples their first token) and drops
 finished or cancelled ones; each step then decodes one token for every running request
 together. The asyncio side never blocks on torch: it submits requests and receives
 `StepOutput`s through the callbacks the requests carry.
@@ -28,10 +28,12 @@ log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, model: CausalLM, cache: SlotKVCache, *, max_running: int, weight_version: str = "0"):
+    def __init__(self, model: CausalLM, cache: SlotKVCache, *, max_running: int, prefill_tokens: int = 8192,
+                 weight_version: str = "0"):
         self.model = model
         self.cache = cache
         self.max_running = max_running
+        self.prefill_tokens = prefill_tokens
         self.weight_version = weight_version
         self._incoming: queue.SimpleQueue[EngineRequest] = queue.SimpleQueue()
         self._waiting: deque[EngineRequest] = deque()
@@ -131,13 +133,23 @@ class Scheduler:
         self._waiting = deque(r for r in self._waiting if not r.cancelled)
 
     def _admit(self) -> None:
-        while self._waiting and len(self._running) < self.max_running and self.cache.free_slots:
-            request = self._waiting.popleft()
+        """Prefill waiting requests together, as many as slots and the token budget allow."""
+        batch: list[EngineRequest] = []
+        tokens = 0
+        while self._waiting and len(self._running) + len(batch) < self.max_running and self.cache.free_slots:
+            request = self._waiting[0]
+            if batch and tokens + len(request.prompt_ids) > self.prefill_tokens:
+                break  # (its whole prompt: how much of it is cached is known once it has a slot)
+            self._waiting.popleft()
             request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids)
-            ids = torch.tensor(request.prompt_ids[request.cached_tokens:], dtype=torch.long)
-            logits = self.model.prefill(ids, self.cache, request.slot, start=request.cached_tokens)
-            self._running.append(request)
-            self._advance([request], logits[None])
+            tokens += len(request.prompt_ids) - request.cached_tokens
+            batch.append(request)
+        if not batch:
+            return
+        chunks = [torch.tensor(r.prompt_ids[r.cached_tokens:], dtype=torch.long) for r in batch]
+        logits = self.model.prefill(chunks, [r.cached_tokens for r in batch], [r.slot for r in batch], self.cache)
+        self._running.extend(batch)
+        self._advance(batch, logits)
 
     def _decode(self) -> None:
         batch = self._running
