@@ -17,9 +17,10 @@ far faster without a tool schema in every prompt), and the Megatron trainer on R
  3. model         tokenizer + model built from the transcripts
  4. eval before   held-out success of the untrained model
  5. SFT           NLL on the expert's replies; eval after SFT
- 6. RL (GiGPO)    groups of episodes per game through the gateway, each turn credited against
-                  the group's turns from the same state, a KL term to the SFT policy; eval
-                  after RL (evals are seeded: a row depends on the weights alone)
+ 6. RL (GiGPO)    groups of episodes per game through the gateway; groups all won or all lost
+                  are left out, in the rest each turn is credited against the group's turns
+                  from the same state, with a KL term to the SFT policy; eval after RL (evals
+                  are seeded: a row depends on the weights alone)
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ SYSTEM_PROMPT = "You are in a household text game. Reply with exactly one admiss
 @dataclass(frozen=True)
 class DemoConfig:
     train_games: int = 1600
-    heldout_games: int = 200
+    heldout_games: int = 400
+    """One episode per held-out game in each eval row: at 400 the standard error of one run's
+    RL gain is ~2 points (~3 at 200)."""
     expert_episodes: int = 1600
     """Observing-expert episodes, one per train game (more distinct games generalise better
     than several episodes of fewer games, for the same cost; measured: 400 games gave ~11%
@@ -50,15 +53,19 @@ class DemoConfig:
     sft_steps: int = 550
     sft_batch: int = 8
     sft_lr: float = 5e-3
-    rl_steps: int = 24
-    groups_per_step: int = 6
+    rl_steps: int = 18
+    groups_per_step: int = 12
     group_size: int = 8
+    equal_outcomes: str = "drop"
+    """Train only on groups that were both won and lost (DAPO's dynamic sampling): about half
+    of the 12 groups a step. Measured from two SFT checkpoints (400 held-out episodes): +3 and
+    +2.75 points, against +0.75 training on every group of 6 a step for the same time."""
     rl_lr: float = 5e-4
     rl_updates_per_batch: int = 2
     """PPO epochs on each rollout batch (rollouts cost ~10x a training step here)."""
     invalid_action_penalty: float = 0.1
-    """Per invalid command, a step reward on the turn that chose it: most early groups fail
-    every episode, and this keeps them informative (success is still what the table reports)."""
+    """Per invalid command, a step reward on the turn that chose it, so a turn that wastes the
+    episode's time scores below its peers (success is still what the table reports)."""
     step_weight: float = 1.0
     """GiGPO's weight on the per-turn advantage (0 is GRPO with discounting)."""
     kl_coef: float = 0.05
@@ -71,8 +78,9 @@ class DemoConfig:
 
     @classmethod
     def quick(cls) -> DemoConfig:
+        # every group kept: two steps of a barely trained model rarely win and lose in one group
         return cls(train_games=24, heldout_games=16, expert_episodes=48, sft_steps=60, rl_steps=2,
-                   groups_per_step=4, group_size=4)
+                   groups_per_step=4, group_size=4, equal_outcomes="keep")
 
 
 def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
@@ -107,7 +115,8 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
                              "aggregation": "seq_mean_token_mean", "kl_coef": config.kl_coef}},
         # GiGPO: a turn is credited against the group's turns from the same observation, so a
         # good move in a failed episode is not pushed down, nor a wasted turn in a won one
-        "algorithm": {"advantage": {"name": "gigpo", "options": {"gamma": 0.95, "step_weight": config.step_weight}},
+        "algorithm": {"advantage": {"name": "gigpo", "options": {"gamma": 0.95, "step_weight": config.step_weight,
+                                                                  "equal_outcomes": config.equal_outcomes}},
                       "mode": "sync", "updates_per_batch": config.rl_updates_per_batch},
         "rollout": {"groups_per_step": config.groups_per_step, "group_size": config.group_size,
                     "concurrency": config.groups_per_step * config.group_size,

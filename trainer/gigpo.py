@@ -40,16 +40,23 @@ class Step:
 
 
 def gigpo(group: Group, *, gamma: float = 0.95, step_weight: float = 1.0, scale: bool = True, eps: float = 1e-6,
-          equal_rewards: str = "drop") -> EstimatorResult:
+          equal_rewards: str = "drop", equal_outcomes: str = "keep") -> EstimatorResult:
     """Episode advantage (GRPO over returns) plus `step_weight` × the anchor-state step advantage.
 
     `scale=False` centres both levels without dividing by their std (verl-agent's `mean_norm`);
     a group where neither level varies is dropped (`equal_rewards="drop"`) or kept at zero.
+    `equal_outcomes="drop"` also drops a group whose episodes all ended alike (all won or all
+    lost), whatever their step rewards: DAPO's dynamic-sampling filter, which trains on the
+    groups that say what wins.
     """
     if not 0.0 <= gamma <= 1.0:
         raise AdvantageError(f"gigpo: gamma must be in [0, 1], not {gamma}")
     if equal_rewards not in ("drop", "zero"):
         raise AdvantageError(f"equal_rewards must be 'drop' or 'zero', not {equal_rewards!r}")
+    if equal_outcomes not in ("drop", "keep"):
+        raise AdvantageError(f"equal_outcomes must be 'drop' or 'keep', not {equal_outcomes!r}")
+    if equal_outcomes == "drop" and len({group.session_reward(s) for s in group.samples}) == 1:
+        return None
     episode = grpo(group, scale=scale, eps=eps, equal_rewards="zero") or {}
     steps = list(_unique_steps(group, gamma))
     step_advantages = _anchor_advantages(steps, scale, eps)

@@ -72,6 +72,17 @@ def test_groups_with_no_signal_at_either_level_are_dropped_or_zero():
     assert stats["dropped_groups"] == 0 and all(v == 0 for item in scored for v in item.advantages)
 
 
+def test_equal_outcomes_drop_keeps_only_groups_that_were_both_won_and_lost():
+    # every episode failed, one with a step penalty: signal at both levels, but none about winning
+    lost = [episode("a", [(SYSTEM, 10)], 0.0), episode("b", [(SYSTEM, 11)], 0.0, {0: -0.1})]
+    mixed = [episode("c", [(SYSTEM, 10)], 1.0), episode("d", [(SYSTEM, 11)], 0.0, {0: -0.1})]
+    groups = [Group("lost", lost), Group("mixed", mixed)]
+    scored, stats = run(groups)
+    assert stats["dropped_groups"] == 0 and len(scored) == 4
+    scored, stats = run(groups, equal_outcomes="drop")
+    assert stats["dropped_groups"] == 1 and {item.sample.session_id for item in scored} == {"c", "d"}
+
+
 def test_scaled_advantages_divide_each_level_by_its_std():
     a = episode("a", [(SYSTEM, 10)], 1.0)
     b = episode("b", [(SYSTEM, 11)], 0.0)
@@ -94,3 +105,5 @@ def test_bad_options_are_clear_errors():
         run([group], gamma=1.5)
     with pytest.raises(AdvantageError, match="equal_rewards"):
         run([group], equal_rewards="keep")
+    with pytest.raises(AdvantageError, match="equal_outcomes"):
+        run([group], equal_outcomes="zero")
