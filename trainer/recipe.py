@@ -227,6 +227,9 @@ class EvalConfig(_Section):
     split: str | None = None
     """Held-out split evaluated before and after training (and every `every` steps); null: no eval."""
     episodes: int = Field(16, ge=1)
+    before_episodes: int | None = Field(None, ge=1)
+    """Episodes of the eval before any training (null: `episodes`); the first ones of the split.
+    That row is the untrained baseline, and a smaller one saves time where it is known to be ~0."""
     every: int = Field(0, ge=0)
     args: dict[str, Any] = {}
     """Harness arguments for evaluation (e.g. temperature), over `agent.args`."""

@@ -296,8 +296,9 @@ class _Run:
         ev = self.recipe.eval
         if ev.split is None:
             return
-        self._stage(f"eval {label}", ev.episodes)
-        results = self.rollouts.evaluate(label, self._tasks(ev.split), ev.episodes, {**self.recipe.agent.args, **ev.args})
+        episodes = ev.before_episodes if label == "before" and ev.before_episodes else ev.episodes
+        self._stage(f"eval {label}", episodes)
+        results = self.rollouts.evaluate(label, self._tasks(ev.split), episodes, {**self.recipe.agent.args, **ev.args})
         scored = [r for r in results if r["status"] == "ok"]
         summary = {"split": ev.split, "episodes": len(results), "scored": len(scored),
                    "success_rate": sum(r["success"] for r in scored) / len(scored) if scored else None,
@@ -307,7 +308,7 @@ class _Run:
         self.evals[label] = summary
         save_evals(self.run_dir, self.evals)
         self.metrics.log(self.state.step, {k: v for k, v in summary.items() if k != "left_out"}, stage=f"eval/{label}")
-        self._advance(f"eval {label}", ev.episodes, summary)
+        self._advance(f"eval {label}", episodes, summary)
 
     def _stage(self, name: str, total: int) -> None:
         if self.hooks.stage is not None:
