@@ -27,8 +27,9 @@ def engine(
     disable_radix_cache: bool = typer.Option(False, "--disable-radix-cache",
                                              help="Prefill every prompt in full (SGLang's flag): no reuse of the "
                                                   "keys and values of an earlier call that the prompt extends."),
-    max_prefill_tokens: int = typer.Option(8192, help="Prompt tokens prefilled together in one batch "
-                                                       "(SGLang's flag); a longer prompt runs alone."),
+    max_prefill_tokens: int = typer.Option(8192, help="New prompt tokens prefilled together in one "
+                                                       "batch (SGLang's flag; the last request admitted "
+                                                       "may take it past this)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT."""

@@ -39,8 +39,8 @@ class EngineConfig:
     """Keep finished requests' keys and values for the next request that extends them
     (SGLang's radix cache; off with --disable-radix-cache)."""
     max_prefill_tokens: int = 8192
-    """Waiting prompts are prefilled together, up to this many new tokens a batch (SGLang's
-    --max-prefill-tokens); a longer prompt runs alone."""
+    """Waiting prompts are prefilled together until a batch holds this many new tokens (SGLang's
+    --max-prefill-tokens; the last request admitted may take it past that)."""
 
 
 @dataclass

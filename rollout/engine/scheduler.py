@@ -44,6 +44,7 @@ class Scheduler:
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="roost-engine", daemon=True)
         self.steps = 0
+        self.prefill_batches = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -133,19 +134,19 @@ class Scheduler:
         self._waiting = deque(r for r in self._waiting if not r.cancelled)
 
     def _admit(self) -> None:
-        """Prefill waiting requests together, as many as slots and the token budget allow."""
+        """Prefill waiting requests together, as many as there are slots for, until the batch
+        holds `prefill_tokens` new tokens (it may pass that by one request's)."""
         batch: list[EngineRequest] = []
         tokens = 0
-        while self._waiting and len(self._running) + len(batch) < self.max_running and self.cache.free_slots:
-            request = self._waiting[0]
-            if batch and tokens + len(request.prompt_ids) > self.prefill_tokens:
-                break  # (its whole prompt: how much of it is cached is known once it has a slot)
-            self._waiting.popleft()
+        while (self._waiting and tokens < self.prefill_tokens and len(self._running) + len(batch) < self.max_running
+               and self.cache.free_slots):
+            request = self._waiting.popleft()
             request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids)
             tokens += len(request.prompt_ids) - request.cached_tokens
             batch.append(request)
         if not batch:
             return
+        self.prefill_batches += 1
         chunks = [torch.tensor(r.prompt_ids[r.cached_tokens:], dtype=torch.long) for r in batch]
         logits = self.model.prefill(chunks, [r.cached_tokens for r in batch], [r.slot for r in batch], self.cache)
         self._running.extend(batch)

@@ -125,6 +125,7 @@ def create_app(engine: Engine) -> FastAPI:
             "waiting": s.waiting,
             "paused": s.paused,
             "decode_steps": s.steps,
+            "prefill_batches": s.prefill_batches,
             "weight_version": engine.weight_version,
         }
 

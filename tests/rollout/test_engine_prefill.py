@@ -4,10 +4,13 @@ keys and values right for decoding on."""
 
 from __future__ import annotations
 
+import asyncio
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roost.rollout.engine.engine import Engine, EngineConfig
+from roost.rollout.engine.wire import SamplingParams
 
 TEXTS = ["The capital of France is", "Once upon a time, in a land far away, there lived", "SELECT"]
 
@@ -33,3 +36,25 @@ def test_a_padded_batch_prefill_equals_a_plain_forward_pass(tiny_model_path):
             logits = reference(torch.tensor([prompt + [int(next_ids[row])]])).logits[0]
             assert (batched[row] - logits[-2]).abs().max().item() <= 1e-4
             assert (decoded[row] - logits[-1]).abs().max().item() <= 1e-4
+
+
+async def test_waiting_requests_are_prefilled_together_up_to_the_token_budget(tiny_model_path):
+    """Requests that wait together share one prefill; a budget of one token prefills them one by
+    one; both sample the same tokens."""
+    greedy = SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True)
+    outputs, batches = [], []
+    for budget in (8192, 1):
+        engine = Engine(EngineConfig(tiny_model_path, max_running=8, max_prefill_tokens=budget))
+        engine.scheduler.set_paused(True)  # let every request arrive before any is admitted
+        engine.start()
+        try:
+            prompts = [engine.encode(text) for text in TEXTS]
+            replies = [asyncio.ensure_future(engine.generate(p, greedy)) for p in prompts]
+            await asyncio.sleep(0.2)
+            engine.scheduler.set_paused(False)
+            outputs.append([r.output_ids for r in await asyncio.gather(*replies)])
+            batches.append(engine.scheduler.prefill_batches)
+        finally:
+            engine.stop()
+    assert batches == [1, len(TEXTS)]
+    assert outputs[0] == outputs[1] and all(len(ids) == 6 for ids in outputs[0])
