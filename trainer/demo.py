@@ -1,6 +1,6 @@
 """`roost demo`: SFT then GiGPO on ALFWorld on a laptop, with a before/after table.
 
-    roost demo                    # 14-16 minutes on 2 CPU cores (11 with games cached)
+    roost demo                    # ~14 minutes on 2 CPU cores (~11 with games cached)
     roost demo --quick            # a few minutes: the same pipeline, cut down
 
 Everything is the real stack, as `roost train` runs it: an ALFWorld env server (real

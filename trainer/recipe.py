@@ -158,11 +158,19 @@ class EstimatorSection(_Section):
 
     @model_validator(mode="after")
     def _known(self) -> EstimatorSection:
-        from .advantages import ESTIMATORS
+        import inspect
+
+        from .advantages import ESTIMATORS, load_estimator
 
         if self.name not in ESTIMATORS and ":" not in self.name and "." not in self.name:
             raise ValueError(f"unknown advantage estimator {self.name!r}: use one of {', '.join(ESTIMATORS)} "
                              "or a hook's dotted path, module:function")
+        if self.name in ESTIMATORS:  # a hook's options are its own business (and importing it may be costly)
+            allowed = list(inspect.signature(load_estimator(self.name)).parameters)[1:]
+            unknown = sorted(set(self.options) - set(allowed))
+            if unknown:
+                raise ValueError(f"advantage estimator {self.name!r} has no option {', '.join(unknown)}: "
+                                 f"it takes {', '.join(allowed)}")
         return self
 
 

@@ -46,6 +46,8 @@ def test_a_bad_value_names_the_key_and_the_allowed_values():
     with pytest.raises(RecipeError, match="unknown advantage estimator 'gipgo': use one of grpo, .*gigpo"):
         validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "gipgo"}}})
     assert validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "my_credit:split"}}})
+    with pytest.raises(RecipeError, match="'grpo' has no option equal_outcomes: it takes scale, eps, equal_rewards"):
+        validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "grpo", "options": {"equal_outcomes": "drop"}}}})
 
 
 def test_overrides_take_dotted_paths_yaml_values_and_short_names(tmp_path):
