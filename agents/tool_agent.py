@@ -77,7 +77,6 @@ class ToolAgent:
 
     async def _complete(self, client: Any, model: str, messages: list[dict[str, Any]], ctx: EpisodeContext) -> Any:
         import openai
-
         from openai.types.chat import ChatCompletion
 
         body: dict[str, Any] = {"model": model, "messages": messages, "temperature": self.temperature,

@@ -65,7 +65,7 @@ class DemoConfig:
     +2.75 points, against +0.75 training on every group of 6 a step for the same time."""
     rl_lr: float = 5e-4
     rl_updates_per_batch: int = 2
-    """PPO epochs on each rollout batch (rollouts cost ~10x a training step here)."""
+    """PPO epochs on each rollout batch (a step's rollouts cost ~4x one epoch on its kept groups)."""
     invalid_action_penalty: float = 0.1
     """Per invalid command, a step reward on the turn that chose it, so a turn that wastes the
     episode's time scores below its peers (success is still what the table reports)."""
