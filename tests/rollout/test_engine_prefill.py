@@ -1,6 +1,6 @@
 """Batched prefill: requests of different lengths, some extending cached prefixes, prefilled
-together in one padded batch, give the logits of a plain forward pass and leave their slots'
-keys and values right for decoding on."""
+together (their tokens packed into one sequence), give the logits of a plain forward pass and
+leave their slots' keys and values right for decoding on."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from roost.rollout.engine.wire import SamplingParams
 TEXTS = ["The capital of France is", "Once upon a time, in a land far away, there lived", "SELECT"]
 
 
-def test_a_padded_batch_prefill_equals_a_plain_forward_pass(tiny_model_path):
+def test_a_packed_batch_prefill_equals_a_plain_forward_pass(tiny_model_path):
     engine = Engine(EngineConfig(tiny_model_path, max_running=4))
     cache, model = engine.scheduler.cache, engine.model
     prompts = [AutoTokenizer.from_pretrained(tiny_model_path).encode(t) for t in TEXTS]
