@@ -12,6 +12,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from roost.envs import errors, wire
 from roost.envs.episodes import EpisodeManager, EpisodeRecord
 from roost.envs.limits import BodySizeLimit
@@ -26,6 +27,19 @@ STATUS = {
     errors.InvalidActionError: 422,
     errors.CapacityError: 429,
     errors.EnvFaultError: 500,
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict]:
+    """OpenAPI entries for the error answers of a route (the body is always `ErrorBody`)."""
+    return {status: {"model": wire.ErrorBody, "description": DESCRIBE[status]} for status in statuses}
+
+
+DESCRIBE = {
+    400: "Bad request", 404: "No such task or episode", 409: "The episode is finished",
+    413: "Request body too large",
+    422: "Invalid body or invalid action", 429: "At capacity: retry after Retry-After seconds",
+    500: "Environment fault (type env_error); the episode ends as failed",
 }
 
 
@@ -59,6 +73,12 @@ def _add_error_handlers(app: FastAPI) -> None:
             log.warning("env fault on %s %s: %s", request.method, request.url.path, exc)
         return error_response(status, exc.code, str(exc), headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own answers (unparseable body, unknown route, wrong method) in the server's error shape.
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, errors.BadRequestError.code)
+        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
@@ -75,7 +95,7 @@ def _status(manager: EpisodeManager, record: EpisodeRecord) -> wire.EpisodeStatu
 
 
 def _add_routes(app: FastAPI, manager: EpisodeManager) -> None:
-    @app.post("/episodes", response_model=wire.EpisodeCreated)
+    @app.post("/episodes", response_model=wire.EpisodeCreated, responses=_errors(400, 404, 413, 422, 429, 500))
     async def create_episode(request: wire.ResetRequest) -> wire.EpisodeCreated:
         episode_id, reset = await manager.create(task_id=request.task_id, seed=request.seed,
                                                  split=request.split, options=request.options)
@@ -83,22 +103,23 @@ def _add_routes(app: FastAPI, manager: EpisodeManager) -> None:
                                    observation=wire.ObservationWire.of(reset.observation),
                                    tools=reset.tools, info=reset.info)
 
-    @app.post("/episodes/{episode_id}/step", response_model=wire.StepResponse)
+    @app.post("/episodes/{episode_id}/step", response_model=wire.StepResponse,
+              responses=_errors(400, 404, 409, 413, 422, 500))
     async def step_episode(episode_id: str, request: wire.StepRequest) -> wire.StepResponse:
         step = await manager.step(episode_id, request.to_protocol())
         return wire.StepResponse(episode_id=episode_id, observation=wire.ObservationWire.of(step.observation),
                                  reward=step.reward, terminated=step.terminated, truncated=step.truncated,
                                  info=step.info, tools=step.tools)
 
-    @app.get("/episodes/{episode_id}", response_model=wire.EpisodeStatus)
+    @app.get("/episodes/{episode_id}", response_model=wire.EpisodeStatus, responses=_errors(404))
     async def get_episode(episode_id: str) -> wire.EpisodeStatus:
         return _status(manager, manager.get(episode_id))
 
-    @app.delete("/episodes/{episode_id}", response_model=wire.EpisodeStatus)
+    @app.delete("/episodes/{episode_id}", response_model=wire.EpisodeStatus, responses=_errors(404, 500))
     async def delete_episode(episode_id: str) -> wire.EpisodeStatus:
         return _status(manager, await manager.delete(episode_id))
 
-    @app.get("/tasks", response_model=wire.TaskList)
+    @app.get("/tasks", response_model=wire.TaskList, responses=_errors(400, 422, 500))
     async def list_tasks(split: str = "train") -> wire.TaskList:
         tasks = await manager.tasks(split)
         return wire.TaskList(split=split, tasks=[wire.TaskWire(id=t.id, split=t.split, metadata=t.metadata)

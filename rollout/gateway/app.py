@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
+import orjson
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from . import routes_control, routes_openai, routes_probes
 from .config import GatewayConfig
 from .errors import MethodNotAllowed, NotFound
 from .gateway import Gateway
-from .http_util import error_response
+from .http_util import error_response, guarded
+from .openapi import build_openapi
+from .routes_probes import roost_version
 
 
 def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlette:
@@ -34,10 +39,16 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
         return error_response(NotFound(
             f"no endpoint {request.method} {request.url.path}; the gateway serves /v1/chat/completions, "
             "/v1/completions, /v1/models (also under /sessions/{id}/v1 and /sessions/{id}/agents/{agent}/v1) "
-            "and the control plane (/sessions, /admin, /health, /metrics)"))
+            "and the control plane (/sessions, /admin, /health, /metrics); /openapi.json lists every route"))
+
+    document = orjson.dumps(build_openapi(roost_version()))
+
+    async def openapi(request: Request) -> Response:
+        return Response(document, media_type="application/json")
 
     app = Starlette(
-        routes=routes_openai.routes(gw) + routes_control.routes(gw) + routes_probes.routes(gw),
+        routes=routes_openai.routes(gw) + routes_control.routes(gw) + routes_probes.routes(gw)
+        + [Route("/openapi.json", guarded("openapi", gw.metrics, openapi), methods=["GET"])],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )

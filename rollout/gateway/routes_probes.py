@@ -34,7 +34,7 @@ def _json(payload: object) -> Response:
     return Response(orjson.dumps(payload), media_type="application/json")
 
 
-def _roost_version() -> str:
+def roost_version() -> str:
     try:
         return version("roost")
     except PackageNotFoundError:
@@ -50,7 +50,7 @@ async def _cards(gw: Gateway) -> list[dict]:
 
 def routes(gw: Gateway) -> list[Route]:
     async def server_version(request: Request) -> Response:
-        return _json({"version": _roost_version(), "server": "roost-gateway"})
+        return _json({"version": roost_version(), "server": "roost-gateway"})
 
     async def model_card(request: Request) -> Response:
         wanted = request.path_params["model"]

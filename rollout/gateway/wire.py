@@ -157,3 +157,142 @@ class PauseRequest(Wire):
     """`POST /admin/pause`: stop admitting calls; wait (bounded) for in-flight ones to finish."""
 
     drain_timeout_s: float = Field(60.0, ge=0.0)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str | int | None = None
+    param: str | None = None
+
+
+class ErrorBody(Wire):
+    """Every gateway error, OpenAI-shaped."""
+
+    error: ErrorDetail
+
+
+class ModelCard(Wire):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str
+    max_model_len: int | None = None
+
+
+class ModelList(Wire):
+    """`GET /v1/models`."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ServerVersion(Wire):
+    version: str
+    server: str
+
+
+class OllamaShow(Wire):
+    model_info: dict[str, int]
+    parameters: str
+    capabilities: list[str]
+    details: dict[str, str]
+
+
+class SessionCreated(Wire):
+    """The answer to `POST /sessions`: `base_url` goes to the harness, `key` is its API key."""
+
+    session_id: str
+    key: str
+    base_url: str
+    group_id: str | None
+    reasoning_policy: Literal["keep", "drop"]
+    created_at: float
+
+
+class SessionSummary(Wire):
+    session_id: str
+    group_id: str | None
+    task: dict[str, Any]
+    metadata: dict[str, Any]
+    status: str
+    reasoning_policy: Literal["keep", "drop"]
+    created_at: float
+    finished_at: float | None
+    finish_info: dict[str, Any] | None
+
+
+class SessionListItem(SessionSummary):
+    calls: int
+
+
+class SessionList(Wire):
+    """`GET /sessions`."""
+
+    sessions: list[SessionListItem]
+
+
+class AgentView(Wire):
+    agent_id: str
+    parent_agent: str | None
+
+
+class CallView(Wire):
+    call_id: str
+    agent_id: str
+    parent_agent: str | None
+    seq: int
+    endpoint: str
+    parent_call_id: str | None
+    kind: str
+    reuse: str | None
+    shared_prefix_len: int
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: dict[str, Any] | None
+    weight_version: str | None
+    timings: dict[str, Any]
+    response: dict[str, Any] | None
+    prompt_ids: list[int] | None = None
+    sampled_ids: list[int] | None = None
+    sampled_logprobs: list[float] | None = None
+
+
+class RewardView(Wire):
+    reward: float
+    agent: str | None
+    call_id: str | None
+    info: dict[str, Any]
+
+
+class SessionDetail(SessionSummary):
+    """`GET /sessions/{sid}` (`?tokens=1` adds each call's ids and logprobs)."""
+
+    agents: list[AgentView]
+    calls: list[CallView]
+    rewards: list[RewardView]
+
+
+class Ack(Wire):
+    ok: Literal[True]
+
+
+class AdvantagesAck(Ack):
+    calls: int
+
+
+class PauseState(Wire):
+    paused: bool
+    in_flight: int
+    drained: bool | None = None
+
+
+class GatewayHealth(BaseModel):
+    """`GET /health` (open: no key)."""
+
+    status: str
+    engine: str
+    paused: bool
+    backend: str
+    model: str | None
+    in_flight: int

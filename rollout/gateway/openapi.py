@@ -1,0 +1,171 @@
+"""The gateway's OpenAPI document (`GET /openapi.json`), built from the wire models.
+
+The gateway routes with plain Starlette (no per-request validation layer), so nothing writes
+this document for it: each operation below names the pydantic model that parses its body and
+the model its answer follows, and the schemas come from those models. Answers of the OpenAI
+endpoints use the `openai` package's own types. `tests/rollout/test_gateway_openapi.py` checks
+that every route is documented and runs schemathesis against the document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from . import wire
+
+Auth = Literal["none", "session", "admin"]
+ERROR = "ErrorBody"
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    summary: str
+    answer: type[BaseModel] | str | None
+    """The 2xx body's model, `"text"` for plain text, None for no documented body."""
+    body: type[BaseModel] | None = None
+    body_optional: bool = False
+    status: int = 200
+    streams: bool = False
+    auth: Auth = "none"
+    errors: tuple[int, ...] = (400, 401, 404)
+
+
+OPENAI_PREFIXES = ("/v1", "/sessions/{sid}/v1", "/sessions/{sid}/agents/{agent}/v1")
+PROBE_ROOTS = ("", "/sessions/{sid}", "/sessions/{sid}/agents/{agent}")
+
+
+def _openai_ops(prefix: str) -> list[Operation]:
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion
+
+    auth: Auth = "none" if prefix == "/v1" else "session"
+    return [
+        Operation("post", f"{prefix}/chat/completions", "Chat completion, recorded token by token", ChatCompletion,
+                  body=wire.ChatCompletionRequest, streams=True, auth=auth, errors=(400, 401, 404, 409, 413, 503)),
+        Operation("post", f"{prefix}/completions", "Text completion, recorded token by token", Completion,
+                  body=wire.CompletionRequest, streams=True, auth=auth, errors=(400, 401, 404, 409, 413, 503)),
+        Operation("get", f"{prefix}/models", "The served model", wire.ModelList, auth=auth, errors=(401, 404)),
+    ]
+
+
+def _probe_ops(root: str) -> list[Operation]:
+    auth: Auth = "none" if root == "" else "session"
+    return [
+        Operation("get", f"{root}/version", "What server this is (harness probes)", wire.ServerVersion, auth=auth,
+                  errors=(401, 404)),
+        Operation("get", f"{root}/v1/models/{{model}}", "One model's card", wire.ModelCard, auth=auth,
+                  errors=(401, 404)),
+        Operation("post", f"{root}/api/show", "The context window in Ollama's shape", wire.OllamaShow, auth=auth,
+                  errors=(401, 404)),
+    ]
+
+
+def _control_ops() -> list[Operation]:
+    return [
+        Operation("post", "/sessions", "Create a session", wire.SessionCreated, body=wire.CreateSession,
+                  body_optional=True, status=201, auth="admin", errors=(400, 401, 409, 413)),
+        Operation("get", "/sessions", "List sessions (filter by group, status)", wire.SessionList, auth="admin",
+                  errors=(400, 401)),
+        Operation("get", "/sessions/{sid}", "A session with its agents, calls and rewards", wire.SessionDetail,
+                  auth="admin"),
+        Operation("post", "/sessions/{sid}/reward", "Reward a session, an agent or a call", wire.Ack,
+                  body=wire.PostReward, auth="admin", errors=(400, 401, 404, 413)),
+        Operation("post", "/sessions/{sid}/advantages", "Advantages per call or per sampled token",
+                  wire.AdvantagesAck, body=wire.PostAdvantages, auth="admin", errors=(400, 401, 404, 413)),
+        Operation("post", "/sessions/{sid}/finish", "Finish a session; it takes no more calls", wire.SessionSummary,
+                  body=wire.FinishSession, body_optional=True, auth="admin", errors=(400, 401, 404, 413)),
+        Operation("post", "/admin/pause", "Stop admitting calls; wait (bounded) for in-flight ones", wire.PauseState,
+                  body=wire.PauseRequest, body_optional=True, auth="admin", errors=(400, 401, 413)),
+        Operation("post", "/admin/resume", "Admit calls again", wire.PauseState, auth="admin", errors=(401,)),
+        Operation("get", "/health", "Liveness, and whether the engine answers", wire.GatewayHealth, errors=(503,)),
+        Operation("get", "/metrics", "Prometheus metrics", "text", errors=()),
+        Operation("get", "/openapi.json", "This document", None, errors=()),
+    ]
+
+
+def operations() -> list[Operation]:
+    ops = _control_ops()
+    for prefix in OPENAI_PREFIXES:
+        ops += _openai_ops(prefix)
+    for root in PROBE_ROOTS:
+        ops += _probe_ops(root)
+    return ops
+
+
+class _Schemas:
+    """Collects component schemas; models from the `openai` package are prefixed so their
+    names (FunctionCall, ...) cannot collide with the gateway's own."""
+
+    def __init__(self) -> None:
+        self.components: dict[str, Any] = {}
+
+    def ref(self, model: type[BaseModel]) -> dict[str, str]:
+        prefix = "OpenAI" if model.__module__.startswith("openai.") else ""
+        name = prefix + model.__name__
+        if name not in self.components:
+            schema = model.model_json_schema(ref_template=f"#/components/schemas/{prefix}{{model}}")
+            for def_name, definition in schema.pop("$defs", {}).items():
+                self.components.setdefault(prefix + def_name, definition)
+            self.components[name] = schema
+        return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
+    if op.answer is None:
+        return {"description": "OK"}
+    if op.answer == "text":
+        return {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    content = _json(schemas.ref(op.answer))
+    if op.streams:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    return {"description": "OK", "content": content}
+
+
+def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
+    out: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}:{op.path}"}
+    params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+              for name in ("sid", "agent", "model") if f"{{{name}}}" in op.path]
+    if params:
+        out["parameters"] = params
+    if op.body is not None:
+        out["requestBody"] = {"required": not op.body_optional, "content": _json(schemas.ref(op.body))}
+    responses = {str(op.status): _answer(op, schemas)}
+    for status in op.errors:
+        responses[str(status)] = {"description": "An OpenAI-shaped error", "content": _json(schemas.ref(wire.ErrorBody))}
+    out["responses"] = responses
+    if op.auth != "none":
+        out["security"] = [{"sessionKey": []}, {"sessionApiKey": []}] if op.auth == "session" else [{"adminKey": []}]
+    return out
+
+
+def build_openapi(version: str) -> dict[str, Any]:
+    """The whole document; `version` is roost's."""
+    schemas = _Schemas()
+    paths: dict[str, dict[str, Any]] = {}
+    for op in operations():
+        paths.setdefault(op.path, {})[op.method] = _operation(op, schemas)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "roost gateway", "version": version,
+                 "description": "OpenAI-compatible gateway that records every call token by token, and its "
+                                "control plane. Errors are OpenAI-shaped: {\"error\": {message, type, code, param}}."},
+        "paths": paths,
+        "components": {
+            "schemas": schemas.components,
+            "securitySchemes": {
+                "sessionKey": {"type": "http", "scheme": "bearer", "description": "The session's key"},
+                "sessionApiKey": {"type": "apiKey", "in": "header", "name": "x-api-key",
+                                  "description": "The session's key, as Anthropic clients send it"},
+                "adminKey": {"type": "http", "scheme": "bearer", "description": "The gateway's admin key"},
+            },
+        },
+    }

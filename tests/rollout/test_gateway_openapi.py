@@ -1,0 +1,77 @@
+"""The gateway's OpenAPI document: every route is in it, and schemathesis finds no server
+error and no answer that differs from it (a bounded number of generated cases per operation,
+against a real gateway over the scripted engine)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode, checks
+from starlette.routing import Route
+
+from gateway_helpers import new_session, start_gateway
+
+from roost.rollout.gateway.openapi import operations
+
+CASES = 25  # per operation: bounded, so the whole run stays a few seconds per operation
+CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+          checks.response_schema_conformance]
+
+
+@pytest.fixture(scope="module")
+def gateway(scripted_engine_url, tmp_path_factory):
+    server = start_gateway(scripted_engine_url, tmp_path_factory.mktemp("store") / "t.sqlite", retry_after_s=1)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway_schema(gateway):
+    return schemathesis.openapi.from_url(f"{gateway.url}/openapi.json")
+
+
+def test_every_route_is_documented_and_nothing_else(gateway):
+    app = gateway._server.config.app
+    served = {(m.lower(), r.path) for r in app.routes if isinstance(r, Route) for m in r.methods if m != "HEAD"}
+    documented = {(op.method, op.path.replace("{model}", "{model:path}")) for op in operations()}
+    assert served == documented
+    document = httpx.get(f"{gateway.url}/openapi.json").json()
+    assert document["openapi"].startswith("3.1") and document["paths"]["/sessions"]["post"]["requestBody"]
+
+
+@pytest.fixture
+def session(gateway):
+    return new_session(gateway.url, group_id="schemathesis")
+
+
+def _strategy(operation, session: dict):
+    """Generated cases, half of them aimed at a real session and the served model, so that
+    they reach the engine and the store instead of stopping at a 404."""
+    random = [operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
+    params = {p: session["session_id"] if p == "sid" else "main" if p == "agent" else "tiny"
+              for p in ("sid", "agent", "model") if f"{{{p}}}" in operation.path}
+    aimed = operation.as_strategy(GenerationMode.POSITIVE, path_parameters=params).map(_served_model)
+    return st.one_of(*random, aimed)
+
+
+def _served_model(case):
+    if isinstance(case.body, dict) and "model" in case.body:
+        case.body["model"] = "tiny"
+    return case
+
+
+@pytest.mark.parametrize("label", [f"{op.method.upper()} {op.path}" for op in operations()])
+def test_generated_requests_get_documented_answers_and_no_server_error(label, gateway, gateway_schema, session):
+    operation = gateway_schema.find_operation_by_label(label)
+
+    @given(_strategy(operation, session))
+    @settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+              database=None)
+    def check(case):
+        response = case.call(base_url=gateway.url, timeout=30)
+        case.validate_response(response, checks=CHECKS)
+
+    check()
