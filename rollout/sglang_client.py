@@ -199,6 +199,10 @@ class SGLangClient:
             payload["weight_version"] = weight_version
         return await self._request("POST", "/update_weights_from_disk", payload)
 
+    async def abort(self, rid: str) -> Any:
+        """Stop a running or waiting request (SGLang's `/abort_request`)."""
+        return await self._request("POST", "/abort_request", {"rid": rid})
+
     async def flush_cache(self) -> Any:
         return await self._request("POST", "/flush_cache")
 

@@ -83,12 +83,18 @@ class Scheduler:
 
     def abort_all(self) -> int:
         """Finish every running and waiting request with an abort reason (engine thread only)."""
+        return self.abort(None)
+
+    def abort(self, rids: set[str] | None) -> int:
+        """Finish the running and waiting requests of `rids` (None: all) with an abort reason
+        (engine thread only)."""
         self._drain_incoming()
-        victims = self._running + list(self._waiting)
+        victims = [r for r in [*self._running, *self._waiting] if rids is None or r.rid in rids]
         for request in victims:
             # token_id -1: no token came with this event.
             self._finish(request, StepOutput(-1, 0.0, {"type": "abort", "message": "aborted"}, self.weight_version))
-        self._running, self._waiting = [], deque()
+        self._running = [r for r in self._running if not r.finished]
+        self._waiting = deque(r for r in self._waiting if not r.finished)
         return len(victims)
 
     def _loop(self) -> None:

@@ -12,10 +12,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from ..hangup import ClientGone, cancelled_on_hangup
 from .engine import Completion, Engine
 from .scripted_sampler import Script, ScriptedSampler, ScriptError
 from .weights import WeightMismatch
 from .wire import (
+    AbortRequest,
     PauseRequest,
     RequestError,
     UpdateWeightsRequest,
@@ -140,7 +142,12 @@ def create_app(engine: Engine) -> FastAPI:
         if req.stream:
             chunks = _stream(engine, ids, plan, params, req, rid, started)
             return StreamingResponse(chunks, media_type="text/event-stream")
-        done = await engine.generate(ids, params, rid, plan)
+        try:
+            async with cancelled_on_hangup(request.receive):
+                done = await engine.generate(ids, params, rid, plan)
+        except ClientGone:
+            # Cancelling the wait took the request out of the scheduler; no one reads this.
+            return Response(status_code=499)
         body = {
             "text": _answer_text(engine, done, params),
             "output_ids": done.output_ids,
@@ -177,6 +184,15 @@ def create_app(engine: Engine) -> FastAPI:
         if req.mode == "abort":
             aborted = await _on_engine_thread(engine, engine.scheduler.abort_all)
         return {"success": True, "paused": True, "aborted": aborted}
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Response:
+        req = AbortRequest.model_validate(await read_json(request))
+        if not req.rid and not req.abort_all:
+            raise RequestError("give the rid of the request to abort, or abort_all: true")
+        rids = None if req.abort_all else {req.rid}
+        await _on_engine_thread(engine, lambda: engine.scheduler.abort(rids))
+        return Response(status_code=200)
 
     @app.post("/continue_generation")
     async def resume() -> dict:

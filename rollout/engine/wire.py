@@ -149,3 +149,12 @@ class PauseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: str = "in_place"
+
+
+class AbortRequest(BaseModel):
+    """SGLang's `AbortReq`: one request by its rid, or all of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rid: str = ""
+    abort_all: bool = False

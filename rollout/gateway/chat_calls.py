@@ -15,10 +15,12 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive
 
 from ..chat.detokenize import IncrementalDecoder
 from ..chat.reply_parser import ReplyEvent, ReplyParser
 from ..chat.template import TemplateRenderError
+from ..chat.tokenizer import TooManyTokens
 from ..sglang_client import EngineError
 from .engine_context import EngineContext
 from .errors import BackendUnavailable, InvalidRequest, engine_failure
@@ -28,7 +30,7 @@ from .recording import (
     CallTarget, Sampled, build_reply, call_record, new_id, node_for, timings,
 )
 from .responses import SSE_DONE, chat_logprobs, chunk, finish_reason, sse, tool_call_dict, usage
-from .sampling import max_new_tokens, refuse_unsupported, stop_strings, to_sglang
+from .sampling import max_new_tokens, prompt_limit, prompt_too_long, refuse_unsupported, stop_strings, to_sglang
 from .stop_strings import StopTrimmer, trim_stop
 from .token_tree import AgentTree
 from .wire import ChatCompletionRequest, ChatMessage, Tool
@@ -47,10 +49,18 @@ class PreparedChat:
 
 
 def plan_chat(builder: PromptBuilder, tree: AgentTree, messages: list[ChatMessage], tools: list[Tool] | None,
-              template_kwargs: dict[str, Any] | None, policy: str) -> tuple[PromptPlan, bytes, str]:
+              template_kwargs: dict[str, Any] | None, policy: str,
+              limit: int | None = None) -> tuple[PromptPlan, bytes, str]:
     """Render the messages and plan the prompt ids; answers the plan, the messages' key and
-    the rendered text."""
+    the rendered text. Raises TooManyTokens as soon as the prompt is known to pass `limit`
+    tokens: before rendering when the contents alone are too long, else while tokenizing."""
     dicts = to_template(messages)
+    if limit is not None:
+        # Templates render user, system and tool contents whole (assistant turns they may trim).
+        chars = sum(len(m["content"]) for m in dicts if m["role"] != "assistant")
+        at_least = builder.tokenizer.tokens_at_least(chars)
+        if at_least > limit:
+            raise TooManyTokens(at_least, limit)
     tools_as_dicts = tool_dicts(tools)
     template_kwargs = template_kwargs or None
     chain = chain_keys(header_key(tools_as_dicts, template_kwargs), [message_key(m) for m in dicts])
@@ -58,20 +68,26 @@ def plan_chat(builder: PromptBuilder, tree: AgentTree, messages: list[ChatMessag
         text = builder.render(chain[-1], dicts, tools_as_dicts, template_kwargs)
     except TemplateRenderError as exc:
         raise InvalidRequest(str(exc), param="messages") from exc
-    return builder.build_chat(tree, chain, text, policy), chain[-1], text
+    return builder.build_chat(tree, chain, text, policy, limit), chain[-1], text
 
 
 class ChatCalls:
     def __init__(self, ctx: EngineContext):
         self.ctx = ctx
 
-    def prepare(self, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes, received: float) -> PreparedChat:
+    async def prepare(self, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes,
+                      received: float) -> PreparedChat:
         ctx = self.ctx
         refuse_unsupported(req)
         ctx.check_model(req.model)
         policy = target.session.record.reasoning_policy
-        plan, chain_end, _ = plan_chat(ctx.builder, target.session.tree(target.agent), req.messages, req.tools,
-                                    req.chat_template_kwargs, policy)
+        tree = target.session.tree(target.agent)
+        try:
+            plan, chain_end, _ = await ctx.off_loop(
+                len(raw_body), plan_chat, ctx.builder, tree, req.messages, req.tools, req.chat_template_kwargs,
+                policy, prompt_limit(req, ctx.context_length))
+        except TooManyTokens as exc:
+            raise prompt_too_long(req, exc.at_least, ctx.context_length, "messages") from None
         if plan.mismatch is not None:
             ctx.metrics.reasoning_mismatches.inc(policy)
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
@@ -101,12 +117,12 @@ class ChatCalls:
         ctx.count_call("chat", p.plan, sampled)
         return message, reason
 
-    async def complete(self, p: PreparedChat) -> Response:
+    async def complete(self, p: PreparedChat, receive: Receive) -> Response:
         ctx = self.ctx
         call_ids = [new_id() for _ in range(p.req.n)]
         started = time.perf_counter()
         try:
-            generations = await ctx.generate(p.plan.prompt_ids.tolist(), p.params, call_ids)
+            generations = await ctx.generate("chat", p.plan.prompt_ids.tolist(), p.params, call_ids, receive)
         except EngineError as exc:
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         engine_done = time.perf_counter()
@@ -230,6 +246,9 @@ class ChatCalls:
         except BackendUnavailable as error:
             ctx.metrics.engine_errors.inc(error.code)
             yield b"data: " + error.body() + b"\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            ctx.metrics.calls_aborted.inc("chat")  # the client left mid-stream: nothing recorded
+            raise
         finally:
             release()
             await engine_stream.aclose()

@@ -1,24 +1,37 @@
 """What the token-engine call handlers share: the engine client, the tokenizer and
-template, the store, metrics and limits. Built once per gateway and passed explicitly."""
+template, the store, metrics, limits and the threads that prepare big calls. Built once per
+gateway and passed explicitly."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
+
+from starlette.types import Receive
 
 from ..chat.reply_parser import ReplyFormat
 from ..chat.tokenizer import ChatTokenizer
+from ..hangup import ClientGone, cancelled_on_hangup
 from ..sglang_client import Generation, SGLangClient
 from ..store.records import CallRecord, logprob_array, ids_array
 from ..store.trajectory_store import TrajectoryStore
 from ..store.writer import StoreClosed
 from .config import GatewayConfig
-from .errors import ModelNotFound, StoreUnavailable
+from .errors import ClientDisconnected, ModelNotFound, StoreUnavailable
 from .metrics import GatewayMetrics
 from .prompt_builder import PromptBuilder, PromptPlan
 from .recording import CallTarget, Sampled
+
+T = TypeVar("T")
+# Requests smaller than this are prepared on the event loop: rendering and tokenizing them
+# takes less than handing them to a thread would.
+INLINE_BODY_BYTES = 64 * 1024
+ABORT_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -32,6 +45,14 @@ class EngineContext:
     served_model: str
     context_length: int
     reply_format: ReplyFormat
+    preparers: ThreadPoolExecutor
+
+    async def off_loop(self, body_bytes: int, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` (rendering, tokenizing), on a prepare thread when the request is big, so
+        that one big call does not hold up the others, /health included."""
+        if body_bytes < INLINE_BODY_BYTES:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.preparers, partial(fn, *args))
 
     def check_model(self, model: str) -> None:
         if model != self.served_model and model.rsplit("/", 1)[-1] != self.served_model:
@@ -40,12 +61,30 @@ class EngineContext:
                 "(see GET /v1/models)", param="model",
             )
 
-    async def generate(self, prompt: list[int], params: dict[str, Any], call_ids: list[str]) -> list[Generation]:
+    async def generate(self, endpoint: str, prompt: list[int], params: dict[str, Any], call_ids: list[str],
+                       receive: Receive) -> list[Generation]:
         """One engine request per choice, the call id as SGLang's rid; n=1 is awaited directly
-        (a task per call would cost a loop iteration on the hot path)."""
-        if len(call_ids) == 1:
-            return [await self.client.generate(prompt, params, rid=call_ids[0])]
-        return list(await asyncio.gather(*(self.client.generate(prompt, params, rid=c) for c in call_ids)))
+        (a task per call would cost a loop iteration on the hot path). When the client
+        disconnects first, the engine requests are closed and aborted and nothing is recorded."""
+        try:
+            async with cancelled_on_hangup(receive):
+                if len(call_ids) == 1:
+                    return [await self.client.generate(prompt, params, rid=call_ids[0])]
+                return list(await asyncio.gather(*(self.client.generate(prompt, params, rid=c) for c in call_ids)))
+        except ClientGone:
+            self.metrics.calls_aborted.inc(endpoint)
+            await self._abort(call_ids)
+            raise ClientDisconnected("the client disconnected before the answer; the call was aborted") from None
+
+    async def _abort(self, call_ids: list[str]) -> None:
+        """Closing the connection stops the embedded engine at once; SGLang notices it only
+        every few seconds, so it is told as well. An engine that cannot be told (no
+        /abort_request, down, slow) has still seen the connection close."""
+        aborts = asyncio.gather(*(self.client.abort(rid) for rid in call_ids), return_exceptions=True)
+        try:
+            await asyncio.wait_for(aborts, ABORT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            pass
 
     def sampled_from(self, gen: Generation) -> Sampled:
         return Sampled(ids_array(gen.output_ids), logprob_array(gen.output_logprobs),

@@ -96,6 +96,14 @@ class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
 
+class ClientDisconnected(GatewayError):
+    """The client left before its answer was ready (status 499, as nginx logs it; no one reads it)."""
+
+    status = 499
+    type = "invalid_request_error"
+    code = "client_disconnected"
+
+
 class BackendUnavailable(GatewayError):
     """The engine is down, slow, or answered something unusable: retry later; the session is kept."""
 

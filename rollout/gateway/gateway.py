@@ -6,6 +6,8 @@ import asyncio
 import gc
 import json
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,7 @@ class Gateway:
     async def stop(self) -> None:
         if self.ctx is not None:
             await self.ctx.client.close()
+            self.ctx.preparers.shutdown(wait=False, cancel_futures=True)
         if self.passthrough is not None:
             await self.passthrough.close()
         await asyncio.to_thread(self.store.close)
@@ -103,6 +106,7 @@ class Gateway:
             config=config, client=client, tokenizer=tokenizer, builder=PromptBuilder(template, tokenizer),
             store=self.store, metrics=self.metrics, served_model=served, context_length=int(context_length),
             reply_format=HERMES,
+            preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
         )
 
     async def _model_info(self, client: SGLangClient) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from .errors import BodyTooLarge, GatewayError, InvalidRequest
+from .errors import BodyTooLarge, ClientDisconnected, GatewayError, InvalidRequest
 from .metrics import GatewayMetrics
 
 log = logging.getLogger("roost.gateway")
@@ -19,13 +19,21 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused as soon as it is known to pass `limit` bytes: by its Content-Length,
+    else (chunked) while it arrives, so an endless body is never held."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise BodyTooLarge(f"request body of {length} bytes exceeds the gateway's {limit}-byte limit")
-    body = await request.body()
-    if len(body) > limit:
-        raise BodyTooLarge(f"request body exceeds the gateway's {limit}-byte limit")
-    return body
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"request body exceeds the gateway's {limit}-byte limit")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientDisconnected("the client disconnected while sending the request body") from None
+    return b"".join(chunks)
 
 
 def parse(model: type[M], body: bytes) -> M:

@@ -90,6 +90,9 @@ class GatewayMetrics:
         self.overhead = Histogram("roost_gateway_overhead_seconds", "Model call latency minus engine time", ("endpoint",))
         self.engine_latency = Histogram("roost_gateway_engine_seconds", "Engine time per call", ("endpoint",))
         self.engine_errors = Counter("roost_gateway_engine_errors_total", "Engine failures by kind", ("code",))
+        self.calls_aborted = Counter("roost_gateway_calls_aborted_total",
+                                     "Model calls whose client disconnected before the answer was complete",
+                                     ("endpoint",))
         self.tool_parse_failures = Counter("roost_gateway_tool_parse_failures_total",
                                            "Tool-call blocks that did not parse (returned as content)")
         self.reasoning_mismatches = Counter("roost_gateway_rerender_mismatch_total",
@@ -105,7 +108,7 @@ class GatewayMetrics:
     def render(self) -> str:
         lines: list[str] = []
         for metric in (self.requests, self.calls, self.latency, self.overhead, self.engine_latency,
-                       self.engine_errors, self.tool_parse_failures, self.reasoning_mismatches,
+                       self.engine_errors, self.calls_aborted, self.tool_parse_failures, self.reasoning_mismatches,
                        self.prompt_tokens, self.reused_tokens, self.completion_tokens, *self._gauges):
             lines.extend(metric.render())
         return "\n".join(lines) + "\n"

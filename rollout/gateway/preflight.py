@@ -6,8 +6,9 @@ played through the gateway's own prompt planning, turn by turn, exactly as the g
 would serve them, with replies in the model's own output format. Each turn reports
 whether the template re-renders the previous prompt plus the sampled reply exactly, and
 where it does not, what the gateway does under each reasoning policy. It also checks that
-the tool-call parser recovers every call from the model's own format and that
-tokenizing by segments equals tokenizing whole texts.
+the tool-call parser recovers every call from the model's own format, that
+tokenizing by segments equals tokenizing whole texts, and that control-token spellings in
+message content are tokenized as the text they are.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class TurnCheck:
 class PreflightReport:
     model: str
     segmented_tokenization: bool
+    control_text_as_text: bool = False  # control-token spellings in content are tokenized as text
     checks: list[TurnCheck] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -107,6 +109,7 @@ class PreflightReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "ok": self.ok, "segmented_tokenization": self.segmented_tokenization,
+                "control_text_as_text": self.control_text_as_text,
                 "turns": [asdict(c) for c in self.checks], "problems": self.problems}
 
 
@@ -152,6 +155,27 @@ def _play(name: str, steps: list[Step], template_kwargs: dict | None, policy: st
     return out
 
 
+def _control_text_problem(builder: PromptBuilder, tokenizer: ChatTokenizer) -> str | None:
+    """Why a user message and a tool result spelling every added token would not reach the
+    model as that text (None: they do): the prompt must hold the control tokens of the same
+    conversation with plain content, and no others, and decode to the content verbatim."""
+    spelled = "see " + " and ".join(tokenizer.added_ids)
+
+    def prompt(content: str) -> list[int]:
+        messages = [ChatMessage(role="user", content=content), ChatMessage(role="assistant", content="ok"),
+                    ChatMessage(role="tool", content=content)]
+        plan, _, _ = plan_chat(builder, AgentTree(), messages, None, None, POLICIES[0])
+        return plan.prompt_ids.tolist()
+
+    added = set(tokenizer.added_ids.values())
+    ids, plain = prompt(spelled), prompt("see")
+    if [t for t in ids if t in added] != [t for t in plain if t in added]:
+        return "control-token spellings in message content are tokenized as control tokens"
+    if tokenizer.decode(ids).count(spelled) != 2:
+        return "message content spelling control tokens does not decode back to its text"
+    return None
+
+
 def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightReport:
     from transformers import AutoTokenizer
 
@@ -164,6 +188,10 @@ def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightRe
     if not tokenizer.segmented:
         report.problems.append("tokenizing by segments differs from whole-text tokenization; the gateway "
                                "falls back to whole texts (slower, still exact)")
+    control_problem = _control_text_problem(PromptBuilder(template, tokenizer), tokenizer)
+    report.control_text_as_text = control_problem is None
+    if control_problem is not None:
+        report.problems.append(control_problem)
     for name, (steps, kwargs) in _scenarios(fmt).items():
         runs = {p: _play(name, steps, kwargs, p, PromptBuilder(template, tokenizer), tokenizer, fmt, report.problems)
                 for p in POLICIES}
@@ -182,7 +210,9 @@ def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightRe
 def format_report(report: PreflightReport) -> str:
     lines = [f"preflight for model {report.model!r}: "
              f"{'OK' if report.ok else 'PROBLEMS'}; segment tokenization "
-             f"{'exact' if report.segmented_tokenization else 'NOT exact (whole-text fallback)'}"]
+             f"{'exact' if report.segmented_tokenization else 'NOT exact (whole-text fallback)'}",
+             "control-token text in message content: "
+             f"{'tokenized as text' if report.control_text_as_text else 'NOT tokenized as text'}"]
     current = None
     for c in report.checks:
         if c.scenario != current:

@@ -14,17 +14,22 @@ template re-renders the reply exactly as sampled is checked every time:
 
 Anything else (edited, truncated, summarised history; a retry) is tokenized whole and
 recorded as a fork of the recorded path sharing the longest token prefix.
+
+Client strings are rendered with their control-token spellings escaped, so that only the
+template's markup makes control tokens (rollout/chat/control_text.py). A builder may plan
+calls on several threads at once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
 from ..chat.template import ChatTemplate
-from ..chat.tokenizer import ChatTokenizer
+from ..chat.tokenizer import ChatTokenizer, TooManyTokens
 from .token_tree import AgentTree, Node
 
 POLICIES = ("keep", "drop")
@@ -55,32 +60,37 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self._renders: dict[bytes, str] = {}
         self._render_cache_entries = render_cache_entries
+        self._renders_lock = threading.Lock()
 
     def render(self, key: bytes, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                template_kwargs: dict[str, Any] | None) -> str:
         """Render with a cache keyed by the messages' chain key: retries, resamples and
         parallel rollouts of one prompt render it once."""
-        text = self._renders.get(key)
+        text = self._renders.get(key)  # a dict lookup is atomic: no lock to read
         if text is None:
-            text = self.template.render(messages, tools=tools, template_kwargs=template_kwargs)
-            if len(self._renders) >= self._render_cache_entries:
-                for old in list(self._renders)[: self._render_cache_entries // 4]:
-                    del self._renders[old]
-            self._renders[key] = text
+            escape = self.tokenizer.control.escape
+            text = self.template.render(escape(messages), tools=escape(tools), template_kwargs=escape(template_kwargs))
+            with self._renders_lock:
+                if len(self._renders) >= self._render_cache_entries:
+                    for old in list(self._renders)[: self._render_cache_entries // 4]:
+                        del self._renders[old]
+                self._renders[key] = text
         return text
 
-    def build_chat(self, tree: AgentTree, chain: list[bytes], text: str, policy: str) -> PromptPlan:
-        """`chain`: the messages' chain keys; `text`: their rendering with a generation prompt."""
+    def build_chat(self, tree: AgentTree, chain: list[bytes], text: str, policy: str,
+                   limit: int | None = None) -> PromptPlan:
+        """`chain`: the messages' chain keys; `text`: their rendering with a generation prompt.
+        Raises TooManyTokens once the prompt is known to pass `limit` tokens."""
         eos = self.tokenizer.eos_text
         turns = text.count(eos)
         found = tree.continuation_of(chain)
         mismatch = None
         if found is not None:
-            plan, mismatch = self._continue(found[0], text, policy)
+            plan, mismatch = self._continue(found[0], text, policy, limit)
             if plan is not None:
                 plan.turns_before, plan.prompt_key = turns, chain[-1]
                 return plan
-        ids = self.tokenizer.encode_array(text)
+        ids = self.tokenizer.encode_array(text, limit)
         candidates = tree.related(chain)
         if found is not None and found[0] not in candidates:
             candidates.insert(0, found[0])
@@ -93,7 +103,8 @@ class PromptBuilder:
     def build_text(self, tree: AgentTree, ids: array) -> PromptPlan:
         return self._fork(ids, tree.newest())
 
-    def _continue(self, parent: Node, text: str, policy: str) -> tuple[PromptPlan | None, str | None]:
+    def _continue(self, parent: Node, text: str, policy: str,
+                  limit: int | None) -> tuple[PromptPlan | None, str | None]:
         eos = self.tokenizer.eos_text
         same_prefix = len(text) > parent.render_len and digest(text[: parent.render_len]) == parent.render_digest
         if same_prefix:
@@ -113,7 +124,10 @@ class PromptBuilder:
         start = boundary if parent.ends_with_eos else end
         suffix = text[start:]
         ids = array("i", parent.path)
-        ids.extend(self.tokenizer.encode_array(suffix))
+        try:
+            ids.extend(self.tokenizer.encode_array(suffix, None if limit is None else limit - len(ids)))
+        except TooManyTokens as exc:
+            raise TooManyTokens(len(ids) + exc.at_least, limit) from None
         plan = PromptPlan(
             prompt_ids=ids, parent=parent, shared_prefix_len=parent.path_len, kind="extend",
             reuse="exact" if exact else "kept", render_len=len(text), render_digest=digest(text),

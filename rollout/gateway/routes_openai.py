@@ -28,7 +28,7 @@ def routes(gw: Gateway) -> list[Route]:
         if gw.passthrough is not None:
             messages, tools = template_messages(req)
             return await gw.passthrough.call("chat/completions", target, body, messages, tools, req.stream)
-        return await _run(gw, gw.chat, target, req, body, received)
+        return await _run(gw, gw.chat, request, target, req, body, received)
 
     async def completions(request: Request) -> Response:
         received = time.perf_counter()
@@ -37,7 +37,7 @@ def routes(gw: Gateway) -> list[Route]:
         target = await resolve_target(request, gw.registry, gw.config.sessionless)
         if gw.passthrough is not None:
             return await gw.passthrough.call("completions", target, body, None, None, req.stream)
-        return await _run(gw, gw.text, target, req, body, received)
+        return await _run(gw, gw.text, request, target, req, body, received)
 
     async def models(request: Request) -> Response:
         if gw.passthrough is not None:
@@ -55,7 +55,7 @@ def routes(gw: Gateway) -> list[Route]:
     return out
 
 
-async def _run(gw: Gateway, calls, target, req, body: bytes, received: float) -> Response:
+async def _run(gw: Gateway, calls, request: Request, target, req, body: bytes, received: float) -> Response:
     """Admit the call past the pause gate; it counts as in flight until its answer is out
     (for a stream: until the stream ends)."""
     await gw.gate.enter()
@@ -69,12 +69,12 @@ async def _run(gw: Gateway, calls, target, req, body: bytes, received: float) ->
 
     handed_over = False
     try:
-        prepared = calls.prepare(target, req, body, received)
+        prepared = await calls.prepare(target, req, body, received)
         if req.stream:
             response = await calls.stream(prepared, release)
             handed_over = True
             return response
-        return await calls.complete(prepared)
+        return await calls.complete(prepared, request.receive)
     finally:
         if not handed_over:
             release()

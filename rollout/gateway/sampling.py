@@ -46,6 +46,28 @@ def refuse_unsupported(req: SamplingFields) -> None:
             raise InvalidRequest("best_of is not supported; use n", param="best_of")
 
 
+def _asked(req: SamplingFields) -> int | None:
+    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
+        return req.max_completion_tokens
+    return req.max_tokens
+
+
+def prompt_limit(req: SamplingFields, context_length: int) -> int:
+    """The most prompt tokens that leave room for the reply (max_tokens, or at least one)."""
+    return context_length - max(_asked(req) or 0, 1)
+
+
+def prompt_too_long(req: SamplingFields, at_least: int, context_length: int, param: str) -> ContextLengthExceeded:
+    """The answer to a prompt refused before it was tokenized in full: its size is a lower bound."""
+    asked = _asked(req)
+    reply = f" and max_tokens asks for {asked} more" if asked else ""
+    return ContextLengthExceeded(
+        f"the prompt has at least {at_least} tokens but the model's context length is {context_length}{reply}; "
+        f"at most {prompt_limit(req, context_length)} prompt tokens fit: shorten or summarise the conversation",
+        param=param,
+    )
+
+
 def max_new_tokens(req: SamplingFields, prompt_len: int, context_length: int, default: int | None) -> int:
     room = context_length - prompt_len
     if room <= 0:
@@ -54,9 +76,7 @@ def max_new_tokens(req: SamplingFields, prompt_len: int, context_length: int, de
             "shorten or summarise the conversation",
             param="messages",
         )
-    asked = req.max_tokens
-    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
-        asked = req.max_completion_tokens
+    asked = _asked(req)
     if asked is None:
         return min(room, default) if default is not None else room
     if asked > room:

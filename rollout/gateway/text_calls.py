@@ -6,6 +6,7 @@ engine unchanged, which is the way to drive the engine token-exactly from outsid
 
 from __future__ import annotations
 
+import asyncio
 import time
 from array import array
 from collections.abc import AsyncIterator
@@ -14,15 +15,17 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive
 
 from ..chat.detokenize import IncrementalDecoder
+from ..chat.tokenizer import TooManyTokens
 from ..sglang_client import EngineError
 from .engine_context import EngineContext
 from .errors import BackendUnavailable, InvalidRequest, engine_failure
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, Sampled, call_record, new_id, node_for, timings
 from .responses import SSE_DONE, chunk, completion_logprobs, sse, usage
-from .sampling import max_new_tokens, refuse_unsupported, stop_strings, to_sglang
+from .sampling import max_new_tokens, prompt_limit, prompt_too_long, refuse_unsupported, stop_strings, to_sglang
 from .stop_strings import StopTrimmer, trim_stop
 from .wire import CompletionRequest
 
@@ -46,7 +49,9 @@ def _prompt_ids(req: CompletionRequest, ctx: EngineContext) -> array:
     if isinstance(prompt, str):
         if not prompt:
             raise InvalidRequest("prompt is empty", param="prompt")
-        return ctx.tokenizer.encode_array(prompt)
+        tokenizer = ctx.tokenizer
+        # A raw prompt is the client's own rendering: its control-token spellings are meant.
+        return tokenizer.encode_array(tokenizer.control.literal(prompt), prompt_limit(req, ctx.context_length))
     if not prompt:
         raise InvalidRequest("prompt is empty", param="prompt")
     vocab = ctx.tokenizer.vocab_size
@@ -60,11 +65,15 @@ class TextCalls:
     def __init__(self, ctx: EngineContext):
         self.ctx = ctx
 
-    def prepare(self, target: CallTarget, req: CompletionRequest, raw_body: bytes, received: float) -> PreparedText:
+    async def prepare(self, target: CallTarget, req: CompletionRequest, raw_body: bytes,
+                      received: float) -> PreparedText:
         ctx = self.ctx
         refuse_unsupported(req)
         ctx.check_model(req.model)
-        ids = _prompt_ids(req, ctx)
+        try:
+            ids = await ctx.off_loop(len(raw_body), _prompt_ids, req, ctx)
+        except TooManyTokens as exc:
+            raise prompt_too_long(req, exc.at_least, ctx.context_length, "prompt") from None
         plan = ctx.builder.build_text(target.session.tree(target.agent), ids)
         limit = max_new_tokens(req, len(ids), ctx.context_length, ctx.config.default_max_tokens)
         return PreparedText(req, target, plan, to_sglang(req, max_tokens=limit), raw_body, received)
@@ -88,13 +97,13 @@ class TextCalls:
         ctx.count_call("completions", p.plan, sampled)
         return reason
 
-    async def complete(self, p: PreparedText) -> Response:
+    async def complete(self, p: PreparedText, receive: Receive) -> Response:
         ctx = self.ctx
         call_ids = [new_id() for _ in range(p.req.n)]
         started = time.perf_counter()
         choices = []
         try:
-            generations = await ctx.generate(p.plan.prompt_ids.tolist(), p.params, call_ids)
+            generations = await ctx.generate("completions", p.plan.prompt_ids.tolist(), p.params, call_ids, receive)
         except EngineError as exc:
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         engine_done = time.perf_counter()
@@ -192,6 +201,9 @@ class TextCalls:
         except BackendUnavailable as error:
             ctx.metrics.engine_errors.inc(error.code)
             yield b"data: " + error.body() + b"\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            ctx.metrics.calls_aborted.inc("completions")  # the client left mid-stream: nothing recorded
+            raise
         finally:
             release()
             await engine_stream.aclose()

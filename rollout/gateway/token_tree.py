@@ -9,6 +9,7 @@ then recorded as a fork of a newer node or as a root).
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -52,49 +53,55 @@ class AgentTree:
         self.nodes: OrderedDict[str, Node] = OrderedDict()
         self.by_reply: dict[bytes, Node] = {}
         self.by_prompt: dict[bytes, Node] = {}
+        # Calls are planned on the gateway's loop or, when big, on its prepare threads.
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.nodes)
 
     def add(self, node: Node) -> None:
-        self.nodes[node.call_id] = node
-        if node.reply_key is not None:
-            self.by_reply[node.reply_key] = node
-        if node.prompt_key is not None:
-            self.by_prompt[node.prompt_key] = node
-        while len(self.nodes) > self.max_nodes:
-            _, old = self.nodes.popitem(last=False)
-            if old.reply_key is not None and self.by_reply.get(old.reply_key) is old:
-                del self.by_reply[old.reply_key]
-            if old.prompt_key is not None and self.by_prompt.get(old.prompt_key) is old:
-                del self.by_prompt[old.prompt_key]
+        with self._lock:
+            self.nodes[node.call_id] = node
+            if node.reply_key is not None:
+                self.by_reply[node.reply_key] = node
+            if node.prompt_key is not None:
+                self.by_prompt[node.prompt_key] = node
+            while len(self.nodes) > self.max_nodes:
+                _, old = self.nodes.popitem(last=False)
+                if old.reply_key is not None and self.by_reply.get(old.reply_key) is old:
+                    del self.by_reply[old.reply_key]
+                if old.prompt_key is not None and self.by_prompt.get(old.prompt_key) is old:
+                    del self.by_prompt[old.prompt_key]
 
     def continuation_of(self, chain: list[bytes]) -> tuple[Node, int] | None:
         """The call whose messages + reply are the longest proper prefix of these messages,
         and how many messages that prefix holds."""
-        for k in range(len(chain) - 2, 0, -1):
-            node = self.by_reply.get(chain[k])
-            if node is not None:
-                return node, k
+        with self._lock:
+            for k in range(len(chain) - 2, 0, -1):
+                node = self.by_reply.get(chain[k])
+                if node is not None:
+                    return node, k
         return None
 
     def related(self, chain: list[bytes]) -> list[Node]:
         """Nodes worth comparing tokens with: those sharing the most messages, and the newest."""
         found: list[Node] = []
-        for k in range(len(chain) - 1, 0, -1):
-            for index in (self.by_prompt, self.by_reply):
-                node = index.get(chain[k])
-                if node is not None and node not in found:
+        with self._lock:
+            for k in range(len(chain) - 1, 0, -1):
+                for index in (self.by_prompt, self.by_reply):
+                    node = index.get(chain[k])
+                    if node is not None and node not in found:
+                        found.append(node)
+                if found:
+                    break
+            for node in islice(reversed(self.nodes.values()), self.recent):
+                if node not in found:
                     found.append(node)
-            if found:
-                break
-        for node in islice(reversed(self.nodes.values()), self.recent):
-            if node not in found:
-                found.append(node)
         return found
 
     def newest(self) -> list[Node]:
-        return list(islice(reversed(self.nodes.values()), self.recent))
+        with self._lock:
+            return list(islice(reversed(self.nodes.values()), self.recent))
 
     @staticmethod
     def best_prefix(ids: array, candidates: list[Node]) -> tuple[Node | None, int]:

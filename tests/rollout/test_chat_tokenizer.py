@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from roost.rollout.chat.detokenize import IncrementalDecoder
 from roost.rollout.chat.template import ChatTemplate, TemplateRenderError
-from roost.rollout.chat.tokenizer import ChatTokenizer
+from roost.rollout.chat.tokenizer import ChatTokenizer, TooManyTokens
 from roost.rollout.engine.tiny_model import resolve_model
 
 
@@ -34,6 +34,17 @@ def test_segmented_encoding_equals_whole_encoding(tok):
         text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 30)))
         assert tok.encode(text) == tok.encode_whole(text), repr(text)
         assert tok.encode(text) == tok.encode(text)  # cached path
+
+
+def test_character_bound_is_a_lower_bound_on_tokens(tok):
+    rng = random.Random(11)
+    texts = [" " * 5000, "=" * 5000, "\n" * 3000, "ab" * 4000, "😀" * 500]
+    texts += ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 200))) for _ in range(100)]
+    for text in texts:
+        assert len(tok.encode_whole(text)) >= tok.tokens_at_least(len(text)) > 0, repr(text[:40])
+    with pytest.raises(TooManyTokens) as refused:
+        tok.encode_array("x" * 10 * tok.max_chars_per_token, limit=5)
+    assert refused.value.at_least == 10  # refused from the length alone
 
 
 def test_incremental_decoder_never_splits_characters(tok):

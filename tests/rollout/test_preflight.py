@@ -11,7 +11,7 @@ from roost.rollout.gateway.preflight import run_preflight
 
 def test_preflight_reports_reasoning_turns():
     report = run_preflight("tiny")
-    assert report.ok and report.segmented_tokenization
+    assert report.ok and report.segmented_tokenization and report.control_text_as_text
     by_scenario: dict[str, list] = {}
     for check in report.checks:
         by_scenario.setdefault(check.scenario, []).append(check)
