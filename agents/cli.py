@@ -22,6 +22,8 @@ def eval_command(
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint; a roost gateway also records."),
     model: Optional[str] = typer.Option(None, help="Model name (default: the endpoint's first model)."),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="API key for --base-url."),
+    admin_key: Optional[str] = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
+                                            help="The gateway's admin key, when --base-url is a roost gateway."),
     episodes: int = typer.Option(10, help="Episodes to run (tasks of the split, cycled)."),
     split: str = typer.Option("train", help="Task split."),
     task_id: list[str] = typer.Option([], "--task-id", help="Play these tasks of the split (repeatable, cycled)."),
@@ -42,6 +44,7 @@ def eval_command(
     from roost.envs.serve import parse_env_args
 
     config = EvalConfig(env=env, agent=agent, env_url=env_url, base_url=base_url, model=model, api_key=api_key,
+                        admin_key=admin_key,
                         episodes=episodes, split=split, concurrency=concurrency, max_turns=max_turns,
                         env_kwargs=parse_env_args(env_arg), agent_kwargs=parse_env_args(agent_arg),
                         workers=workers, run_id=run_id, progress=progress, task_ids=tuple(task_id))

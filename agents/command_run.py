@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roost.agents.gateway_session import GatewayClient, GatewayError, is_gateway
+from roost.agents.gateway_session import GatewayClient, GatewayError, recording_gateway
 from roost.agents.protocol import AgentError, EpisodeContext, ModelUnavailable
 from roost.agents.run_command import CommandAgent
 from roost.envs.errors import EnvFaultError
@@ -31,6 +31,8 @@ class CommandRunConfig:
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
+    admin_key: str | None = None
+    """The gateway's admin key, when `base_url` is a roost gateway."""
     split: str = "test"
     task_ids: list[str] = field(default_factory=list)
     """Tasks to run (default: every task of the split)."""
@@ -62,7 +64,7 @@ class CommandResult:
 async def run_command(config: CommandRunConfig) -> list[CommandResult]:
     agent = CommandAgent(command=config.command, timeout_s=config.timeout_s,
                          submit_tool="submit" if config.submit else None)
-    gateway = GatewayClient(config.base_url) if config.base_url and await is_gateway(config.base_url) else None
+    gateway = await recording_gateway(config.base_url, config.admin_key)
     run_id = config.run_id or f"run-{uuid.uuid4().hex[:8]}"
     try:
         async with _host(config) as host:

@@ -1,8 +1,8 @@
 """Evaluate an agent on an env: the Python API behind `roost eval`.
 
 The env runs in this process's worker pool unless `env_url` names a running env
-server. `base_url` is any OpenAI-compatible endpoint; when it is a roost gateway,
-every episode gets a gateway session (grouped as RUN_ID/TASK_ID) and its calls are
+server. `base_url` is any OpenAI-compatible endpoint; when it is a roost gateway (with
+its `admin_key`), every episode gets a gateway session (grouped as RUN_ID/TASK_ID) and its calls are
 recorded as trajectories, with the episode's reward posted to the session.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from roost.agents.gateway_session import GatewayClient, is_gateway
+from roost.agents.gateway_session import recording_gateway
 from roost.agents.registry import load_agent
 from roost.agents.runner import EpisodeHost, RunConfig, results_json, run_episodes, summarize
 from roost.envs.protocol import ToolSchema
@@ -29,6 +29,8 @@ class EvalConfig:
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
+    admin_key: str | None = None
+    """The gateway's admin key, when `base_url` is a roost gateway."""
     episodes: int = 10
     split: str = "train"
     concurrency: int = 8
@@ -47,7 +49,7 @@ async def evaluate(config: EvalConfig) -> dict[str, Any]:
     if agent.needs_model and not config.base_url:
         raise ValueError(f"agent {agent.name!r} needs a model: pass --base-url (an OpenAI-compatible endpoint "
                          "or a roost gateway)")
-    gateway = GatewayClient(config.base_url) if config.base_url and await is_gateway(config.base_url) else None
+    gateway = await recording_gateway(config.base_url, config.admin_key)
     run = RunConfig(concurrency=config.concurrency, max_turns=config.max_turns, model=config.model,
                     base_url=None if gateway else config.base_url, api_key=config.api_key,
                     run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", progress=config.progress)

@@ -5,8 +5,9 @@
     GET  /sessions/{sid}           the session's calls, in order
     POST /sessions/{sid}/finish    {"info": {"status": "ok" | "infra_error" | ..., ...}}
 
-`base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness as its OpenAI base URL,
-so every model call of the episode is recorded under the session.
+`base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness as its OpenAI base URL, with
+the session's `key` as its API key, so every model call of the episode is recorded under the
+session. The control plane takes the gateway's admin key; the harness never sees it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from roost.rollout.keys import ADMIN_KEY, bearer
 
 
 class GatewayError(RuntimeError):
@@ -29,9 +32,9 @@ class GatewaySession:
 
 
 class GatewayClient:
-    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, *, admin_key: str, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, headers=bearer(admin_key))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -76,10 +79,23 @@ class GatewayClient:
 
 
 async def is_gateway(url: str) -> bool:
-    """Whether `url` is a roost gateway (it lists sessions) rather than a plain OpenAI endpoint."""
+    """Whether `url` is a roost gateway (its open `/health` names its backend) rather than a plain
+    OpenAI endpoint."""
     try:
         async with httpx.AsyncClient(timeout=10) as http:
-            response = await http.get(f"{url.rstrip('/')}/sessions", params={"group": "roost-probe"})
-        return response.status_code == 200 and "sessions" in response.json()
+            response = await http.get(f"{url.rstrip('/')}/health")
+        body = response.json()
+        return response.status_code == 200 and isinstance(body, dict) and "backend" in body
     except (httpx.HTTPError, ValueError):
         return False
+
+
+async def recording_gateway(base_url: str | None, admin_key: str | None) -> GatewayClient | None:
+    """A client of the gateway at `base_url`, or None when `base_url` is a plain OpenAI endpoint.
+    Raises `ValueError` for a gateway without its admin key."""
+    if not base_url or not await is_gateway(base_url):
+        return None
+    if not admin_key:
+        raise ValueError(f"{base_url} is a roost gateway: pass its admin key (--admin-key or {ADMIN_KEY.env}) "
+                         f"to record the episodes, or use {base_url.rstrip('/')}/v1 to run them unrecorded")
+    return GatewayClient(base_url, admin_key=admin_key)

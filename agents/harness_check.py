@@ -126,9 +126,11 @@ def token_exact_problems(store_path: str | Path, session_id: str, recorder: Engi
 
 @dataclass
 class Rig:
-    """What `harness_rig` yields: the gateway, the env's episode host, and the engine recorder."""
+    """What `harness_rig` yields: the gateway (and its admin key), the env's episode host, and the
+    engine recorder."""
 
     gateway_url: str
+    admin_key: str
     store_path: Path
     host: Any
     recorder: EngineRecorder
@@ -147,6 +149,6 @@ async def harness_rig(engine_url: str, env: str, env_kwargs: dict[str, Any], sto
         url = await asyncio.to_thread(gateway.start)
         try:
             async with EpisodeManager(WorkerConfig(env, env_kwargs), ManagerConfig(workers=1)) as host:
-                yield Rig(url, store_path, host, recorder)
+                yield Rig(url, gateway.admin_key, store_path, host, recorder)
         finally:
             await asyncio.to_thread(gateway.stop)

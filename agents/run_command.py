@@ -4,7 +4,8 @@ The command runs on the host in its own process group, with its model and its ep
 through the environment:
 
     ROOST_BASE_URL, OPENAI_BASE_URL   the episode's OpenAI base URL (a gateway session: recorded)
-    OPENAI_API_KEY                    the session key ('EMPTY' without a gateway)
+    OPENAI_API_KEY                    the session key ('EMPTY' without a gateway; the gateway's and
+                                      the engine's keys are taken out of the command's environment)
     ROOST_SESSION_ID                  the gateway session id ('' without a gateway)
     ROOST_TASK_JSON                   {"id", "split", "metadata", "observation", "tools", "info"}
     ROOST_ENV_STEP_URL                POST an action here (the env wire format: {"type": "text",
@@ -33,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
 from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError
 from roost.envs.protocol import Step, ToolCall
+from roost.rollout.keys import without_server_keys
 
 SESSION_IN_URL = re.compile(r"/sessions/([^/]+)/")
 
@@ -83,7 +85,7 @@ class CommandAgent:
 
     async def _run_command(self, ctx: EpisodeContext, step_url: str, reward_file: Path,
                            cwd: str) -> tuple[int | None, str]:
-        env = {**os.environ, **command_environment(ctx, step_url, reward_file)}
+        env = {**without_server_keys(os.environ), **command_environment(ctx, step_url, reward_file)}
         proc = await asyncio.create_subprocess_shell(self.config.command, cwd=cwd, env=env, start_new_session=True,
                                                      stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                                                      stderr=asyncio.subprocess.STDOUT)

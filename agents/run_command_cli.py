@@ -16,6 +16,8 @@ def run(
     base_url: Optional[str] = typer.Option(None, help="A roost gateway (recorded) or any OpenAI endpoint."),
     model: Optional[str] = typer.Option(None, help="Model name, passed as ROOST_MODEL."),
     api_key: Optional[str] = typer.Option(None, help="API key when --base-url is not a gateway."),
+    admin_key: Optional[str] = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
+                                            help="The gateway's admin key, when --base-url is a roost gateway."),
     task: list[str] = typer.Option([], "--task", help="Task id (repeatable; default: every task of the split)."),
     split: str = typer.Option("test", help="Task split."),
     episodes: Optional[int] = typer.Option(None, help="At most this many episodes."),
@@ -32,7 +34,7 @@ def run(
     from roost.envs.serve import parse_env_args
 
     config = CommandRunConfig(command=command, env=env, env_url=env_url, base_url=base_url, model=model,
-                              api_key=api_key, split=split, task_ids=task, episodes=episodes,
+                              api_key=api_key, admin_key=admin_key, split=split, task_ids=task, episodes=episodes,
                               concurrency=concurrency, timeout_s=timeout_s, submit=submit, env_kwargs=parse_env_args(env_arg))
     try:
         results = asyncio.run(run_command(config))

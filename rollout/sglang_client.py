@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from .keys import bearer
+
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -96,17 +98,23 @@ def parse_generation(body: Any) -> Generation:
 
 
 class SGLangClient:
-    """Async client for `/generate` and the control endpoints of an SGLang-API server."""
+    """Async client for `/generate` and the control endpoints of an SGLang-API server.
+
+    `api_key` (the engine's `--api-key`) goes with every request as a bearer token: roost's
+    engine asks for it on its control routes, SGLang on every route but `/health`.
+    """
 
     def __init__(
         self,
         base_url: str,
         *,
+        api_key: str | None = None,
         timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 1024,
     ):
         self.base_url = base_url.rstrip("/")
+        self._headers = {**JSON_HEADERS, **bearer(api_key)}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -132,7 +140,7 @@ class SGLangClient:
         url = f"{self.base_url}{path}"
         try:
             body = None if payload is None else orjson.dumps(payload)
-            async with self._http().request(method, url, data=body, headers=JSON_HEADERS) as resp:
+            async with self._http().request(method, url, data=body, headers=self._headers) as resp:
                 raw = await resp.read()
                 _raise_for_status(resp.status, raw, url)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -167,7 +175,7 @@ class SGLangClient:
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
         url = f"{self.base_url}/generate"
         try:
-            async with self._http().post(url, data=orjson.dumps(payload), headers=JSON_HEADERS) as resp:
+            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
                 if resp.status >= 400:
                     _raise_for_status(resp.status, await resp.read(), url)
                 seen = 0

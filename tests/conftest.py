@@ -17,20 +17,34 @@ def tiny_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine_url(tiny_model_path: Path):
-    """A real embedded engine with the model's own sampler (shared: do not change its weights)."""
-    with EngineProcess("tiny") as url:
-        yield url
+def model_engine(tiny_model_path: Path):
+    """A real embedded engine with the model's own sampler (shared: do not change its weights);
+    `.url`, and `.api_key` for its control routes."""
+    process = EngineProcess("tiny")
+    with process:
+        yield process
 
 
 @pytest.fixture(scope="session")
-def scripted_engine_url(tiny_model_path: Path, tmp_path_factory):
-    """A real embedded engine whose replies come from the scripted sampler.
+def engine_url(model_engine: EngineProcess) -> str:
+    return model_engine.url
+
+
+@pytest.fixture(scope="session")
+def scripted_engine(tiny_model_path: Path, tmp_path_factory):
+    """A real embedded engine whose replies come from the scripted sampler; `.url`, and `.api_key`
+    for its control routes.
 
     Starts with a fallback rule only; tests force text per request with
     `custom_params.scripted_reply` or replace the rules with POST /roost/scripted_sampler.
     """
     script = tmp_path_factory.mktemp("script") / "script.json"
     script.write_text(json.dumps({"rules": [{"match": None, "reply": "OK."}]}))
-    with EngineProcess("tiny", scripted=True, script=script) as url:
-        yield url
+    process = EngineProcess("tiny", scripted=True, script=script)
+    with process:
+        yield process
+
+
+@pytest.fixture(scope="session")
+def scripted_engine_url(scripted_engine: EngineProcess) -> str:
+    return scripted_engine.url

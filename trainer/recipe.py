@@ -102,7 +102,8 @@ class EngineConfig(_Section):
     backend: Literal["embedded", "sglang"] = "embedded"
     """embedded: roost's CPU/GPU torch engine; sglang: `python -m sglang.launch_server`."""
     url: str | None = None
-    """A running engine; null starts one for the run (and restarts it with the latest weights if it dies)."""
+    """A running engine (its key, if any, in ROOST_ENGINE_KEY); null starts one for the run (and restarts
+    it with the latest weights if it dies)."""
     args: list[str] = []
     """Extra command-line flags passed through to the engine unchanged (e.g. SGLang's --mem-fraction-static)."""
     dtype: str = "float32"
@@ -112,7 +113,8 @@ class EngineConfig(_Section):
 class GatewayConfig(_Section):
     reasoning_policy: Literal["keep", "drop"] = "keep"
     url: str | None = None
-    """A running gateway in front of the engine (its store must be `store`); null starts one."""
+    """A running gateway in front of the engine (its store must be `store`, its admin key in
+    ROOST_ADMIN_KEY); null starts one."""
 
 
 class LossSection(_Section):

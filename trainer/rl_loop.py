@@ -140,6 +140,7 @@ class _Run:
         worker = ray.remote(RolloutWorker).options(num_cpus=0)
         per_worker = max(1, r.concurrency // r.workers)
         self.workers = [worker.remote(svc.env_url, svc.gateway_url, recipe.agent.model_dump(), concurrency=per_worker,
+                                      admin_key=svc.admin_key,
                                       invalid_action_penalty=r.invalid_action_penalty)
                         for _ in range(r.workers)]
         self.tasks = task_pool(self._tasks(recipe.env.split), recipe.env.max_tasks, recipe.schedule.seed)
@@ -281,7 +282,8 @@ class _Run:
         for attempt in range(tries):
             try:
                 asyncio.run(sync_weights(self.svc.engine_url, folder, weight_version=str(version),
-                                         gateway_url=self.svc.gateway_url))
+                                         engine_key=self.svc.engine_key, gateway_url=self.svc.gateway_url,
+                                         admin_key=self.svc.admin_key))
                 break
             except Exception as exc:  # noqa: BLE001 - an engine mid-restart; retried, then raised
                 if attempt + 1 == tries:

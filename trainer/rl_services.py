@@ -1,7 +1,8 @@
 """The servers a training run needs (engine, gateway, env server), each a supervised subprocess
 inside a Ray actor placed where the recipe says.
 
-    engine = ServiceActor.options(**placement).remote("engine", engine_command(recipe, model, port), port)
+    engine = ServiceActor.options(**placement).remote("engine", engine_command(recipe, model, host, port, key),
+                                                      host, port, log_dir, {"ROOST_ENGINE_KEY": key})
     url = ray.get(engine.start.remote())
 
 A server that dies is restarted on the same port by a watchdog thread, and the run goes on:
@@ -33,11 +34,14 @@ def _roost(*args: str) -> list[str]:
     return [sys.executable, "-m", "roost.cli.main", *args]
 
 
-def engine_command(recipe: Recipe, model: str, host: str, port: int) -> list[str]:
+def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None) -> list[str]:
+    """roost's engine reads its key from ROOST_ENGINE_KEY in its environment; SGLang only from
+    its command line."""
     engine = recipe.engine
     if engine.backend == "sglang":
+        key = ["--api-key", api_key] if api_key else []
         return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
-                "--port", str(port), "--dtype", engine.dtype, *engine.args]
+                "--port", str(port), "--dtype", engine.dtype, *key, *engine.args]
     return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
                   "--max-running", str(engine.max_running), *engine.args)
 
@@ -164,12 +168,13 @@ class ServiceActor:
     def _reload(self) -> None:
         if self.weights is None:
             return
+        from roost.rollout.keys import ENGINE_KEY
         from roost.rollout.sglang_client import SGLangClient
 
         folder, version = self.weights
 
         async def load() -> None:
-            async with SGLangClient(self.server.url) as client:
+            async with SGLangClient(self.server.url, api_key=self.server.env.get(ENGINE_KEY.env)) as client:
                 await client.update_weights_from_disk(folder, weight_version=version)
 
         asyncio.run(load())

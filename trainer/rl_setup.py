@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 from roost.rollout.server_process import free_port
 
 from .recipe import Recipe
@@ -98,14 +99,28 @@ class Services:
     engine_url: str
     gateway_url: str
     store: Path
+    engine_key: str | None
+    admin_key: str
 
 
-def _service(name: str, command: list[str], host: str, port: int, log_dir: Path, **options: Any) -> tuple[Any, str]:
+def _service(name: str, command: list[str], host: str, port: int, log_dir: Path, env: dict[str, str] | None = None,
+             **options: Any) -> tuple[Any, str]:
     import ray
 
     actor = ray.remote(ServiceActor).options(num_cpus=0, max_concurrency=4, **options).remote(
-        name, command, host, port, str(log_dir))
+        name, command, host, port, str(log_dir), env)
     return actor, ray.get(actor.start.remote())
+
+
+def _keys(recipe: Recipe) -> tuple[str | None, str]:
+    """The engine's and the gateway's keys: new ones for servers the run starts, from the
+    environment (ROOST_ENGINE_KEY, ROOST_ADMIN_KEY) for running ones the recipe names."""
+    engine_key = os.environ.get(ENGINE_KEY.env) if recipe.engine.url else new_key(ENGINE_KEY)
+    admin_key = os.environ.get(ADMIN_KEY.env) if recipe.gateway.url else new_key(ADMIN_KEY)
+    if not admin_key:
+        raise ValueError(f"gateway.url names a running gateway ({recipe.gateway.url}); set {ADMIN_KEY.env} to "
+                         "its admin key so the run can open sessions and pause it for weight updates")
+    return engine_key, admin_key
 
 
 def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> tuple[Any, str]:
@@ -123,20 +138,22 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: tuple[Any, str], wh
     log_dir = run_dir / "logs"
     store = run_dir / "trajectories.sqlite"
     started = [env[0]] if env[0] is not None else []
+    engine_key, admin_key = _keys(recipe)
+    engine_env = {ENGINE_KEY.env: engine_key} if engine_key else {}
     try:
         engine, engine_url = None, recipe.engine.url
         if engine_url is None:
             port = free_port(host)
-            engine, engine_url = _service("engine", engine_command(recipe, model, host, port), host, port, log_dir,
-                                          **where.engine)
+            engine, engine_url = _service("engine", engine_command(recipe, model, host, port, engine_key), host, port,
+                                          log_dir, engine_env, **where.engine)
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
             port = free_port(host)
             gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, port),
-                                            host, port, log_dir)
+                                            host, port, log_dir, {**engine_env, ADMIN_KEY.env: admin_key})
             started.append(gateway)
-        yield Services(env[0], engine, gateway, env[1], engine_url, gateway_url, store)
+        yield Services(env[0], engine, gateway, env[1], engine_url, gateway_url, store, engine_key, admin_key)
     finally:
         stop_services(started)
 

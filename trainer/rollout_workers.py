@@ -1,7 +1,7 @@
 """Rollout workers: Ray actors that play groups of episodes against the env server, with the
 harness's model calls going through the gateway (so every token is recorded).
 
-    worker = RolloutWorker.remote(env_url, gateway_url, recipe.agent.model_dump(), concurrency=8)
+    worker = RolloutWorker.remote(env_url, gateway_url, recipe.agent.model_dump(), concurrency=8, admin_key=key)
     outcomes = ray.get(worker.play.remote([GroupSpec("step-3/t7", task, 4)]))   # sync: one step's groups
     worker.stream.remote(specs); ray.get(worker.finished.remote())                # async: never waits
 
@@ -63,8 +63,9 @@ class RolloutWorker:
     """Plays groups of episodes; one asyncio loop, `concurrency` episodes at a time."""
 
     def __init__(self, env_url: str, gateway_url: str | None, agent: dict[str, Any], *, concurrency: int,
-                 agent_args: dict[str, Any] | None = None, invalid_action_penalty: float = 0.0) -> None:
-        self.env_url, self.gateway_url = env_url, gateway_url
+                 admin_key: str | None = None, agent_args: dict[str, Any] | None = None,
+                 invalid_action_penalty: float = 0.0) -> None:
+        self.env_url, self.gateway_url, self.admin_key = env_url, gateway_url, admin_key
         self.invalid_action_penalty = invalid_action_penalty
         self.agent_config = agent
         self.concurrency = concurrency
@@ -123,7 +124,7 @@ class RolloutWorker:
         started = time.perf_counter()
         async with EnvClient(self.env_url) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []
-            gateway = GatewayClient(self.gateway_url) if self.gateway_url else None
+            gateway = GatewayClient(self.gateway_url, admin_key=self.admin_key) if self.gateway_url else None
 
             async def one() -> Any:
                 async with self._limit:

@@ -1,7 +1,7 @@
 """Pushing new weights into the rollout engine.
 
     policy.export_hf(folder)                       # Hugging Face safetensors checkpoint
-    await sync_weights(engine_url, folder, weight_version="3", gateway_url=gateway)
+    await sync_weights(engine_url, folder, weight_version="3", engine_key=..., gateway_url=gateway, admin_key=...)
 
 The gateway is paused around the swap (new calls wait, in-flight calls finish), the
 engine loads the folder through SGLang's `/update_weights_from_disk`, and the new weight
@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from roost.rollout.keys import bearer
 from roost.rollout.sglang_client import EngineError, SGLangClient
 
 from .hf_checkpoint import CheckpointMismatch, read_config, tokenizer_fingerprint
@@ -56,25 +57,26 @@ def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
             )
 
 
-async def _gateway(session: aiohttp.ClientSession, url: str, action: str) -> None:
-    async with session.post(f"{url.rstrip('/')}/admin/{action}", json={}) as resp:
+async def _gateway(session: aiohttp.ClientSession, url: str, action: str, admin_key: str | None) -> None:
+    async with session.post(f"{url.rstrip('/')}/admin/{action}", json={}, headers=bearer(admin_key)) as resp:
         if resp.status >= 400:
             raise WeightSyncError(f"gateway {url} refused /admin/{action}: {resp.status} {await resp.text()}")
 
 
 async def sync_weights(
-    engine_url: str, folder: str | Path, *, weight_version: str | None = None, gateway_url: str | None = None,
-    timeout_s: float = 600.0,
+    engine_url: str, folder: str | Path, *, weight_version: str | None = None, engine_key: str | None = None,
+    gateway_url: str | None = None, admin_key: str | None = None, timeout_s: float = 600.0,
 ) -> SyncResult:
-    """Load the checkpoint at `folder` into the engine, pausing the gateway around it."""
+    """Load the checkpoint at `folder` into the engine (its key: `engine_key`), pausing the gateway
+    (its key: `admin_key`) around it."""
     started = time.perf_counter()
     folder = Path(folder).resolve()
-    async with SGLangClient(engine_url, timeout_s=timeout_s) as engine, aiohttp.ClientSession(
+    async with SGLangClient(engine_url, api_key=engine_key, timeout_s=timeout_s) as engine, aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=timeout_s)
     ) as http:
         check_compatible(folder, await engine.model_info())
         if gateway_url:
-            await _gateway(http, gateway_url, "pause")
+            await _gateway(http, gateway_url, "pause", admin_key)
         paused = time.perf_counter()
         try:
             answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)
@@ -82,7 +84,7 @@ async def sync_weights(
             answer = {"success": False, "message": str(exc)}
         finally:
             if gateway_url:
-                await _gateway(http, gateway_url, "resume")
+                await _gateway(http, gateway_url, "resume", admin_key)
         paused_s = time.perf_counter() - paused
     if not answer.get("success", False):
         raise WeightSyncError(f"engine at {engine_url} did not load {folder}: {answer.get('message', answer)}")

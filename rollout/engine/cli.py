@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from ..keys import ENGINE_KEY, KeysRequired, serving_key
+
 
 class Sampler(str, Enum):
     model = "model"
@@ -17,8 +19,11 @@ class Sampler(str, Enum):
 
 def engine(
     model: str = typer.Option("tiny", help="'tiny' or a local Hugging Face Qwen2/Qwen3/Llama checkpoint folder."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --api-key."),
     port: int = typer.Option(30000, help="Port to bind (SGLang's default)."),
+    api_key: str = typer.Option(None, envvar=ENGINE_KEY.env, show_envvar=True,
+                                help="Key of the control routes (weights, pause, cache), as SGLang's --api-key "
+                                     "(default: generated and printed)."),
     context_length: int = typer.Option(None, help="Longest prompt + completion (default: model's, capped at 4096)."),
     max_running: int = typer.Option(64, help="Requests decoded together in one batch."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
@@ -38,10 +43,15 @@ def engine(
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from .launch import build_engine, serve
 
+    try:
+        api_key = serving_key("roost engine", host, api_key, ENGINE_KEY)
+    except KeysRequired as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
                            reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)
-    serve(engine_, host=host, port=port, log_level=log_level)
+    serve(engine_, host=host, port=port, api_key=api_key, log_level=log_level)
 
 
 def bench_engine(

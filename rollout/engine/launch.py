@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from roost.rollout.keys import ENGINE_KEY, new_key
 from roost.rollout.server_process import ServerProcess
 
 from .engine import Engine, EngineConfig
@@ -23,29 +24,32 @@ def build_engine(
     return Engine(config)
 
 
-def serve(engine: Engine, *, host: str, port: int, log_level: str = "warning") -> None:
+def serve(engine: Engine, *, host: str, port: int, api_key: str, log_level: str = "warning") -> None:
     import uvicorn
 
     from .server import create_app
 
     engine.start()
     try:
-        uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(create_app(engine, api_key), host=host, port=port, log_level=log_level, access_log=False)
     finally:
         engine.stop()
 
 
 class EngineProcess(ServerProcess):
-    """`roost engine` in a subprocess on a free 127.0.0.1 port; a context manager.
+    """`roost engine` in a subprocess on a free 127.0.0.1 port; a context manager. `api_key` is
+    the key of its control routes (generated unless given, handed over in the environment).
 
     >>> with EngineProcess(scripted=True) as url: ...
     """
 
     def __init__(self, model: str = "tiny", *, scripted: bool = False, script: Path | None = None,
-                 extra_args: list[str] | None = None, startup_timeout_s: float = 120.0):
+                 extra_args: list[str] | None = None, startup_timeout_s: float = 120.0, api_key: str | None = None):
         args = ["--model", model]
         if scripted:
             args += ["--sampler", "scripted"]
         if script is not None:
             args += ["--script", str(script)]
-        super().__init__("engine", args + (extra_args or []), startup_timeout_s=startup_timeout_s)
+        self.api_key = api_key or new_key(ENGINE_KEY)
+        super().__init__("engine", args + (extra_args or []), startup_timeout_s=startup_timeout_s,
+                         env={ENGINE_KEY.env: self.api_key})

@@ -8,11 +8,12 @@ import uuid
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from ..hangup import ClientGone, cancelled_on_hangup
+from ..keys import presented_key, same_key
 from .engine import Completion, Engine
 from .scripted_sampler import Script, ScriptedSampler, ScriptError
 from .weights import WeightMismatch
@@ -28,8 +29,10 @@ from .wire import (
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+def error(status: int, message: str, kind: str = "invalid_request_error",
+          headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status,
+                        headers=headers)
 
 
 async def read_json(request: Request) -> Any:
@@ -81,11 +84,23 @@ def _answer_text(engine: Engine, done: Completion, params) -> str:
     return text
 
 
-def create_app(engine: Engine) -> FastAPI:
+def create_app(engine: Engine, api_key: str) -> FastAPI:
+    """The routes that change the engine (weights, pause, cache, script) take `api_key` as a
+    bearer token or `x-api-key`; `/generate`, the info routes and `/health` are open."""
     app = FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None)
+
+    async def control(request: Request) -> None:
+        if not same_key(presented_key(request.headers), api_key):
+            raise RequestError(
+                f"{request.url.path} needs the engine's key as 'Authorization: Bearer <key>'; it is the key given "
+                "as --api-key or ROOST_ENGINE_KEY, or the one `roost engine` printed at start", 401)
+
+    guarded = [Depends(control)]
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+        if exc.status == 401:
+            return error(401, str(exc), "authentication_error", {"WWW-Authenticate": "Bearer"})
         return error(exc.status, str(exc))
 
     @app.exception_handler(ValidationError)
@@ -155,7 +170,7 @@ def create_app(engine: Engine) -> FastAPI:
         }
         return Response(orjson.dumps(body), media_type="application/json")
 
-    @app.post("/update_weights_from_disk")
+    @app.post("/update_weights_from_disk", dependencies=guarded)
     async def update_weights(request: Request) -> JSONResponse:
         req = UpdateWeightsRequest.model_validate(await read_json(request))
         try:
@@ -169,12 +184,12 @@ def create_app(engine: Engine) -> FastAPI:
         return JSONResponse({"success": True, "message": "Succeeded to update model weights.",
                              "num_paused_requests": 0, "weight_version": version})
 
-    @app.post("/flush_cache")
+    @app.post("/flush_cache", dependencies=guarded)
     async def flush_cache() -> Response:
         await _on_engine_thread(engine, engine.scheduler.cache.forget)
         return Response("Cache flushed.", status_code=200)
 
-    @app.post("/pause_generation")
+    @app.post("/pause_generation", dependencies=guarded)
     async def pause(request: Request) -> dict:
         req = PauseRequest.model_validate(await read_json(request))
         if req.mode not in ("in_place", "abort"):
@@ -185,7 +200,7 @@ def create_app(engine: Engine) -> FastAPI:
             aborted = await _on_engine_thread(engine, engine.scheduler.abort_all)
         return {"success": True, "paused": True, "aborted": aborted}
 
-    @app.post("/abort_request")
+    @app.post("/abort_request", dependencies=guarded)
     async def abort_request(request: Request) -> Response:
         req = AbortRequest.model_validate(await read_json(request))
         if not req.rid and not req.abort_all:
@@ -194,12 +209,12 @@ def create_app(engine: Engine) -> FastAPI:
         await _on_engine_thread(engine, lambda: engine.scheduler.abort(rids))
         return Response(status_code=200)
 
-    @app.post("/continue_generation")
+    @app.post("/continue_generation", dependencies=guarded)
     async def resume() -> dict:
         engine.scheduler.set_paused(False)
         return {"success": True, "paused": False}
 
-    @app.post("/roost/scripted_sampler")
+    @app.post("/roost/scripted_sampler", dependencies=guarded)
     async def set_script(request: Request) -> dict:
         """Replace the scripted sampler's rules (roost extension, for tests and benchmarks)."""
         if engine.config.scripted is None:

@@ -1,37 +1,28 @@
 """Which session and agent a model call belongs to.
 
-By URL (`/sessions/{sid}/v1`, `/sessions/{sid}/agents/{agent}/v1`), by a session key in
-`Authorization: Bearer` on plain `/v1`, or neither (the anonymous session, if allowed). The
-agent comes from the path, else the `X-Roost-Agent` header, else `main`; its parent from
-`X-Roost-Parent-Agent` the first time the agent calls.
+By URL (`/sessions/{sid}/v1`, `/sessions/{sid}/agents/{agent}/v1`, with that session's key),
+by a session key on plain `/v1` (bearer or `x-api-key`), or neither (the anonymous session,
+if allowed). The agent comes from the path, else the `X-Roost-Agent` header, else `main`;
+its parent from `X-Roost-Parent-Agent` the first time the agent calls.
 """
 
 from __future__ import annotations
 
 from starlette.requests import Request
 
+from ..keys import presented_key
+from .auth import session_on_path
 from .errors import InvalidSessionKey
 from .recording import CallTarget
 from .sessions import DEFAULT_AGENT, KEY_PREFIX, SessionRegistry, check_agent_id
 
 
-def bearer(request: Request) -> str | None:
-    value = request.headers.get("authorization")
-    if value and value[:7].lower() == "bearer ":
-        return value[7:].strip() or None
-    return None
-
-
 async def resolve_target(request: Request, registry: SessionRegistry, sessionless: str) -> CallTarget:
-    sid = request.path_params.get("sid")
-    key = bearer(request)
-    session_key = key if key is not None and key.startswith(KEY_PREFIX) else None
-    if sid is not None:
-        state = await registry.get(sid)
-        if session_key is not None:
-            registry.check_key(state, session_key)
-    elif session_key is not None:
-        state = await registry.by_key(session_key)
+    key = presented_key(request.headers)
+    if "sid" in request.path_params:
+        state = await session_on_path(request, registry)
+    elif key is not None and key.startswith(KEY_PREFIX):
+        state = await registry.by_key(key)
     elif sessionless == "record":
         state = await registry.anonymous()
     else:

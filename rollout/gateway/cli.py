@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from ..keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
+
 
 class Backend(str, Enum):
     embedded = "embedded"
@@ -30,8 +32,14 @@ def gateway(
     engine_url: str = typer.Option(None, help="Engine base URL (openai backend: upstream base URL incl. /v1). "
                                    "embedded without it: start an embedded engine for --model."),
     model: str = typer.Option(None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --admin-key."),
     port: int = typer.Option(8000, help="Port to bind."),
+    admin_key: str = typer.Option(None, envvar=ADMIN_KEY.env, show_envvar=True,
+                                  help="Key of the control plane (/sessions, /admin) and trajectory reads "
+                                       "(default: generated and printed)."),
+    engine_key: str = typer.Option(None, envvar=ENGINE_KEY.env, show_envvar=True,
+                                   help="The engine's key (its --api-key), sent with every engine request "
+                                        "(default for the engine started without --engine-url: generated)."),
     store: Path = typer.Option(Path(".roost/trajectories.sqlite"), help="SQLite trajectory store."),
     reasoning: Policy = typer.Option(Policy.keep, help="Past reasoning: keep (as sampled) or drop (as the template renders)."),
     served_model_name: str = typer.Option(None, help="Model name clients use (default: model folder name or 'tiny')."),
@@ -48,8 +56,14 @@ def gateway(
     from .config import GatewayConfig
     from .launch import serve
 
+    try:
+        admin_key = serving_key("roost gateway", host, admin_key, ADMIN_KEY)
+    except KeysRequired as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     config = GatewayConfig(
         backend=backend.value, engine_url=engine_url, model=model, host=host, port=port, store_path=store,
+        admin_key=admin_key, engine_key=engine_key,
         reasoning_policy=reasoning.value, served_model_name=served_model_name, public_url=public_url,
         sessionless=sessionless.value, pause_wait_s=pause_wait_s, engine_timeout_s=engine_timeout_s,
         upstream_api_key=upstream_api_key, upstream_model=upstream_model, upstream_token_ids=upstream_token_ids,
@@ -57,8 +71,11 @@ def gateway(
     if backend is Backend.embedded and engine_url is None:
         from ..engine.launch import EngineProcess
 
-        with EngineProcess(model or "tiny") as url:
-            serve(config.model_copy(update={"engine_url": url, "model": model or "tiny"}), log_level)
+        # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
+        engine = EngineProcess(model or "tiny", api_key=engine_key)
+        with engine as url:
+            serve(config.model_copy(update={"engine_url": url, "model": model or "tiny",
+                                            "engine_key": engine.api_key}), log_level)
         return
     serve(config, log_level)
 

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..keys import ADMIN_KEY, new_key
+
 
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -19,6 +21,9 @@ class GatewayConfig(BaseModel):
     served_model_name: str | None = Field(None, description="Name in /v1/models and accepted in requests "
                                           "(default: the model folder's name, or 'tiny')")
     host: str = Field("127.0.0.1", description="Address to bind")
+    admin_key: str = Field(default_factory=lambda: new_key(ADMIN_KEY), min_length=8,
+                           description="Key of the control plane and trajectory reads (default: generated)")
+    engine_key: str | None = Field(None, description="Key sent to the engine (its --api-key), if it has one")
     port: int = Field(8000, description="Port to bind")
     public_url: str | None = Field(None, description="URL harnesses reach the gateway at, for session base_urls "
                                    "(default: taken from each request's Host)")

@@ -72,10 +72,21 @@ class SessionNotFound(NotFound):
     code = "session_not_found"
 
 
-class InvalidSessionKey(GatewayError):
+class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class InvalidSessionKey(Unauthorized):
+    """A session's path without that session's key, or a session key that matches no session."""
+
+
+class InvalidAdminKey(Unauthorized):
+    """The control plane without the gateway's admin key."""
 
 
 class SessionFinished(GatewayError):

@@ -91,7 +91,7 @@ class Gateway:
         config = self.config
         if not config.engine_url:
             raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
-        client = SGLangClient(config.engine_url, timeout_s=config.engine_timeout_s)
+        client = SGLangClient(config.engine_url, api_key=config.engine_key, timeout_s=config.engine_timeout_s)
         info = await self._model_info(client)
         model = config.model or info.get("tokenizer_path") or info.get("model_path")
         if not model:

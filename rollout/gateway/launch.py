@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 
+from roost.rollout.keys import ADMIN_KEY, new_key
 from roost.rollout.server_process import ServerProcess, free_port
 
 from .config import GatewayConfig
@@ -37,6 +38,7 @@ def serve(config: GatewayConfig, log_level: str = "warning") -> None:
 
 class GatewayThread:
     """A real gateway on 127.0.0.1 in a background thread of this process; a context manager.
+    `admin_key` is the key of its control plane (the config's, generated unless given).
 
     >>> with GatewayThread(GatewayConfig(engine_url=..., model="tiny", store_path=...)) as url: ...
     """
@@ -45,6 +47,7 @@ class GatewayThread:
         if config.port in (0, 8000):
             config = config.model_copy(update={"port": free_port()})
         self.config = config
+        self.admin_key = config.admin_key
         self.url = f"http://{config.host}:{config.port}"
         self.startup_timeout_s = startup_timeout_s
         self._server = None
@@ -84,7 +87,10 @@ class GatewayThread:
 
 
 class GatewayProcess(ServerProcess):
-    """`roost gateway ...` in a subprocess on a free port; a context manager."""
+    """`roost gateway ...` in a subprocess on a free port; a context manager. `admin_key` is the
+    key of its control plane (generated here, handed over in the environment)."""
 
     def __init__(self, args: list[str], *, port: int | None = None, startup_timeout_s: float = 120.0):
-        super().__init__("gateway", args, port=port, startup_timeout_s=startup_timeout_s)
+        self.admin_key = new_key(ADMIN_KEY)
+        super().__init__("gateway", args, port=port, startup_timeout_s=startup_timeout_s,
+                         env={ADMIN_KEY.env: self.admin_key})

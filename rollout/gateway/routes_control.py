@@ -1,4 +1,5 @@
-"""The control plane: sessions, rewards, advantages, pause/resume, health and metrics."""
+"""The control plane: sessions, rewards, advantages, pause/resume (all behind the admin key),
+health and metrics (open)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..store.records import AdvantageRecord, RewardRecord
+from .auth import admin_only
 from .errors import InvalidRequest, NotFound
 from .gateway import Gateway
 from .http_util import guarded, parse, read_body
@@ -154,15 +156,19 @@ def routes(gw: Gateway) -> list[Route]:
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     m = gw.metrics
+
+    def admin(endpoint: str, handler):
+        return guarded(endpoint, m, admin_only(gw.config.admin_key, handler))
+
     return [
-        Route("/sessions", guarded("sessions", m, create_session), methods=["POST"]),
-        Route("/sessions", guarded("sessions", m, list_sessions), methods=["GET"]),
-        Route("/sessions/{sid}", guarded("session", m, get_session), methods=["GET"]),
-        Route("/sessions/{sid}/reward", guarded("reward", m, post_reward), methods=["POST"]),
-        Route("/sessions/{sid}/advantages", guarded("advantages", m, post_advantages), methods=["POST"]),
-        Route("/sessions/{sid}/finish", guarded("finish", m, finish_session), methods=["POST"]),
-        Route("/admin/pause", guarded("pause", m, pause), methods=["POST"]),
-        Route("/admin/resume", guarded("resume", m, resume), methods=["POST"]),
+        Route("/sessions", admin("sessions", create_session), methods=["POST"]),
+        Route("/sessions", admin("sessions", list_sessions), methods=["GET"]),
+        Route("/sessions/{sid}", admin("session", get_session), methods=["GET"]),
+        Route("/sessions/{sid}/reward", admin("reward", post_reward), methods=["POST"]),
+        Route("/sessions/{sid}/advantages", admin("advantages", post_advantages), methods=["POST"]),
+        Route("/sessions/{sid}/finish", admin("finish", finish_session), methods=["POST"]),
+        Route("/admin/pause", admin("pause", pause), methods=["POST"]),
+        Route("/admin/resume", admin("resume", resume), methods=["POST"]),
         Route("/health", guarded("health", m, health), methods=["GET"]),
         Route("/metrics", guarded("metrics", m, metrics), methods=["GET"]),
     ]

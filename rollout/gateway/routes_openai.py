@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .addressing import resolve_target
+from .auth import session_keyed
 from .gateway import Gateway
 from .http_util import guarded, parse, read_body
 from .passthrough import template_messages
@@ -51,7 +52,7 @@ def routes(gw: Gateway) -> list[Route]:
     for prefix in PREFIXES:
         out.append(Route(f"{prefix}/chat/completions", guarded("chat", gw.metrics, chat_completions), methods=["POST"]))
         out.append(Route(f"{prefix}/completions", guarded("completions", gw.metrics, completions), methods=["POST"]))
-        out.append(Route(f"{prefix}/models", guarded("models", gw.metrics, models), methods=["GET"]))
+        out.append(Route(f"{prefix}/models", guarded("models", gw.metrics, session_keyed(gw, models)), methods=["GET"]))
     return out
 
 

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .auth import session_keyed
 from .errors import NotFound
 from .gateway import Gateway
 from .http_util import guarded
@@ -69,10 +70,12 @@ def routes(gw: Gateway) -> list[Route]:
         return _json({"model_info": {"general.context_length": int(window)}, "parameters": f"num_ctx {int(window)}",
                       "capabilities": ["completion", "tools"], "details": {"format": "roost-gateway"}})
 
+    def probe(handler):
+        return guarded("probe", gw.metrics, session_keyed(gw, handler))  # a session's roots take its key
+
     out = []
     for root in ROOTS:
-        out.append(Route(f"{root}/version", guarded("probe", gw.metrics, server_version), methods=["GET"]))
-        out.append(Route(f"{root}/v1/models/{{model:path}}", guarded("probe", gw.metrics, model_card),
-                         methods=["GET"]))
-        out.append(Route(f"{root}/api/show", guarded("probe", gw.metrics, ollama_show), methods=["POST"]))
+        out.append(Route(f"{root}/version", probe(server_version), methods=["GET"]))
+        out.append(Route(f"{root}/v1/models/{{model:path}}", probe(model_card), methods=["GET"]))
+        out.append(Route(f"{root}/api/show", probe(ollama_show), methods=["POST"]))
     return out

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..keys import same_key
 from ..store.records import AgentRecord, CallRecord, SessionRecord
 from ..store.trajectory_store import TrajectoryStore
 from .errors import Conflict, InvalidRequest, InvalidSessionKey, SessionFinished, SessionNotFound
@@ -187,10 +188,10 @@ class SessionRegistry:
         return parent
 
     def check_key(self, state: SessionState, key: str) -> None:
-        if key_hash(key) != state.record.key_hash:
+        if not same_key(key_hash(key), state.record.key_hash):
             raise InvalidSessionKey(
-                f"the bearer key is not the key of session {state.session_id!r}; send that session's key "
-                "(from POST /sessions) or any non-session API key"
+                f"the key sent is not the key of session {state.session_id!r}; send that session's key "
+                "(from POST /sessions) as 'Authorization: Bearer <key>' or 'x-api-key'"
             )
 
     @staticmethod

@@ -62,6 +62,7 @@ def run_tour(console) -> None:
 
     from roost.rollout.engine.launch import EngineProcess
     from roost.rollout.engine.tiny_model import tiny_model_dir
+    from roost.rollout.keys import bearer
 
     from .launch import GatewayProcess
 
@@ -73,7 +74,8 @@ def run_tour(console) -> None:
                                   "--store", str(store)])
     try:
         gateway_url = gateway.start()
-        session = httpx.post(f"{gateway_url}/sessions", json={"group_id": "tour", "task": {"name": "weather"}}).json()
+        session = httpx.post(f"{gateway_url}/sessions", json={"group_id": "tour", "task": {"name": "weather"}},
+                             headers=bearer(gateway.admin_key)).json()
         messages = _conversation(session["base_url"], session["key"])
         console.print(f"[bold]A tool-calling conversation through the gateway[/] (session {session['session_id']}, "
                       f"{len(messages)} messages); what the store holds, token by token:")

@@ -8,9 +8,12 @@ where ignoring them is harmless (`user`, `store`, `metadata`, ...); the rest are
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 
 class Wire(BaseModel):
@@ -123,8 +126,18 @@ class CreateSession(Wire):
     group_id: str | None = Field(None, description="Group (e.g. GRPO group / training step) the session belongs to")
     task: dict[str, Any] = Field(default_factory=dict, description="Task metadata (id, split, env, seed, ...)")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else to keep with the session")
-    session_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$", description="Choose the id (default: random)")
+    session_id: str | None = Field(None, description="Choose the id (default: random)")
     reasoning_policy: Literal["keep", "drop"] | None = Field(None, description="Override the gateway's policy")
+
+    @field_validator("session_id")
+    @classmethod
+    def _plain_token(cls, sid: str | None) -> str | None:
+        # The id becomes a path segment of the session's base_url: `.`, `..`, `/` or `%2e` there
+        # would be normalised by clients into another path (`/sessions/../v1` is `/v1`).
+        if sid is not None and not SESSION_ID.fullmatch(sid):
+            raise ValueError("must be 1-128 letters, digits, '_' or '-', starting with a letter or digit "
+                             "(it is a path segment of the session's base_url); choose another or omit it")
+        return sid
 
 
 class PostReward(Wire):

@@ -19,6 +19,7 @@ from roost.agents.harness_check import harness_rig, token_exact_problems
 from roost.agents.hermes import HermesAgent
 from roost.agents.runner import RunConfig, run_episode
 from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.keys import bearer
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
@@ -45,25 +46,31 @@ def rules(new: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def hermes_engine_url(tiny_model_path, tmp_path_factory):
+def hermes_engine(tiny_model_path, tmp_path_factory):
     script = tmp_path_factory.mktemp("hermes-script") / "script.json"
     script.write_text(json.dumps({"rules": [{"match": None, "reply": "OK."}]}))
-    with EngineProcess("tiny", scripted=True, script=script, extra_args=["--context-length", "16384"]) as url:
-        yield url
+    process = EngineProcess("tiny", scripted=True, script=script, extra_args=["--context-length", "16384"])
+    with process:
+        yield process
+
+
+def script(engine: EngineProcess, rules: dict) -> None:
+    """Replace the scripted engine's rules (a control route: it takes the engine's key)."""
+    httpx.post(f"{engine.url}/roost/scripted_sampler", json=rules, headers=bearer(engine.api_key)).raise_for_status()
 
 
 @pytest.fixture
-async def rig(hermes_engine_url, tmp_path):
+async def rig(hermes_engine, tmp_path):
     kwargs = {"sandbox": {"backend": "bubblewrap"}, "hermes_home": str(tmp_path / "hermes-home")}
-    async with harness_rig(hermes_engine_url, "hermes", kwargs, tmp_path / "trajectories.sqlite") as rig:
+    async with harness_rig(hermes_engine.url, "hermes", kwargs, tmp_path / "trajectories.sqlite") as rig:
         yield rig
 
 
 @pytest.mark.parametrize("new,reward", [("a + b", 1.0), ("a * b", 0.0)], ids=["right-fix", "wrong-fix"])
-async def test_hermes_agent_completes_a_task_and_is_recorded_token_exact(rig, hermes_engine_url, new, reward):
-    httpx.post(f"{hermes_engine_url}/roost/scripted_sampler", json=rules(new)).raise_for_status()
+async def test_hermes_agent_completes_a_task_and_is_recorded_token_exact(rig, hermes_engine, new, reward):
+    script(hermes_engine, rules(new))
     task = next(t for t in await rig.host.tasks("train") if t.id == "fix-add")
-    async with GatewayClient(rig.gateway_url) as gateway:
+    async with GatewayClient(rig.gateway_url, admin_key=rig.admin_key) as gateway:
         result = await run_episode(task, rig.host, HermesAgent(wait_s=5), rig.host.info.tools,
                                    RunConfig(max_turns=8, model="tiny", progress=False), gateway)
     assert result.status == "ok", result.error
@@ -80,7 +87,7 @@ async def test_hermes_agent_completes_a_task_and_is_recorded_token_exact(rig, he
     assert tools[1] == {"path": "calc.py", "old_string": "a - b", "new_string": new}
 
 
-async def test_hermes_agent_reaches_nothing_but_the_gateway(hermes_engine_url, tmp_path, monkeypatch):
+async def test_hermes_agent_reaches_nothing_but_the_gateway(hermes_engine, tmp_path, monkeypatch):
     """In this process: no connection leaves 127.0.0.1 and nothing is written under $HOME."""
     import socket
 
@@ -99,15 +106,17 @@ async def test_hermes_agent_reaches_nothing_but_the_gateway(hermes_engine_url, t
             raise OSError(f"roost test: no network beyond 127.0.0.1 ({address})")
         return connect(sock, address)
 
-    httpx.post(f"{hermes_engine_url}/roost/scripted_sampler", json=rules("a + b")).raise_for_status()
+    script(hermes_engine, rules("a + b"))
     env = make_factory(sandbox={"backend": "bubblewrap"})()
-    with GatewayThread(GatewayConfig(engine_url=hermes_engine_url, model="tiny", store_path=tmp_path / "t.sqlite",
-                                     port=0)) as gateway:
+    server = GatewayThread(GatewayConfig(engine_url=hermes_engine.url, model="tiny", store_path=tmp_path / "t.sqlite",
+                                         port=0))
+    with server as gateway:
         home = tmp_path / "home"  # set once the gateway has loaded the tiny model (roost's own cache)
         home.mkdir()
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.setattr(socket.socket, "connect", guarded)
-        session = httpx.post(f"{gateway}/sessions", json={"group_id": "offline"}).json()
+        session = httpx.post(f"{gateway}/sessions", json={"group_id": "offline"},
+                             headers=bearer(server.admin_key)).json()
         await env.reset(task_id="fix-add")
         args = {"base_url": session["base_url"], "api_key": session["key"], "model": "tiny", "wait_s": 5}
         try:
@@ -123,7 +132,7 @@ async def test_hermes_agent_reaches_nothing_but_the_gateway(hermes_engine_url, t
     assert attempts == [] and list(home.iterdir()) == []
 
 
-async def test_roost_eval_plays_the_offline_test_split_through_the_gateway(hermes_engine_url, tmp_path):
+async def test_roost_eval_plays_the_offline_test_split_through_the_gateway(hermes_engine, tmp_path):
     """`roost eval hermes`'s Python API, the engine scripted with each task's reference solution."""
     from roost.agents.evaluate import EvalConfig, evaluate
     from roost.envs.hermes.scripted import solution_rules
@@ -131,12 +140,13 @@ async def test_roost_eval_plays_the_offline_test_split_through_the_gateway(herme
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.gateway.launch import GatewayThread
 
-    script = solution_rules(load_tasks(builtin_tasks_path()))
-    httpx.post(f"{hermes_engine_url}/roost/scripted_sampler", json=script).raise_for_status()
-    with GatewayThread(GatewayConfig(engine_url=hermes_engine_url, model="tiny", store_path=tmp_path / "t.sqlite",
-                                     port=0)) as gateway:
+    script(hermes_engine, solution_rules(load_tasks(builtin_tasks_path())))
+    server = GatewayThread(GatewayConfig(engine_url=hermes_engine.url, model="tiny", store_path=tmp_path / "t.sqlite",
+                                         port=0))
+    with server as gateway:
         report = await evaluate(EvalConfig(
-            env="hermes", agent="roost.agents.hermes:HermesAgent", base_url=gateway, model="tiny", split="test",
+            env="hermes", agent="roost.agents.hermes:HermesAgent", base_url=gateway, admin_key=server.admin_key,
+            model="tiny", split="test",
             episodes=3, concurrency=3, workers=1, env_kwargs={"sandbox": {"backend": "bubblewrap"}}, progress=False))
     assert report["recorded"] and report["scored"] == 3 and report["success_rate"] == 1.0, report["results"]
     assert sorted(r["task_id"] for r in report["results"]) == ["fix-stats", "sort-unique", "word-count"]

@@ -10,6 +10,7 @@ import pytest
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.gateway.routes_probes import routes as probe_routes
+from roost.rollout.keys import bearer
 
 
 def start_gateway(engine_url: str, store) -> GatewayThread:
@@ -28,18 +29,19 @@ def test_probes_answer_at_the_root_and_under_sessions(scripted_engine_url, tmp_p
     url = gateway.start()
     try:
         _with_probes(gateway)
-        session = httpx.post(f"{url}/sessions", json={"group_id": "probe"}).json()
+        session = httpx.post(f"{url}/sessions", json={"group_id": "probe"}, headers=bearer(gateway.admin_key)).json()
         root = session["base_url"].removesuffix("/v1")
         for base in (url, root):
-            assert httpx.get(f"{base}/version").json()["server"] == "roost-gateway"
-            card = httpx.get(f"{base}/v1/models/tiny").json()
+            http = httpx.Client(base_url=base, headers=bearer(session["key"]))  # a session's root takes its key
+            assert http.get("/version").json()["server"] == "roost-gateway"
+            card = http.get("/v1/models/tiny").json()
             assert card["id"] == "tiny" and card["max_model_len"] == 4096
-            show = httpx.post(f"{base}/api/show", json={"name": "tiny"}).json()
+            show = http.post("/api/show", json={"name": "tiny"}).json()
             assert show["model_info"]["general.context_length"] == 4096
-            missing = httpx.get(f"{base}/v1/models/other")
+            missing = http.get("/v1/models/other")
             assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
             # Not Ollama: a harness that believed so would add Ollama's options to its requests.
-            assert httpx.get(f"{base}/api/tags").status_code == 404
+            assert http.get("/api/tags").status_code == 404
     finally:
         gateway.stop()
 
@@ -55,7 +57,7 @@ def test_hermes_agent_reads_the_window_from_the_gateway(scripted_engine_url, tmp
     url = gateway.start()
     try:
         _with_probes(gateway)
-        session = httpx.post(f"{url}/sessions", json={"group_id": "probe"}).json()
+        session = httpx.post(f"{url}/sessions", json={"group_id": "probe"}, headers=bearer(gateway.admin_key)).json()
         assert detect_local_server_type(session["base_url"], api_key=session["key"]) == "vllm"
         assert _query_ollama_api_show_uncached("tiny", session["base_url"], api_key=session["key"]) == 4096
     finally:

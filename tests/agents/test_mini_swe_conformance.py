@@ -17,6 +17,7 @@ from roost.agents.harness_check import harness_rig, token_exact_problems
 from roost.agents.mini_swe import MiniSweAgent
 from roost.agents.runner import RunConfig, run_episode
 from roost.envs.swe.fixtures import make_fixtures
+from roost.rollout.keys import bearer
 
 FIX = "sed -i 's/(len(values) - 1)/len(values)/' calc/stats.py && echo ROOST-EDIT-DONE"
 WRONG = "sed -i 's/(len(values) - 1)/(len(values) + 1)/' calc/stats.py && echo ROOST-EDIT-DONE"
@@ -41,19 +42,24 @@ def fixtures_dir(tmp_path_factory):
     return folder
 
 
+def script(engine, rules: dict) -> None:
+    """Replace the scripted engine's rules (a control route: it takes the engine's key)."""
+    httpx.post(f"{engine.url}/roost/scripted_sampler", json=rules, headers=bearer(engine.api_key)).raise_for_status()
+
+
 @pytest.fixture
-async def rig(scripted_engine_url, fixtures_dir, tmp_path):
+async def rig(scripted_engine, fixtures_dir, tmp_path):
     kwargs = {"fixtures_dir": str(fixtures_dir), "sandbox": {"backend": "bubblewrap"}}
-    async with harness_rig(scripted_engine_url, "swe", kwargs, tmp_path / "trajectories.sqlite") as rig:
+    async with harness_rig(scripted_engine.url, "swe", kwargs, tmp_path / "trajectories.sqlite") as rig:
         yield rig
-    httpx.post(f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": [{"match": None, "reply": "OK."}]})
+    script(scripted_engine, {"rules": [{"match": None, "reply": "OK."}]})
 
 
 @pytest.mark.parametrize("edit,reward", [(FIX, 1.0), (WRONG, 0.0)], ids=["right-patch", "wrong-patch"])
-async def test_mini_swe_agent_solves_and_is_recorded_token_exact(rig, scripted_engine_url, edit, reward):
-    httpx.post(f"{scripted_engine_url}/roost/scripted_sampler", json=rules(edit)).raise_for_status()
+async def test_mini_swe_agent_solves_and_is_recorded_token_exact(rig, scripted_engine, edit, reward):
+    script(scripted_engine, rules(edit))
     task = next(t for t in await rig.host.tasks("test") if t.id == "roost-fixtures__calc-1")
-    async with GatewayClient(rig.gateway_url) as gateway:
+    async with GatewayClient(rig.gateway_url, admin_key=rig.admin_key) as gateway:
         result = await run_episode(task, rig.host, MiniSweAgent(), rig.host.info.tools,
                                    RunConfig(max_turns=6, model="tiny", progress=False), gateway)
     assert result.status == "ok", result.error

@@ -17,6 +17,7 @@ import pytest
 from roost.agents.command_run import CommandRunConfig, run_command
 from roost.agents.harness_check import EngineRecorder, token_exact_problems
 from roost.envs.swe.fixtures import make_fixtures
+from roost.rollout.keys import bearer
 
 AGENT = textwrap.dedent('''
     import json, os, urllib.request
@@ -63,16 +64,23 @@ def fixtures_dir(tmp_path_factory):
     return folder
 
 
+def script(engine, rules: dict) -> None:
+    """Replace the scripted engine's rules (a control route: it takes the engine's key)."""
+    httpx.post(f"{engine.url}/roost/scripted_sampler", json=rules, headers=bearer(engine.api_key)).raise_for_status()
+
+
 @pytest.fixture
-def gateway(scripted_engine_url, tmp_path):
+def gateway(scripted_engine, tmp_path):
+    """A gateway in front of a recorder of the scripted engine: its url, store, recorder and admin key."""
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.gateway.launch import GatewayThread
 
     store = tmp_path / "trajectories.sqlite"
-    with EngineRecorder(scripted_engine_url) as recorder:
-        with GatewayThread(GatewayConfig(engine_url=recorder.url, model="tiny", store_path=store)) as url:
-            yield url, store, recorder
-    httpx.post(f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": [{"match": None, "reply": "OK."}]})
+    with EngineRecorder(scripted_engine.url) as recorder:
+        server = GatewayThread(GatewayConfig(engine_url=recorder.url, model="tiny", store_path=store))
+        with server as url:
+            yield url, store, recorder, server.admin_key
+    script(scripted_engine, {"rules": [{"match": None, "reply": "OK."}]})
 
 
 def config(fixtures_dir, command: str, **kwargs) -> CommandRunConfig:
@@ -83,21 +91,22 @@ def config(fixtures_dir, command: str, **kwargs) -> CommandRunConfig:
 
 @pytest.mark.parametrize("replacement,reward", [("len(values)", 1.0), ("(len(values) + 1)", 0.0)],
                          ids=["right-patch", "wrong-patch"])
-async def test_command_agent_gets_the_env_verdict_token_exact(fixtures_dir, gateway, scripted_engine_url, tmp_path,
+async def test_command_agent_gets_the_env_verdict_token_exact(fixtures_dir, gateway, scripted_engine, tmp_path,
                                                               replacement, reward):
-    url, store, recorder = gateway
-    httpx.post(f"{scripted_engine_url}/roost/scripted_sampler", json=rules(replacement)).raise_for_status()
+    url, store, recorder, admin_key = gateway
+    script(scripted_engine, rules(replacement))
     (tmp_path / "agent.py").write_text(AGENT)
-    [result] = await run_command(config(fixtures_dir, f"{sys.executable} {tmp_path / 'agent.py'}", base_url=url))
+    [result] = await run_command(config(fixtures_dir, f"{sys.executable} {tmp_path / 'agent.py'}", base_url=url,
+                                        admin_key=admin_key))
     assert result.status == "ok" and result.exit_code == 0, (result.error, result.output_tail)
     assert result.reward == reward and result.reward_source == "env"
     assert token_exact_problems(store, result.session_id, recorder) == []
 
 
 async def test_command_environment(fixtures_dir, gateway):
-    url, _, _ = gateway
+    url, _, _, admin_key = gateway
     [result] = await run_command(config(fixtures_dir, f"{sys.executable} -c \"{ECHO_ENV}\"", base_url=url,
-                                        submit=False))
+                                        admin_key=admin_key, submit=False))
     seen = json.loads(result.output_tail.splitlines()[0])
     assert seen["ROOST_BASE_URL"] == seen["OPENAI_BASE_URL"] == f"{url}/sessions/{result.session_id}/v1"
     assert seen["ROOST_SESSION_ID"] == result.session_id and seen["OPENAI_API_KEY"]
@@ -122,3 +131,18 @@ async def test_a_broken_reward_file_is_an_agent_error(fixtures_dir):
     command = "echo not-json > \"$ROOST_REWARD_FILE\""
     [result] = await run_command(config(fixtures_dir, command, submit=False))
     assert result.status == "agent_error" and "reward file" in result.error
+
+
+async def test_a_recorded_command_gets_its_session_key_and_not_the_server_keys(scripted_gateway, admin_key,
+                                                                                monkeypatch):
+    # Keys given to `roost run` through the environment must not reach the harness it runs.
+    monkeypatch.setenv("ROOST_ADMIN_KEY", admin_key)
+    monkeypatch.setenv("ROOST_ENGINE_KEY", "rek-the-engine-key")
+    shown = "import json, os; print(json.dumps({k: os.environ.get(k) for k in sorted(os.environ) if 'KEY' in k}))"
+    [result] = await run_command(CommandRunConfig(
+        command=f"{sys.executable} -c \"{shown}\"", env="faulty_envs:make_factory", split="train", task_ids=["t0"],
+        base_url=scripted_gateway, admin_key=admin_key, submit=False))
+    assert result.status == "ok" and result.session_id, result.error
+    seen = json.loads(result.output_tail.splitlines()[0])
+    assert seen["OPENAI_API_KEY"].startswith("rsk-")
+    assert "ROOST_ADMIN_KEY" not in seen and "ROOST_ENGINE_KEY" not in seen

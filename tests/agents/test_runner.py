@@ -14,6 +14,7 @@ from roost.envs.client import EnvClient
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
+from roost.rollout.keys import bearer
 from roost.trainer.advantages import Group
 from roost.trainer.batches import samples_from_store
 
@@ -38,9 +39,9 @@ async def test_the_expert_solves_every_fixture_game_against_a_full_server(alfwor
     assert "roost_env_capacity_rejections_total" in metrics
 
 
-async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(scripted_gateway: str):
+async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(scripted_gateway: str, admin_key: str):
     manager = EpisodeManager(WorkerConfig("faulty_envs:make_factory", {}), ManagerConfig(workers=1))
-    async with manager, GatewayClient(scripted_gateway) as gateway:
+    async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         tasks = await manager.tasks("train")
         run = RunConfig(concurrency=1, run_id="faults", progress=False)
         results = await run_episodes(tasks, manager, ExpertAgent(), manager.info.tools, run, gateway)
@@ -48,21 +49,23 @@ async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(sc
     assert "died" in results[0].error
     summary = summarize(results)
     assert (summary["scored"], summary["success_rate"], summary["infra_errors"]) == (0, None, 2)
-    session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}", headers=bearer(admin_key)).json()
     assert session["group_id"] == "faults/t0" and session["status"] == "finished"
     assert session["finish_info"]["status"] == "infra_error" and session["rewards"] == []
 
 
-async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfworld_data: Path, scripted_gateway: str):
+async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfworld_data: Path, scripted_gateway: str,
+                                                                          admin_key: str):
     config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
-    async with serving(config) as url, EnvClient(url) as client, GatewayClient(scripted_gateway) as gateway:
+    gateway = GatewayClient(scripted_gateway, admin_key=admin_key)
+    async with serving(config) as url, EnvClient(url) as client, gateway:
         tasks = (await client.tasks("valid_seen"))[:2]
         run = RunConfig(concurrency=2, run_id="rewarded", progress=False)
         results = await run_episodes(tasks, client, ExpertAgent(), (await client.info()).tools, run, gateway)
     assert all(r.status == "ok" and r.success for r in results)
-    listed = httpx.get(f"{scripted_gateway}/sessions").json()["sessions"]
+    listed = httpx.get(f"{scripted_gateway}/sessions", headers=bearer(admin_key)).json()["sessions"]
     assert {s["group_id"] for s in listed} == {f"rewarded/{t.id}" for t in tasks}
-    session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}", headers=bearer(admin_key)).json()
     assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
     assert session["task"]["id"] == results[0].task_id
 
@@ -86,29 +89,30 @@ class Fumbler:
         return AgentOutcome(turns=2, invalid_actions=invalid, stop_reason="gave_up")
 
 
-async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfworld_data: Path, scripted_gateway: str):
+async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfworld_data: Path, scripted_gateway: str,
+                                                                          admin_key: str):
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
-    async with manager, GatewayClient(scripted_gateway) as gateway:
+    async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         tasks = (await manager.tasks("train"))[:1]
         run = RunConfig(concurrency=1, run_id="penalised", progress=False, invalid_action_penalty=0.25)
         [result] = await run_episodes(tasks, manager, Fumbler(), manager.info.tools, run, gateway)
     assert (result.status, result.reward, result.invalid_actions, result.success) == ("ok", 0.0, 2, False)
-    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
     [posted] = session["rewards"]
     assert posted["reward"] == -0.5 and posted["info"]["env_reward"] == 0.0 and posted["info"]["invalid_actions"] == 2
     assert session["finish_info"]["reward"] == 0.0
 
 
 async def test_the_tool_agent_s_invalid_actions_are_penalised_on_the_calls_that_chose_them(
-        alfworld_data: Path, scripted_gateway: str, tmp_path: Path):
+        alfworld_data: Path, scripted_gateway: str, admin_key: str, tmp_path: Path):
     # The scripted engine's fallback reply "OK." is not a command: every turn is an invalid action.
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
-    async with manager, GatewayClient(scripted_gateway) as gateway:
+    async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         tasks = (await manager.tasks("train"))[:1]
         run = RunConfig(concurrency=1, max_turns=2, run_id="stepwise", progress=False, invalid_action_penalty=0.25)
         [result] = await run_episodes(tasks, manager, ToolAgent(max_tokens=8), [], run, gateway)
     assert (result.status, result.turns, result.invalid_actions, result.reward) == ("ok", 2, 2, 0.0)
-    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
     call_ids = [c["call_id"] for c in session["calls"]]
     assert {r["call_id"]: r["reward"] for r in session["rewards"] if r["call_id"]} == dict.fromkeys(call_ids, -0.25)
     assert [r["reward"] for r in session["rewards"] if r["call_id"] is None] == [0.0]

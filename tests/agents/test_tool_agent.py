@@ -8,9 +8,11 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from roost.agents.evaluate import EvalConfig, evaluate
 from roost.envs.alfworld.env import make_factory
 from roost.envs.protocol import TextAction
+from roost.rollout.keys import bearer
 
 
 def _tool_call(command: str) -> str:
@@ -44,15 +46,16 @@ async def _walkthrough_rules(data: Path, split: str) -> tuple[str, list[dict]]:
 
 
 async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_it(
-        alfworld_data: Path, scripted_engine_url: str, scripted_gateway: str):
+        alfworld_data: Path, scripted_engine, scripted_gateway: str, admin_key: str):
     task_id, rules = await _walkthrough_rules(alfworld_data, "valid_seen")
     rules.append({"match": None, "reply": "OK."})
-    async with httpx.AsyncClient() as http:
+    scripted_engine_url = scripted_engine.url
+    async with httpx.AsyncClient(headers=bearer(scripted_engine.api_key)) as http:
         scripted = await http.post(f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": rules})
         assert scripted.status_code == 200
         try:
             report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=scripted_gateway, episodes=1,
-                                               task_ids=(task_id,),
+                                               admin_key=admin_key, task_ids=(task_id,),
                                                split="valid_seen", concurrency=1, max_turns=12, progress=False,
                                                env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
                                                agent_kwargs={"max_tokens": 64}, run_id="scripted"))
@@ -63,21 +66,24 @@ async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_
     assert result["task_id"] == task_id
     assert report["recorded"] and result["status"] == "ok"
     assert (result["success"], result["reward"], result["invalid_actions"]) == (True, 1.0, 0)
-    session = httpx.get(f"{scripted_gateway}/sessions/{result['session_id']}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{result['session_id']}", headers=bearer(admin_key)).json()
     calls = session["calls"]
     assert len(calls) == result["turns"] == result["steps"] == len(rules) - 1
     assert [c["kind"] for c in calls] == ["root"] + ["extend"] * (len(calls) - 1)
     assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
 
 
-async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld_data: Path, model_gateway: str):
-    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, episodes=2,
+async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld_data: Path, model_gateway: str,
+                                                                        admin_key: str):
+    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
+                                       episodes=2,
                                        split="valid_unseen", concurrency=2, max_turns=2, progress=False,
                                        env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
                                        agent_kwargs={"max_tokens": 16}))
     assert report["recorded"] and report["scored"] == 2 and report["infra_errors"] == 0
     for result in report["results"]:
-        session = httpx.get(f"{model_gateway}/sessions/{result['session_id']}?tokens=1").json()
+        session = httpx.get(f"{model_gateway}/sessions/{result['session_id']}?tokens=1",
+                            headers=bearer(admin_key)).json()
         assert len(session["calls"]) == 2 and session["finish_info"]["status"] == "ok"
         assert all(c["completion_tokens"] > 0 and c["sampled_ids"] for c in session["calls"])
         assert session["calls"][1]["kind"] == "extend"
@@ -95,14 +101,24 @@ async def test_a_plain_openai_endpoint_is_evaluated_without_recording(alfworld_d
         ("ok", False, 2, "max_turns")
 
 
-async def test_a_sampling_seed_replays_an_episode_and_another_seed_does_not(alfworld_data: Path, model_gateway: str):
+async def test_a_gateway_without_its_admin_key_is_refused_not_run_unrecorded(alfworld_data: Path,
+                                                                             scripted_gateway: str):
+    config = EvalConfig("alfworld", agent="tool", base_url=scripted_gateway, episodes=1, progress=False, workers=1,
+                        env_kwargs={"data_dir": str(alfworld_data)})
+    with pytest.raises(ValueError, match="admin key .*ROOST_ADMIN_KEY.*/v1 to run them unrecorded"):
+        await evaluate(config)
+
+
+async def test_a_sampling_seed_replays_an_episode_and_another_seed_does_not(alfworld_data: Path, model_gateway: str,
+                                                                            admin_key: str):
     # The tiny model's weights are random: at temperature 1 two unseeded episodes share nothing.
     async def sampled(seed: int) -> list[list[list[int]]]:
-        report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, episodes=2,
+        report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
+                                           episodes=2,
                                            split="valid_unseen", concurrency=2, max_turns=2, progress=False,
                                            env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
                                            agent_kwargs={"max_tokens": 8, "temperature": 1.0, "seed": seed}))
-        sessions = [httpx.get(f"{model_gateway}/sessions/{r['session_id']}?tokens=1").json()
+        sessions = [httpx.get(f"{model_gateway}/sessions/{r['session_id']}?tokens=1", headers=bearer(admin_key)).json()
                     for r in sorted(report["results"], key=lambda r: r["task_id"])]
         return [[c["sampled_ids"] for c in s["calls"]] for s in sessions]
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from roost.rollout.server_process import free_port
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
+from roost.rollout.keys import bearer
 from roost.rollout.store.reader import TrajectoryReader
 
 WEATHER_TOOLS = [
@@ -143,8 +144,9 @@ def start_gateway(engine_url: str, store: Path, **overrides) -> GatewayThread:
     return server
 
 
-def new_session(gateway_url: str, **body) -> dict:
-    resp = httpx.post(f"{gateway_url}/sessions", json=body)
+def new_session(server: GatewayThread, **body) -> dict:
+    """POST /sessions with the gateway's admin key; the answer holds the session's key."""
+    resp = httpx.post(f"{server.url}/sessions", json=body, headers=bearer(server.admin_key))
     resp.raise_for_status()
     return resp.json()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from roost.rollout.keys import bearer
+
 OK = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
 
 CASES = [
@@ -51,8 +53,9 @@ def test_oversized_body_is_refused(engine_url):
         assert client.post(f"{engine_url}/generate", json=OK).status_code == 200
 
 
-def test_bad_update_request_and_pause_mode(engine_url):
-    with httpx.Client() as client:
+def test_bad_update_request_and_pause_mode(model_engine):
+    engine_url = model_engine.url
+    with httpx.Client(headers=bearer(model_engine.api_key)) as client:
         assert client.post(f"{engine_url}/update_weights_from_disk", json={"path": "x"}).status_code == 400
         assert client.post(f"{engine_url}/pause_generation", json={"mode": "sideways"}).status_code == 400
         assert client.post(f"{engine_url}/roost/scripted_sampler", json={"rules": []}).status_code == 409

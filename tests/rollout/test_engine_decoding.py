@@ -10,6 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from roost.rollout.keys import bearer
+
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):",
@@ -156,7 +158,9 @@ async def test_sampling_settings_produce_valid_tokens(engine_url, temperature, t
 
 
 
-async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_samples_the_same(engine_url, tiny_model_path):
+async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_samples_the_same(model_engine,
+                                                                                            tiny_model_path):
+    engine_url = model_engine.url
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     prompt = tokenizer.encode(PROMPTS[3], add_special_tokens=False)
     turn = {"sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}, "return_logprob": True}
@@ -165,7 +169,8 @@ async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_sample
         again = await generate(client, engine_url, input_ids=prompt, **turn)
         ids = prompt + first["output_ids"] + tokenizer.encode("\nAnd now in French:", add_special_tokens=False)
         reused = await generate(client, engine_url, input_ids=ids, **turn)
-        assert (await client.post(f"{engine_url}/flush_cache")).status_code == 200
+        flushed = await client.post(f"{engine_url}/flush_cache", headers=bearer(model_engine.api_key))
+        assert flushed.status_code == 200
         fresh = await generate(client, engine_url, input_ids=ids, **turn)
     assert again["meta_info"]["cached_tokens"] == len(prompt) - 1  # the last prompt token runs again for its logits
     assert reused["meta_info"]["cached_tokens"] == len(prompt) + len(first["output_ids"]) - 1

@@ -33,7 +33,7 @@ def spy(scripted_engine_url):
 def gateway(spy, tmp_path_factory):
     store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
     server = start_gateway(spy.url, store)
-    yield server.url, store
+    yield server, store
     server.stop()
 
 
@@ -93,16 +93,16 @@ def _check_tree(store, session_id):
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_openai_client_tool_conversation(gateway, spy, stream):
-    url, store = gateway
-    session = new_session(url, group_id="g-openai", task={"id": "weather"})
-    client = openai.OpenAI(base_url=session["base_url"], api_key="EMPTY")
+    server, store = gateway
+    session = new_session(server, group_id="g-openai", task={"id": "weather"})
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     _conversation(lambda messages, reply: _openai_turn(client, messages, reply, stream))
     _check_tree(store, session["session_id"])
     assert assert_token_exact(store, session["session_id"], spy) == 3
 
 
-def _litellm_turn(base_url, messages, reply, stream):
-    kwargs = dict(model="openai/tiny", api_base=base_url, api_key="EMPTY", messages=messages,
+def _litellm_turn(base_url, key, messages, reply, stream):
+    kwargs = dict(model="openai/tiny", api_base=base_url, api_key=key, messages=messages,
                   tools=WEATHER_TOOLS, extra_body=say(reply))
     if not stream:
         message = litellm.completion(**kwargs).choices[0].message
@@ -120,17 +120,17 @@ def _litellm_turn(base_url, messages, reply, stream):
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_litellm_tool_conversation(gateway, spy, stream):
-    url, store = gateway
-    session = new_session(url, group_id="g-litellm")
-    _conversation(lambda messages, reply: _litellm_turn(session["base_url"], messages, reply, stream))
+    server, store = gateway
+    session = new_session(server, group_id="g-litellm")
+    _conversation(lambda messages, reply: _litellm_turn(session["base_url"], session["key"], messages, reply, stream))
     _check_tree(store, session["session_id"])
     assert assert_token_exact(store, session["session_id"], spy) == 3
 
 
 def test_bearer_session_key_on_plain_v1(gateway, spy):
-    url, store = gateway
-    session = new_session(url)
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key=session["key"])
+    server, store = gateway
+    session = new_session(server)
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=session["key"])
     reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
                                            extra_body=say("Hello!"))
     assert reply.choices[0].message.content == "Hello!"
@@ -139,9 +139,9 @@ def test_bearer_session_key_on_plain_v1(gateway, spy):
 
 
 def test_text_completions_with_token_ids(gateway, spy):
-    url, store = gateway
-    session = new_session(url)
-    client = openai.OpenAI(base_url=session["base_url"], api_key="EMPTY")
+    server, store = gateway
+    session = new_session(server)
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     first = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=8,
                                       extra_body={**say(" there was a fox."), "return_token_ids": True})
     ids = first.model_extra["prompt_token_ids"] + first.choices[0].model_extra["token_ids"]
@@ -155,9 +155,9 @@ def test_text_completions_with_token_ids(gateway, spy):
 
 
 def test_logprobs_and_n(gateway, spy):
-    url, store = gateway
-    session = new_session(url)
-    client = openai.OpenAI(base_url=session["base_url"], api_key="EMPTY")
+    server, store = gateway
+    session = new_session(server)
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=2,
                                            logprobs=True, extra_body=say("Hi there"))
     assert len(reply.choices) == 2

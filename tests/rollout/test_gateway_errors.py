@@ -13,6 +13,7 @@ import pytest
 from gateway_helpers import (
     EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
 )
+from roost.rollout.keys import bearer
 from roost.rollout.server_process import free_port
 
 HI = [{"role": "user", "content": "hi"}]
@@ -28,7 +29,7 @@ def spy(scripted_engine_url):
 def gateway(spy, tmp_path_factory):
     store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
     server = start_gateway(spy.url, store, engine_timeout_s=1.5, retry_after_s=3)
-    yield server.url, store
+    yield server, store
     server.stop()
 
 
@@ -65,57 +66,60 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize("body,status,code,needle", BAD_REQUESTS, ids=[c[3] for c in BAD_REQUESTS])
 def test_bad_request(gateway, body, status, code, needle):
-    url, _ = gateway
-    session = new_session(url)
+    server, _ = gateway
+    url, session = server.url, new_session(server)
     resp = post(url, f"/sessions/{session['session_id']}/v1/chat/completions", content=body,
-                headers={"content-type": "application/json"})
+                headers={"content-type": "application/json", **bearer(session["key"])})
     assert_error(resp, status, code, needle)
     # The same session still works.
     ok = post(url, f"/sessions/{session['session_id']}/v1/chat/completions",
-              {"model": "tiny", "messages": HI, **say("fine")})
+              {"model": "tiny", "messages": HI, **say("fine")}, headers=bearer(session["key"]))
     assert ok.status_code == 200
 
 
 def test_prompt_past_context_length(gateway):
-    url, _ = gateway
+    url = gateway[0].url
     long = " ".join(["word"] * 5000)
     resp = post(url, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": long}]})
     assert_error(resp, 400, "context_length_exceeded", "context length is 4096")
 
 
 def test_unknown_session_and_wrong_keys(gateway):
-    url, _ = gateway
-    assert_error(post(url, "/sessions/nope/v1/chat/completions", {"model": "tiny", "messages": HI}),
-                 404, "session_not_found", "POST /sessions")
-    one, two = new_session(url), new_session(url)
+    server, _ = gateway
+    url, admin = server.url, bearer(server.admin_key)
+    assert_error(post(url, "/sessions/nope/v1/chat/completions", {"model": "tiny", "messages": HI},
+                      headers=bearer("rsk-some-key")), 404, "session_not_found", "POST /sessions")
+    one, two = new_session(server), new_session(server)
     wrong = post(url, "/v1/chat/completions", {"model": "tiny", "messages": HI},
                  headers={"Authorization": "Bearer rsk-not-a-key"})
     assert_error(wrong, 401, "invalid_api_key")
     crossed = post(url, f"/sessions/{one['session_id']}/v1/chat/completions", {"model": "tiny", "messages": HI},
                    headers={"Authorization": f"Bearer {two['key']}"})
     assert_error(crossed, 401, "invalid_api_key", one["session_id"])
-    assert_error(httpx.get(f"{url}/sessions/nope"), 404, "session_not_found")
+    assert_error(httpx.get(f"{url}/sessions/nope", headers=admin), 404, "session_not_found")
     assert_error(httpx.get(f"{url}/v2/whatever"), 404, "not_found", "/v1/chat/completions")
     assert_error(httpx.get(f"{url}/v1/chat/completions"), 405)
-    assert_error(post(url, "/sessions", {"group_id": "g", "colour": "red"}), 400, None, "colour")
+    assert_error(post(url, "/sessions", {"group_id": "g", "colour": "red"}, headers=admin), 400, None, "colour")
 
 
 @pytest.mark.parametrize("mode,code", [("error500", "engine_unavailable"), ("garbage", "engine_protocol_error"),
                                        ("wrong_shape", "engine_protocol_error"), ("slow:5", "engine_unavailable")])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_engine_failure_is_503_and_session_kept(gateway, spy, mode, code, stream):
-    url, store = gateway
-    session = new_session(url)
+    server, store = gateway
+    url, session = server.url, new_session(server)
+    key = bearer(session["key"])
     base = f"{url}/sessions/{session['session_id']}/v1/chat/completions"
     first = post(url, f"/sessions/{session['session_id']}/v1/chat/completions",
-                 {"model": "tiny", "messages": HI, **say("Hello.")}).json()
+                 {"model": "tiny", "messages": HI, **say("Hello.")}, headers=key).json()
     convo = HI + [first["choices"][0]["message"], {"role": "user", "content": "more"}]
     started = time.monotonic()
-    failed = httpx.post(base, json={"model": "tiny", "messages": convo, "stream": stream, **misbehave(mode)}, timeout=30)
+    failed = httpx.post(base, json={"model": "tiny", "messages": convo, "stream": stream, **misbehave(mode)},
+                        headers=key, timeout=30)
     assert_error(failed, 503, code)
     assert failed.headers["Retry-After"] == "3"
     assert time.monotonic() - started < 5  # engine_timeout_s=1.5 bounds a slow engine
-    again = httpx.post(base, json={"model": "tiny", "messages": convo, **say("More.")}, timeout=30)
+    again = httpx.post(base, json={"model": "tiny", "messages": convo, **say("More.")}, headers=key, timeout=30)
     assert again.status_code == 200
     calls = stored_calls(store, session["session_id"])
     assert [c.kind for c in calls] == ["root", "extend"]  # the failure left the tree intact
@@ -123,19 +127,20 @@ def test_engine_failure_is_503_and_session_kept(gateway, spy, mode, code, stream
 
 
 def test_slow_engine_does_not_block_other_sessions(gateway):
-    url, _ = gateway
-    slow, fast = new_session(url), new_session(url)
+    server, _ = gateway
+    url, slow, fast = server.url, new_session(server), new_session(server)
     results = {}
 
     def slow_call():
         results["slow"] = post(url, f"/sessions/{slow['session_id']}/v1/chat/completions",
-                               {"model": "tiny", "messages": HI, **misbehave("slow:5")})
+                               {"model": "tiny", "messages": HI, **misbehave("slow:5")}, headers=bearer(slow["key"]))
 
     thread = threading.Thread(target=slow_call)
     thread.start()
     time.sleep(0.2)
     started = time.monotonic()
-    ok = post(url, f"/sessions/{fast['session_id']}/v1/chat/completions", {"model": "tiny", "messages": HI, **say("Hi")})
+    ok = post(url, f"/sessions/{fast['session_id']}/v1/chat/completions",
+              {"model": "tiny", "messages": HI, **say("Hi")}, headers=bearer(fast["key"]))
     assert ok.status_code == 200 and time.monotonic() - started < 1.5
     thread.join(10)
     assert results["slow"].status_code == 503
@@ -145,20 +150,21 @@ def test_engine_down(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
     server = start_gateway(dead, tmp_path / "t.sqlite", retry_after_s=7)
     try:
-        session = new_session(server.url)
+        session = new_session(server)
         for stream in (False, True):
             resp = post(server.url, f"/sessions/{session['session_id']}/v1/chat/completions",
-                        {"model": "tiny", "messages": HI, "stream": stream})
+                        {"model": "tiny", "messages": HI, "stream": stream}, headers=bearer(session["key"]))
             assert_error(resp, 503, "engine_unavailable", "session is kept")
             assert resp.headers["Retry-After"] == "7"
         assert httpx.get(f"{server.url}/health").json()["engine"] == "unreachable"
-        assert httpx.get(f"{server.url}/sessions/{session['session_id']}").json()["status"] == "open"
+        view = httpx.get(f"{server.url}/sessions/{session['session_id']}", headers=bearer(server.admin_key))
+        assert view.json()["status"] == "open"
     finally:
         server.stop()
 
 
 def test_store_is_intact(gateway, spy):
-    url, store = gateway
+    _, store = gateway
     with sqlite3.connect(store) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         sids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM calls")]

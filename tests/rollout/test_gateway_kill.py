@@ -14,6 +14,7 @@ import pytest
 
 from gateway_helpers import EngineSpy, assert_token_exact, say, stored_calls
 from roost.rollout.gateway.launch import GatewayProcess
+from roost.rollout.keys import bearer
 from roost.rollout.store.reader import TrajectoryReader
 
 
@@ -23,19 +24,19 @@ def spy(scripted_engine_url):
         yield spy
 
 
-def _worker(url: str, returned: list, stop: threading.Event, conversations: dict) -> None:
+def _worker(url: str, admin_key: str, returned: list, stop: threading.Event, conversations: dict) -> None:
     with httpx.Client(timeout=30) as client:
         try:
-            session = client.post(f"{url}/sessions", json={"group_id": "kill"}).json()
+            session = client.post(f"{url}/sessions", json={"group_id": "kill"}, headers=bearer(admin_key)).json()
             messages = [{"role": "user", "content": "Count with me."}]
             turn = 0
             while not stop.is_set():
-                resp = client.post(f"{session['base_url']}/chat/completions",
+                resp = client.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
                                    json={"model": "tiny", "messages": messages, **say(f"Number {turn}.")})
                 body = resp.json()
                 returned.append((session["session_id"], body["id"].removeprefix("chatcmpl-")))
                 messages = messages + [body["choices"][0]["message"], {"role": "user", "content": "Next."}]
-                conversations[session["session_id"]] = messages
+                conversations[session["session_id"]] = session["key"], messages
                 turn += 1
         except (httpx.HTTPError, KeyError, ValueError):
             return  # the gateway died under us: expected
@@ -49,7 +50,7 @@ def test_sigkill_loses_no_returned_call(spy, tmp_path):
     returned: list = []
     conversations: dict = {}
     stop = threading.Event()
-    threads = [threading.Thread(target=_worker, args=(url, returned, stop, conversations)) for _ in range(8)]
+    threads = [threading.Thread(target=_worker, args=(url, gateway.admin_key, returned, stop, conversations)) for _ in range(8)]
     try:
         for t in threads:
             t.start()
@@ -75,9 +76,9 @@ def test_sigkill_loses_no_returned_call(spy, tmp_path):
         assert_token_exact(store, sid, spy)
 
     # A new gateway on the same store picks the conversations up where they were.
-    sid, messages = next(iter(conversations.items()))
+    sid, (key, messages) = next(iter(conversations.items()))
     with GatewayProcess(args) as url2:
-        resp = httpx.post(f"{url2}/sessions/{sid}/v1/chat/completions",
+        resp = httpx.post(f"{url2}/sessions/{sid}/v1/chat/completions", headers=bearer(key),
                           json={"model": "tiny", "messages": messages, **say("Resumed.")}, timeout=30)
         assert resp.status_code == 200, resp.text
     last = stored_calls(store, sid)[-1]

@@ -47,8 +47,8 @@ def _turn(client, messages, reply, stream):
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_passthrough_records_text_and_token_ids(chain, stream):
     inner, outer, _, root = chain
-    session = new_session(outer.url, group_id="pt")
-    client = openai.OpenAI(base_url=session["base_url"], api_key="EMPTY")
+    session = new_session(outer, group_id="pt")
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     messages = [{"role": "user", "content": "Weather in Paris?"}]
     first = _turn(client, messages, THINK + TOOL_CALL, stream)
     assert json.loads(first["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
@@ -71,8 +71,8 @@ def test_passthrough_records_text_and_token_ids(chain, stream):
 
 def test_passthrough_without_token_ids_records_text(chain):
     _, _, outer_text, root = chain
-    session = new_session(outer_text.url)
-    client = openai.OpenAI(base_url=session["base_url"], api_key="EMPTY")
+    session = new_session(outer_text)
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
                                            extra_body=say("Hello."))
     assert reply.choices[0].message.content == "Hello."

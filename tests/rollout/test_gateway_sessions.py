@@ -14,6 +14,7 @@ from gateway_helpers import (
     THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, misbehave, new_session, say,
     start_gateway, stored_calls,
 )
+from roost.rollout.keys import bearer
 from roost.rollout.store.samples import iter_training_samples
 
 
@@ -27,27 +28,29 @@ def spy(scripted_engine_url):
 def gateway(spy, tmp_path_factory):
     store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
     server = start_gateway(spy.url, store, pause_wait_s=1.0)
-    yield server.url, store
+    yield server, store
     server.stop()
 
 
-def chat(base_url, messages, reply, headers=None, **kwargs):
-    client = openai.OpenAI(base_url=base_url, api_key="EMPTY", default_headers=headers or {}, max_retries=0)
+def chat(base_url, key, messages, reply, headers=None, **kwargs):
+    client = openai.OpenAI(base_url=base_url, api_key=key, default_headers=headers or {}, max_retries=0)
     return client.chat.completions.create(model="tiny", messages=messages, extra_body=say(reply), **kwargs)
 
 
 def test_two_agents_recorded_apart_with_parent_link(gateway, spy):
-    url, store = gateway
-    session = new_session(url, group_id="g-agents")
+    server, store = gateway
+    url, admin = server.url, bearer(server.admin_key)
+    session = new_session(server, group_id="g-agents")
     sid = session["session_id"]
     planner = f"{url}/sessions/{sid}/agents/planner/v1"
     convo = [{"role": "user", "content": "Plan a trip."}]
-    first = chat(planner, convo, "1. Book flights.").choices[0].message
+    first = chat(planner, session["key"], convo, "1. Book flights.").choices[0].message
     # The worker is addressed by header on the session URL, naming its parent.
     worker_msgs = [{"role": "user", "content": "Book flights."}]
-    chat(session["base_url"], worker_msgs, "Booked.", headers={"X-Roost-Agent": "worker", "X-Roost-Parent-Agent": "planner"})
+    chat(session["base_url"], session["key"], worker_msgs, "Booked.",
+         headers={"X-Roost-Agent": "worker", "X-Roost-Parent-Agent": "planner"})
     convo += [first.model_dump(exclude_none=True), {"role": "user", "content": "Done?"}]
-    chat(planner, convo, "Yes.")
+    chat(planner, session["key"], convo, "Yes.")
     calls = stored_calls(store, sid)
     by_agent = {}
     for c in calls:
@@ -56,25 +59,26 @@ def test_two_agents_recorded_apart_with_parent_link(gateway, spy):
     assert [c.kind for c in by_agent["planner"]] == ["root", "extend"]
     assert [c.kind for c in by_agent["worker"]] == ["root"]
     assert by_agent["worker"][0].parent_agent == "planner" and by_agent["planner"][0].parent_agent is None
-    view = httpx.get(f"{url}/sessions/{sid}").json()
+    view = httpx.get(f"{url}/sessions/{sid}", headers=admin).json()
     assert {a["agent_id"]: a["parent_agent"] for a in view["agents"]} == {"planner": None, "worker": "planner"}
-    httpx.post(f"{url}/sessions/{sid}/finish").raise_for_status()
+    httpx.post(f"{url}/sessions/{sid}/finish", headers=admin).raise_for_status()
     samples = list(iter_training_samples(store, session_ids=[sid]))
     assert sorted(s.agent_id for s in samples) == ["planner", "worker"]
     assert_token_exact(store, sid, spy)
 
 
 def test_edited_history_is_recorded_as_fork(gateway, spy):
-    url, store = gateway
-    session = new_session(url)
+    server, store = gateway
+    url, admin = server.url, bearer(server.admin_key)
+    session = new_session(server)
     base = session["base_url"]
     convo = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a color."}]
-    a1 = chat(base, convo, "Blue.").choices[0].message.model_dump(exclude_none=True)
+    a1 = chat(base, session["key"], convo, "Blue.").choices[0].message.model_dump(exclude_none=True)
     convo2 = convo + [a1, {"role": "user", "content": "Another."}]
-    chat(base, convo2, "Red.")
+    chat(base, session["key"], convo2, "Red.")
     # The harness rewrites the first reply (a summary, an edit): not a continuation.
     edited = convo + [{"role": "assistant", "content": "Green."}, {"role": "user", "content": "Another."}]
-    chat(base, edited, "Yellow.")
+    chat(base, session["key"], edited, "Yellow.")
     calls = stored_calls(store, session["session_id"])
     assert [c.kind for c in calls] == ["root", "extend", "fork"]
     fork = calls[2]
@@ -83,7 +87,7 @@ def test_edited_history_is_recorded_as_fork(gateway, spy):
     assert 0 < fork.shared_prefix_len < len(path)
     assert list(fork.prompt_ids[: fork.shared_prefix_len]) == path[: fork.shared_prefix_len]
     assert fork.prompt_ids[fork.shared_prefix_len] != path[fork.shared_prefix_len]
-    httpx.post(f"{url}/sessions/{session['session_id']}/finish").raise_for_status()
+    httpx.post(f"{url}/sessions/{session['session_id']}/finish", headers=admin).raise_for_status()
     samples = {s.leaf_call_id: s for s in iter_training_samples(store, session_ids=[session["session_id"]])}
     assert sorted(samples) == sorted([calls[1].call_id, fork.call_id])  # the extended path and the fork
 
@@ -98,14 +102,14 @@ def test_edited_history_is_recorded_as_fork(gateway, spy):
 
 @pytest.mark.parametrize("policy", ["keep", "drop"])
 def test_reasoning_policies(gateway, spy, policy):
-    url, store = gateway
-    session = new_session(url, reasoning_policy=policy)
+    server, store = gateway
+    session = new_session(server, reasoning_policy=policy)
     base = session["base_url"]
     convo = [{"role": "user", "content": "What is 2+2?"}]
-    a1 = chat(base, convo, "<think>\nsimple sum\n</think>\n\n4.").choices[0].message
+    a1 = chat(base, session["key"], convo, "<think>\nsimple sum\n</think>\n\n4.").choices[0].message
     assert a1.content == "4." and a1.model_extra["reasoning_content"] == "simple sum"
     convo += [a1.model_dump(exclude_none=True), {"role": "user", "content": "And 3+3?"}]
-    chat(base, convo, "6.")
+    chat(base, session["key"], convo, "6.")
     first, second = stored_calls(store, session["session_id"])
     path = list(first.prompt_ids) + list(first.sampled_ids)
     if policy == "keep":
@@ -120,25 +124,29 @@ def test_reasoning_policies(gateway, spy, policy):
 
 
 def test_control_plane_rewards_advantages_finish(gateway):
-    url, store = gateway
-    session = new_session(url, group_id="g-control", task={"id": "t-7", "split": "train"})
+    server, store = gateway
+    url, admin = server.url, bearer(server.admin_key)
+    session = new_session(server, group_id="g-control", task={"id": "t-7", "split": "train"})
     sid = session["session_id"]
-    reply = chat(session["base_url"], [{"role": "user", "content": "hi"}], "Hello.")
+    reply = chat(session["base_url"], session["key"], [{"role": "user", "content": "hi"}], "Hello.")
     call_id = reply.id.removeprefix("chatcmpl-")
     n_sampled = reply.usage.completion_tokens
-    assert httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 0.5}).status_code == 200
-    assert httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "call_id": call_id}).status_code == 200
-    bad = httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "agent": "ghost"})
+    assert httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 0.5}, headers=admin).status_code == 200
+    assert httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "call_id": call_id},
+                      headers=admin).status_code == 200
+    bad = httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "agent": "ghost"}, headers=admin)
     assert bad.status_code == 404 and "ghost" in bad.json()["error"]["message"]
-    short = httpx.post(f"{url}/sessions/{sid}/advantages", json={"advantages": [{"call_id": call_id, "advantage": [1.0]}]})
+    short = httpx.post(f"{url}/sessions/{sid}/advantages",
+                       json={"advantages": [{"call_id": call_id, "advantage": [1.0]}]}, headers=admin)
     assert short.status_code == 400 and "per-token" in short.json()["error"]["message"]
     ok = httpx.post(f"{url}/sessions/{sid}/advantages",
-                    json={"advantages": [{"call_id": call_id, "advantage": [0.25] * n_sampled}]})
+                    json={"advantages": [{"call_id": call_id, "advantage": [0.25] * n_sampled}]}, headers=admin)
     assert ok.status_code == 200
-    listed = httpx.get(f"{url}/sessions", params={"group": "g-control"}).json()["sessions"]
+    listed = httpx.get(f"{url}/sessions", params={"group": "g-control"}, headers=admin).json()["sessions"]
     assert [s["session_id"] for s in listed] == [sid] and listed[0]["calls"] == 1
-    assert httpx.post(f"{url}/sessions/{sid}/finish", json={"info": {"outcome": "solved"}}).json()["status"] == "finished"
-    late = httpx.post(f"{session['base_url']}/chat/completions",
+    finished = httpx.post(f"{url}/sessions/{sid}/finish", json={"info": {"outcome": "solved"}}, headers=admin)
+    assert finished.json()["status"] == "finished"
+    late = httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
                       json={"model": "tiny", "messages": [{"role": "user", "content": "again"}]})
     assert late.status_code == 409 and late.json()["error"]["code"] == "session_finished"
     [sample] = list(iter_training_samples(store, group_id="g-control"))
@@ -146,49 +154,52 @@ def test_control_plane_rewards_advantages_finish(gateway):
     assert sample.task == {"id": "t-7", "split": "train"}
     assert sample.num_sampled == n_sampled
     assert sample.advantages[-n_sampled:] == [0.25] * n_sampled
-    view = httpx.get(f"{url}/sessions/{sid}", params={"tokens": 1}).json()
+    view = httpx.get(f"{url}/sessions/{sid}", params={"tokens": 1}, headers=admin).json()
     assert view["status"] == "finished" and len(view["calls"][0]["sampled_ids"]) == n_sampled
 
 
 def test_pause_waits_bounded_and_resume_lets_calls_through(gateway):
-    url, _ = gateway
-    session = new_session(url)
-    assert httpx.post(f"{url}/admin/pause").json()["drained"] is True
+    server, _ = gateway
+    url, admin = server.url, bearer(server.admin_key)
+    session = new_session(server)
+    assert httpx.post(f"{url}/admin/pause", headers=admin).json()["drained"] is True
     started = time.monotonic()
-    waited = httpx.post(f"{session['base_url']}/chat/completions",
+    waited = httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
                         json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
     assert waited.status_code == 503 and waited.headers["Retry-After"]
     assert 0.9 < time.monotonic() - started < 10  # pause_wait_s=1
     result = {}
 
     def call():
-        result["reply"] = chat(session["base_url"], [{"role": "user", "content": "hi"}], "Back.")
+        result["reply"] = chat(session["base_url"], session["key"], [{"role": "user", "content": "hi"}], "Back.")
 
     thread = threading.Thread(target=call)
     thread.start()
     time.sleep(0.3)
     assert "reply" not in result  # still waiting at the gate
-    httpx.post(f"{url}/admin/resume").raise_for_status()
+    httpx.post(f"{url}/admin/resume", headers=admin).raise_for_status()
     thread.join(10)
     assert result["reply"].choices[0].message.content == "Back."
 
 
 def test_pause_lets_calls_in_flight_finish(gateway):
-    url, store = gateway
-    session = new_session(url)
+    server, store = gateway
+    url, admin = server.url, bearer(server.admin_key)
+    session = new_session(server)
     result = {}
 
     def slow_call():
         result["resp"] = httpx.post(f"{session['base_url']}/chat/completions", timeout=30,
+                                    headers=bearer(session["key"]),
                                     json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
                                           **misbehave("slow:1.0", "Finished.")})
 
     thread = threading.Thread(target=slow_call)
     thread.start()
     time.sleep(0.3)
-    paused = httpx.post(f"{url}/admin/pause", json={"drain_timeout_s": 10}, timeout=30).json()
+    paused = httpx.post(f"{url}/admin/pause", json={"drain_timeout_s": 10}, timeout=30, headers=admin).json()
     thread.join(10)
-    httpx.post(f"{url}/admin/resume").raise_for_status()
+    httpx.post(f"{url}/admin/resume", headers=admin).raise_for_status()
     assert paused == {"paused": True, "drained": True, "in_flight": 0}
     assert result["resp"].status_code == 200
     assert result["resp"].json()["choices"][0]["message"]["content"] == "Finished."
@@ -196,7 +207,7 @@ def test_pause_lets_calls_in_flight_finish(gateway):
 
 
 def test_health_and_metrics(gateway):
-    url, _ = gateway
+    url = gateway[0].url
     health = httpx.get(f"{url}/health").json()
     assert health["status"] == "ok" and health["engine"] == "ok" and health["model"] == "tiny"
     text = httpx.get(f"{url}/metrics").text
@@ -207,14 +218,15 @@ def test_health_and_metrics(gateway):
 
 
 def test_tool_parse_failure_is_counted_and_returned_as_content(gateway):
-    url, store = gateway
-    session = new_session(url)
+    server, _ = gateway
+    session = new_session(server)
     broken = "<tool_call>\n{not json}\n</tool_call>"
-    reply = chat(session["base_url"], [{"role": "user", "content": "weather?"}], broken, tools=WEATHER_TOOLS)
+    reply = chat(session["base_url"], session["key"], [{"role": "user", "content": "weather?"}], broken,
+                 tools=WEATHER_TOOLS)
     message = reply.choices[0].message
     assert message.tool_calls is None and message.content == broken
     assert reply.choices[0].finish_reason == "stop"
-    assert "roost_gateway_tool_parse_failures_total 1" in httpx.get(f"{url}/metrics").text
-    ok = chat(session["base_url"], [{"role": "user", "content": "weather?"}], THINK + TOOL_CALL,
+    assert "roost_gateway_tool_parse_failures_total 1" in httpx.get(f"{server.url}/metrics").text
+    ok = chat(session["base_url"], session["key"], [{"role": "user", "content": "weather?"}], THINK + TOOL_CALL,
               tools=WEATHER_TOOLS, tool_choice="none")
     assert ok.choices[0].message.tool_calls is None and "<tool_call>" in ok.choices[0].message.content

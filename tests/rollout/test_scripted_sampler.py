@@ -23,12 +23,15 @@ def test_no_rule_and_bad_regex_are_errors():
         sampler(("(", "y"))
 
 
-async def test_rules_drive_the_real_engine(scripted_engine_url):
+async def test_rules_drive_the_real_engine(scripted_engine):
     import httpx
 
+    from roost.rollout.keys import bearer
+
+    scripted_engine_url = scripted_engine.url
     rules = {"rules": [{"match": "weather", "reply": "<tool_call>\n{\"name\": \"w\"}\n</tool_call>"},
                        {"match": None, "reply": "OK."}]}
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers=bearer(scripted_engine.api_key)) as client:
         assert (await client.post(f"{scripted_engine_url}/roost/scripted_sampler", json=rules)).status_code == 200
         a = (await client.post(f"{scripted_engine_url}/generate", json={"text": "the weather?"})).json()
         b = (await client.post(f"{scripted_engine_url}/generate", json={"text": "hello"})).json()

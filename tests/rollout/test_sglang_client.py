@@ -80,8 +80,8 @@ async def test_client_stream_reassembles_the_generation(engine_url):
     assert finish == {"type": "length", "length": 20}
 
 
-async def test_client_control_endpoints(engine_url):
-    async with SGLangClient(engine_url) as client:
+async def test_client_control_endpoints(model_engine):
+    async with SGLangClient(model_engine.url, api_key=model_engine.api_key) as client:
         assert await client.health()
         info = await client.model_info()
         assert info["is_generation"] and info["vocab_size"] == 151936

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 
+from roost.rollout.gateway.launch import GatewayThread
+from roost.rollout.keys import bearer
 from roost.trainer.rl_batches import collect_batch, session_status, staleness
 from roost.trainer.rollout_workers import HarnessTimeout
 from roost.trainer.samples import CallRef, Sample
@@ -30,33 +32,35 @@ def test_timeouts_are_told_apart_from_other_harness_errors():
     assert session_status({"status": "agent_error", "error": "AgentError: no plan"}) == "agent_error"
 
 
-async def record(http: httpx.AsyncClient, gateway: str, group: str, finish: dict | None, reward: float | None) -> None:
-    session = (await http.post(f"{gateway}/sessions", json={"group_id": group})).json()
-    answer = await http.post(f"{session['base_url']}/chat/completions", json={
+async def record(http: httpx.AsyncClient, gateway: GatewayThread, group: str, finish: dict | None,
+                 reward: float | None) -> None:
+    url, admin = gateway.url, bearer(gateway.admin_key)
+    session = (await http.post(f"{url}/sessions", json={"group_id": group}, headers=admin)).json()
+    answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), json={
         "model": "tiny", "messages": [{"role": "user", "content": "go"}], "max_tokens": 4,
         "custom_params": {"scripted_reply": "look"}})
     assert answer.status_code == 200, answer.text
     if reward is not None:
-        await http.post(f"{gateway}/sessions/{session['session_id']}/reward", json={"reward": reward})
+        await http.post(f"{url}/sessions/{session['session_id']}/reward", json={"reward": reward}, headers=admin)
     if finish is not None:
-        await http.post(f"{gateway}/sessions/{session['session_id']}/finish", json={"info": finish})
+        await http.post(f"{url}/sessions/{session['session_id']}/finish", json={"info": finish}, headers=admin)
 
 
 async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(scripted_engine_url, tmp_path):
     from roost.rollout.gateway.config import GatewayConfig
-    from roost.rollout.gateway.launch import GatewayThread
     from roost.rollout.sglang_client import SGLangClient
 
     async with SGLangClient(scripted_engine_url) as engine:
         version = int((await engine.model_info())["weight_version"])
     store = tmp_path / "store.sqlite"
-    with GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0)) as url:
+    gateway = GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0))
+    with gateway:
         async with httpx.AsyncClient(timeout=60) as http:
-            await record(http, url, "g0/t", {"status": "ok", "reward": 1.0}, 1.0)
-            await record(http, url, "g0/t", {"status": "ok", "reward": 0.0}, 0.0)
-            await record(http, url, "g0/t", {"status": "infra_error", "error": "EnvFaultError: died"}, None)
-            await record(http, url, "g0/t", {"status": "agent_error", "error": "HarnessTimeout: 5s"}, None)
-            await record(http, url, "g0/t", None, None)  # still open (a crash mid-episode)
+            await record(http, gateway, "g0/t", {"status": "ok", "reward": 1.0}, 1.0)
+            await record(http, gateway, "g0/t", {"status": "ok", "reward": 0.0}, 0.0)
+            await record(http, gateway, "g0/t", {"status": "infra_error", "error": "EnvFaultError: died"}, None)
+            await record(http, gateway, "g0/t", {"status": "agent_error", "error": "HarnessTimeout: 5s"}, None)
+            await record(http, gateway, "g0/t", None, None)  # still open (a crash mid-episode)
     batch = collect_batch(store, ["g0/t"], current_version=version, max_staleness=0)
     assert batch.counts == {"ok": 2, "infra_error": 1, "timeout": 1, "open": 1, "samples": 2}
     assert [len(g.samples) for g in batch.groups] == [2] and sorted(batch.rewards) == [0.0, 1.0]

@@ -79,18 +79,19 @@ def gateway(scripted_engine_url, tmp_path):
     from roost.rollout.gateway.launch import GatewayThread
 
     store = tmp_path / "store.sqlite"
-    with GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0)) as url:
-        yield url, store
+    server = GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0))
+    with server as url:
+        yield url, store, server.admin_key
 
 
 async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_path):
-    url, store = gateway
+    url, store, admin_key = gateway
     server = env_server(tmp_path)
     server.start()
     try:
         task = Task("t0", "train")
-        fast = RolloutWorker(server.url, url, agent_config(0.0, 5.0), concurrency=4)
-        hung = RolloutWorker(server.url, url, agent_config(3600.0, 1.0), concurrency=4)
+        fast = RolloutWorker(server.url, url, agent_config(0.0, 5.0), concurrency=4, admin_key=admin_key)
+        hung = RolloutWorker(server.url, url, agent_config(3600.0, 1.0), concurrency=4, admin_key=admin_key)
         [ok] = await fast.play([GroupSpec("g0", task, 2)])
         [cut] = await hung.play([GroupSpec("g1", task, 2)])
     finally:
@@ -102,11 +103,11 @@ async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_p
 
 
 async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_labelled(gateway, tmp_path):
-    url, store = gateway
+    url, store, admin_key = gateway
     server = env_server(tmp_path)
     server.start()
     try:
-        worker = RolloutWorker(server.url, url, agent_config(1.5, 30.0), concurrency=4)
+        worker = RolloutWorker(server.url, url, agent_config(1.5, 30.0), concurrency=4, admin_key=admin_key)
         playing = asyncio.create_task(worker.play([GroupSpec("g2", Task("t0", "train"), 2)]))
         await asyncio.sleep(0.8)  # both episodes started, neither finished
         server.kill()
@@ -126,12 +127,12 @@ async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_ver
     from roost.rollout.sglang_client import SGLangClient
     from roost.trainer.rl_services import _roost
 
-    port = free_port()
+    port, key = free_port(), "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it
     actor = ServiceActor("engine", _roost("engine", "--model", "tiny", "--port", str(port)), "127.0.0.1", port,
-                         str(tmp_path))
+                         str(tmp_path), {"ROOST_ENGINE_KEY": key})
     url = actor.start()
     try:
-        async with SGLangClient(url) as client:
+        async with SGLangClient(url, api_key=key) as client:
             await client.update_weights_from_disk(str(tiny_model_path), weight_version="7")
         actor.loaded(str(tiny_model_path), "7")
         actor.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from roost.rollout.keys import bearer
 from roost.trainer.batches import samples_from_store
 from roost.trainer.sft_data import ChatRenderer, Transcript, tool_agent_messages
 
@@ -24,20 +25,21 @@ def reply_text(message: dict) -> str:
     return f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {call["arguments"]}}}\n</tool_call>'
 
 
-async def play_through_gateway(gateway_url: str, messages: list[dict]) -> str:
+async def play_through_gateway(gateway_url: str, admin_key: str, messages: list[dict]) -> str:
     """Each assistant turn forced (scripted sampler) to the transcript's reply."""
     async with httpx.AsyncClient(timeout=60) as http:
-        session = (await http.post(f"{gateway_url}/sessions", json={"group_id": "g"})).json()
+        admin = bearer(admin_key)
+        session = (await http.post(f"{gateway_url}/sessions", json={"group_id": "g"}, headers=admin)).json()
         for index, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
-            answer = await http.post(f"{session['base_url']}/chat/completions", json={
+            answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), json={
                 "model": "tiny", "messages": messages[:index], "tools": TOOLS, "max_tokens": 64,
                 "custom_params": {"scripted_reply": reply_text(message)}})
             assert answer.status_code == 200, answer.text
             assert answer.json()["choices"][0]["message"]["tool_calls"]
-        await http.post(f"{gateway_url}/sessions/{session['session_id']}/reward", json={"reward": 1.0})
-        await http.post(f"{gateway_url}/sessions/{session['session_id']}/finish", json={})
+        await http.post(f"{gateway_url}/sessions/{session['session_id']}/reward", json={"reward": 1.0}, headers=admin)
+        await http.post(f"{gateway_url}/sessions/{session['session_id']}/finish", json={}, headers=admin)
     return session["session_id"]
 
 
@@ -47,8 +49,9 @@ async def test_rendered_sample_equals_the_gateways_record(scripted_engine_url, t
 
     messages = tool_agent_messages(TRANSCRIPT)
     store = tmp_path / "store.sqlite"
-    with GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0)) as url:
-        session_id = await play_through_gateway(url, messages)
+    server = GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0))
+    with server as url:
+        session_id = await play_through_gateway(url, server.admin_key, messages)
     [recorded] = list(samples_from_store(store, session_ids=[session_id]))
 
     renderer = ChatRenderer.from_pretrained(tiny_model_path)

@@ -15,6 +15,7 @@ from aiohttp import web
 from transformers import AutoTokenizer
 
 from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.keys import bearer
 from roost.rollout.sglang_client import SGLangClient
 from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
 from roost.trainer.batches import group_samples, samples_from_store
@@ -28,8 +29,9 @@ QUESTIONS = ["Name a colour.", "Count to three."]
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
     """This module's own engine: its weights get replaced."""
-    with EngineProcess("tiny") as url:
-        yield url
+    process = EngineProcess("tiny")
+    with process:
+        yield process
 
 
 @pytest.fixture(scope="module")
@@ -38,30 +40,34 @@ def gateway(engine, tiny_model_path, tmp_path_factory):
     from roost.rollout.gateway.launch import GatewayThread
 
     store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
-    config = GatewayConfig(engine_url=engine, model=str(tiny_model_path), served_model_name="tiny", store_path=store)
-    with GatewayThread(config) as url:
-        yield url, store
+    config = GatewayConfig(engine_url=engine.url, model=str(tiny_model_path), served_model_name="tiny",
+                           store_path=store)
+    server = GatewayThread(config)
+    with server as url:
+        yield url, store, server.admin_key
 
 
-async def record(http: httpx.AsyncClient, gateway_url: str, rollouts: int = 4) -> list[str]:
+async def record(http: httpx.AsyncClient, gateway_url: str, admin_key: str, rollouts: int = 4) -> list[str]:
     """GRPO groups of two-turn chats through the gateway, with rewards; returns group ids."""
-    groups = []
+    groups, admin = [], bearer(admin_key)
     for g, question in enumerate(QUESTIONS):
         group = f"step-0/task-{g}"
         groups.append(group)
         for i in range(rollouts):
-            session = (await http.post(f"{gateway_url}/sessions", json={"group_id": group})).json()
+            session = (await http.post(f"{gateway_url}/sessions", json={"group_id": group}, headers=admin)).json()
             messages = [{"role": "user", "content": question}]
             reply = ""
             for turn in range(2):
-                answer = await http.post(f"{session['base_url']}/chat/completions", json={
-                    "model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 1.0})
+                answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
+                                         json={"model": "tiny", "messages": messages, "max_tokens": 6,
+                                               "temperature": 1.0})
                 assert answer.status_code == 200, answer.text
                 reply = answer.json()["choices"][0]["message"].get("content") or ""
                 messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Again."}]
             sid = session["session_id"]
-            await http.post(f"{gateway_url}/sessions/{sid}/reward", json={"reward": float(len(reply) % 3 + i)})
-            await http.post(f"{gateway_url}/sessions/{sid}/finish", json={})
+            await http.post(f"{gateway_url}/sessions/{sid}/reward", json={"reward": float(len(reply) % 3 + i)},
+                            headers=admin)
+            await http.post(f"{gateway_url}/sessions/{sid}/finish", json={}, headers=admin)
     return groups
 
 
@@ -76,9 +82,9 @@ async def test_train_on_recorded_trajectories_then_engine_serves_updated_weights
 ):
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
-    gateway_url, store = gateway
+    gateway_url, store, admin_key = gateway
     async with httpx.AsyncClient(timeout=120) as http:
-        groups = await record(http, gateway_url)
+        groups = await record(http, gateway_url, admin_key)
     samples = list(samples_from_store(store, group_ids=groups))
     assert len({s.session_id for s in samples}) == 8 and all(s.num_sampled for s in samples)
 
@@ -97,11 +103,12 @@ async def test_train_on_recorded_trajectories_then_engine_serves_updated_weights
 
     folder = policy.export_hf(tmp_path / "step-3")
     prompt = AutoTokenizer.from_pretrained(tiny_model_path)("The weather today")["input_ids"]
-    before = await engine_logprobs(engine, prompt)
-    result = await sync_weights(engine, folder, weight_version="step-3", gateway_url=gateway_url)
+    before = await engine_logprobs(engine.url, prompt)
+    result = await sync_weights(engine.url, folder, weight_version="step-3", engine_key=engine.api_key,
+                                gateway_url=gateway_url, admin_key=admin_key)
     assert result.weight_version == "step-3"
 
-    ids, logprobs, version = await engine_logprobs(engine, prompt)
+    ids, logprobs, version = await engine_logprobs(engine.url, prompt)
     assert version == "step-3" and logprobs != before[1]
     probe = Sample.from_turns([(prompt, ids, logprobs)], session_id="probe", group_id="probe")
     ours = policy.logprobs([probe])[0]
@@ -109,27 +116,28 @@ async def test_train_on_recorded_trajectories_then_engine_serves_updated_weights
 
     # later calls through the gateway are served, and recorded, at the new version
     async with httpx.AsyncClient(timeout=120) as http:
-        session = (await http.post(f"{gateway_url}/sessions", json={"group_id": "step-1/task-0"})).json()
-        answer = await http.post(f"{session['base_url']}/chat/completions", json={
+        session = (await http.post(f"{gateway_url}/sessions", json={"group_id": "step-1/task-0"},
+                                   headers=bearer(admin_key))).json()
+        answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), json={
             "model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
         assert answer.status_code == 200
-        await http.post(f"{gateway_url}/sessions/{session['session_id']}/finish", json={})
+        await http.post(f"{gateway_url}/sessions/{session['session_id']}/finish", json={}, headers=bearer(admin_key))
     recorded = list(samples_from_store(store, session_ids=[session["session_id"]]))
     assert {c.weight_version for s in recorded for c in s.calls} == {"step-3"}
 
 
 class PauseSpy:
-    """A stand-in gateway that records /admin/pause and /admin/resume, and which weights
-    the engine served at each."""
+    """A stand-in gateway that records /admin/pause and /admin/resume, which weights the engine
+    served at each, and the key each came with."""
 
     def __init__(self, engine_url: str):
         self.engine_url = engine_url
-        self.events: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str, str | None]] = []
 
     async def handle(self, request: web.Request) -> web.Response:
         async with SGLangClient(self.engine_url) as client:
             version = (await client.model_info())["weight_version"]
-        self.events.append((request.match_info["action"], version))
+        self.events.append((request.match_info["action"], version, request.headers.get("authorization")))
         return web.json_response({"paused": request.match_info["action"] == "pause"})
 
     async def start(self) -> str:
@@ -143,14 +151,29 @@ class PauseSpy:
 
 
 async def test_the_swap_happens_while_the_gateway_is_paused(engine, tiny_model_path, tmp_path):
-    spy = PauseSpy(engine)
+    spy = PauseSpy(engine.url)
     url = await spy.start()
     try:
-        await sync_weights(engine, tiny_model_path, weight_version="spy", gateway_url=url)
+        await sync_weights(engine.url, tiny_model_path, weight_version="spy", engine_key=engine.api_key,
+                           gateway_url=url, admin_key="rak-the-admin-key")
     finally:
         await spy.runner.cleanup()
     assert [e[0] for e in spy.events] == ["pause", "resume"]
     assert spy.events[0][1] != "spy" and spy.events[1][1] == "spy"
+    assert {e[2] for e in spy.events} == {"Bearer rak-the-admin-key"}
+
+
+async def test_an_engine_update_without_the_engine_key_is_refused_and_resumes(engine, tiny_model_path):
+    spy = PauseSpy(engine.url)
+    url = await spy.start()
+    try:
+        with pytest.raises(WeightSyncError, match="401"):
+            await sync_weights(engine.url, tiny_model_path, weight_version="keyless", gateway_url=url)
+    finally:
+        await spy.runner.cleanup()
+    assert [e[0] for e in spy.events] == ["pause", "resume"]
+    async with SGLangClient(engine.url) as client:
+        assert (await client.model_info())["weight_version"] != "keyless"
 
 
 def copy_checkpoint(src, dst):
@@ -164,7 +187,7 @@ async def test_vocab_size_mismatch_is_refused_before_pausing(engine, tiny_model_
     config["vocab_size"] = 1000
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointMismatch, match="vocab_size 1000"):
-        await sync_weights(engine, folder, gateway_url="http://127.0.0.1:9")  # the gateway is never called
+        await sync_weights(engine.url, folder, gateway_url="http://127.0.0.1:9")  # the gateway is never called
 
 
 async def test_tokenizer_mismatch_is_refused(engine, tiny_model_path, tmp_path):
@@ -175,15 +198,15 @@ async def test_tokenizer_mismatch_is_refused(engine, tiny_model_path, tmp_path):
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (folder / "tokenizer.json").write_text(json.dumps(tok))
     with pytest.raises(CheckpointMismatch, match="different tokenizers"):
-        await sync_weights(engine, folder)
+        await sync_weights(engine.url, folder)
 
 
 async def test_failed_load_keeps_old_weights_and_resumes(engine, tiny_model_path, tmp_path):
     folder = copy_checkpoint(tiny_model_path, tmp_path / "corrupt")
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
-    async with SGLangClient(engine) as client:
+    async with SGLangClient(engine.url) as client:
         version = (await client.model_info())["weight_version"]
     with pytest.raises(WeightSyncError, match="did not load"):
-        await sync_weights(engine, folder, weight_version="never")
-    async with SGLangClient(engine) as client:
+        await sync_weights(engine.url, folder, weight_version="never", engine_key=engine.api_key)
+    async with SGLangClient(engine.url) as client:
         assert (await client.model_info())["weight_version"] == version
