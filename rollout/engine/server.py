@@ -85,8 +85,9 @@ def _answer_text(engine: Engine, done: Completion, params) -> str:
 
 
 def create_app(engine: Engine, api_key: str) -> FastAPI:
-    """The routes that change the engine (weights, pause, cache, script) take `api_key` as a
-    bearer token or `x-api-key`; `/generate`, the info routes and `/health` are open."""
+    """The routes that change the engine (weights, pause, cache, script, aborting every request)
+    take `api_key` as a bearer token or `x-api-key`; `/generate`, aborting one request by its
+    rid, the info routes and `/health` are open."""
     app = FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None)
 
     async def control(request: Request) -> None:
@@ -200,11 +201,15 @@ def create_app(engine: Engine, api_key: str) -> FastAPI:
             aborted = await _on_engine_thread(engine, engine.scheduler.abort_all)
         return {"success": True, "paused": True, "aborted": aborted}
 
-    @app.post("/abort_request", dependencies=guarded)
+    @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:
+        # One request by its rid is open, as /generate is (the gateway aborts the calls whose
+        # clients left); aborting every request is a control action and takes the key.
         req = AbortRequest.model_validate(await read_json(request))
         if not req.rid and not req.abort_all:
             raise RequestError("give the rid of the request to abort, or abort_all: true")
+        if req.abort_all:
+            await control(request)
         rids = None if req.abort_all else {req.rid}
         await _on_engine_thread(engine, lambda: engine.scheduler.abort(rids))
         return Response(status_code=200)
