@@ -42,10 +42,10 @@ class EngineProcess(ServerProcess):
     """
 
     def __init__(self, model: str = "tiny", *, scripted: bool = False, script: Path | None = None,
-                 extra_args: list[str] | None = None, startup_timeout_s: float = 120.0):
+                 extra_args: list[str] | None = None, port: int | None = None, startup_timeout_s: float = 120.0):
         args = ["--model", model]
         if scripted:
             args += ["--sampler", "scripted"]
         if script is not None:
             args += ["--script", str(script)]
-        super().__init__("engine", args + (extra_args or []), startup_timeout_s=startup_timeout_s)
+        super().__init__("engine", args + (extra_args or []), port=port, startup_timeout_s=startup_timeout_s)
