@@ -112,7 +112,7 @@ async def test_an_idle_worker_that_dies_is_replaced_and_health_is_degraded_meanw
 
 
 async def test_a_silent_worker_is_killed_and_its_call_fails_fast():
-    config = ServerConfig(TOY, port=0, manager=ManagerConfig(workers=2, check_interval_s=0.1), hang_timeout_s=1.0)
+    config = ServerConfig(TOY, port=0, manager=ManagerConfig(workers=2, check_interval_s=0.1), hang_timeout_s=2.0)
     async with serving(config) as url, EnvClient(url, timeout_s=30) as client, httpx.AsyncClient(base_url=url) as raw:
         episode, reset = await client.create()
         os.kill(reset.info["pid"], signal.SIGSTOP)  # stopped: it answers nothing, not even heartbeats
