@@ -15,7 +15,8 @@ through the environment:
 
 The reward is the env's verdict when the episode ended (if the command exits first and the env
 offers a `submit` tool, the adapter submits for it), else the command's reward file, else none.
-A command past its timeout is killed with its whole process group.
+A command past its timeout is killed with its whole process group; if the roost process
+running it dies, the command itself is killed (processes it started are not).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
 from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError
 from roost.envs.protocol import Step, ToolCall
+from roost.lifetime import die_with_parent
 from roost.rollout.keys import without_server_keys
 
 SESSION_IN_URL = re.compile(r"/sessions/([^/]+)/")
@@ -88,7 +90,8 @@ class CommandAgent:
         env = {**without_server_keys(os.environ), **command_environment(ctx, step_url, reward_file)}
         proc = await asyncio.create_subprocess_shell(self.config.command, cwd=cwd, env=env, start_new_session=True,
                                                      stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                                                     stderr=asyncio.subprocess.STDOUT)
+                                                     stderr=asyncio.subprocess.STDOUT,
+                                                     preexec_fn=die_with_parent(signal.SIGKILL))
         tail = bytearray()
 
         async def read() -> None:

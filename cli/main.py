@@ -12,6 +12,8 @@ import importlib.util
 
 import typer
 
+from roost.lifetime import stop_on_sigterm
+
 PACKAGE_CLIS = (
     "roost.rollout.cli",
     "roost.envs.cli",
@@ -45,7 +47,10 @@ def build_app() -> typer.Typer:
 
 
 def main() -> None:
-    build_app()()
+    # SIGTERM must unwind like Ctrl-C, so a server's children (`roost gateway`'s engine, say)
+    # are stopped before it exits.
+    with stop_on_sigterm():
+        build_app()()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from roost.envs.client import EnvClient
 from roost.envs.protocol import Reset, Step, TextAction
+from roost.lifetime import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ async def _server(config: BenchConfig) -> AsyncIterator[tuple[str, subprocess.Po
                "--workers", str(config.workers), "--max-episodes", str(max(config.concurrency) + 8)]
     for arg in config.env_args:
         command += ["--env-arg", arg]
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, preexec_fn=die_with_parent())
     url = f"http://127.0.0.1:{port}"
     try:
         async with EnvClient(url, timeout_s=5) as probe:

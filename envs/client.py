@@ -41,7 +41,11 @@ class EnvClient:
         return [Task(t.id, t.split, t.metadata) for t in listing.tasks]
 
     async def health(self) -> wire.Health:
-        return wire.Health.model_validate(await self._request("GET", "/health"))
+        """The server's health; its status is "degraded" (a 503) while a worker is being replaced."""
+        response = await self._send("GET", "/health")
+        if response.is_success or response.status_code == 503:
+            return wire.Health.model_validate(response.json())
+        raise _error_of(response)
 
     async def create(self, *, task_id: str | None = None, seed: int | None = None, split: str | None = None,
                      options: dict[str, Any] | None = None) -> tuple[str, Reset]:
@@ -63,13 +67,16 @@ class EnvClient:
         return wire.EpisodeStatus.model_validate(await self._request("DELETE", f"/episodes/{episode_id}"))
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = await self._client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise errors.EnvFaultError(f"env server {self.base_url} unreachable: {type(exc).__name__}: {exc}") from exc
+        response = await self._send(method, path, **kwargs)
         if response.is_success:
             return response.json()
         raise _error_of(response)
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise errors.EnvFaultError(f"env server {self.base_url} unreachable: {type(exc).__name__}: {exc}") from exc
 
 
 def _error_of(response: httpx.Response) -> errors.EnvError:

@@ -43,10 +43,12 @@ class ContainerConfig:
 
 
 def build_context(spec: EnvSpec, into: Path) -> Path:
-    """Lay out the build context: the env's Dockerfile and requirements, `roost/envs`, and
-    `roost/sandboxes` (envs that run commands, such as SWE and Hermes, use it in the container)."""
+    """Lay out the build context: the env's Dockerfile and requirements, `roost/envs`,
+    `roost/sandboxes` (envs that run commands, such as SWE and Hermes, use it in the container)
+    and `roost/lifetime.py` (how the server's worker processes end)."""
     import roost
     import roost.envs
+    import roost.lifetime
     import roost.sandboxes
 
     package = spec.package_dir
@@ -57,6 +59,7 @@ def build_context(spec: EnvSpec, into: Path) -> Path:
             shutil.copy2(package / name, into / name)
     (into / "roost").mkdir()
     shutil.copy2(Path(roost.__file__), into / "roost" / "__init__.py")
+    shutil.copy2(Path(roost.lifetime.__file__), into / "roost" / "lifetime.py")
     for package in (roost.envs, roost.sandboxes):
         name = Path(package.__file__).parent.name
         shutil.copytree(Path(package.__file__).parent, into / "roost" / name,

@@ -6,6 +6,10 @@ deleted or is reaped (idle past its lease). Past `max_episodes` live episodes,
 `failed` and frees its slot; its next request raises `EnvFaultError` again, so the
 runner sees the fault however it looks.
 
+The pool heals: a worker that died or went silent is replaced whenever that is noticed
+(on each create and step, and every `check_interval_s`), and `capacity` says how many
+workers serve while a replacement loads.
+
 The HTTP server is a thin layer over this class; `roost eval` without `--env-url`
 uses it directly.
 """
@@ -17,6 +21,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +49,8 @@ class ManagerConfig:
     """An episode idle this long is reaped and its resources freed."""
     keep_ended: int = 10_000
     """Ended episodes remembered, so late requests get a clear answer."""
+    check_interval_s: float = 2.0
+    """How often workers are checked for death and silence when no request looks."""
 
 
 @dataclass
@@ -70,7 +77,8 @@ class EpisodeManager:
         self.episodes: OrderedDict[str, EpisodeRecord] = OrderedDict()
         self._info: EnvInfo | None = None
         self._reserved = 0
-        self._reaper: asyncio.Task | None = None
+        self._chores: list[asyncio.Task] = []
+        self._loading: set[asyncio.Task] = set()
 
     @property
     def info(self) -> EnvInfo:
@@ -97,14 +105,19 @@ class EpisodeManager:
             await self.stop()
             raise
         self._info = infos[0]
-        self._reaper = asyncio.create_task(self._reap_forever())
+        reap_every = max(0.05, min(self.config.lease_s / 4, 5.0))
+        self._chores = [
+            asyncio.create_task(self._every(reap_every, self._reap_idle, "reaping idle episodes")),
+            asyncio.create_task(self._every(self.config.check_interval_s, self._heal, "checking the workers")),
+        ]
 
     async def stop(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            self._reaper = None
+        for task in [*self._chores, *self._loading]:
+            task.cancel()
+        self._chores = []
+        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in self.workers))
         for worker in self.workers:
-            await asyncio.to_thread(worker.kill)
+            worker.close()
         self._info = None
 
     async def __aenter__(self) -> EpisodeManager:
@@ -124,6 +137,7 @@ class EpisodeManager:
 
     async def create(self, *, task_id: str | None = None, seed: int | None = None,
                      split: str | None = None, options: dict[str, Any] | None = None) -> tuple[str, Reset]:
+        await self._heal()
         if self._reserved >= self.config.max_episodes:
             self.metrics.inc("roost_env_capacity_rejections_total")
             raise CapacityError(f"all {self.config.max_episodes} episode slots are in use; retry shortly",
@@ -149,6 +163,7 @@ class EpisodeManager:
 
     async def step(self, episode_id: str, action: Action) -> Step:
         record = self.get(episode_id)
+        await self._heal()
         async with record.lock:
             self._check_running(record)
             started = time.perf_counter()
@@ -183,11 +198,17 @@ class EpisodeManager:
     def lease_expires_at(self, record: EpisodeRecord) -> float | None:
         return record.last_active_at + self.config.lease_s if record.state == "running" else None
 
+    def capacity(self) -> tuple[int, int]:
+        """(workers serving, workers wanted): fewer while a replacement loads its env."""
+        return sum(w.serving for w in self.workers), self.config.workers
+
     def gauges(self) -> dict[str, float]:
+        serving, wanted = self.capacity()
         return {
             "roost_env_live_episodes": self.live,
             "roost_env_max_episodes": self.config.max_episodes,
-            "roost_env_workers_alive": sum(w.alive for w in self.workers),
+            "roost_env_workers_alive": serving,
+            "roost_env_workers_wanted": wanted,
         }
 
     def _pick_worker(self) -> WorkerHandle:
@@ -241,30 +262,49 @@ class EpisodeManager:
                 break
             self.episodes.popitem(last=False)
 
+    async def _heal(self) -> None:
+        """Replace every worker that died or went silent."""
+        for worker in list(self.workers):
+            reason = worker.fault() if worker in self.workers else None
+            if reason is not None:
+                await self._replace(worker, reason)
+
     async def _replace(self, worker: WorkerHandle, reason: str) -> None:
+        # The swap comes first, so that nothing picks the old worker or replaces it twice;
+        # the fresh one loads its env in the background (calls to it wait for that).
         if worker not in self.workers:
             return
+        fresh = WorkerHandle(self.worker_config, worker.index)
+        self.workers[self.workers.index(worker)] = fresh
+        log.warning("replacing a worker: %s", reason)
         self.metrics.inc("roost_env_worker_restarts_total")
         self.metrics.inc("roost_env_errors_total", 'type="worker_crashed"')
         for episode_id in list(worker.episodes):
             record = self.episodes[episode_id]
             record.error = reason
             self._end(record, "failed")
-        await asyncio.to_thread(worker.kill)
-        fresh = WorkerHandle(self.worker_config, worker.index)
-        self.workers[self.workers.index(worker)] = fresh
-        await fresh.ready()
+        loading = asyncio.create_task(self._load(fresh))
+        self._loading.add(loading)
+        loading.add_done_callback(self._loading.discard)
+        await asyncio.to_thread(worker.kill, reason)
+        worker.close()
 
-    async def _reap_forever(self) -> None:
-        interval = max(0.05, min(self.config.lease_s / 4, 5.0))
+    async def _load(self, worker: WorkerHandle) -> None:
+        try:
+            await worker.ready()
+        except Exception as exc:  # noqa: BLE001 - it dies; the next check replaces it again
+            log.warning("a replacement env worker failed to start: %s", exc)
+
+    async def _every(self, interval_s: float, chore: Callable[[], Awaitable[None]], what: str) -> None:
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(interval_s)
             try:
-                await self._reap(time.time() - self.config.lease_s)
-            except Exception:  # noqa: BLE001 - the reaper must outlive any one failure
-                log.exception("reaping idle episodes failed; trying again in %.1fs", interval)
+                await chore()
+            except Exception:  # noqa: BLE001 - a chore must outlive any one failure
+                log.exception("%s failed; trying again in %.1fs", what, interval_s)
 
-    async def _reap(self, deadline: float) -> None:
+    async def _reap_idle(self) -> None:
+        deadline = time.time() - self.config.lease_s
         for record in list(self.episodes.values()):
             if record.state != "running" or record.last_active_at >= deadline or record.lock.locked():
                 continue

@@ -22,6 +22,7 @@ from typing import Any
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.errors import EnvError
 from roost.envs.worker import WorkerConfig
+from roost.lifetime import stop_on_sigterm
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class ServerConfig:
     call_timeout_s: float | None = None
     """A worker that takes longer to answer one request is killed (its episodes fail);
     default: the env's own `EnvSpec.call_timeout_s`."""
+    hang_timeout_s: float = WorkerConfig.hang_timeout_s
+    """A worker silent this long (no heartbeat) is killed, even mid-request."""
 
 
 def _spec(config: ServerConfig):
@@ -45,7 +48,7 @@ def _spec(config: ServerConfig):
 
 def build_manager(config: ServerConfig) -> EpisodeManager:
     timeout = config.call_timeout_s or _spec(config).call_timeout_s
-    worker = WorkerConfig(config.env, config.env_kwargs, call_timeout_s=timeout)
+    worker = WorkerConfig(config.env, config.env_kwargs, call_timeout_s=timeout, hang_timeout_s=config.hang_timeout_s)
     return EpisodeManager(worker, config.manager)
 
 
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     config = ServerConfig(args.env, parse_env_args(args.env_arg), args.host, args.port,
                           ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s))
     try:
-        asyncio.run(serve(config))
+        with stop_on_sigterm():  # the workers stop, closing their episodes, before the server exits
+            asyncio.run(serve(config))
     except EnvError as exc:
         raise SystemExit(f"error: {exc}") from None
 

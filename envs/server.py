@@ -132,10 +132,12 @@ def _add_routes(app: FastAPI, manager: EpisodeManager) -> None:
                                     splits=list(i.splits), max_episodes=manager.config.max_episodes,
                                     lease_s=manager.config.lease_s)
 
-    @app.get("/health", response_model=wire.Health)
-    async def health() -> wire.Health:
-        alive = sum(w.alive for w in manager.workers)
-        return wire.Health(status="ok" if alive else "starting", live_episodes=manager.live, workers=alive)
+    @app.get("/health", response_model=wire.Health, responses={503: {"model": wire.Health}})
+    async def health() -> JSONResponse:
+        alive, wanted = manager.capacity()
+        body = wire.Health(status="ok" if alive >= wanted else "degraded", live_episodes=manager.live,
+                           workers=wire.WorkerCount(alive=alive, wanted=wanted))
+        return JSONResponse(body.model_dump(), status_code=200 if body.status == "ok" else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> str:

@@ -6,7 +6,7 @@
     DELETE /episodes/{id}                          → EpisodeStatus
     GET    /tasks?split=                           → TaskList
     GET    /info                                   → EnvInfoResponse
-    GET    /health                                 → Health
+    GET    /health                                 → Health (503 while degraded)
     GET    /metrics                                → Prometheus text
 Errors: `{"error": {"type": <EnvError.code>, "message": ...}}`; an environment fault is a
 5xx whose type is `env_error`.
@@ -129,10 +129,18 @@ class EnvInfoResponse(Wire):
     lease_s: float
 
 
+class WorkerCount(Wire):
+    alive: int
+    """Workers that loaded the env and run."""
+    wanted: int
+    """Workers the server was started with."""
+
+
 class Health(Wire):
-    status: Literal["ok", "starting"]
+    status: Literal["ok", "degraded"]
+    """degraded (HTTP 503) while fewer workers serve than wanted; episodes still run on the others."""
     live_episodes: int
-    workers: int
+    workers: WorkerCount
 
 
 class ErrorDetail(Wire):

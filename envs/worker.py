@@ -3,22 +3,32 @@
 Env code runs in child processes, so a crashing or hanging env (a segfault in a
 native planner, an infinite loop) takes down one worker, never the server. Each
 worker builds the env factory once and hosts many episodes; requests to one worker
-are served one at a time. A worker that dies or stops answering is killed and
-replaced, and every episode it hosted ends as an environment fault.
+are served one at a time. A worker that dies, stops answering a request within
+`call_timeout_s`, or stops sending heartbeats is killed and replaced, and every
+episode it hosted ends as an environment fault.
 
 Workers are plain subprocesses talking over a socket pair (not `multiprocessing`
 children, which re-import the parent's `__main__`). The parent first sends the
 `WorkerConfig` and its `sys.path`; then messages are `(op, episode_id, payload)`
-tuples and replies are `("ok", value)` or `("error", code, message)`.
+tuples and replies are `("ok", value)` or `("error", code, message)`. A second socket
+pair carries the heartbeat: a byte every `heartbeat_s`, sent by a thread of its own.
+
+A worker stopped with SIGTERM (its server stopping, or dying: workers ask for SIGTERM
+when their parent dies) closes its episodes' envs before it exits, so their sandboxes
+and containers go with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -26,6 +36,11 @@ from typing import Any
 
 from roost.envs.errors import ERRORS_BY_CODE, EnvError, EnvFaultError
 from roost.envs.protocol import Env
+from roost.lifetime import die_with_parent, stop_on_sigterm, stop_process
+
+
+CLOSE_TIMEOUT_S = 30
+"""How long a stopping worker may take to close its episodes' envs."""
 
 
 @dataclass(frozen=True)
@@ -35,9 +50,21 @@ class WorkerConfig:
     env_kwargs: dict[str, Any]
     start_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
+    hang_timeout_s: float = 10.0
+    """A loaded worker that sends no heartbeat for this long is killed (stopped, or stuck in
+    native code that holds the GIL; a slow step in Python still beats)."""
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.hang_timeout_s / 5  # one late beat is no alarm
 
 
-def worker_main(conn: Connection) -> None:
+def worker_main(conn: Connection, heartbeat: socket.socket) -> None:
+    with stop_on_sigterm():
+        _serve(conn, heartbeat)
+
+
+def _serve(conn: Connection, heartbeat: socket.socket) -> None:
     from roost.envs.registry import load_factory
 
     loop = asyncio.new_event_loop()
@@ -45,6 +72,7 @@ def worker_main(conn: Connection) -> None:
     try:
         config, parent_path = conn.recv()
         env_name = config.env
+        threading.Thread(target=_beat, args=(heartbeat, config.heartbeat_s), daemon=True).start()
         sys.path[:0] = [p for p in parent_path if p not in sys.path]
         factory = load_factory(config.env, **config.env_kwargs)
         probe = factory()
@@ -53,23 +81,40 @@ def worker_main(conn: Connection) -> None:
         conn.send(("error", "env_error", f"env {env_name!r} failed to start: {type(exc).__name__}: {exc}"))
         return
     episodes: dict[str, Env] = {}
-    while True:
-        try:
-            op, episode_id, payload = conn.recv()
-        except (EOFError, OSError):
-            break
-        try:
-            reply = ("ok", loop.run_until_complete(_handle(op, episode_id, payload, factory, probe, episodes)))
-        except EnvError as exc:
-            reply = ("error", exc.code, str(exc))
-        except Exception as exc:  # noqa: BLE001 - an env bug is an environment fault
-            reply = ("error", "env_error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
-        try:
-            conn.send(reply)
-        except (TypeError, AttributeError, pickle.PicklingError) as exc:
-            conn.send(("error", "env_error", f"env {env_name!r} returned something unpicklable from {op}: {exc}"))
-    for env in episodes.values():
-        loop.run_until_complete(env.close())
+    try:
+        while True:
+            try:
+                op, episode_id, payload = conn.recv()
+            except (EOFError, OSError):
+                break
+            try:
+                reply = ("ok", loop.run_until_complete(_handle(op, episode_id, payload, factory, probe, episodes)))
+            except EnvError as exc:
+                reply = ("error", exc.code, str(exc))
+            except Exception as exc:  # noqa: BLE001 - an env bug is an environment fault
+                reply = ("error", "env_error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
+            try:
+                conn.send(reply)
+            except (TypeError, AttributeError, pickle.PicklingError) as exc:
+                conn.send(("error", "env_error", f"env {env_name!r} returned something unpicklable from {op}: {exc}"))
+    finally:  # also on SIGTERM, mid-step: the envs' sandboxes must not outlive the worker
+        # A SIGTERM now (the parent dying as it closed the pipe) must not cut the closing short,
+        # and a close that hangs must not keep an orphan alive (SIGALRM ends the process).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.alarm(CLOSE_TIMEOUT_S)
+        for env in episodes.values():
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(env.close())
+
+
+def _beat(heartbeat: socket.socket, every_s: float) -> None:
+    """Tell the parent every `every_s` that this process runs, from a thread of its own."""
+    try:
+        while True:
+            heartbeat.send(b".")
+            time.sleep(every_s)
+    except OSError:
+        return  # the parent is gone
 
 
 async def _handle(op: str, episode_id: str, payload: Any, factory, probe: Env, episodes: dict[str, Env]) -> Any:
@@ -99,18 +144,26 @@ class WorkerCrashed(EnvFaultError):
 
 
 class WorkerHandle:
-    """The parent's end of one worker process."""
+    """The parent's end of one worker process. Its heartbeat is read only on the event loop's
+    thread (`fault`, `close`); `kill` and `stop` may run in another."""
 
     def __init__(self, config: WorkerConfig, index: int) -> None:
         self.config = config
         self.index = index
         self.episodes: set[str] = set()
         self.info: Any = None
+        self.fate: str | None = None
+        """Why the parent killed it: what its cut-short calls report."""
         self._lock = asyncio.Lock()
+        self._heard_at = 0.0
         ours, theirs = socket.socketpair()
-        self.process = subprocess.Popen([sys.executable, "-m", "roost.envs.worker", str(theirs.fileno())],
-                                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        self._heartbeat, heartbeat = socket.socketpair()
+        fds = [theirs.fileno(), heartbeat.fileno()]
+        self.process = subprocess.Popen([sys.executable, "-m", "roost.envs.worker", *map(str, fds)], pass_fds=fds,
+                                        stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
         theirs.close()
+        heartbeat.close()
+        self._heartbeat.setblocking(False)
         self._conn = Connection(ours.detach())
         self._conn.send((config, list(sys.path)))
 
@@ -121,6 +174,27 @@ class WorkerHandle:
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    @property
+    def serving(self) -> bool:
+        """Its env has loaded and it still runs."""
+        return self.info is not None and self.alive
+
+    def fault(self) -> str | None:
+        """Why this worker can serve no more (it died, or went silent), or None."""
+        code = self.process.poll()
+        if code is not None:
+            return f"env worker {self.index} died (exit code {code})"
+        if self.info is None:
+            return None  # still loading its env: `start_timeout_s` bounds that
+        with contextlib.suppress(OSError):  # nothing new (BlockingIOError), or it just died
+            if self._heartbeat.recv(1 << 12):
+                self._heard_at = time.monotonic()
+        silent = time.monotonic() - self._heard_at
+        if silent > self.config.hang_timeout_s:
+            return (f"env worker {self.index} sent no heartbeat for {silent:.0f}s (stopped, or stuck in native "
+                    "code); killed it")
+        return None
 
     async def ready(self) -> Any:
         """Wait for the env factory to load; returns the env's `EnvInfo`."""
@@ -136,13 +210,25 @@ class WorkerHandle:
     async def _hello(self) -> None:
         # The worker's first message says that its env factory loaded (or why it did not).
         if self.info is None:
-            self.info = await asyncio.to_thread(self._receive, self.config.start_timeout_s)
+            info = await asyncio.to_thread(self._receive, self.config.start_timeout_s)
+            self._heard_at = time.monotonic()
+            self.info = info
 
-    def kill(self) -> None:
+    def kill(self, reason: str | None = None) -> None:
+        """Kill it at once (it is dead, hung or broken); `reason` is what its cut-short calls say."""
+        self.fate = self.fate or reason
         if self.alive:
             self.process.kill()
         self.process.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM: it closes its episodes' envs and exits; killed if still there after `timeout_s`."""
+        stop_process(self.process, timeout_s)
+
+    def close(self) -> None:
+        """Release the sockets, once the process is gone."""
         self._conn.close()
+        self._heartbeat.close()
 
     def _roundtrip(self, message: tuple) -> Any:
         try:
@@ -154,15 +240,16 @@ class WorkerHandle:
     def _receive(self, timeout: float) -> Any:
         try:
             if not self._conn.poll(timeout):
-                self.kill()
-                raise WorkerCrashed(f"env worker {self.index} did not answer within {timeout:.0f}s; killed it")
+                message = f"env worker {self.index} did not answer within {timeout:.0f}s; killed it"
+                self.kill(message)
+                raise WorkerCrashed(message)
             reply = self._conn.recv()
         except (EOFError, OSError, ValueError):
             try:
                 code = self.process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 code = None
-            raise WorkerCrashed(f"env worker {self.index} died (exit code {code})") from None
+            raise WorkerCrashed(self.fate or f"env worker {self.index} died (exit code {code})") from None
         if reply[0] == "ok":
             return reply[1]
         _, code, message = reply
@@ -171,4 +258,4 @@ class WorkerHandle:
 
 
 if __name__ == "__main__":
-    worker_main(Connection(int(sys.argv[1])))
+    worker_main(Connection(int(sys.argv[1])), socket.socket(fileno=int(sys.argv[2])))

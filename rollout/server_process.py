@@ -1,7 +1,7 @@
 """A roost server (`roost engine`, `roost gateway`, ...) in a subprocess on 127.0.0.1.
 
 Tests, benchmarks and the demo start real servers this way; the process is stopped
-(terminate, then kill) when the context exits.
+(terminate, then kill) when the context exits, and dies with this process if it is killed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import sys
 import time
 
 import httpx
+
+from roost.lifetime import die_with_parent, stop_process
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -46,18 +48,6 @@ def wait_healthy(process: subprocess.Popen, url: str, name: str, timeout_s: floa
     raise ServerStartError(f"{name} did not answer {url}/health within {timeout_s:.0f}s{see}")
 
 
-def stop_process(process: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
-    """Terminate `process` if it still runs; kill it if it has not exited within `timeout_s`."""
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 class ServerProcess:
     """`roost SUBCOMMAND --port P ARGS...` in a subprocess; a context manager yielding its URL."""
 
@@ -72,8 +62,12 @@ class ServerProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> str:
-        self.process = subprocess.Popen(self.args, env=self.env)
-        wait_healthy(self.process, self.url, self.name, self.startup_timeout_s)
+        self.process = subprocess.Popen(self.args, env=self.env, preexec_fn=die_with_parent())
+        try:
+            wait_healthy(self.process, self.url, self.name, self.startup_timeout_s)
+        except BaseException:  # a SIGTERM or Ctrl-C while it starts: __exit__ will not run
+            self.stop()
+            raise
         return self.url
 
     def stop(self) -> None:

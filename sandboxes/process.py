@@ -2,7 +2,9 @@
 
 Shared by the local and bubblewrap backends. The process starts in its own session, so a
 kill of its process group takes its children along; `kill_extra` lets a backend add a
-stronger kill (its cgroup) for children that left the group.
+stronger kill (its cgroup) for children that left the group. It is killed too when the
+process that started it dies (its own children are not: a cgroup, or bubblewrap's
+`--die-with-parent`, takes those; `stale.sweep` frees what is left on the next start).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from roost.lifetime import die_with_parent
 
 CHUNK = 1 << 16
 # After a kill, output still buffered in the pipe is read for at most this long: a
@@ -35,7 +39,7 @@ async def run_process(argv: Sequence[str], *, timeout_s: float, output_limit: in
     """Run `argv`; kill it on timeout or once it has printed more than `output_limit` bytes."""
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, start_new_session=True,
+        *argv, cwd=cwd, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )

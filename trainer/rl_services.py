@@ -21,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from roost.rollout.server_process import ServerStartError, is_healthy, stop_process, wait_healthy
+from roost.lifetime import die_with_parent, stop_process
+from roost.rollout.server_process import ServerStartError, is_healthy, wait_healthy
 
 from .recipe import Recipe
 
@@ -63,15 +64,6 @@ def env_command(recipe: Recipe, kwargs: dict[str, Any], host: str, port: int) ->
     return args
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the actor that started it dies (Ray kills actors
-    without running their cleanup), so no server outlives its run."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class SupervisedServer:
     """A server subprocess on a fixed port, restarted by a watchdog thread when it dies."""
 
@@ -106,8 +98,9 @@ class SupervisedServer:
     def _launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        # Ray kills an actor without running its cleanup: the server must die with it.
         self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                        preexec_fn=die_with_parent())
         log.close()
         try:
             wait_healthy(self.process, self.url, self.name, self.startup_timeout_s,

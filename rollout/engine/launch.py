@@ -44,12 +44,13 @@ class EngineProcess(ServerProcess):
     """
 
     def __init__(self, model: str = "tiny", *, scripted: bool = False, script: Path | None = None,
-                 extra_args: list[str] | None = None, startup_timeout_s: float = 120.0, api_key: str | None = None):
+                 extra_args: list[str] | None = None, port: int | None = None, startup_timeout_s: float = 120.0,
+                 api_key: str | None = None):
         args = ["--model", model]
         if scripted:
             args += ["--sampler", "scripted"]
         if script is not None:
             args += ["--script", str(script)]
         self.api_key = api_key or new_key(ENGINE_KEY)
-        super().__init__("engine", args + (extra_args or []), startup_timeout_s=startup_timeout_s,
+        super().__init__("engine", args + (extra_args or []), port=port, startup_timeout_s=startup_timeout_s,
                          env={ENGINE_KEY.env: self.api_key})

@@ -3,6 +3,7 @@ health and metrics (open)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -18,6 +19,9 @@ from .gateway import Gateway
 from .http_util import guarded, parse, read_body
 from .sessions import SessionState
 from .wire import CreateSession, FinishSession, PauseRequest, PostAdvantages, PostReward
+
+ENGINE_PROBE_S = 5.0
+"""An engine that does not answer /health this fast counts as unreachable."""
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -146,11 +150,19 @@ def routes(gw: Gateway) -> list[Route]:
         return _json({"paused": False, "in_flight": gw.gate.in_flight})
 
     async def health(request: Request) -> Response:
+        # 503 while the engine is unreachable: calls would fail, so load balancers and
+        # supervisors must see it (the gateway itself still answers and keeps its sessions).
         engine = "n/a"
         if gw.ctx is not None:
-            engine = "ok" if await gw.ctx.client.health() else "unreachable"
-        return _json({"status": "ok", "engine": engine, "paused": gw.gate.paused, "backend": gw.config.backend,
-                      "model": gw.served_model, "in_flight": gw.gate.in_flight})
+            try:
+                answers = await asyncio.wait_for(gw.ctx.client.health(), ENGINE_PROBE_S)
+            except TimeoutError:
+                answers = False
+            engine = "ok" if answers else "unreachable"
+        up = engine != "unreachable"
+        return _json({"status": "ok" if up else "degraded", "engine": engine, "paused": gw.gate.paused,
+                      "backend": gw.config.backend, "model": gw.served_model, "in_flight": gw.gate.in_flight},
+                     200 if up else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

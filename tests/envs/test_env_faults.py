@@ -3,6 +3,11 @@ frees its slot, and leaves the server serving."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
+
 import httpx
 import pytest
 from roost.envs.client import EnvClient
@@ -70,3 +75,51 @@ async def test_stopping_the_manager_ends_its_worker_processes():
         processes = [w.process for w in manager.workers]
         assert all(p.poll() is None for p in processes)
     assert all(p.poll() is not None for p in processes)
+
+
+async def _hosts(client: EnvClient, n: int) -> list[int]:
+    """Start `n` episodes and end them again; the pids of the workers that hosted them."""
+    created = [await client.create() for _ in range(n)]
+    for episode, _ in created:
+        await client.delete(episode)
+    return [reset.info["pid"] for _, reset in created]
+
+
+async def _wait_for_health(raw: httpx.AsyncClient, status: int, within_s: float = 30.0) -> httpx.Response:
+    deadline = time.monotonic() + within_s
+    while (response := await raw.get("/health")).status_code != status:
+        assert time.monotonic() < deadline, f"/health still answers {response.status_code}: {response.text}"
+        await asyncio.sleep(0.05)
+    return response
+
+
+async def test_an_idle_worker_that_dies_is_replaced_and_health_is_degraded_meanwhile():
+    # Workers take a second to load the env, so the replacement's loading shows in /health.
+    config = ServerConfig(TOY, {"load_s": 1.0}, port=0, manager=ManagerConfig(workers=2, check_interval_s=0.1))
+    async with serving(config) as url, EnvClient(url) as client, httpx.AsyncClient(base_url=url) as raw:
+        assert (await raw.get("/health")).json()["workers"] == {"alive": 2, "wanted": 2}
+        before = await _hosts(client, 2)
+        assert len(set(before)) == 2
+        os.kill(before[0], signal.SIGKILL)  # no request in flight: only the pool's own check can notice
+        degraded = await _wait_for_health(raw, 503)
+        assert degraded.json() == {"status": "degraded", "live_episodes": 0, "workers": {"alive": 1, "wanted": 2}}
+        assert (await client.health()).status == "degraded"
+        healthy = await _wait_for_health(raw, 200)
+        assert healthy.json() == {"status": "ok", "live_episodes": 0, "workers": {"alive": 2, "wanted": 2}}
+        assert "roost_env_worker_restarts_total 1" in (await raw.get("/metrics")).text
+        after = await _hosts(client, 2)
+        assert len(set(after)) == 2 and before[0] not in after  # spread over the survivor and the new one
+
+
+async def test_a_silent_worker_is_killed_and_its_call_fails_fast():
+    config = ServerConfig(TOY, port=0, manager=ManagerConfig(workers=2, check_interval_s=0.1), hang_timeout_s=2.0)
+    async with serving(config) as url, EnvClient(url, timeout_s=30) as client, httpx.AsyncClient(base_url=url) as raw:
+        episode, reset = await client.create()
+        os.kill(reset.info["pid"], signal.SIGSTOP)  # stopped: it answers nothing, not even heartbeats
+        with pytest.raises(EnvFaultError, match="sent no heartbeat"):  # long before call_timeout_s (120 s)
+            await client.step(episode, TextAction("inc"))
+        assert (await client.status(episode)).state == "failed"
+        await _wait_for_health(raw, 200)
+        assert "roost_env_worker_restarts_total 1" in (await raw.get("/metrics")).text
+        fresh, _ = await client.create()
+        assert (await client.step(fresh, TextAction("inc"))).observation.text == "n=1"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
@@ -18,10 +19,14 @@ TOOLS = [{"type": "function", "function": {"name": "act", "description": ", ".jo
 
 
 class CounterEnv:
-    """Count to `target` with `inc`; `crash` kills the worker process, `boom` raises, `hang` hangs."""
+    """Count to `target` with `inc`; `crash` kills the worker process, `boom` raises, `hang` hangs.
+    Its reset says which worker process hosts it (`info["pid"]`); with `closed_dir`, `close`
+    leaves a file there named for its task."""
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, closed_dir: str | None = None) -> None:
         self.target = target
+        self.closed_dir = closed_dir
+        self.task_id = ""
         self.n = 0
 
     @property
@@ -33,7 +38,9 @@ class CounterEnv:
 
     async def reset(self, *, task_id=None, seed=None, split=None, options=None) -> Reset:
         self.n = 0
-        return Reset(task_id or "count-0", Observation("n=0"), TOOLS, {"admissible_commands": list(COMMANDS)})
+        self.task_id = task_id or "count-0"
+        return Reset(self.task_id, Observation("n=0"), TOOLS,
+                     {"admissible_commands": list(COMMANDS), "pid": os.getpid()})
 
     async def step(self, action) -> Step:
         command = action.text if isinstance(action, TextAction) else action.parsed_arguments().get("command")
@@ -50,8 +57,11 @@ class CounterEnv:
         return Step(Observation(f"n={self.n}"), float(done), done, False, {"admissible_commands": list(COMMANDS)})
 
     async def close(self) -> None:
-        pass
+        if self.closed_dir is not None:
+            Path(self.closed_dir, self.task_id).touch()
 
 
-def make_factory(target: int = 3):
-    return lambda: CounterEnv(target)
+def make_factory(target: int = 3, load_s: float = 0.0, closed_dir: str | None = None):
+    """`load_s`: how long each worker takes to load the env."""
+    time.sleep(load_s)
+    return lambda: CounterEnv(target, closed_dir)

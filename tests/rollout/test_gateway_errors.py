@@ -13,6 +13,7 @@ import pytest
 from gateway_helpers import (
     EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
 )
+from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
 from roost.rollout.server_process import free_port
 
@@ -159,6 +160,21 @@ def test_engine_down(tmp_path):
         assert httpx.get(f"{server.url}/health").json()["engine"] == "unreachable"
         view = httpx.get(f"{server.url}/sessions/{session['session_id']}", headers=bearer(server.admin_key))
         assert view.json()["status"] == "open"
+    finally:
+        server.stop()
+
+
+def test_health_is_503_while_the_engine_is_unreachable(tmp_path):
+    port = free_port()
+    server = start_gateway(f"http://127.0.0.1:{port}", tmp_path / "t.sqlite")  # comes up before its engine
+    try:
+        down = httpx.get(f"{server.url}/health")
+        assert down.status_code == 503, down.text
+        assert down.json()["status"] == "degraded" and down.json()["engine"] == "unreachable"
+        with EngineProcess(scripted=True, port=port):
+            up = httpx.get(f"{server.url}/health")
+            assert up.status_code == 200 and up.json()["status"] == "ok" and up.json()["engine"] == "ok"
+        assert httpx.get(f"{server.url}/health").status_code == 503  # the engine stopped again
     finally:
         server.stop()
 
