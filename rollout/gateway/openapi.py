@@ -33,6 +33,8 @@ class Operation:
     streams: bool = False
     auth: Auth = "none"
     errors: tuple[int, ...] = (400, 401, 404)
+    also: tuple[int, ...] = ()
+    """Other statuses whose body is the `answer` model too (a degraded /health)."""
 
 
 OPENAI_PREFIXES = ("/v1", "/sessions/{sid}/v1", "/sessions/{sid}/agents/{agent}/v1")
@@ -82,7 +84,8 @@ def _control_ops() -> list[Operation]:
         Operation("post", "/admin/pause", "Stop admitting calls; wait (bounded) for in-flight ones", wire.PauseState,
                   body=wire.PauseRequest, body_optional=True, auth="admin", errors=(400, 401, 413)),
         Operation("post", "/admin/resume", "Admit calls again", wire.PauseState, auth="admin", errors=(401,)),
-        Operation("get", "/health", "Liveness, and whether the engine answers", wire.GatewayHealth, errors=(503,)),
+        Operation("get", "/health", "Liveness; 503 while the engine does not answer", wire.GatewayHealth, errors=(),
+                  also=(503,)),
         Operation("get", "/metrics", "Prometheus metrics", "text", errors=()),
         Operation("get", "/openapi.json", "This document", None, errors=()),
     ]
@@ -138,7 +141,7 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
         out["parameters"] = params
     if op.body is not None:
         out["requestBody"] = {"required": not op.body_optional, "content": _json(schemas.ref(op.body))}
-    responses = {str(op.status): _answer(op, schemas)}
+    responses = {str(status): _answer(op, schemas) for status in (op.status, *op.also)}
     for status in op.errors:
         responses[str(status)] = {"description": "An OpenAI-shaped error", "content": _json(schemas.ref(wire.ErrorBody))}
     out["responses"] = responses

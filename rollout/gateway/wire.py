@@ -300,10 +300,10 @@ class PauseState(Wire):
     drained: bool | None = None
 
 
-class GatewayHealth(BaseModel):
-    """`GET /health` (open: no key)."""
+class GatewayHealth(Wire):
+    """`GET /health` (open: no key); `degraded` (503) while the engine does not answer."""
 
-    status: str
+    status: Literal["ok", "degraded"]
     engine: str
     paused: bool
     backend: str
