@@ -103,8 +103,7 @@ class EpisodeManager:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
-        for worker in self.workers:
-            await asyncio.to_thread(worker.kill)
+        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in self.workers))
         self._info = None
 
     async def __aenter__(self) -> EpisodeManager:

@@ -138,6 +138,16 @@ class WorkerHandle:
         if self.info is None:
             self.info = await asyncio.to_thread(self._receive, self.config.start_timeout_s)
 
+    def stop(self, grace_s: float = 5.0) -> None:
+        """End the worker the way it ends by itself: its socket closes, it closes its episodes and
+        exits, running its exit handlers (an env's temporary folders go); killed if it takes longer."""
+        self._conn.close()
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
     def kill(self) -> None:
         if self.alive:
             self.process.kill()
