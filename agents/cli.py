@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from roost.agents.registry import AGENTS
+
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     from roost.agents.run_command_cli import register as register_run
@@ -17,7 +19,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
 def eval_command(
     env: str = typer.Argument(..., help="Env name (e.g. alfworld) or module:function entry point."),
-    agent: str = typer.Option("tool", help="Agent: tool, expert, or module:Class."),
+    agent: str = typer.Option("tool", help=f"Agent: {', '.join(AGENTS)}, or module:Class."),
     env_url: Optional[str] = typer.Option(None, help="A running env server; without it the env runs here."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint; a roost gateway also records."),
     model: Optional[str] = typer.Option(None, help="Model name (default: the endpoint's first model)."),

@@ -20,6 +20,8 @@ from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext, Mode
 from roost.envs.protocol import ToolCall
 
 RUN_AGENT = "run_agent"
+STOP_REASONS = {"finished": "done", "max_iterations": "max_turns", "context_length": "context_length"}
+"""The env's status of a finished episode → the harness's stop reason (anything else: gave_up)."""
 
 
 class HermesAgentConfig(BaseModel):
@@ -66,11 +68,18 @@ class HermesAgent:
 def _outcome(info: dict[str, Any]) -> AgentOutcome:
     status = info.get("status", "")
     if status == "model_unavailable":
-        raise ModelUnavailable(f"the model endpoint failed during hermes-agent's run: {info.get('error')}")
-    stop = {"finished": "done", "max_iterations": "max_turns"}.get(status, "gave_up")
-    return AgentOutcome(turns=int(info.get("api_calls") or 0), stop_reason=stop,
+        raise ModelUnavailable(f"the model endpoint failed during hermes-agent's run: {_error(info)}")
+    stop = STOP_REASONS.get(status, "gave_up")
+    return AgentOutcome(turns=int(info.get("api_calls") or 0), stop_reason=stop, error=_error(info),
                         extra={"status": status, "exit_reason": info.get("exit_reason", ""),
                                "tool_calls": info.get("tool_calls", [])})
+
+
+def _error(info: dict[str, Any]) -> str | None:
+    """hermes-agent's own error and what the model endpoint last refused, when there are any."""
+    error, refusal = info.get("error"), info.get("endpoint_error")
+    refused = f"the model endpoint answered: {refusal}" if refusal else None
+    return f"{error} ({refused})" if error and refused else (str(error) if error else refused)
 
 
 async def _first_model(base_url: str, api_key: str | None) -> str:

@@ -47,6 +47,9 @@ class AgentOutcome:
     those calls as step rewards, instead of on the whole episode."""
     stop_reason: str = "done"
     """done | max_turns | context_length | gave_up"""
+    error: str | None = None
+    """Why the harness stopped, when an error stopped it (e.g. the model endpoint's refusal);
+    the episode is still scored."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

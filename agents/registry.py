@@ -13,6 +13,8 @@ AGENTS: dict[str, str] = {
     "mini-swe-agent": "roost.agents.mini_swe:MiniSweAgent",
     "command": "roost.agents.run_command:CommandAgent",
     "hermes": "roost.agents.hermes:HermesAgent",
+    "observing-expert": "roost.agents.observing_expert:ObservingExpert",
+    "planner-executor": "roost.agents.planner_executor:PlannerExecutor",
 }
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
-from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError
+from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError, InvalidActionError
 from roost.envs.protocol import Step, ToolCall
 from roost.lifetime import die_with_parent
 from roost.rollout.keys import without_server_keys
@@ -157,27 +157,34 @@ class StepProxy:
 
     async def _step(self, request):
         from aiohttp import web
-        from pydantic import ValidationError
 
+        from roost.envs.action_limits import load_json
         from roost.envs.wire import StepRequest
 
         try:
-            action = StepRequest.model_validate({"action": await request.json()}).to_protocol()
-        except (ValueError, ValidationError) as exc:
+            # the body is the action itself: its arguments sit one level down
+            raw = load_json(await request.text(), "tool-call arguments", enclosing=1)
+            action = StepRequest.of_body({"action": raw}).to_protocol()
+        except InvalidActionError as exc:
+            return self._refused(web, exc)
+        except ValueError as exc:  # not JSON, not an action (a ValidationError is a ValueError)
             return _error(web, 400, "bad_request", f"not an action ({exc}); send {{'type': 'text', 'text': ...}} "
                           "or {'type': 'tool_call', 'name': ..., 'arguments': {...}}")
         try:
             step = await self.ctx.step(action)
         except EnvError as exc:
-            self.invalid += exc.code == "invalid_action"
-            if isinstance(exc, EnvFaultError):
-                self.fault = exc
-            status = {"invalid_action": 400, "episode_finished": 409}.get(exc.code, 502)
-            return _error(web, status, exc.code, str(exc))
+            return self._refused(web, exc)
         self.record(step)
         return web.json_response({"observation": step.observation.text, "reward": step.reward,
                                   "terminated": step.terminated, "truncated": step.truncated,
                                   "info": step.info}, dumps=lambda o: json.dumps(o, default=str))
+
+    def _refused(self, web, exc: EnvError):
+        self.invalid += exc.code == "invalid_action"
+        if isinstance(exc, EnvFaultError):
+            self.fault = exc
+        status = {"invalid_action": 400, "episode_finished": 409}.get(exc.code, 502)
+        return _error(web, status, exc.code, str(exc))
 
 
 def _error(web, status: int, code: str, message: str):

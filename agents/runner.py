@@ -118,6 +118,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
         result.success = tracker.terminated and tracker.reward > 0
         result.turns, result.invalid_actions = outcome.turns, outcome.invalid_actions
         result.stop_reason, invalid_calls = outcome.stop_reason, outcome.invalid_calls
+        result.error = outcome.error
     except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, GatewayError) as exc:
         result.status, result.error = "infra_error", f"{type(exc).__name__}: {exc}"
     except AgentError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 from roost.envs import errors, wire
-from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task
+from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task, check_action
 
 
 class EnvClient:
@@ -56,6 +56,7 @@ class EnvClient:
                                          created.tools, created.info)
 
     async def step(self, episode_id: str, action: Action) -> Step:
+        check_action(action)  # the server's own check, before a deep structure reaches the JSON encoder
         body = wire.StepRequest.of(action).model_dump()
         r = wire.StepResponse.model_validate(await self._request("POST", f"/episodes/{episode_id}/step", json=body))
         return Step(r.observation.to_protocol(), r.reward, r.terminated, r.truncated, r.info, r.tools)

@@ -23,7 +23,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from roost.envs.errors import (
     CapacityError,
@@ -33,7 +33,7 @@ from roost.envs.errors import (
     InvalidActionError,
 )
 from roost.envs.metrics import EnvMetrics
-from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task
+from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task, check_action
 from roost.envs.worker import WorkerConfig, WorkerCrashed, WorkerHandle
 
 log = logging.getLogger(__name__)
@@ -168,10 +168,10 @@ class EpisodeManager:
             self._check_running(record)
             started = time.perf_counter()
             try:
+                check_action(action)
                 step = await self._call(record, "step", action)
             except InvalidActionError:
-                self.metrics.inc("roost_env_invalid_actions_total")
-                record.last_active_at = time.time()
+                self._invalid(record)
                 raise
             self.metrics.observe("step", time.perf_counter() - started)
             self.metrics.inc("roost_env_steps_total")
@@ -181,6 +181,19 @@ class EpisodeManager:
             if step.terminated or step.truncated:
                 await self._close(record, "terminated" if step.terminated else "truncated")
             return step
+
+    async def refuse(self, episode_id: str, error: InvalidActionError) -> NoReturn:
+        """Answer an action that could not even be read (past `action_limits`) as an invalid
+        one: counted, the episode's lease renewed, the episode unchanged."""
+        record = self.get(episode_id)
+        async with record.lock:
+            self._check_running(record)
+            self._invalid(record)
+        raise error
+
+    def _invalid(self, record: EpisodeRecord) -> None:
+        self.metrics.inc("roost_env_invalid_actions_total")
+        record.last_active_at = time.time()
 
     def get(self, episode_id: str) -> EpisodeRecord:
         record = self.episodes.get(episode_id)

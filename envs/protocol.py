@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from roost.envs.action_limits import check_json, load_json
 from roost.envs.errors import InvalidActionError
 
 ToolSchema = dict[str, Any]
@@ -39,22 +40,36 @@ class ToolCall:
     id: str | None = None
 
     def parsed_arguments(self) -> dict[str, Any]:
-        """The arguments as a dict; malformed JSON is the agent's error, not the env's."""
+        """The arguments as a dict; malformed JSON, or JSON past `action_limits`, is the
+        agent's error, not the env's."""
         if isinstance(self.arguments, dict):
+            check_json(self.arguments, self.arguments_label)
             return self.arguments
         try:
-            value = json.loads(self.arguments or "{}")
+            value = load_json(self.arguments or "{}", self.arguments_label)
         except json.JSONDecodeError as exc:
             raise InvalidActionError(
-                f"arguments of tool {self.name!r} are not valid JSON ({exc.msg} at {exc.pos}): "
+                f"{self.arguments_label} are not valid JSON ({exc.msg} at {exc.pos}): "
                 f"{self.arguments[:200]!r}"
             ) from None
         if not isinstance(value, dict):
-            raise InvalidActionError(f"arguments of tool {self.name!r} must be a JSON object, got {value!r}")
+            raise InvalidActionError(f"{self.arguments_label} must be a JSON object, got {value!r:.200}")
         return value
+
+    @property
+    def arguments_label(self) -> str:
+        """How messages name the arguments."""
+        return f"arguments of tool {self.name!r}"
 
 
 Action = TextAction | ToolCall
+
+
+def check_action(action: Action) -> None:
+    """Raise `InvalidActionError` where a tool call's object arguments are past `action_limits`:
+    done where an action enters (a server, an episode manager) before anything pickles it."""
+    if isinstance(action, ToolCall) and not isinstance(action.arguments, str):
+        check_json(action.arguments, action.arguments_label)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from roost.envs import protocol
+from roost.envs.errors import InvalidActionError
 
 
 class Wire(BaseModel):
@@ -59,14 +60,34 @@ class ToolCallWire(Wire):
 ActionWire = Annotated[TextActionWire | ToolCallWire, Field(discriminator="type")]
 
 
+AGENT_FIELDS = frozenset({"text", "name", "arguments", "id"})
+"""The fields of an action that a model wrote: past their limits the action is invalid (422
+`invalid_action`, scored as the env scores invalid actions); anything else wrong with a step
+body is the client's error (422 `bad_request`)."""
+
+
 class StepRequest(Wire):
     action: ActionWire
 
     @classmethod
+    def of_body(cls, body: Any) -> StepRequest:
+        """Validate a parsed step body; `InvalidActionError` where only `AGENT_FIELDS` are wrong,
+        else pydantic's `ValidationError`."""
+        try:
+            return cls.model_validate(body)
+        except ValidationError as exc:
+            found = exc.errors(include_url=False)
+            if all(len(e["loc"]) > 2 and e["loc"][0] == "action" and e["loc"][2] in AGENT_FIELDS for e in found):
+                raise InvalidActionError(f"invalid action: {problems(found)}") from None
+            raise
+
+    @classmethod
     def of(cls, action: protocol.Action) -> StepRequest:
+        """The wire form of an action; `InvalidActionError` where it is past the wire's limits."""
         if isinstance(action, protocol.TextAction):
-            return cls(action=TextActionWire(text=action.text))
-        return cls(action=ToolCallWire(name=action.name, arguments=action.arguments, id=action.id))
+            return cls.of_body({"action": {"type": "text", "text": action.text}})
+        return cls.of_body({"action": {"type": "tool_call", "name": action.name, "arguments": action.arguments,
+                                       "id": action.id}})
 
     def to_protocol(self) -> protocol.Action:
         a = self.action
@@ -143,6 +164,11 @@ class Health(Wire):
     workers: WorkerCount
 
 
+def problems(found: list[Any]) -> str:
+    """Pydantic's errors (`ValidationError.errors()`) as one line: `where: what; ...`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in found[:5])
+
+
 class ErrorDetail(Wire):
     type: str
     message: str
@@ -150,3 +176,22 @@ class ErrorDetail(Wire):
 
 class ErrorBody(Wire):
     error: ErrorDetail
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema with its `$defs` written in place, for an OpenAPI document that
+    does not hold them (the models here do not nest recursively)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return inline(schema)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,16 +39,21 @@ class Outcome:
 
     result: dict[str, Any] = field(default_factory=dict)
     error: BaseException | None = None
+    endpoint_error: str | None = None
+    """The model endpoint's last refusal (e.g. the gateway's 400 for a prompt past the window):
+    hermes-agent only logs it, and its own `error` names its estimate instead."""
 
     @property
     def status(self) -> str:
-        """finished | max_iterations | model_unavailable | failed | crashed"""
+        """finished | max_iterations | context_length | model_unavailable | failed | crashed"""
         if self.error is not None:
             return "crashed"
         r = self.result
         reason = str(r.get("turn_exit_reason") or "")
         if r.get("completed"):
             return "finished"
+        if r.get("compression_exhausted"):  # the conversation outgrew the window, compressing did not help
+            return "context_length"
         exhausted = str(r.get("final_response") or "").startswith("API call failed after")
         if reason == "all_retries_exhausted_no_response" or (
                 r.get("failed") and (exhausted or r.get("failure_reason") in ENDPOINT_FAILURES)):
@@ -55,6 +61,27 @@ class Outcome:
         if reason.startswith("max_iterations_reached") or reason == "budget_exhausted":
             return "max_iterations"
         return "failed"
+
+
+HERMES_LOOP_LOGGER = "agent.conversation_loop"
+"""hermes-agent's agent loop; it logs each failed model call there, with the endpoint's answer."""
+
+
+class EndpointRefusals(logging.Handler):
+    """Keeps what the model endpoint last answered to a failed call of one conversation (its thread)."""
+
+    def __init__(self, thread: int) -> None:
+        super().__init__(logging.WARNING)
+        self.thread = thread
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self.thread:
+            return
+        message = record.getMessage()
+        if message.startswith("API call failed"):
+            # "API call failed (attempt 1/3) error_type=BadRequestError ... summary=HTTP 400: ..."
+            self.last = message.partition(" summary=")[2] or message
 
 
 class Conversation:
@@ -86,14 +113,22 @@ class Conversation:
 
         # hermes-agent prints its progress even in quiet mode; an env server's stdout is not
         # the place (`roost eval --json` writes there). Its log is in HERMES_HOME/logs.
-        with thread_scoped_silence():
-            try:
-                self._agent = self._build()
-                self.terminal.init_session()
-                result = self._agent.run_conversation(self.instruction, task_id=self.task_id)
-                self._done.set_result(Outcome(result=result))
-            except BaseException as exc:  # noqa: BLE001 - the env reports it; the thread must not die silently
-                self._done.set_result(Outcome(error=exc))
+        refusals = EndpointRefusals(threading.get_ident())
+        log = logging.getLogger(HERMES_LOOP_LOGGER)
+        log.addHandler(refusals)
+        try:
+            with thread_scoped_silence():
+                try:
+                    self._agent = self._build()
+                    self.terminal.init_session()
+                    result = self._agent.run_conversation(self.instruction, task_id=self.task_id)
+                    outcome = Outcome(result=result)
+                except BaseException as exc:  # noqa: BLE001 - the env reports it; the thread must not die silently
+                    outcome = Outcome(error=exc)
+        finally:
+            log.removeHandler(refusals)
+        outcome.endpoint_error = refusals.last
+        self._done.set_result(outcome)
 
     def _build(self) -> Any:
         from run_agent import AIAgent

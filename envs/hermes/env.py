@@ -6,7 +6,8 @@ step    `run_agent`: the first call starts the episode's hermes-agent `AIAgent` 
         endpoint it names (the gateway session's base_url, so every call is recorded), its
         terminal and file tools running in the sandbox; each call returns when the agent is
         done or after `wait_s`. When it is done the task's verifier runs in the sandbox and
-        decides the reward: terminated, or truncated when the agent ran out of iterations
+        decides the reward: terminated, or truncated when the agent ran out of iterations or
+        its conversation outgrew the model's context window
 close   interrupts the agent and frees the sandbox
 
 A sandbox that cannot start, a verifier that cannot run, or hermes-agent crashing is an
@@ -44,6 +45,8 @@ DESCRIPTION = ("hermes-agent (Nous Research) per episode: terminal and file tool
 SETUP_TIMEOUT_S = 90.0
 MAX_WAIT_S = 60.0
 SANDBOX_BACKEND_VAR = "ROOST_HERMES_SANDBOX"
+# The conversation statuses where a limit, not the agent, ended the episode (truncated, still verified).
+TRUNCATED = {"max_iterations": "ran out of iterations", "context_length": "outgrew the context window"}
 # No bytecode caches: an edit within the second a module was first imported keeps its size and
 # mtime, and a stale .pyc would then hide the fix from the verifier.
 SANDBOX_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PAGER": "cat", "GIT_PAGER": "cat"}
@@ -257,6 +260,7 @@ class HermesEnv:
             "status": status, "api_calls": int(result.get("api_calls") or 0),
             "exit_reason": str(result.get("turn_exit_reason") or ""),
             "final_response": str(result.get("final_response") or ""), "error": result.get("error"),
+            "endpoint_error": outcome.endpoint_error,
             "tool_calls": list(episode.conversation.tool_calls) if episode.conversation else [],
         }
         if status == "model_unavailable":
@@ -266,9 +270,9 @@ class HermesEnv:
             verdict = await self._shared.prepare().run(verify(episode.sandbox, task))
         finally:
             await self._free(episode)
-        truncated = status == "max_iterations"
+        truncated = status in TRUNCATED
         info["verdict"] = verdict.info()
-        text = (f"hermes-agent {'ran out of iterations' if truncated else 'finished'} after {info['api_calls']} "
+        text = (f"hermes-agent {TRUNCATED.get(status, 'finished')} after {info['api_calls']} "
                 f"model calls. Verifier: {verdict.reason} (reward {verdict.reward:g}).")
         return Step(Observation(text), verdict.reward, not truncated, truncated, info)
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ..json_bounds import MAX_ARGUMENT_DEPTH, nesting
+
 
 @dataclass(frozen=True)
 class ReplyFormat:
@@ -79,6 +81,9 @@ def parse_tool_call(body: str) -> ParsedToolCall:
         return ParsedToolCall(value["name"], args)
     if not isinstance(args, dict):
         raise ToolCallError(f'tool call "arguments" must be an object, got {type(args).__name__}')
+    depth = nesting(args)
+    if depth > MAX_ARGUMENT_DEPTH:
+        raise ToolCallError(f'tool call "arguments" nest {depth} deep; at most {MAX_ARGUMENT_DEPTH} levels are taken')
     match = _CANONICAL_CALL.match(body)
     if match is not None:
         raw = match.group("args").rstrip()

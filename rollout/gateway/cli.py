@@ -43,6 +43,9 @@ def gateway(
     store: Path = typer.Option(Path(".roost/trajectories.sqlite"), help="SQLite trajectory store."),
     reasoning: Policy = typer.Option(Policy.keep, help="Past reasoning: keep (as sampled) or drop (as the template renders)."),
     served_model_name: str = typer.Option(None, help="Model name clients use (default: model folder name or 'tiny')."),
+    context_length: int = typer.Option(None, min=1, help="Longest prompt + completion, in tokens; also given to the "
+                                       "embedded engine it starts (default: the engine's; an engine it starts "
+                                       "takes the model's, capped at 4096)."),
     public_url: str = typer.Option(None, help="URL harnesses reach the gateway at (for session base_urls)."),
     sessionless: Sessionless = typer.Option(Sessionless.record, help="Plain /v1 calls without a session key: record or reject."),
     pause_wait_s: float = typer.Option(60.0, help="How long new calls wait while paused."),
@@ -67,12 +70,14 @@ def gateway(
         reasoning_policy=reasoning.value, served_model_name=served_model_name, public_url=public_url,
         sessionless=sessionless.value, pause_wait_s=pause_wait_s, engine_timeout_s=engine_timeout_s,
         upstream_api_key=upstream_api_key, upstream_model=upstream_model, upstream_token_ids=upstream_token_ids,
+        context_length=context_length,
     )
     if backend is Backend.embedded and engine_url is None:
         from ..engine.launch import EngineProcess
 
         # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
-        engine = EngineProcess(model or "tiny", api_key=engine_key)
+        engine_args = ["--context-length", str(context_length)] if context_length else []
+        engine = EngineProcess(model or "tiny", extra_args=engine_args, api_key=engine_key)
         with engine as url:
             serve(config.model_copy(update={"engine_url": url, "model": model or "tiny",
                                             "engine_key": engine.api_key}), log_level)

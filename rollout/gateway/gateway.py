@@ -14,7 +14,7 @@ from typing import Any
 from ..chat.reply_parser import HERMES
 from ..chat.template import ChatTemplate
 from ..chat.tokenizer import ChatTokenizer
-from ..sglang_client import EngineError, SGLangClient
+from ..sglang_client import EngineError, EngineRejected, SGLangClient
 from ..store.trajectory_store import TrajectoryStore
 from .chat_calls import ChatCalls
 from .config import GatewayConfig
@@ -92,7 +92,11 @@ class Gateway:
         if not config.engine_url:
             raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
         client = SGLangClient(config.engine_url, api_key=config.engine_key, timeout_s=config.engine_timeout_s)
-        info = await self._model_info(client)
+        try:
+            info = await self._model_info(client)
+        except GatewayStartupError:
+            await client.close()
+            raise
         model = config.model or info.get("tokenizer_path") or info.get("model_path")
         if not model:
             raise GatewayStartupError(
@@ -114,12 +118,25 @@ class Gateway:
         deadline = asyncio.get_running_loop().time() + (2.0 if self.config.model else self.config.startup_timeout_s)
         while True:
             try:
-                return await client.model_info()
+                info = await client.model_info()
+            except EngineRejected as exc:  # it answers, but not as an SGLang engine does: waiting cannot help
+                raise GatewayStartupError(self._not_sglang(str(exc))) from exc
             except EngineError as exc:
                 if asyncio.get_running_loop().time() > deadline:
                     log.warning("engine at %s not answering /get_model_info: %s", self.config.engine_url, exc)
                     return {}
                 await asyncio.sleep(0.5)
+                continue
+            if not isinstance(info, dict) or "model_path" not in info:
+                raise GatewayStartupError(self._not_sglang(f"/get_model_info answered {str(info)[:200]}"))
+            return info
+
+    def _not_sglang(self, answer: str) -> str:
+        url = self.config.engine_url.rstrip("/")
+        upstream = url if url.endswith("/v1") else f"{url}/v1"
+        return (f"--backend {self.config.backend} needs an SGLang-API engine, but the server at {url} is not one "
+                f"({answer}). For an OpenAI-compatible server (vLLM, llama.cpp, a hosted API) use "
+                f"--backend openai --engine-url {upstream}")
 
 
 def _no_nodes(call: Any) -> Any:

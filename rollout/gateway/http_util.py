@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from ..json_bounds import out_of_bounds
 from .errors import BodyTooLarge, ClientDisconnected, GatewayError, InvalidRequest
 from .metrics import GatewayMetrics
 
@@ -40,9 +41,14 @@ def parse(model: type[M], body: bytes) -> M:
     if not body.strip():
         raise InvalidRequest("the request body is empty; send a JSON object", code="invalid_json")
     try:
-        return model.model_validate_json(body)
+        request = model.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    problem = out_of_bounds(request, body)
+    if problem is not None:
+        where, what = problem
+        raise InvalidRequest(f"invalid request: {where}: {what}", param=where)
+    return request
 
 
 def validation_error(exc: ValidationError) -> InvalidRequest:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from ..json_bounds import MAX_ARGUMENT_DEPTH, nesting
 from .errors import InvalidRequest
 from .wire import ChatMessage, Tool
 
@@ -46,9 +47,11 @@ def _canonical_arguments(arguments: str | dict[str, Any]) -> Any:
     if isinstance(arguments, dict):
         return arguments
     try:
-        return orjson.loads(arguments)
+        value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
         return {"__raw__": arguments}
+    # deeper than a tool call may be, the text is its own key (orjson cannot write it back)
+    return value if nesting(value) <= MAX_ARGUMENT_DEPTH else {"__raw__": arguments}
 
 
 def to_template(messages: list[ChatMessage]) -> list[dict[str, Any]]:

@@ -40,3 +40,14 @@ def test_eval_alone_runs_the_env_on_the_made_fixtures(tmp_path: Path):
     assert made.returncode == 0 and made.stdout.strip() == str(tmp_path / "alfworld"), made.stderr
     report = _roost("eval", "alfworld", "--agent", "expert", "--episodes", "2", "--json", "--no-progress", env=env)
     assert (report["success_rate"], report["scored"], report["split"]) == (1.0, 2, "train")
+
+
+def test_eval_help_lists_every_agent_it_accepts():
+    from roost.agents.registry import AGENTS
+
+    done = subprocess.run([*ROOST, "eval", "--help"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split("Agent: ", 1)[1].split(".", 1)[0].split(", ")
+    assert listed == [*AGENTS, "or module:Class"]
+    assert set(AGENTS) >= {"tool", "expert", "mini-swe-agent", "command", "hermes", "planner-executor"}
