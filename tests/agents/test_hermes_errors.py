@@ -24,9 +24,10 @@ async def test_a_context_length_refusal_reaches_the_eval_result_and_no_temp_home
     # hermes-agent's first prompt (system prompt, tool schemas) is ~4K tokens
     config = GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=tmp_path / "t.sqlite", port=0,
                            context_length=2048)
-    with GatewayThread(config) as gateway:
+    server = GatewayThread(config)
+    with server as gateway:
         report = await evaluate(EvalConfig(
-            env="hermes", agent="hermes", base_url=gateway, model="tiny", split="test", episodes=1, workers=1,
+            env="hermes", agent="hermes", base_url=gateway, admin_key=server.admin_key, model="tiny", split="test", episodes=1, workers=1,
             concurrency=1, max_turns=4, env_kwargs={"sandbox": {"backend": "local"}}, progress=False))
     [result] = report["results"]
     assert (result["status"], result["stop_reason"], result["reward"]) == ("ok", "context_length", 0.0), result

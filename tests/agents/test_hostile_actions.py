@@ -20,6 +20,8 @@ from roost.envs.episodes import ManagerConfig
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import ToolCall
 from roost.envs.serve import ServerConfig, serving
+from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.keys import bearer
 
 DEEP = "[" * 990 + "]" * 990
 HOSTILE = ['{"command": %s}' % DEEP, '{"command": %s}' % ("9" * 4301), '{"command": NaN}', {"command": float("inf")}]
@@ -47,15 +49,16 @@ async def env_server(alfworld_data: Path):
         yield url
 
 
-async def test_actions_no_env_can_read_are_penalised_never_infra_errors(env_server: str, scripted_gateway: str):
-    async with EnvClient(env_server) as client, GatewayClient(scripted_gateway) as gateway:
+async def test_actions_no_env_can_read_are_penalised_never_infra_errors(env_server: str, scripted_gateway: str,
+                                                                        admin_key: str):
+    async with EnvClient(env_server) as client, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         [task, *_] = await client.tasks("train")
         run = RunConfig(run_id="pranks", progress=False, invalid_action_penalty=0.25)
         result = await run_episode(task, client, Prankster(), (await client.info()).tools, run, gateway)
         assert (await client.health()).live_episodes == 0  # the episode ended as usual
     assert (result.status, result.invalid_actions, result.error) == ("ok", 4, None)
     assert summarize([result])["scored"] == 1
-    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
     assert [r["reward"] for r in session["rewards"]] == [-1.0] and session["finish_info"]["status"] == "ok"
 
 
@@ -100,12 +103,14 @@ DEEP_CALLS = {
 
 @pytest.mark.parametrize("form", sorted(DEEP_CALLS))
 async def test_a_model_s_tool_call_nested_990_deep_is_an_invalid_action(
-        form: str, env_server: str, scripted_engine_url: str, scripted_gateway: str, tmp_path: Path):
-    async with httpx.AsyncClient() as http:
+        form: str, env_server: str, scripted_engine: EngineProcess, scripted_gateway: str, admin_key: str,
+        tmp_path: Path):
+    scripted_engine_url = scripted_engine.url
+    async with httpx.AsyncClient(headers=bearer(scripted_engine.api_key)) as http:
         rules = {"rules": [{"match": None, "reply": DEEP_CALLS[form]}]}
         (await http.post(f"{scripted_engine_url}/roost/scripted_sampler", json=rules)).raise_for_status()
         try:
-            async with EnvClient(env_server) as client, GatewayClient(scripted_gateway) as gateway:
+            async with EnvClient(env_server) as client, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
                 [task, *_] = await client.tasks("train")
                 run = RunConfig(max_turns=1, run_id=f"deep-{form}", progress=False, invalid_action_penalty=0.5)
                 result = await run_episode(task, client, ToolAgent(max_tokens=2500), (await client.info()).tools,
@@ -116,5 +121,5 @@ async def test_a_model_s_tool_call_nested_990_deep_is_an_invalid_action(
                             json={"rules": [{"match": None, "reply": "OK."}]})
     assert (result.status, result.turns, result.invalid_actions) == ("ok", 1, 1), result.error
     assert "roost_env_invalid_actions_total 1" in metrics and "roost_env_errors_total" not in metrics
-    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}").json()
+    session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
     assert sorted(r["reward"] for r in session["rewards"]) == [-0.5, 0.0]  # the call that chose it; the episode
