@@ -16,7 +16,7 @@ from roost.envs.serve import ServerConfig, serving
 from schemathesis import GenerationMode, checks
 
 TOY = "toy_envs:make_factory"
-CASES = 25
+CASES = 50  # per operation (100 ran clean too)
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
           checks.response_schema_conformance]
 OPERATIONS = ["POST /episodes", "POST /episodes/{episode_id}/step", "GET /episodes/{episode_id}",
