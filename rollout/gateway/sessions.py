@@ -25,7 +25,7 @@ from .token_tree import AgentTree, Node
 
 KEY_PREFIX = "rsk-"
 DEFAULT_AGENT = "main"
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")
 
 
 def key_hash(key: str) -> str:
@@ -33,7 +33,7 @@ def key_hash(key: str) -> str:
 
 
 def check_agent_id(agent: str, where: str) -> str:
-    if not _AGENT_ID.match(agent):
+    if not _AGENT_ID.fullmatch(agent):
         raise InvalidRequest(
             f"agent id {agent!r} (from {where}) must be 1-128 characters of letters, digits and _.:@/-",
             param=where,

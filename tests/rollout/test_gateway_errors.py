@@ -103,6 +103,18 @@ def test_unknown_session_and_wrong_keys(gateway):
     assert_error(post(url, "/sessions", {"group_id": "g", "colour": "red"}, headers=admin), 400, None, "colour")
 
 
+def test_agent_ids_are_plain_tokens(gateway):
+    server, _ = gateway
+    session = new_session(server)
+    for agent in ("a b", "a?b", "x" * 129):
+        answer = post(server.url, "/v1/chat/completions", {"model": "tiny", "messages": HI},
+                      headers={**bearer(session["key"]), "X-Roost-Agent": agent})
+        assert_error(answer, 400, None, "X-Roost-Agent")
+    answer = post(server.url, f"/sessions/{session['session_id']}/agents/a%0A/v1/chat/completions",
+                  {"model": "tiny", "messages": HI}, headers=bearer(session["key"]))
+    assert_error(answer, 400, None, "path")
+
+
 @pytest.mark.parametrize("mode,code", [("error500", "engine_unavailable"), ("garbage", "engine_protocol_error"),
                                        ("wrong_shape", "engine_protocol_error"), ("slow:5", "engine_unavailable")])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
