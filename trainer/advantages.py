@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .samples import Sample
+from roost.rollout.store.samples import Sample
 
 EstimatorResult = dict[Any, float] | list[list[float]] | None
 Estimator = Callable[..., EstimatorResult]

@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from roost.rollout.store.samples import Sample
+
 from .advantages import AdvantageError, EstimatorResult, Group, grpo, mean_std
-from .samples import Sample
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,7 @@ def _unique_steps(group: Group, gamma: float) -> Iterator[Step]:
 
 def episode_steps(sample: Sample, outcome: float, gamma: float) -> list[Step]:
     """The sample's calls in order, each with its anchor state and discounted return."""
-    spans: list[tuple[int, int, int]] = []  # (call index, first sampled token, end)
-    for i, (mask, call) in enumerate(zip(sample.loss_mask, sample.token_call)):
-        if not mask:
-            continue
-        if spans and spans[-1][0] == call and spans[-1][2] == i:
-            spans[-1] = (call, spans[-1][1], i + 1)
-        else:
-            spans.append((call, i, i + 1))
+    spans = sample.spans()
     rewards = [sample.calls[call].reward or 0.0 for call, _, _ in spans]
     if rewards:
         rewards[-1] += outcome

@@ -18,9 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roost.rollout.store.samples import Sample
+
 from .advantages import Group
 from .batches import group_samples, samples_from_store
-from .samples import Sample
 
 TIMEOUT_PREFIX = "HarnessTimeout"
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from .advantages import Scored
 from roost.agents.tool_agent import SYSTEM_PROMPT
+from roost.rollout.store.samples import Sample
 
 from .recipe import AgentConfig, SFTConfig, SFTData
-from .samples import Sample
 from .sft_data import ChatRenderer, RecordingAgent, Transcript, tool_agent_messages
 
 

@@ -25,8 +25,7 @@ from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.agents.tool_agent import SYSTEM_PROMPT
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import Action, Step, TextAction, ToolCall
-
-from .samples import CallRef, Sample
+from roost.rollout.store.samples import CallRef, Sample
 
 TOOL_NAME = "act"
 

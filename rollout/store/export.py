@@ -9,9 +9,10 @@ from typing import Any
 
 import orjson
 
+from .paths import session_samples
 from .reader import TrajectoryReader
 from .records import FORMAT_VERSION, CallRecord
-from .samples import iter_training_samples
+from .samples import Sample
 
 FORMATS = ("jsonl", "parquet")
 KINDS = ("calls", "samples")
@@ -27,17 +28,31 @@ def call_dict(call: CallRecord, session_group: str | None) -> dict[str, Any]:
     return row
 
 
+def sample_dict(sample: Sample, session_group: str | None) -> dict[str, Any]:
+    """A sample's row. Its names and values predate `Sample`: `logprobs` are the rollout
+    logprobs, unposted advantages are 0.0, and each call's tokens are a span."""
+    spans = [{"call_id": sample.calls[c].call_id, "start": start, "end": end,
+              "weight_version": sample.calls[c].weight_version, "reward": sample.calls[c].reward}
+             for c, start, end in sample.spans()]
+    advantages = None if sample.advantages is None else [0.0 if a is None else a for a in sample.advantages]
+    return {
+        "session_id": sample.session_id, "group_id": session_group, "task": sample.task,
+        "agent_id": sample.agent_id, "parent_agent": sample.parent_agent, "leaf_call_id": sample.leaf_call_id,
+        "call_ids": sample.call_ids, "tokens": sample.tokens, "loss_mask": sample.loss_mask,
+        "logprobs": sample.rollout_logprobs, "advantages": advantages, "reward": sample.reward, "spans": spans,
+        "finish_reason": sample.finish_reason, "format_version": FORMAT_VERSION,
+    }
+
+
 def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None) -> Iterator[dict[str, Any]]:
-    if kind == "calls":
-        for session in reader.sessions(group_id=group_id):
+    # an export is for people: unfinished sessions are included too
+    for session in reader.sessions(group_id=group_id):
+        if kind == "calls":
             for call in reader.calls(session.session_id):
                 yield call_dict(call, session.group_id)
-    else:
-        status = None  # an export is for people: unfinished sessions are included too
-        for sample in iter_training_samples(reader, group_id=group_id, status=status):
-            row = asdict(sample)
-            row["format_version"] = FORMAT_VERSION
-            yield row
+        else:
+            for sample in session_samples(reader, session):
+                yield sample_dict(sample, session.group_id)
 
 
 def export(store: str | Path, out: str | Path, *, fmt: str = "jsonl", kind: str = "calls",

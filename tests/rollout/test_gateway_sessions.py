@@ -15,7 +15,7 @@ from gateway_helpers import (
     start_gateway, stored_calls,
 )
 from roost.rollout.keys import bearer
-from roost.rollout.store.samples import iter_training_samples
+from roost.rollout.store.paths import iter_training_samples
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +149,8 @@ def test_control_plane_rewards_advantages_finish(gateway):
     late = httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
                       json={"model": "tiny", "messages": [{"role": "user", "content": "again"}]})
     assert late.status_code == 409 and late.json()["error"]["code"] == "session_finished"
-    [sample] = list(iter_training_samples(store, group_id="g-control"))
-    assert sample.reward == 0.5 and sample.spans[-1].reward == 1.0  # the session's outcome; the call's step reward
+    [sample] = list(iter_training_samples(store, group_ids=["g-control"]))
+    assert sample.reward == 0.5 and sample.calls[-1].reward == 1.0  # the session's outcome; the call's step reward
     assert sample.task == {"id": "t-7", "split": "train"}
     assert sample.num_sampled == n_sampled
     assert sample.advantages[-n_sampled:] == [0.25] * n_sampled

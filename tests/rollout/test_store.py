@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 from array import array
@@ -11,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from roost.rollout.store.export import export
+from roost.rollout.store.paths import iter_training_samples
 from roost.rollout.store.reader import StoreMissing, TrajectoryReader
 from roost.rollout.store.records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
-from roost.rollout.store.samples import iter_training_samples
 from roost.rollout.store.trajectory_store import TrajectoryStore
 
 
@@ -102,15 +103,16 @@ def test_training_samples_are_root_to_leaf_paths(store):
     b = samples["b"]
     assert b.tokens == [1, 2, 3, 4, 5, 6, 7, 2]
     assert b.loss_mask == [0, 0, 0, 1, 1, 0, 1, 1]
-    assert b.logprobs == [0, 0, 0, -0.1, -0.2, 0, -0.3, -0.4]
-    assert b.advantages == [0, 0, 0, 0, 0, 0, 2.0, 2.0]
-    assert b.call_ids == ["a", "b"] and [(s.call_id, s.start, s.end) for s in b.spans] == [("a", 3, 5), ("b", 6, 8)]
+    assert b.rollout_logprobs == [0, 0, 0, -0.1, -0.2, 0, -0.3, -0.4]
+    assert b.advantages == [None] * 6 + [2.0, 2.0]
+    assert b.call_ids == ["a", "b"] and [(b.calls[i].call_id, start, end) for i, start, end in b.spans()] == [
+        ("a", 3, 5), ("b", 6, 8)]
     assert b.reward == 0.5 and b.group_id == "g" and b.task == {"id": 1}
     c = samples["c"]
     assert c.tokens == [1, 2, 3, 9, 6, 8] and c.loss_mask == [0, 0, 0, 0, 0, 1]
     # a reward posted on a call is that call's step reward; the path's outcome stays the session's
-    assert c.reward == 0.5 and c.advantages is None and [(s.call_id, s.reward) for s in c.spans] == [("c", 1.0)]
-    assert [s.reward for s in b.spans] == [None, None]
+    assert c.reward == 0.5 and c.advantages is None and [(call.call_id, call.reward) for call in c.calls] == [("c", 1.0)]
+    assert [call.reward for call in b.calls] == [None, None]
 
 
 def test_unfinished_sessions_are_skipped_by_default(tmp_path):
@@ -158,3 +160,26 @@ def test_export_cli(store, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 2 and len(pq.read_table(out)) == 2
+
+
+def test_exported_samples_keep_their_format(store, tmp_path):
+    """A sample row names its fields as it always has; unposted advantages are 0.0 and a session
+    without a group exports a null group id."""
+    _fill(store)
+
+    async def groupless():
+        await store.create_session(SessionRecord("s2", "h", created_at=2.0))
+        await store.record_call(dataclasses.replace(call("d", 0, [1, 2], [3], lp=[-0.7]), session_id="s2"))
+
+    asyncio.run(groupless())
+    export(store.path, tmp_path / "out.jsonl", fmt="jsonl", kind="samples")
+    rows = {r["leaf_call_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    assert list(rows["b"]) == ["session_id", "group_id", "task", "agent_id", "parent_agent", "leaf_call_id",
+                               "call_ids", "tokens", "loss_mask", "logprobs", "advantages", "reward", "spans",
+                               "finish_reason", "format_version"]
+    assert rows["b"]["logprobs"] == [0, 0, 0, -0.1, -0.2, 0, -0.3, -0.4]
+    assert rows["b"]["advantages"] == [0, 0, 0, 0, 0, 0, 2.0, 2.0] and rows["c"]["advantages"] is None
+    assert rows["c"]["call_ids"] == ["a", "c"] and rows["c"]["spans"] == [
+        {"call_id": "c", "start": 5, "end": 6, "weight_version": "3", "reward": 1.0}]
+    assert rows["c"]["finish_reason"] == {"type": "stop", "matched": 2} and rows["c"]["task"] == {"id": 1}
+    assert rows["d"]["group_id"] is None and rows["d"]["session_id"] == "s2" and rows["d"]["call_ids"] == ["d"]

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from roost.rollout.store.samples import CallRef, SampleError
 from roost.trainer.advantages import (
     AdvantageConfig,
     AdvantageError,
@@ -16,7 +17,6 @@ from roost.trainer.advantages import (
     Group,
     compute_advantages,
 )
-from roost.trainer.samples import CallRef, SampleError
 
 from trainer_fixtures import agentic_batch, make_sample
 

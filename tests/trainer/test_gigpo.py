@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from roost.rollout.store.samples import Sample
 from roost.trainer.advantages import AdvantageConfig, AdvantageError, EstimatorConfig, Group, compute_advantages
 from roost.trainer.gigpo import episode_steps
-from roost.trainer.samples import Sample
 
 SYSTEM = [1, 2]  # every episode of the group starts from the same prompt
 

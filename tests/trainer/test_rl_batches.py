@@ -7,9 +7,9 @@ import httpx
 
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.keys import bearer
+from roost.rollout.store.samples import CallRef, Sample
 from roost.trainer.rl_batches import collect_batch, session_status, staleness
 from roost.trainer.rollout_workers import HarnessTimeout
-from roost.trainer.samples import CallRef, Sample
 
 
 def sample_of_versions(*versions: str) -> Sample:

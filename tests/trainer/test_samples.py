@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from roost.rollout.store.samples import Sample, SampleError
 from roost.trainer.batches import group_samples, read_jsonl, write_jsonl
-from roost.trainer.samples import Sample, SampleError
 
 from trainer_fixtures import agentic_batch, make_sample
 
@@ -43,6 +45,19 @@ def test_jsonl_round_trip_and_grouping(tmp_path):
     assert back == samples
     groups = group_samples(back + [make_sample([1, 2], [0, 1], group="other")])
     assert [g.group_id for g in groups] == ["agentic", "other"] and len(groups[0].samples) == len(samples)
+
+
+def test_jsonl_from_before_one_sample_type_still_reads(tmp_path):
+    """Records written when the trainer's Sample kept the store's fields in `metadata`."""
+    old = {"session_id": "s", "group_id": "g", "agent_id": "main", "tokens": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1],
+           "rollout_logprobs": [0.0, 0.0, -0.1, -0.2], "token_call": [-1, -1, 0, 0],
+           "calls": [{"call_id": "s/main/0", "weight_version": "0", "reward": None, "advantage": None}],
+           "reward": 0.5, "advantages": [None, None, 1.5, None],
+           "metadata": {"leaf_call_id": "c1", "task": {"id": 7}, "parent_agent": None}}
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    [sample] = read_jsonl(tmp_path / "old.jsonl")
+    assert (sample.task, sample.leaf_call_id, sample.parent_agent) == ({"id": 7}, "c1", None)
+    assert sample.advantages == [None, None, 1.5, None] and sample.weight_version_of(3) == "0"
 
 
 def test_samples_from_the_trajectory_store(tmp_path):

@@ -17,10 +17,10 @@ from transformers import AutoTokenizer
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
 from roost.rollout.sglang_client import SGLangClient
+from roost.rollout.store.samples import Sample
 from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
 from roost.trainer.batches import group_samples, samples_from_store
 from roost.trainer.hf_checkpoint import CheckpointMismatch
-from roost.trainer.samples import Sample
 from roost.trainer.weight_sync import WeightSyncError, sync_weights
 
 QUESTIONS = ["Name a colour.", "Count to three."]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from roost.trainer.samples import CallRef, Sample
+from roost.rollout.store.samples import CallRef, Sample
 
 
 def rand_tokens(rng: random.Random, n: int, vocab: int = 151936) -> list[int]:

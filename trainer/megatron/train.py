@@ -21,11 +21,12 @@ from typing import Any
 
 import torch
 
+from roost.rollout.store.samples import Sample
+
 from .. import hf_checkpoint
 from ..advantages import Scored
 from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
 from ..prefix_tree import Microbatch, build_microbatches
-from ..samples import Sample
 from . import convert, parallel
 from .model import ModelSpec, build_gpt_model, inverse_frequencies, scored_logprobs, transformer_config
 

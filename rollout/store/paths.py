@@ -1,0 +1,156 @@
+"""Root-to-leaf paths of each agent's token tree, read from the store as `Sample`s.
+
+    from roost.rollout.store.paths import iter_training_samples
+    for sample in iter_training_samples(".roost/trajectories.sqlite", group_ids=["step-3"]):
+        sample.tokens, sample.loss_mask, sample.rollout_logprobs, sample.calls, sample.reward
+
+A call `extend`s its parent when its prompt starts with the parent's whole token path; such
+a parent is inside its child's sample and is not a sample of its own. Every other call is a
+leaf: its sample is its own prompt + sampled ids, where the prompt already holds the tokens
+of its ancestors (shared verbatim, see the gateway's token tree). The loss mask is 1 exactly
+on tokens some call on the path sampled and that are still present, unchanged, in the leaf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .reader import TrajectoryReader
+from .records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
+from .samples import CallRef, Sample
+
+
+def iter_training_samples(
+    store: str | Path | TrajectoryReader,
+    *,
+    group_ids: Iterable[str] | None = None,
+    session_ids: Iterable[str] | None = None,
+    status: str | None = "finished",
+) -> Iterator[Sample]:
+    """Yield the samples of every matching session (by default: finished sessions only)."""
+    reader = store if isinstance(store, TrajectoryReader) else TrajectoryReader(store)
+    try:
+        if session_ids is not None:
+            sessions = [s for s in (reader.session(sid) for sid in session_ids) if s is not None]
+        elif group_ids is not None:
+            sessions = [s for group in group_ids for s in reader.sessions(group_id=group, status=status)]
+        else:
+            sessions = reader.sessions(status=status)
+        for session in sessions:
+            yield from session_samples(reader, session)
+    finally:
+        if reader is not store:
+            reader.close()
+
+
+def session_samples(reader: TrajectoryReader, session: SessionRecord) -> list[Sample]:
+    """The samples of one session, in call order of their leaves."""
+    calls = reader.calls(session.session_id)
+    rewards = reader.rewards(session.session_id)
+    advantages = reader.advantages(session.session_id)
+    by_id = {c.call_id: c for c in calls if len(c.prompt_ids) > 0}
+    extended = {
+        c.parent_call_id
+        for c in by_id.values()
+        if c.kind == "extend" and c.parent_call_id in by_id
+        and c.shared_prefix_len == by_id[c.parent_call_id].path_len
+    }
+    samples = []
+    for call in by_id.values():
+        if call.call_id in extended:
+            continue
+        samples.append(_path_sample(session, call, by_id, rewards, advantages))
+    return samples
+
+
+def _ancestors(leaf: CallRecord, by_id: dict[str, CallRecord]) -> list[tuple[CallRecord, int]]:
+    """(call, how many of the leaf's tokens can still be that call's) from the leaf upwards."""
+    chain = [(leaf, leaf.path_len)]
+    limit = len(leaf.prompt_ids)
+    seen = {leaf.call_id}
+    node = leaf
+    while node.parent_call_id in by_id and node.parent_call_id not in seen:
+        limit = min(limit, node.shared_prefix_len)
+        node = by_id[node.parent_call_id]
+        seen.add(node.call_id)
+        chain.append((node, limit))
+    return chain
+
+
+def _path_sample(
+    session: SessionRecord,
+    leaf: CallRecord,
+    by_id: dict[str, CallRecord],
+    rewards: list[RewardRecord],
+    advantages: dict[str, AdvantageRecord],
+) -> Sample:
+    tokens = list(leaf.prompt_ids) + list(leaf.sampled_ids)
+    n = len(tokens)
+    mask = [0] * n
+    logprobs = [0.0] * n
+    token_call = [-1] * n
+    posted: list[float | None] = [None] * n
+    calls: list[CallRef] = []
+    step_rewards = {r.call_id: r.reward for r in rewards if r.call_id is not None}  # oldest first: latest wins
+    path = list(reversed(_ancestors(leaf, by_id)))
+    for call, limit in path:  # root first; each call's tokens come after its ancestors'
+        start = len(call.prompt_ids)
+        end = min(call.path_len, limit)
+        if end <= start:
+            continue
+        # The shared prefix is shared by construction; checking it costs little and keeps a
+        # damaged record from training on tokens the engine never sampled.
+        if call is not leaf and list(call.sampled_ids[: end - start]) != tokens[start:end]:
+            end = start + _common(call.sampled_ids, tokens, start, end)
+            if end <= start:
+                continue
+        record = advantages.get(call.call_id)
+        for i in range(start, end):
+            mask[i] = 1
+            logprobs[i] = call.sampled_logprobs[i - start]
+            token_call[i] = len(calls)
+            if record is not None:
+                posted[i] = record.per_token[i - start] if record.per_token is not None else (record.value or 0.0)
+        calls.append(CallRef(call.call_id, call.weight_version, reward=step_rewards.get(call.call_id)))
+    return Sample(
+        session_id=session.session_id,
+        group_id=session.group_id or session.session_id,
+        agent_id=leaf.agent_id,
+        tokens=tokens,
+        loss_mask=mask,
+        rollout_logprobs=logprobs,
+        token_call=token_call,
+        calls=calls,
+        reward=_reward_for(leaf, rewards),
+        advantages=posted if any(a is not None for a in posted) else None,
+        task=session.task,
+        parent_agent=leaf.parent_agent,
+        leaf_call_id=leaf.call_id,
+        call_ids=[c.call_id for c, _ in path],
+        finish_reason=leaf.finish_reason,
+    )
+
+
+def _common(sampled, tokens: list[int], start: int, end: int) -> int:
+    count = 0
+    for i in range(end - start):
+        if sampled[i] != tokens[start + i]:
+            break
+        count += 1
+    return count
+
+
+def _reward_for(leaf: CallRecord, rewards: list[RewardRecord]) -> float | None:
+    """The path's outcome: its agent's reward, else the session's. Rewards posted on calls are
+    step rewards; they ride on each call (`CallRef.reward`), not here."""
+    agent_reward = session_reward = None
+    for r in rewards:  # oldest first, so the latest of each kind wins
+        if r.call_id is not None:
+            continue
+        if r.agent_id is not None:
+            if r.agent_id == leaf.agent_id:
+                agent_reward = r.reward
+        else:
+            session_reward = r.reward
+    return agent_reward if agent_reward is not None else session_reward
