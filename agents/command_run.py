@@ -18,6 +18,7 @@ from typing import Any
 
 from roost.agents.gateway_session import GatewayClient, GatewayError, recording_gateway
 from roost.agents.protocol import AgentError, EpisodeContext, ModelUnavailable
+from roost.agents.results import EpisodeStatus
 from roost.agents.run_command import CommandAgent
 from roost.envs.errors import EnvFaultError
 from roost.envs.protocol import Action, Step, Task
@@ -49,8 +50,7 @@ class CommandRunConfig:
 @dataclass
 class CommandResult:
     task_id: str
-    status: str = "ok"
-    """ok | infra_error | agent_error"""
+    status: EpisodeStatus = EpisodeStatus.OK
     reward: float | None = None
     reward_source: str = "none"
     """env | file | none"""
@@ -113,9 +113,9 @@ async def _episode(task: Task, host, agent: CommandAgent, config: CommandRunConf
         elif extra["file_reward"] is not None:
             result.reward, result.reward_source = extra["file_reward"], "file"
     except (EnvFaultError, ModelUnavailable, GatewayError) as exc:
-        result.status, result.error = "infra_error", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = EpisodeStatus.INFRA_ERROR, f"{type(exc).__name__}: {exc}"
     except (AgentError, Exception) as exc:  # noqa: BLE001 - one broken episode must not stop the rest
-        result.status, result.error = "agent_error", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = EpisodeStatus.AGENT_ERROR, f"{type(exc).__name__}: {exc}"
     finally:
         if episode_id is not None:
             with contextlib.suppress(Exception):
@@ -128,12 +128,12 @@ async def _episode(task: Task, host, agent: CommandAgent, config: CommandRunConf
 
 async def _report(gateway: GatewayClient, session_id: str, result: CommandResult) -> None:
     try:
-        if result.status == "ok" and result.reward is not None:
+        if result.status is EpisodeStatus.OK and result.reward is not None:
             await gateway.post_reward(session_id, result.reward, {"source": result.reward_source})
         await gateway.finish(session_id, result.status, task_id=result.task_id, reward=result.reward,
                              reward_source=result.reward_source, exit_code=result.exit_code, error=result.error)
     except GatewayError as exc:
-        result.status, result.error = "infra_error", str(exc)
+        result.status, result.error = EpisodeStatus.INFRA_ERROR, str(exc)
 
 
 @contextlib.asynccontextmanager
@@ -155,4 +155,4 @@ async def _host(config: CommandRunConfig) -> AsyncIterator[Any]:
 
 
 def results_json(results: list[CommandResult]) -> list[dict[str, Any]]:
-    return [asdict(r) for r in results]
+    return [{**asdict(r), "status": r.status.value} for r in results]

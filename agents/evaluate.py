@@ -17,7 +17,7 @@ from typing import Any
 
 from roost.agents.gateway_session import recording_gateway
 from roost.agents.registry import load_agent
-from roost.agents.runner import EpisodeHost, RunConfig, results_json, run_episodes, summarize
+from roost.agents.runner import EpisodeHost, RunConfig, run_episodes, summarize
 from roost.envs.protocol import ToolSchema
 
 
@@ -72,7 +72,7 @@ async def evaluate(config: EvalConfig) -> dict[str, Any]:
             await gateway.aclose()
     return {"env": config.env, "agent": agent.name, "split": config.split, **summarize(results),
             "recorded": gateway is not None, "run_id": run.run_id,
-            "seconds": round(time.perf_counter() - started, 2), "results": results_json(results)}
+            "seconds": round(time.perf_counter() - started, 2), "results": [r.to_json() for r in results]}
 
 
 @contextlib.asynccontextmanager

@@ -3,7 +3,7 @@
     POST /sessions                 {"group_id", "task", "metadata"} → {"session_id", "key", "base_url"}
     POST /sessions/{sid}/reward    {"reward", "info"}, or {"reward", "call_id", "info"} (a step reward)
     GET  /sessions/{sid}           the session's calls, in order
-    POST /sessions/{sid}/finish    {"info": {"status": "ok" | "infra_error" | ..., ...}}
+    POST /sessions/{sid}/finish    {"info": {"status": EpisodeStatus's value, ...}}
 
 `base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness as its OpenAI base URL, with
 the session's `key` as its API key, so every model call of the episode is recorded under the
@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from roost.agents.results import EpisodeStatus
 from roost.rollout.keys import ADMIN_KEY, bearer
 
 
@@ -62,8 +63,8 @@ class GatewayClient:
         view = await self._request("GET", f"/sessions/{session_id}")
         return [c["call_id"] for c in sorted(view.get("calls", []), key=lambda c: c["seq"])]
 
-    async def finish(self, session_id: str, status: str, **info: Any) -> None:
-        await self._post(f"/sessions/{session_id}/finish", {"info": {"status": status, **info}})
+    async def finish(self, session_id: str, status: EpisodeStatus, **info: Any) -> None:
+        await self._post(f"/sessions/{session_id}/finish", {"info": {"status": status.value, **info}})
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("POST", path, body)

@@ -13,11 +13,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from roost.agents.results import EpisodeStatus
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 
 
 class AgentError(RuntimeError):
     """The harness could not go on (no plan, a bug); the episode is not scored."""
+
+    status = EpisodeStatus.AGENT_ERROR
+    """The episode's status when this ends it (a subclass may name a more precise one)."""
 
 
 class ModelUnavailable(RuntimeError):

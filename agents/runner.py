@@ -7,8 +7,9 @@ Per episode: open a gateway session in the task's group (when a gateway is given
 start the env episode, run the harness with `base_url` = the session URL, post the
 summed env reward and finish the session. An environment fault (env 5xx, a lost env
 worker or server, an episode the env server no longer knows because it restarted) or a
-failed model endpoint ends the episode as `infra_error`: no
-reward is posted and it is left out of the success rate — never scored 0.
+failed model endpoint ends the episode as `infra_error`, a harness that raises `AgentError` with
+that error's status (`agent_error`, or `timeout` for a harness cut off): no reward is posted and
+it is left out of the success rate — never scored 0.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import logging
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from roost.agents.gateway_session import GatewayClient, GatewayError, GatewaySession
 from roost.agents.protocol import Agent, AgentError, EpisodeContext, ModelUnavailable
+from roost.agents.results import EpisodeResult, EpisodeStatus
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 
@@ -62,23 +64,6 @@ class RunConfig:
     finish info stay as the env gave them."""
 
 
-@dataclass
-class EpisodeResult:
-    task_id: str
-    split: str
-    status: str = "ok"
-    """ok | infra_error | agent_error"""
-    reward: float = 0.0
-    success: bool = False
-    steps: int = 0
-    turns: int = 0
-    invalid_actions: int = 0
-    stop_reason: str = ""
-    session_id: str | None = None
-    error: str | None = None
-    seconds: float = 0.0
-
-
 class _Tracker:
     """Binds `step` to one env episode and keeps the reward and end state."""
 
@@ -98,7 +83,6 @@ class _Tracker:
 
 async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
                       gateway: GatewayClient | None = None) -> EpisodeResult:
-    result = EpisodeResult(task.id, task.split)
     started = time.perf_counter()
     session: GatewaySession | None = None
     episode_id: str | None = None
@@ -107,32 +91,36 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
         if gateway is not None:
             session = await gateway.create_session(f"{config.run_id}/{task.id}", _task_meta(task),
                                                    {"run_id": config.run_id, "agent": agent.name})
-            result.session_id = session.session_id
         episode_id, reset = await _create(host, task, agent, config)
         tracker = _Tracker(host, episode_id)
         ctx = EpisodeContext(task, reset, tools, tracker.step,
                              session.base_url if session else config.base_url,
                              session.key if session else config.api_key, config.model, config.max_turns)
         outcome = await agent.run(ctx)
-        result.reward, result.steps = tracker.reward, tracker.steps
-        result.success = tracker.terminated and tracker.reward > 0
-        result.turns, result.invalid_actions = outcome.turns, outcome.invalid_actions
-        result.stop_reason, invalid_calls = outcome.stop_reason, outcome.invalid_calls
-        result.error = outcome.error
+        invalid_calls = outcome.invalid_calls
+        result = EpisodeResult(task.id, task.split, reward=tracker.reward, steps=tracker.steps,
+                               success=tracker.terminated and tracker.reward > 0, turns=outcome.turns,
+                               invalid_actions=outcome.invalid_actions, stop_reason=outcome.stop_reason,
+                               error=outcome.error)
     except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, GatewayError) as exc:
-        result.status, result.error = "infra_error", f"{type(exc).__name__}: {exc}"
+        result = _failed(task, EpisodeStatus.INFRA_ERROR, exc)
     except AgentError as exc:
-        result.status, result.error = "agent_error", f"{type(exc).__name__}: {exc}"
+        result = _failed(task, exc.status, exc)
     except Exception as exc:  # noqa: BLE001 - a harness bug must not stop the other episodes
         log.exception("agent %s crashed on %s", agent.name, task.id)
-        result.status, result.error = "agent_error", f"{type(exc).__name__}: {exc}"
+        result = _failed(task, EpisodeStatus.AGENT_ERROR, exc)
     finally:
         if episode_id is not None:
             await _quietly(host.delete(episode_id))
-    result.seconds = round(time.perf_counter() - started, 3)
+    result = replace(result, session_id=session.session_id if session else None,
+                     seconds=round(time.perf_counter() - started, 3))
     if gateway is not None and session is not None:
-        await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
+        result = await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
     return result
+
+
+def _failed(task: Task, status: EpisodeStatus, exc: Exception) -> EpisodeResult:
+    return EpisodeResult(task.id, task.split, status, error=f"{type(exc).__name__}: {exc}")
 
 
 async def run_episodes(tasks: list[Task], host: EpisodeHost, agent: Agent, tools: list[ToolSchema],
@@ -160,20 +148,16 @@ async def run_episodes(tasks: list[Task], host: EpisodeHost, agent: Agent, tools
 
 
 def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
-    scored = [r for r in results if r.status == "ok"]
+    scored = [r for r in results if r.scored]
     return {
         "episodes": len(results),
         "scored": len(scored),
         "success_rate": round(sum(r.success for r in scored) / len(scored), 4) if scored else None,
         "mean_reward": round(sum(r.reward for r in scored) / len(scored), 4) if scored else None,
         "mean_steps": round(sum(r.steps for r in scored) / len(scored), 2) if scored else None,
-        "infra_errors": sum(r.status == "infra_error" for r in results),
-        "agent_errors": sum(r.status == "agent_error" for r in results),
+        "infra_errors": sum(r.status is EpisodeStatus.INFRA_ERROR for r in results),
+        "agent_errors": sum(r.status is EpisodeStatus.AGENT_ERROR for r in results),
     }
-
-
-def results_json(results: list[EpisodeResult]) -> list[dict[str, Any]]:
-    return [asdict(r) for r in results]
 
 
 def _task_meta(task: Task) -> dict[str, Any]:
@@ -192,9 +176,11 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
 
 
 async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
-                  invalid_calls: list[int]) -> None:
+                  invalid_calls: list[int]) -> EpisodeResult:
+    """Post the episode's reward (when scored) and finish its session; a gateway that fails
+    makes a scored episode `infra_error` (its reward never reached the store)."""
     try:
-        if result.status == "ok":
+        if result.scored:
             placed = await _penalise_calls(gateway, session, result, penalty, invalid_calls) if penalty else 0
             shaped = result.reward - penalty * (result.invalid_actions - placed)
             await gateway.post_reward(session.session_id, shaped, {"success": result.success, "env_reward": result.reward,
@@ -203,8 +189,9 @@ async def _report(gateway: GatewayClient, session: GatewaySession, result: Episo
                              steps=result.steps, stop_reason=result.stop_reason, error=result.error)
     except GatewayError as exc:
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
-        if result.status == "ok":
-            result.status, result.error = "infra_error", str(exc)
+        if result.scored:
+            return replace(result, status=EpisodeStatus.INFRA_ERROR, error=str(exc))
+    return result
 
 
 async def _penalise_calls(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from roost.agents.results import UNSCORED
+
 from .recipe import MetricsConfig
 
 # What the console line shows, in order, with its format.
@@ -28,7 +30,7 @@ CONSOLE = [
     ("logprob_mismatch", "mismatch {:.4f}"), ("staleness", "stale {:.2f}"),
     ("rollout_tokens_per_s", "{:.0f} tok/s"), ("tree_saving", "tree -{:.0%}"),
 ]
-FAULTS = ("infra_error", "timeout", "agent_error", "dropped_stale", "dropped_groups")
+FAULTS = (*(s.value for s in UNSCORED), "dropped_stale", "dropped_groups")
 
 
 class MetricsLogger:

@@ -18,12 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roost.agents.results import EpisodeStatus
 from roost.rollout.store.samples import Sample
 
 from .advantages import Group
 from .batches import group_samples, samples_from_store
-
-TIMEOUT_PREFIX = "HarnessTimeout"
 
 
 @dataclass
@@ -36,12 +35,13 @@ class Batch:
     """Reward of each kept session (for the step's metrics)."""
 
 
-def session_status(finish_info: dict) -> str:
-    """ok | infra_error | agent_error | timeout, from what the runner posted at finish."""
-    status = str(finish_info.get("status", "ok"))
-    if status == "agent_error" and str(finish_info.get("error") or "").startswith(TIMEOUT_PREFIX):
-        return "timeout"
-    return status
+def session_status(finish_info: dict) -> EpisodeStatus:
+    """The status the runner posted at finish; `ok` when none was posted. A status no roost runner
+    posts (a session another client finished) reads as `agent_error`: counted, never trained on."""
+    try:
+        return EpisodeStatus(finish_info.get("status", EpisodeStatus.OK))
+    except ValueError:
+        return EpisodeStatus.AGENT_ERROR
 
 
 def staleness(sample: Sample, current_version: int) -> int:
@@ -68,9 +68,12 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
     with TrajectoryReader(store) as reader:
         for group_id in group_ids:
             for session in reader.sessions(group_id=group_id):
-                status = "open" if session.status != "finished" else session_status(session.finish_info)
-                counts[status] += 1
-                if status == "ok":
+                if session.status != "finished":
+                    counts["open"] += 1
+                    continue
+                status = session_status(session.finish_info)
+                counts[status.value] += 1
+                if status is EpisodeStatus.OK:
                     keep.append(session.session_id)
                     rewards.append(float(session.finish_info.get("reward", 0.0)))
     samples, ages = [], []

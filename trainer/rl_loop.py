@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roost.agents.results import UNSCORED
+
 from .checkpoint import RunState, checkpoint_dir, load_evals, prune_checkpoints, save_evals
 from .metrics import MetricsLogger
 from .recipe import Recipe, dump_recipe
@@ -63,7 +65,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
         try:
             if recipe.sft is not None and recipe.sft.data.source == "expert" and not state.sft_done:
                 stage("expert demonstrations", 0)
-            transcripts, tools = _sft_transcripts(recipe, env[1], run_dir)
+            transcripts, tools = _sft_transcripts(recipe, env.url, run_dir)
             state.model = state.model or _model(recipe, run_dir, transcripts, tools)
             stage("engine, gateway, trainer", 0)
             with services(recipe, run_dir, state.model, env, where) as svc:
@@ -73,7 +75,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
                 finally:
                     run.close()
         finally:
-            stop_services([env[0]] if env[0] is not None else [])
+            stop_services([env.actor])
             metrics.close()
 
 
@@ -301,11 +303,11 @@ class _Run:
         episodes = ev.before_episodes if label == "before" and ev.before_episodes else ev.episodes
         self._stage(f"eval {label}", episodes)
         results = self.rollouts.evaluate(label, self._tasks(ev.split), episodes, {**self.recipe.agent.args, **ev.args})
-        scored = [r for r in results if r["status"] == "ok"]
+        scored = [r for r in results if r.scored]
         summary = {"split": ev.split, "episodes": len(results), "scored": len(scored),
-                   "success_rate": sum(r["success"] for r in scored) / len(scored) if scored else None,
-                   "mean_reward": sum(r["reward"] for r in scored) / len(scored) if scored else None,
-                   "left_out": dict(Counter(r["status"] for r in results if r["status"] != "ok")),
+                   "success_rate": sum(r.success for r in scored) / len(scored) if scored else None,
+                   "mean_reward": sum(r.reward for r in scored) / len(scored) if scored else None,
+                   "left_out": dict(Counter(r.status.value for r in results if not r.scored)),
                    "groups": f"{'eval'}-{label}-*"}
         self.evals[label] = summary
         save_evals(self.run_dir, self.evals)
@@ -337,14 +339,14 @@ def step_metrics(batch: Any, rollout: Any, stats: dict[str, Any] | None, counts:
                  scored: list) -> dict[str, Any]:
     """One RL step's numbers: rewards, what was left out and why, and the trainer's statistics."""
     results = rollout.results
-    ok = [r for r in results if r["status"] == "ok"]
+    ok = [r for r in results if r.scored]
     values: dict[str, Any] = {
         "reward": sum(batch.rewards) / len(batch.rewards) if batch.rewards else None,
-        "success": sum(r["success"] for r in ok) / len(ok) if ok else None,
-        "invalid_actions": sum(r["invalid_actions"] for r in ok) / len(ok) if ok else None,
+        "success": sum(r.success for r in ok) / len(ok) if ok else None,
+        "invalid_actions": sum(r.invalid_actions for r in ok) / len(ok) if ok else None,
         "episodes": len(results), "recovered_groups": rollout.recovered,
-        "infra_error": batch.counts.get("infra_error", 0), "timeout": batch.counts.get("timeout", 0),
-        "agent_error": batch.counts.get("agent_error", 0), "unfinished": batch.counts.get("open", 0),
+        **{s.value: batch.counts.get(s.value, 0) for s in UNSCORED},  # infra_error, timeout, agent_error
+        "unfinished": batch.counts.get("open", 0),
         "dropped_stale": batch.counts.get("dropped_stale", 0), "dropped_groups": counts.get("dropped_groups", 0),
         "staleness": sum(batch.staleness) / len(batch.staleness) if batch.staleness else 0.0,
         "rollout_s": rollout.seconds, "trained_samples": len(scored),

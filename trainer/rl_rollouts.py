@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roost.agents.results import EpisodeResult
 from roost.envs.protocol import Task
 
 from .checkpoint import RunState
@@ -32,7 +33,7 @@ EVAL_PREFIX = "eval"
 @dataclass
 class RolloutInfo:
     seconds: float
-    results: list[dict[str, Any]]
+    results: list[EpisodeResult]
     recovered: int = 0
 
 
@@ -129,7 +130,8 @@ class Rollouts:
         taken, self._ready = self._ready[:count], self._ready[count:]
         return taken
 
-    def evaluate(self, label: str, tasks: list[Task], episodes: int, args: dict[str, Any] | None) -> list[dict]:
+    def evaluate(self, label: str, tasks: list[Task], episodes: int,
+                 args: dict[str, Any] | None) -> list[EpisodeResult]:
         """Play `episodes` held-out episodes (one per task, in turn) and return their results."""
         import ray
 

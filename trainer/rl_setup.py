@@ -123,21 +123,29 @@ def _keys(recipe: Recipe) -> tuple[str | None, str]:
     return engine_key, admin_key
 
 
-def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> tuple[Any, str]:
+@dataclass(frozen=True)
+class EnvServer:
+    url: str
+    actor: Any | None = None
+    """The service actor running it; None for a running server the recipe names."""
+
+
+def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> EnvServer:
     if recipe.env.server.url:
-        return None, recipe.env.server.url
+        return EnvServer(recipe.env.server.url)
     host = recipe.placement.host
     port = free_port(host)
-    return _service("env", env_command(recipe, env_kwargs, host, port), host, port, log_dir)
+    actor, url = _service("env", env_command(recipe, env_kwargs, host, port), host, port, log_dir)
+    return EnvServer(url, actor)
 
 
 @contextlib.contextmanager
-def services(recipe: Recipe, run_dir: Path, model: str, env: tuple[Any, str], where: Placement) -> Iterator[Services]:
+def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: Placement) -> Iterator[Services]:
     """Engine and gateway (started unless the recipe names running ones), with the env server."""
     host = recipe.placement.host
     log_dir = run_dir / "logs"
     store = run_dir / "trajectories.sqlite"
-    started = [env[0]] if env[0] is not None else []
+    started = [env.actor]
     engine_key, admin_key = _keys(recipe)
     engine_env = {ENGINE_KEY.env: engine_key} if engine_key else {}
     try:
@@ -153,16 +161,17 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: tuple[Any, str], wh
             gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, port),
                                             host, port, log_dir, {**engine_env, ADMIN_KEY.env: admin_key})
             started.append(gateway)
-        yield Services(env[0], engine, gateway, env[1], engine_url, gateway_url, store, engine_key, admin_key)
+        yield Services(env.actor, engine, gateway, env.url, engine_url, gateway_url, store, engine_key, admin_key)
     finally:
         stop_services(started)
 
 
 def stop_services(actors: list[Any]) -> None:
-    """Stop the servers of these service actors and the actors (safe to call twice)."""
+    """Stop the servers of these service actors and the actors (safe to call twice); None stands
+    for a server the run did not start, and is skipped."""
     import ray
 
-    for actor in reversed(actors):
+    for actor in reversed([a for a in actors if a is not None]):
         with contextlib.suppress(Exception):
             ray.get(actor.stop.remote(), timeout=60)
         with contextlib.suppress(Exception):

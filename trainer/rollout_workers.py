@@ -16,15 +16,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.agents.results import EpisodeResult, EpisodeStatus
 from roost.envs.protocol import Task
 
+
 class HarnessTimeout(AgentError):
-    """The harness was still running past the recipe's `agent.timeout_s`. The runner records the
-    error as `HarnessTimeout: ...`, which `rl_batches.session_status` reads as `timeout`."""
+    """The harness was still running past the recipe's `agent.timeout_s`: the episode ends `timeout`."""
+
+    status = EpisodeStatus.TIMEOUT
 
 
 class TimeoutAgent:
@@ -55,7 +58,7 @@ class GroupSpec:
 @dataclass
 class GroupOutcome:
     group_id: str
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[EpisodeResult] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -126,7 +129,7 @@ class RolloutWorker:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []
             gateway = GatewayClient(self.gateway_url, admin_key=self.admin_key) if self.gateway_url else None
 
-            async def one() -> Any:
+            async def one() -> EpisodeResult:
                 async with self._limit:
                     return await run_episode(spec.task, host, agent, tools, config, gateway)
 
@@ -135,4 +138,4 @@ class RolloutWorker:
             finally:
                 if gateway is not None:
                     await gateway.aclose()
-        return GroupOutcome(spec.group_id, [asdict(r) for r in results], time.perf_counter() - started)
+        return GroupOutcome(spec.group_id, list(results), time.perf_counter() - started)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from roost.agents.protocol import AgentOutcome, EpisodeContext
+from roost.agents.results import EpisodeStatus
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
 from roost.trainer.rl_batches import collect_batch
 from roost.rollout.server_process import free_port
@@ -85,6 +86,8 @@ def gateway(scripted_engine_url, tmp_path):
 
 
 async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_path):
+    import ray.cloudpickle  # here: the env server's workers import this module
+
     url, store, admin_key = gateway
     server = env_server(tmp_path)
     server.start()
@@ -96,9 +99,12 @@ async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_p
         [cut] = await hung.play([GroupSpec("g1", task, 2)])
     finally:
         server.stop()
-    assert [r["status"] for r in ok.results] == ["ok", "ok"] and all(r["success"] for r in ok.results)
-    assert [r["status"] for r in cut.results] == ["agent_error", "agent_error"]
-    assert cut.results[0]["error"].startswith("HarnessTimeout")
+    assert [r.status for r in ok.results] == [EpisodeStatus.OK] * 2 and all(r.success for r in ok.results)
+    assert [r.status for r in cut.results] == [EpisodeStatus.TIMEOUT] * 2
+    assert cut.results[0].error.startswith("HarnessTimeout")
+    # an actor's outcome reaches the driver as Ray pickles it: still typed, status and all
+    back = ray.cloudpickle.loads(ray.cloudpickle.dumps(cut))
+    assert back == cut and back.results[0].status is EpisodeStatus.TIMEOUT
     assert collect_batch(store, ["g1/t0"], current_version=0, max_staleness=None).counts == {"timeout": 2, "samples": 0}
 
 
@@ -118,8 +124,8 @@ async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_lab
         [after] = await worker.play([GroupSpec("g3", Task("t0", "train"), 1)])
     finally:
         server.stop()
-    assert [r["status"] for r in outcome.results] == ["infra_error", "infra_error"]
-    assert server.restarts == 1 and after.results[0]["status"] == "ok"
+    assert [r.status for r in outcome.results] == [EpisodeStatus.INFRA_ERROR] * 2
+    assert server.restarts == 1 and after.results[0].status is EpisodeStatus.OK
     assert collect_batch(store, ["g2/t0"], current_version=0, max_staleness=None).counts["infra_error"] == 2
 
 
