@@ -105,13 +105,16 @@ def _serve_layout(checkpoint: str, case: str, layout: str, vocab: int, threads: 
     import torch
 
     torch.set_num_threads(threads)
+    from roost.rollout.engine.model_spec import ModelSpec
+    from roost.rollout.engine.rope import inverse_frequencies
+
     from . import hf_checkpoint
     from .megatron import convert, parallel
-    from .megatron.model import ModelSpec, build_gpt_model, inverse_frequencies, scored_logprobs, transformer_config
+    from .megatron.model import build_gpt_model, scored_logprobs, transformer_config
     from .prefix_tree import build_microbatches
 
     parallel.init(tp=1)
-    spec = ModelSpec.from_checkpoint(checkpoint)
+    spec = ModelSpec.from_folder(checkpoint)
     model = build_gpt_model(spec, transformer_config(spec), "sdpa")
     convert.load_into(model, convert.hf_to_megatron(hf_checkpoint.read_weights(checkpoint), spec))
     data = CASES[case](random.Random(seed), vocab)

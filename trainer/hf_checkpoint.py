@@ -1,4 +1,5 @@
-"""Reading and writing Hugging Face checkpoint folders (config, tokenizer, safetensors).
+"""Reading and writing Hugging Face checkpoint folders (tokenizer, safetensors; the config is
+read by rollout/engine/model_spec.py).
 
 A written folder is complete before it appears: tensors and files go to a staging folder
 that is renamed into place, so an engine never loads half a checkpoint.
@@ -23,13 +24,6 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.mode
 
 class CheckpointMismatch(ValueError):
     """Two checkpoints (or a checkpoint and an engine) disagree on vocabulary or tokenizer."""
-
-
-def read_config(folder: str | Path) -> dict:
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
-    return json.loads(path.read_text())
 
 
 def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:

@@ -7,24 +7,36 @@ record the same conversation.
 
 A transcript is what a harness did: the first observation and each (command, observation).
 `tool_agent_messages` turns it into the chat the built-in `tool` agent would have sent,
-so a model fine-tuned on it meets the same prompts at rollout time. `ChatRenderer` renders
-with the model's own template and tokenizer, the way the gateway builds prompts: the first
-prompt tokenized whole, each reply's tokens followed by the end-of-turn token (loss mask 1),
-and the text between replies tokenized as one suffix (loss mask 0). The loss therefore falls
-on assistant tokens only.
+so a model fine-tuned on it meets the same prompts at rollout time. `ChatRenderer` plays the
+chat through the gateway's own prompt path (message conversion, control-token escaping, the
+model's template, prompt planning, tokenizer): each assistant message is a call whose prompt
+the gateway plans from the messages before it, and whose reply is that message as the
+template renders it, then the end-of-turn token (loss mask 1). Everything else, the text
+between replies included, has loss mask 0: the loss falls on assistant tokens only.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.agents.tool_agent import SYSTEM_PROMPT
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import Action, Step, TextAction, ToolCall
+from roost.rollout.chat.tokenizer import ChatTokenizer
+from roost.rollout.gateway.chat_calls import plan_chat, render_chat
+from roost.rollout.gateway.errors import InvalidRequest
+from roost.rollout.gateway.messages import extend_chain, message_key, to_template, tool_dicts
+from roost.rollout.gateway.prompt_builder import PromptBuilder
+from roost.rollout.gateway.recording import Sampled, node_for
+from roost.rollout.gateway.token_tree import AgentTree, Node
+from roost.rollout.gateway.wire import ChatMessage, Tool
 from roost.rollout.store.samples import CallRef, Sample
 
 TOOL_NAME = "act"
@@ -106,73 +118,81 @@ def tool_agent_messages(transcript: Transcript, system_prompt: str = SYSTEM_PROM
 
 
 class ChatRenderer:
-    """Chats → `Sample`s with the model's chat template and tokenizer (as the gateway renders)."""
+    """Chats → `Sample`s as the gateway records them; `policy` is the gateway's reasoning policy
+    (its default: keep) the calls are planned under."""
 
-    def __init__(self, template: Any, tokenizer: Any) -> None:
-        self.template = template
-        self.tokenizer = tokenizer
-        self.eos = tokenizer.eos_text
+    def __init__(self, builder: PromptBuilder, policy: str = "keep") -> None:
+        self.builder = builder
+        self.policy = policy
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> ChatRenderer:
-        from roost.rollout.chat.template import ChatTemplate
-        from roost.rollout.chat.tokenizer import ChatTokenizer
+    def from_pretrained(cls, folder: str | Path, policy: str = "keep") -> ChatRenderer:
+        return cls(PromptBuilder.from_pretrained(folder), policy)
 
-        return cls(ChatTemplate.from_pretrained(str(folder)), ChatTokenizer.from_pretrained(folder))
+    @property
+    def tokenizer(self) -> ChatTokenizer:
+        return self.builder.tokenizer
 
-    def texts(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[tuple[str, bool]]:
-        """The conversation as (text, is_reply) pieces, up to the last assistant reply."""
+    def calls(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[Node]:
+        """The gateway's token tree of the conversation: a call for each assistant message, its
+        prompt planned by the gateway from the messages before it, its reply that message as
+        the template renders it in the conversation plus the end-of-turn token. Each call
+        must extend the one before, as one sample does."""
         replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
         if not replies:
             raise RenderError("the conversation has no assistant message: nothing to train on")
-        whole = self.template.render(messages, tools=tools, add_generation_prompt=False)
-        prompt = self.template.render(messages[: replies[0]], tools=tools, add_generation_prompt=True)
+        try:
+            chats = [ChatMessage.model_validate(m) for m in messages]
+            offered = [Tool.model_validate(t) for t in tools] if tools else None
+            dicts = to_template(chats)
+            _, whole = render_chat(self.builder, dicts, tool_dicts(offered), None)
+            tree, calls = AgentTree(), []
+            for number, index in enumerate(replies):
+                plan, chain_end, prompt = plan_chat(self.builder, tree, chats[:index], offered, None, self.policy)
+                if calls and (plan.kind != "extend" or plan.parent is not calls[-1]):
+                    raise RenderError(
+                        f"under reasoning policy {self.policy!r} the prompt of reply {number} does not extend the "
+                        f"call before it ({plan.mismatch or 'the template renders earlier turns differently'}); "
+                        "the gateway would record a fork, which one sample cannot hold")
+                reply = Sampled(self._reply_ids(whole, prompt, number))
+                call = node_for(f"reply-{number}", plan, reply, self.tokenizer,
+                                extend_chain(chain_end, message_key(dicts[index])))
+                tree.add(call)
+                calls.append(call)
+        except (ValidationError, InvalidRequest) as exc:
+            raise RenderError(f"the gateway would refuse this conversation: {exc}") from exc
+        return calls
+
+    def _reply_ids(self, whole: str, prompt: str, number: int) -> array:
+        """Reply `number`: the text after its prompt in the whole conversation up to the
+        end-of-turn marker, tokenized as the gateway tokenizes text, then the end-of-turn token."""
+        eos = self.tokenizer.eos_text
         if not whole.startswith(prompt):
-            raise RenderError("the chat template renders the first prompt differently inside the whole chat; "
-                              "it cannot be trained on as one growing sample")
-        opener = prompt[len(self.template.render(messages[: replies[0]], tools=tools, add_generation_prompt=False)):]
-        if not opener:
-            raise RenderError("the chat template adds no generation prompt; cannot find where replies start")
-        pieces: list[tuple[str, bool]] = [(prompt, False)]
-        position = len(prompt)
-        for number in range(len(replies)):
-            end = whole.find(self.eos, position)
-            if end < 0:
-                raise RenderError(f"assistant reply {number} has no end-of-turn marker {self.eos!r}")
-            pieces.append((whole[position:end] + self.eos, True))
-            position = end + len(self.eos)
-            if number + 1 < len(replies):
-                start = whole.find(opener, position)
-                if start < 0:
-                    raise RenderError(f"no assistant turn after reply {number}")
-                nxt = start + len(opener)
-                pieces.append((whole[position:nxt], False))
-                position = nxt
-        return pieces
+            raise RenderError(f"the chat template renders the prompt of reply {number} differently inside the whole "
+                              "chat; it cannot be trained on as one growing sample")
+        end = whole.find(eos, len(prompt))
+        if end < 0:
+            raise RenderError(f"assistant reply {number} has no end-of-turn marker {eos!r}")
+        ids = self.tokenizer.encode_array(whole[len(prompt):end])
+        ids.append(self.tokenizer.eos_id)
+        return ids
 
     def sample(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
                session_id: str, group_id: str = "sft", agent_id: str = "main", reward: float | None = None,
                untrained: list[int] | tuple[int, ...] = ()) -> Sample:
-        """`untrained`: indices of assistant replies that stay in the context without loss."""
-        tokens: list[int] = []
-        mask: list[int] = []
-        token_call: list[int] = []
-        calls: list[CallRef] = []
-        reply = -1
-        for text, is_reply in self.texts(messages, tools):
-            reply += is_reply
-            trained = is_reply and reply not in untrained
-            if is_reply:
-                ids = self.tokenizer.encode(text[: -len(self.eos)]) + [self.tokenizer.eos_id]
-            else:
-                ids = self.tokenizer.encode(text)
-            if trained:
-                token_call += [len(calls)] * len(ids)
-                calls.append(CallRef(call_id=f"{session_id}/{agent_id}/{len(calls)}", weight_version="expert"))
-            else:
-                token_call += [-1] * len(ids)
-            tokens += ids
-            mask += [int(trained)] * len(ids)
+        """The conversation's last call's tokens, the loss on its replies but the `untrained`
+        ones (indices of assistant replies that stay in the context without loss)."""
+        calls = self.calls(messages, tools)
+        tokens = list(calls[-1].path)
+        mask = [0] * len(tokens)
+        token_call = [-1] * len(tokens)
+        refs: list[CallRef] = []
+        for number, call in enumerate(calls):
+            if number in untrained:
+                continue
+            for position in range(call.prompt_len, call.path_len):
+                mask[position], token_call[position] = 1, len(refs)
+            refs.append(CallRef(call_id=f"{session_id}/{agent_id}/{len(refs)}", weight_version="expert"))
         return Sample(session_id=session_id, group_id=group_id, agent_id=agent_id, tokens=tokens, loss_mask=mask,
-                      rollout_logprobs=[0.0] * len(tokens), token_call=token_call, calls=calls,
+                      rollout_logprobs=[0.0] * len(tokens), token_call=token_call, calls=refs,
                       reward=reward).validate()

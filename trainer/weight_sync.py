@@ -21,10 +21,11 @@ from typing import Any
 
 import aiohttp
 
+from roost.rollout.engine.model_spec import read_config
 from roost.rollout.keys import bearer
 from roost.rollout.sglang_client import EngineError, SGLangClient
 
-from .hf_checkpoint import CheckpointMismatch, read_config, tokenizer_fingerprint
+from .hf_checkpoint import CheckpointMismatch, tokenizer_fingerprint
 
 
 class WeightSyncError(RuntimeError):

@@ -30,7 +30,11 @@ class ChatTemplate:
     def from_pretrained(cls, path: str) -> ChatTemplate:
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(path)
+        return cls.of(AutoTokenizer.from_pretrained(path))
+
+    @classmethod
+    def of(cls, hf: Any) -> ChatTemplate:
+        """A loaded Hugging Face tokenizer's template, its special tokens as template globals."""
         tokens = {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)}
         return cls(hf.chat_template, tokens)
 

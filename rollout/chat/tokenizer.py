@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 import threading
 from array import array
-from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer, models
@@ -69,13 +68,6 @@ class ChatTokenizer:
         self._cache_entries = cache_entries
         self._cache_lock = threading.Lock()
         self.segmented = self._splitter is not None and self.segments_are_exact(PROBE)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> ChatTokenizer:
-        from transformers import AutoTokenizer
-
-        hf = AutoTokenizer.from_pretrained(str(path))
-        return cls(hf.backend_tokenizer, eos_token=kwargs.pop("eos_token", None) or hf.eos_token, **kwargs)
 
     @property
     def vocab_size(self) -> int:

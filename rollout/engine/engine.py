@@ -200,7 +200,7 @@ def _load_model(spec: ModelSpec, folder: Path, dtype: torch.dtype) -> CausalLM:
     with torch.device("meta"):
         model = CausalLM(spec)
     model = model.to_empty(device="cpu").to(dtype)
-    model.rotary = Rotary(spec.head_dim, spec.rope_theta)  # not in checkpoints: rebuild off meta
+    model.rotary = Rotary(spec)  # not in checkpoints: rebuild off meta
     tensors = check_fits(
         {k: v for k, v in model.state_dict().items()},
         {k: v.to(dtype) for k, v in read_checkpoint(folder).items()},

@@ -15,6 +15,7 @@ from torch import nn
 
 from .kv_cache import SlotKVCache
 from .model_spec import ModelSpec
+from .rope import inverse_frequencies
 
 
 class RMSNorm(nn.Module):
@@ -38,10 +39,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class Rotary(nn.Module):
     """RoPE whose angles come from explicit position ids."""
 
-    def __init__(self, head_dim: int, theta: float):
+    def __init__(self, spec: ModelSpec):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", inverse_frequencies(spec), persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.to(torch.float32)[..., None] * self.inv_freq[None, :]
@@ -152,7 +152,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.spec = spec
         self.model = Body(spec)
-        self.rotary = Rotary(spec.head_dim, spec.rope_theta)
+        self.rotary = Rotary(spec)
         if not spec.tie_word_embeddings:
             self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
 

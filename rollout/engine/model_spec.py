@@ -1,12 +1,18 @@
-"""The architecture facts the engine needs, read from a Hugging Face `config.json`."""
+"""The architecture facts of a Hugging Face checkpoint, read from its `config.json`.
+
+The one reader for the embedded engine and the Megatron trainer: the trainer's logprobs
+equal the engine's only while both build their models from the same shapes, norms and
+RoPE, so both take them from here (RoPE's frequencies from `rope.py`).
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-SUPPORTED = {
+ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
@@ -14,7 +20,15 @@ SUPPORTED = {
 
 
 class UnsupportedModel(ValueError):
-    """The checkpoint's architecture or options are outside what the engine runs."""
+    """The checkpoint's architecture or options are outside what the engine and trainer run."""
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    """The checkpoint folder's `config.json`."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
+    return json.loads(path.read_text())
 
 
 @dataclass(frozen=True)
@@ -27,8 +41,11 @@ class ModelSpec:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    """The config's `head_dim` where it has one (Qwen3's differs from hidden_size / num_heads)."""
     rms_norm_eps: float
     rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    """RoPE scaling parameters, `rope_type` included; None for plain RoPE."""
     max_position_embeddings: int
     tie_word_embeddings: bool
     qk_norm: bool
@@ -36,23 +53,16 @@ class ModelSpec:
     eos_token_ids: tuple[int, ...]
 
     @classmethod
-    def from_folder(cls, folder: Path) -> ModelSpec:
-        config = json.loads((folder / "config.json").read_text())
-        generation = folder / "generation_config.json"
+    def from_folder(cls, folder: str | Path) -> ModelSpec:
+        generation = Path(folder) / "generation_config.json"
         extra_eos = json.loads(generation.read_text()).get("eos_token_id") if generation.is_file() else None
-        return cls.from_config(config, extra_eos)
+        return cls.from_config(read_config(folder), extra_eos)
 
     @classmethod
-    def from_config(cls, config: dict, extra_eos: int | list[int] | None = None) -> ModelSpec:
-        arch = (config.get("architectures") or ["?"])[0]
-        if arch not in SUPPORTED:
-            raise UnsupportedModel(
-                f"architecture {arch!r} is not supported by the embedded engine; "
-                f"supported: {', '.join(SUPPORTED)}. Serve it with SGLang instead."
-            )
-        _check_rope(config)
-        family = SUPPORTED[arch]
+    def from_config(cls, config: dict[str, Any], extra_eos: int | list[int] | None = None) -> ModelSpec:
+        family = _family(config)
         heads = config["num_attention_heads"]
+        theta, scaling = _rope(config)
         return cls(
             family=family,
             vocab_size=config["vocab_size"],
@@ -63,27 +73,46 @@ class ModelSpec:
             num_kv_heads=config.get("num_key_value_heads") or heads,
             head_dim=config.get("head_dim") or config["hidden_size"] // heads,
             rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-            rope_theta=_rope_theta(config),
+            rope_theta=theta,
+            rope_scaling=scaling,
             max_position_embeddings=config.get("max_position_embeddings", 4096),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             qk_norm=family == "qwen3",
-            qkv_bias=family == "qwen2" or bool(config.get("attention_bias", False)),
+            qkv_bias=family == "qwen2" or (family == "qwen3" and bool(config.get("attention_bias"))),
             eos_token_ids=_eos_ids(config.get("eos_token_id"), extra_eos),
         )
 
 
-def _rope_theta(config: dict) -> float:
-    params = config.get("rope_parameters") or {}
-    return float(config.get("rope_theta") or params.get("rope_theta") or 10000.0)
-
-
-def _check_rope(config: dict) -> None:
-    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
+def _family(config: dict[str, Any]) -> str:
+    architectures = config.get("architectures")
+    if architectures:
+        family, what = ARCHITECTURES.get(architectures[0]), f"architecture {architectures[0]!r}"
+    else:  # a config written by hand may name only its model_type
+        model_type = config.get("model_type")
+        family, what = (model_type if model_type in ARCHITECTURES.values() else None), f"model_type {model_type!r}"
+    if family is None:
         raise UnsupportedModel(
-            f"rope scaling {kind!r} is not implemented in the embedded engine; only plain RoPE is"
+            f"{what} is not supported; roost's engine and trainer run {', '.join(ARCHITECTURES)} (dense). "
+            "Serve other models with SGLang instead."
         )
+    # Llama's attention_bias also puts a bias on o_proj, which neither model has.
+    if family == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):
+        raise UnsupportedModel("Llama checkpoints with attention_bias or mlp_bias are not supported")
+    if config.get("hidden_act", "silu") != "silu":
+        raise UnsupportedModel(f"hidden_act {config.get('hidden_act')!r}: only silu (SwiGLU) is supported")
+    return family
+
+
+def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """RoPE's base and scaling, from `rope_parameters` (transformers 5) or the older
+    `rope_theta` and `rope_scaling`."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    theta = float(config.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    partial = params.get("partial_rotary_factor") or config.get("partial_rotary_factor") or 1.0
+    if partial != 1.0:
+        raise UnsupportedModel(f"partial_rotary_factor {partial}: only RoPE over the whole head is supported")
+    kind = params.get("rope_type") or params.get("type") or "default"
+    return theta, None if kind == "default" else {**params, "rope_type": kind}
 
 
 def _eos_ids(*values: int | list[int] | None) -> tuple[int, ...]:

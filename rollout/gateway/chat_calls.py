@@ -61,14 +61,19 @@ def plan_chat(builder: PromptBuilder, tree: AgentTree, messages: list[ChatMessag
         at_least = builder.tokenizer.tokens_at_least(chars)
         if at_least > limit:
             raise TooManyTokens(at_least, limit)
-    tools_as_dicts = tool_dicts(tools)
-    template_kwargs = template_kwargs or None
-    chain = chain_keys(header_key(tools_as_dicts, template_kwargs), [message_key(m) for m in dicts])
+    chain, text = render_chat(builder, dicts, tool_dicts(tools), template_kwargs or None)
+    return builder.build_chat(tree, chain, text, policy, limit), chain[-1], text
+
+
+def render_chat(builder: PromptBuilder, dicts: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                template_kwargs: dict[str, Any] | None) -> tuple[list[bytes], str]:
+    """Template messages rendered (with a generation prompt) as a call's prompt, and their
+    chain keys."""
+    chain = chain_keys(header_key(tools, template_kwargs), [message_key(m) for m in dicts])
     try:
-        text = builder.render(chain[-1], dicts, tools_as_dicts, template_kwargs)
+        return chain, builder.render(chain[-1], dicts, tools, template_kwargs)
     except TemplateRenderError as exc:
         raise InvalidRequest(str(exc), param="messages") from exc
-    return builder.build_chat(tree, chain, text, policy, limit), chain[-1], text
 
 
 class ChatCalls:

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ..chat.reply_parser import HERMES
-from ..chat.template import ChatTemplate
-from ..chat.tokenizer import ChatTokenizer
 from ..sglang_client import EngineError, EngineRejected, SGLangClient
 from ..store.trajectory_store import TrajectoryStore
 from .chat_calls import ChatCalls
@@ -103,11 +101,11 @@ class Gateway:
                 f"the engine at {config.engine_url} did not answer /get_model_info and no --model was given; "
                 "start the engine first or pass --model (the tokenizer and chat template to use)")
         folder = await asyncio.to_thread(_resolve, model)
-        tokenizer, template = await asyncio.to_thread(_load_tokenizer, folder)
+        builder = await asyncio.to_thread(PromptBuilder.from_pretrained, folder)
         context_length = config.context_length or info.get("max_context_length") or _config_context(folder)
         served = config.served_model_name or ("tiny" if model == "tiny" else Path(str(model)).name)
         return EngineContext(
-            config=config, client=client, tokenizer=tokenizer, builder=PromptBuilder(template, tokenizer),
+            config=config, client=client, tokenizer=builder.tokenizer, builder=builder,
             store=self.store, metrics=self.metrics, served_model=served, context_length=int(context_length),
             reply_format=HERMES,
             preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
@@ -150,15 +148,6 @@ def _resolve(model: str) -> Path:
         return resolve_model(model)
     except FileNotFoundError as exc:
         raise GatewayStartupError(str(exc)) from exc
-
-
-def _load_tokenizer(folder: Path) -> tuple[ChatTokenizer, ChatTemplate]:
-    from transformers import AutoTokenizer
-
-    hf = AutoTokenizer.from_pretrained(str(folder))
-    tokenizer = ChatTokenizer(hf.backend_tokenizer, eos_token=hf.eos_token)
-    special = {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)}
-    return tokenizer, ChatTemplate(hf.chat_template, special)
 
 
 def _config_context(folder: Path) -> int:

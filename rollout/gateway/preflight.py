@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..chat.reply_parser import HERMES, ReplyFormat, ReplyParser
-from ..chat.template import ChatTemplate
 from ..chat.tokenizer import ChatTokenizer
 from .chat_calls import plan_chat
 from .prompt_builder import POLICIES, PromptBuilder
@@ -177,13 +176,10 @@ def _control_text_problem(builder: PromptBuilder, tokenizer: ChatTokenizer) -> s
 
 
 def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightReport:
-    from transformers import AutoTokenizer
-
     from ..engine.tiny_model import resolve_model
 
-    hf = AutoTokenizer.from_pretrained(str(resolve_model(model)))
-    tokenizer = ChatTokenizer(hf.backend_tokenizer, eos_token=hf.eos_token)
-    template = ChatTemplate(hf.chat_template, {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)})
+    loaded = PromptBuilder.from_pretrained(resolve_model(model))
+    tokenizer, template = loaded.tokenizer, loaded.template
     report = PreflightReport(model=model, segmented_tokenization=tokenizer.segmented)
     if not tokenizer.segmented:
         report.problems.append("tokenizing by segments differs from whole-text tokenization; the gateway "

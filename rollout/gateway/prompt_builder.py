@@ -26,6 +26,7 @@ import hashlib
 import threading
 from array import array
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..chat.template import ChatTemplate
@@ -61,6 +62,14 @@ class PromptBuilder:
         self._renders: dict[bytes, str] = {}
         self._render_cache_entries = render_cache_entries
         self._renders_lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> PromptBuilder:
+        """The model folder's chat template and tokenizer, its end-of-turn token its eos."""
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(str(folder))
+        return cls(ChatTemplate.of(hf), ChatTokenizer(hf.backend_tokenizer, eos_token=hf.eos_token))
 
     def render(self, key: bytes, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                template_kwargs: dict[str, Any] | None) -> str:

@@ -6,16 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from roost.rollout.engine.model_spec import ModelSpec, UnsupportedModel
+from roost.rollout.engine.rope import inverse_frequencies
 from roost.trainer import hf_checkpoint
 from roost.trainer.megatron import convert
-from roost.trainer.megatron.model import (
-    ModelSpec,
-    UnsupportedModel,
-    build_gpt_model,
-    inverse_frequencies,
-    scored_logprobs,
-    transformer_config,
-)
+from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import tree_microbatch
 
 SMALL = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -37,7 +32,7 @@ def small_checkpoint(tmp_path, family: str, **extra):
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_tiny_qwen3_round_trip_is_exact(tiny_model_path, tp):
-    spec = ModelSpec.from_checkpoint(tiny_model_path)
+    spec = ModelSpec.from_folder(tiny_model_path)
     hf = hf_checkpoint.read_weights(tiny_model_path)
     shards = [convert.hf_to_megatron(hf, spec, tp_rank=r, tp_size=tp) for r in range(tp)]
     back = convert.megatron_to_hf(shards, spec)
@@ -48,7 +43,7 @@ def test_tiny_qwen3_round_trip_is_exact(tiny_model_path, tp):
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
 def test_qwen2_and_llama_round_trip_and_logprobs(megatron_world, tmp_path, family):
     folder, hf_model = small_checkpoint(tmp_path, family)
-    spec = ModelSpec.from_checkpoint(folder)
+    spec = ModelSpec.from_folder(folder)
     assert spec.qkv_bias == (family == "qwen2") and not spec.qk_norm
     hf = hf_checkpoint.read_weights(folder)
     for tp in (1, 2):
@@ -71,7 +66,7 @@ def test_llama3_rope_scaling_matches_hf(megatron_world, tmp_path):
     scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64, "rope_theta": 500000.0}
     folder, hf_model = small_checkpoint(tmp_path, "llama", rope_parameters=scaling)
-    spec = ModelSpec.from_checkpoint(folder)
+    spec = ModelSpec.from_folder(folder)
     assert spec.rope_scaling is not None
     expected = hf_model.model.rotary_emb.inv_freq
     assert torch.equal(inverse_frequencies(spec), expected)
@@ -79,13 +74,13 @@ def test_llama3_rope_scaling_matches_hf(megatron_world, tmp_path):
 
 def test_unsupported_models_say_so():
     with pytest.raises(UnsupportedModel, match="not supported"):
-        ModelSpec.from_hf_config({"model_type": "mixtral"})
+        ModelSpec.from_config({"model_type": "mixtral"})
     with pytest.raises(UnsupportedModel, match="bias"):
-        ModelSpec.from_hf_config({"model_type": "llama", "attention_bias": True})
+        ModelSpec.from_config({"model_type": "llama", "attention_bias": True})
 
 
 def test_tensor_parallel_shapes_must_divide(tiny_model_path):
-    spec = ModelSpec.from_checkpoint(tiny_model_path)
+    spec = ModelSpec.from_folder(tiny_model_path)
     hf = hf_checkpoint.read_weights(tiny_model_path)
     with pytest.raises(ValueError, match="not divisible"):
         convert.hf_to_megatron(hf, spec, tp_rank=0, tp_size=3)

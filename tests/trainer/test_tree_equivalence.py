@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.rope import inverse_frequencies
 from roost.trainer.megatron import convert
-from roost.trainer.megatron.model import ModelSpec, build_gpt_model, inverse_frequencies, scored_logprobs, transformer_config
+from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import build_microbatches, flat_microbatch
 from roost.trainer import hf_checkpoint
 
@@ -19,7 +21,7 @@ BATCHES = {"grpo": lambda: grpo_batch(), "agentic": lambda: agentic_batch()}
 
 @pytest.fixture(scope="module")
 def tiny(megatron_world, tiny_model_path):
-    spec = ModelSpec.from_checkpoint(tiny_model_path)
+    spec = ModelSpec.from_folder(tiny_model_path)
     model = build_gpt_model(spec, transformer_config(spec), "sdpa")
     convert.load_into(model, convert.hf_to_megatron(hf_checkpoint.read_weights(tiny_model_path), spec))
     return model, inverse_frequencies(spec)
@@ -89,7 +91,7 @@ def test_tree_gradients_equal_per_sample_runs(tiny, kind):
 
 def test_megatron_local_attention_matches_sdpa(megatron_world, tiny_model_path, tiny):
     """Megatron's own DotProductAttention takes the tree mask as given, too."""
-    spec = ModelSpec.from_checkpoint(tiny_model_path)
+    spec = ModelSpec.from_folder(tiny_model_path)
     local = build_gpt_model(spec, transformer_config(spec), "local")
     convert.load_into(local, convert.model_state(tiny[0]))
     samples = agentic_batch()

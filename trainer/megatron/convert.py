@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .model import ModelSpec
+from roost.rollout.engine.model_spec import ModelSpec
 
 # Transformer Engine's spec fuses the pre-attention and pre-MLP norms into the next linear.
 _TE_NAMES = {
@@ -64,7 +64,7 @@ def _qkv_to_hf(shards: Sequence[torch.Tensor], spec: ModelSpec) -> tuple[torch.T
 
 def _check_parallel(spec: ModelSpec, tp: int) -> None:
     for what, n in (("key/value heads", spec.num_kv_heads), ("vocabulary", spec.vocab_size),
-                    ("FFN width", spec.ffn_hidden_size)):
+                    ("FFN width", spec.intermediate_size)):
         if n % tp:
             raise ValueError(f"{what} ({n}) not divisible by tensor-parallel size {tp}")
 
@@ -80,7 +80,7 @@ def hf_to_megatron(
         "embedding.word_embeddings.weight": rows(hf["model.embed_tokens.weight"]),
         "decoder.final_layernorm.weight": hf["model.norm.weight"].clone(),
     }
-    if not spec.tie_embeddings:
+    if not spec.tie_word_embeddings:
         out["output_layer.weight"] = rows(hf["lm_head.weight"])
     names = _layer_names(te)
     for i in range(spec.num_layers):
@@ -118,7 +118,7 @@ def megatron_to_hf(shards: Sequence[dict[str, torch.Tensor]], spec: ModelSpec, *
         "model.embed_tokens.weight": cat_rows("embedding.word_embeddings.weight"),
         "model.norm.weight": first["decoder.final_layernorm.weight"].clone(),
     }
-    if not spec.tie_embeddings:
+    if not spec.tie_word_embeddings:
         out["lm_head.weight"] = cat_rows("output_layer.weight")
     names = _layer_names(te)
     for i in range(spec.num_layers):

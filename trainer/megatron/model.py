@@ -4,102 +4,19 @@ a packed microbatch down to the logprobs of the scored tokens.
 The forward runs GPTModel's own embedding, decoder and output layer, but drives RoPE from
 the caller's position ids (GPTModel's forward ignores them for RoPE, and tree packing
 needs depth positions) and applies the vocabulary projection only to the rows whose
-next-token logprob is needed.
+next-token logprob is needed. The architecture is the engine's reading of the checkpoint
+(`ModelSpec`, RoPE from `rollout/engine/rope.py`), so the two compute the same logprobs.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from roost.rollout.engine.model_spec import ModelSpec, UnsupportedModel
+
 from ..prefix_tree import Microbatch
-
-SUPPORTED = ("qwen3", "qwen2", "llama")
-
-
-class UnsupportedModel(ValueError):
-    """The checkpoint's architecture or options are outside what the adapter converts."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """The architecture facts of a Hugging Face checkpoint that Megatron needs."""
-
-    family: str
-    vocab_size: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_eps: float
-    rope_theta: float
-    tie_embeddings: bool
-    qkv_bias: bool
-    qk_norm: bool
-    rope_scaling: dict[str, Any] | None
-    max_position_embeddings: int
-
-    @classmethod
-    def from_hf_config(cls, config: dict[str, Any]) -> ModelSpec:
-        family = config.get("model_type")
-        if family not in SUPPORTED:
-            raise UnsupportedModel(f"model_type {family!r} is not supported; the adapter converts {', '.join(SUPPORTED)}")
-        if family == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):
-            raise UnsupportedModel("Llama checkpoints with attention_bias or mlp_bias are not supported")
-        if config.get("hidden_act", "silu") != "silu":
-            raise UnsupportedModel(f"hidden_act {config.get('hidden_act')!r}: only silu (SwiGLU) is supported")
-        heads = config["num_attention_heads"]
-        rope = config.get("rope_parameters") or config.get("rope_scaling")
-        theta = config.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
-        if rope and rope.get("rope_type", rope.get("type", "default")) == "default":
-            rope = None
-        return cls(
-            family=family,
-            vocab_size=config["vocab_size"],
-            hidden_size=config["hidden_size"],
-            ffn_hidden_size=config["intermediate_size"],
-            num_layers=config["num_hidden_layers"],
-            num_heads=heads,
-            num_kv_heads=config.get("num_key_value_heads") or heads,
-            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-            rms_eps=config.get("rms_norm_eps", 1e-6),
-            rope_theta=float(theta),
-            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-            qkv_bias=family == "qwen2" or (family == "qwen3" and bool(config.get("attention_bias"))),
-            qk_norm=family == "qwen3",
-            rope_scaling=dict(rope) if rope else None,
-            max_position_embeddings=config.get("max_position_embeddings", 4096),
-        )
-
-    @classmethod
-    def from_checkpoint(cls, folder: str | Path) -> ModelSpec:
-        return cls.from_hf_config(json.loads((Path(folder) / "config.json").read_text()))
-
-
-def inverse_frequencies(spec: ModelSpec) -> torch.Tensor:
-    """RoPE inverse frequencies exactly as Hugging Face computes them (scaling included)."""
-    if spec.rope_scaling is None:
-        dim = spec.head_dim
-        return 1.0 / (spec.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    rope_type = spec.rope_scaling.get("rope_type", spec.rope_scaling.get("type"))
-    config = LlamaConfig(
-        hidden_size=spec.hidden_size, num_attention_heads=spec.num_heads, head_dim=spec.head_dim,
-        max_position_embeddings=spec.max_position_embeddings,
-        rope_parameters={**spec.rope_scaling, "rope_type": rope_type, "rope_theta": spec.rope_theta},
-    )
-    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, None)
-    if abs(scaling - 1.0) > 1e-12:
-        raise UnsupportedModel(f"rope_type {rope_type!r} scales attention by {scaling}; not supported")
-    return inv_freq
 
 
 def rotary_embedding(inv_freq: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
@@ -113,9 +30,9 @@ def transformer_config(spec: ModelSpec, *, tp: int = 1, dtype: torch.dtype = tor
 
     on_gpu = torch.cuda.is_available()
     fields: dict[str, Any] = dict(
-        num_layers=spec.num_layers, hidden_size=spec.hidden_size, ffn_hidden_size=spec.ffn_hidden_size,
+        num_layers=spec.num_layers, hidden_size=spec.hidden_size, ffn_hidden_size=spec.intermediate_size,
         num_attention_heads=spec.num_heads, num_query_groups=spec.num_kv_heads, kv_channels=spec.head_dim,
-        normalization="RMSNorm", layernorm_epsilon=spec.rms_eps, gated_linear_unit=True,
+        normalization="RMSNorm", layernorm_epsilon=spec.rms_norm_eps, gated_linear_unit=True,
         activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=spec.qkv_bias,
         qk_layernorm=spec.qk_norm, hidden_dropout=0.0, attention_dropout=0.0,
         params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
@@ -168,7 +85,7 @@ def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
     model = GPTModel(
         config, layer_spec(spec, attention), vocab_size=spec.vocab_size,
         max_sequence_length=spec.max_position_embeddings, position_embedding_type="rope",
-        rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=spec.tie_embeddings,
+        rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=spec.tie_word_embeddings,
     )
     model.roost_attention = attention
     return model

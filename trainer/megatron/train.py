@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.rope import inverse_frequencies
 from roost.rollout.store.samples import Sample
 
 from .. import hf_checkpoint
@@ -28,7 +30,7 @@ from ..advantages import Scored
 from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
 from ..prefix_tree import Microbatch, build_microbatches
 from . import convert, parallel
-from .model import ModelSpec, build_gpt_model, inverse_frequencies, scored_logprobs, transformer_config
+from .model import build_gpt_model, scored_logprobs, transformer_config
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -82,7 +84,7 @@ class MegatronPolicy:
         self.config = config
         self.info = parallel.info()
         self.source = Path(config.checkpoint)
-        self.spec = ModelSpec.from_checkpoint(self.source)
+        self.spec = ModelSpec.from_folder(self.source)
         hf_checkpoint.check_tokenizer(self.source, self.spec.vocab_size)
         dtype = _DTYPES[config.dtype]
         self.mcore_config = transformer_config(
