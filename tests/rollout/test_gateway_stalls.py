@@ -112,11 +112,11 @@ def test_other_requests_are_answered_while_a_big_call_is_prepared(gateway):
     assert outcome["resp"].json()["error"]["code"] == "context_length_exceeded"
 
 
-def hang_up_during_generation(url: str, path: str, body: dict, engine_url: str, stream: bool) -> None:
+def hang_up_during_generation(url: str, path: str, key: str, body: dict, engine_url: str, stream: bool) -> None:
     """Send a long generation, wait until the engine runs it, then close the connection."""
     sock = connect(url)
     raw = orjson.dumps(body)
-    sock.sendall(request_head(path, {"Content-Length": str(len(raw))}) + raw)
+    sock.sendall(request_head(path, {"Content-Length": str(len(raw)), "Authorization": f"Bearer {key}"}) + raw)
     if stream:
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
     deadline = time.monotonic() + 30
@@ -129,13 +129,13 @@ def hang_up_during_generation(url: str, path: str, body: dict, engine_url: str, 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_client_that_hangs_up_stops_its_generation(sampling_gateway, stream):
     server, engine_url, store = sampling_gateway
-    session = new_session(server.url)
+    session = new_session(server)
     steps_before = httpx.get(f"{engine_url}/get_server_info").json()["decode_steps"]
     aborted_before = metric(server.url, 'roost_gateway_calls_aborted_total{endpoint="chat"}')
     body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me everything."}],
             "max_tokens": 3000, "ignore_eos": True, "stream": stream}
-    hang_up_during_generation(server.url, f"/sessions/{session['session_id']}/v1/chat/completions", body,
-                              engine_url, stream)
+    hang_up_during_generation(server.url, f"/sessions/{session['session_id']}/v1/chat/completions", session["key"],
+                              body, engine_url, stream)
     deadline = time.monotonic() + 60
     while httpx.get(f"{engine_url}/get_server_info").json()["running"]:
         assert time.monotonic() < deadline, "the engine is still generating for a client that left"
