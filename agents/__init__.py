@@ -7,4 +7,6 @@
 - `tool_agent`: the built-in tool-calling agent (official `openai` client).
 - `expert`: follows the env's own plan (ALFWorld: the PDDL planner).
 - `evaluate`, `cli`: `roost eval`.
+
+Where it sits in the data flow: docs/architecture.md.
 """

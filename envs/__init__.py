@@ -11,4 +11,5 @@
 - one subpackage per env (`alfworld`, ...), each with its Dockerfile.
 
 Importing this package imports nothing heavy; env code loads when an env is made.
+Where it sits and its server contract: docs/architecture.md.
 """

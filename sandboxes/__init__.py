@@ -4,6 +4,7 @@ Three backends share one protocol (`roost.sandboxes.protocol`): `docker` (one lo
 container per episode), `bubblewrap` (no root needed; a copy-on-write overlay of the
 repository per episode) and `local` (development only: no isolation). Start one with
 `start_sandbox(config, spec)`; nothing here runs or imports a backend until asked.
+Where it sits: docs/architecture.md; the backends: docs/sandboxes.md.
 """
 
 from .config import BubblewrapOptions, DockerOptions, SandboxConfig, SandboxLimits

@@ -7,4 +7,5 @@
     from roost.trainer.weight_sync import sync_weights
 
 Submodules load their heavy dependencies (torch, Megatron-core) only when imported.
+Where it sits and its contracts: docs/architecture.md; its parts: docs/trainer-internals.md.
 """

@@ -1,4 +1,4 @@
-"""The engine's HTTP server: SGLang's native API subset (see DESIGN.md)."""
+"""The engine's HTTP server: SGLang's native API subset (docs/architecture.md lists it)."""
 
 from __future__ import annotations
 
