@@ -21,10 +21,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from roost.agents.gateway_session import GatewayClient, GatewayError, GatewaySession
+from roost.agents.gateway_session import GatewayClient, GatewayError
 from roost.agents.protocol import Agent, AgentError, EpisodeContext, ModelUnavailable
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
+from roost.rollout.gateway.wire import SessionCreated
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
                       gateway: GatewayClient | None = None) -> EpisodeResult:
     result = EpisodeResult(task.id, task.split)
     started = time.perf_counter()
-    session: GatewaySession | None = None
+    session: SessionCreated | None = None
     episode_id: str | None = None
     invalid_calls: list[int] = []
     try:
@@ -191,7 +192,7 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
             await asyncio.sleep(exc.retry_after)
 
 
-async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
+async def _report(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float,
                   invalid_calls: list[int]) -> None:
     try:
         if result.status == "ok":
@@ -207,7 +208,7 @@ async def _report(gateway: GatewayClient, session: GatewaySession, result: Episo
             result.status, result.error = "infra_error", str(exc)
 
 
-async def _penalise_calls(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
+async def _penalise_calls(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float,
                           invalid_calls: list[int]) -> int:
     """Post the penalty of each invalid action on the call that chose it; returns how many were
     placed. Only when the session holds exactly one call per turn (else which call chose what
