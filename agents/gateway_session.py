@@ -1,82 +1,102 @@
-"""The runner's calls to the gateway's control plane, and nothing else.
+"""The gateway's control plane, as its clients call it: the runner's sessions and the trainer's pause.
 
-    POST /sessions                 {"group_id", "task", "metadata"} → {"session_id", "key", "base_url"}
-    POST /sessions/{sid}/reward    {"reward", "info"}, or {"reward", "call_id", "info"} (a step reward)
-    GET  /sessions/{sid}           the session's calls, in order
-    POST /sessions/{sid}/finish    {"info": {"status": EpisodeStatus's value, ...}}
+    POST /sessions                 CreateSession  → SessionCreated (session_id, key, base_url, ...)
+    POST /sessions/{sid}/reward    PostReward     → Ack (to the session, or to one call: a step reward)
+    GET  /sessions/{sid}                          → SessionDetail (the session's calls, ...)
+    POST /sessions/{sid}/finish    FinishSession  → SessionSummary ({"info": {"status": EpisodeStatus's value, ...}})
+    POST /admin/pause|resume       PauseRequest   → PauseState
 
-`base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness as its OpenAI base URL, with
-the session's `key` as its API key, so every model call of the episode is recorded under the
-session. The control plane takes the gateway's admin key; the harness never sees it.
+The bodies and answers are the gateway's own wire models (`roost.rollout.gateway.wire`, which
+imports nothing of the server). `base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness
+as its OpenAI base URL, with the session's `key` as its API key, so every model call of the
+episode is recorded under the session. The control plane takes the gateway's admin key; the
+harness never sees it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from roost.agents.results import EpisodeStatus
+from roost.rollout.gateway.wire import (
+    Ack,
+    CreateSession,
+    FinishSession,
+    GatewayHealth,
+    PauseRequest,
+    PauseState,
+    PostReward,
+    SessionCreated,
+    SessionDetail,
+    SessionSummary,
+)
 from roost.rollout.keys import ADMIN_KEY, bearer
+
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 class GatewayError(RuntimeError):
     """The gateway refused or failed a control-plane call."""
 
 
-@dataclass(frozen=True)
-class GatewaySession:
-    session_id: str
-    key: str
-    base_url: str
+class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
+    """`async with GatewayClient(url, admin_key=...) as gateway:` closes its connections at the end."""
 
-
-class GatewayClient:
-    def __init__(self, url: str, *, admin_key: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, *, admin_key: str | None, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, headers=bearer(admin_key))
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> GatewayClient:
-        return self
-
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def create_session(self, group_id: str, task: dict[str, Any],
-                             metadata: dict[str, Any] | None = None) -> GatewaySession:
-        body = await self._post("/sessions", {"group_id": group_id, "task": task, "metadata": metadata or {}})
-        return GatewaySession(body["session_id"], body.get("key", ""), body["base_url"])
+                             metadata: dict[str, Any] | None = None) -> SessionCreated:
+        body = CreateSession(group_id=group_id, task=task, metadata=metadata or {})
+        return await self._request("POST", "/sessions", SessionCreated, body)
 
     async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None,
                           call_id: str | None = None) -> None:
-        body: dict[str, Any] = {"reward": reward, "info": info or {}}
-        if call_id is not None:
-            body["call_id"] = call_id
-        await self._post(f"/sessions/{session_id}/reward", body)
+        body = PostReward(reward=reward, info=info or {}, call_id=call_id)
+        await self._request("POST", f"/sessions/{session_id}/reward", Ack, body)
 
     async def call_ids(self, session_id: str) -> list[str]:
         """The session's recorded calls, in the order they were made."""
-        view = await self._request("GET", f"/sessions/{session_id}")
-        return [c["call_id"] for c in sorted(view.get("calls", []), key=lambda c: c["seq"])]
+        view = await self._request("GET", f"/sessions/{session_id}", SessionDetail)
+        return [c.call_id for c in sorted(view.calls, key=lambda c: c.seq)]
 
     async def finish(self, session_id: str, status: EpisodeStatus, **info: Any) -> None:
-        await self._post(f"/sessions/{session_id}/finish", {"info": {"status": status.value, **info}})
+        body = FinishSession(info={"status": status.value, **info})
+        await self._request("POST", f"/sessions/{session_id}/finish", SessionSummary, body)
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._request("POST", path, body)
+    async def pause(self) -> PauseState:
+        """Stop the gateway admitting calls; it answers once the in-flight ones finished (or its
+        drain timeout passed: then `drained` is false)."""
+        return await self._request("POST", "/admin/pause", PauseState, PauseRequest())
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def resume(self) -> PauseState:
+        return await self._request("POST", "/admin/resume", PauseState)
+
+    async def _request(self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None) -> Answer:
+        # Only the fields the caller gave travel; the gateway applies its own defaults.
+        payload = None if body is None else body.model_dump(mode="json", exclude_unset=True, exclude_none=True)
         try:
-            response = await self._http.request(method, path, json=body)
+            response = await self._http.request(method, path, json=payload)
         except httpx.HTTPError as exc:
             raise GatewayError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
         if not response.is_success:
             raise GatewayError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
-        return response.json()
+        try:
+            return answer.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise GatewayError(f"{method} {self.url}{path} answered something other than a {answer.__name__} "
+                               f"(is it a roost gateway of this version?): {exc}") from exc
 
 
 async def is_gateway(url: str) -> bool:
@@ -85,10 +105,10 @@ async def is_gateway(url: str) -> bool:
     try:
         async with httpx.AsyncClient(timeout=10) as http:
             response = await http.get(f"{url.rstrip('/')}/health")
-        body = response.json()
-        return response.status_code == 200 and isinstance(body, dict) and "backend" in body
-    except (httpx.HTTPError, ValueError):
+        GatewayHealth.model_validate_json(response.content)
+    except (httpx.HTTPError, ValidationError):
         return False
+    return response.status_code == 200
 
 
 async def recording_gateway(base_url: str | None, admin_key: str | None) -> GatewayClient | None:

@@ -22,11 +22,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from roost.agents.gateway_session import GatewayClient, GatewayError, GatewaySession
+from roost.agents.gateway_session import GatewayClient, GatewayError
 from roost.agents.protocol import Agent, AgentError, EpisodeContext, ModelUnavailable
 from roost.agents.results import EpisodeResult, EpisodeStatus
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
+from roost.rollout.gateway.wire import SessionCreated
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class _Tracker:
 async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
                       gateway: GatewayClient | None = None) -> EpisodeResult:
     started = time.perf_counter()
-    session: GatewaySession | None = None
+    session: SessionCreated | None = None
     episode_id: str | None = None
     invalid_calls: list[int] = []
     try:
@@ -175,7 +176,7 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
             await asyncio.sleep(exc.retry_after)
 
 
-async def _report(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
+async def _report(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float,
                   invalid_calls: list[int]) -> EpisodeResult:
     """Post the episode's reward (when scored) and finish its session; a gateway that fails
     makes a scored episode `infra_error` (its reward never reached the store)."""
@@ -194,7 +195,7 @@ async def _report(gateway: GatewayClient, session: GatewaySession, result: Episo
     return result
 
 
-async def _penalise_calls(gateway: GatewayClient, session: GatewaySession, result: EpisodeResult, penalty: float,
+async def _penalise_calls(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float,
                           invalid_calls: list[int]) -> int:
     """Post the penalty of each invalid action on the call that chose it; returns how many were
     placed. Only when the session holds exactly one call per turn (else which call chose what

@@ -1,9 +1,11 @@
 """One async client for SGLang's native API.
 
 The gateway talks to the embedded engine and to a real SGLang server through this client
-alone. Request and answer fields follow SGLang's own protocol classes (`GenerateReqInput`,
-`SamplingParams`, the `meta_info` of `/generate`); the contract tests build requests with
-those classes so the two cannot drift apart.
+alone. Requests are built with the engine's own request models and answers read with its
+answer models (`roost.rollout.engine.wire`, which imports nothing of the server); their fields
+follow SGLang's own protocol classes (`GenerateReqInput`, `SamplingParams`, the `meta_info` of
+`/generate`), and the contract tests check the requests with those classes so the two cannot
+drift apart.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from typing import Any
 
 import aiohttp
 import orjson
+from pydantic import BaseModel, ValidationError
 
+from .engine.wire import (
+    AbortRequest,
+    GenerateAnswer,
+    GenerateRequest,
+    PauseRequest,
+    UpdateWeightsAnswer,
+    UpdateWeightsRequest,
+)
 from .keys import bearer
 
 
@@ -65,36 +76,47 @@ class GenerationDelta:
     weight_version: str
 
 
-def _logprob_values(meta: dict[str, Any]) -> list[float]:
+def _logprob_values(entries: list[Any]) -> list[float]:
     # SGLang: meta_info.output_token_logprobs = [[logprob, token_id, text|None], ...]
-    entries = meta.get("output_token_logprobs") or []
     try:
         return [float(entry[0]) for entry in entries]
     except (TypeError, ValueError, IndexError) as exc:
         raise EngineProtocolError(f"malformed output_token_logprobs: {entries[:3]!r}") from exc
 
 
+def _answer(body: Any, what: str) -> GenerateAnswer:
+    try:
+        return GenerateAnswer.model_validate(body)
+    except ValidationError as exc:
+        raise EngineProtocolError(f"not an SGLang {what}: {str(body)[:200]}") from exc
+
+
 def parse_generation(body: Any) -> Generation:
     """Read a non-streamed `/generate` answer, checking SGLang's field names."""
-    try:
-        meta = body["meta_info"]
-        ids = [int(t) for t in body["output_ids"]]
-        generation = Generation(
-            output_ids=ids,
-            output_logprobs=_logprob_values(meta),
-            finish_reason=meta["finish_reason"] or {"type": "unknown"},
-            weight_version=str(meta.get("weight_version", "default")),
-            prompt_tokens=int(meta.get("prompt_tokens", 0)),
-            text=str(body.get("text", "")),
-            meta_info=meta,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise EngineProtocolError(f"not an SGLang /generate answer: {str(body)[:200]}") from exc
-    if len(generation.output_logprobs) != len(ids):
+    answer = _answer(body, "/generate answer")
+    meta = answer.meta_info
+    generation = Generation(
+        output_ids=answer.output_ids,
+        output_logprobs=_logprob_values(meta.output_token_logprobs or []),
+        finish_reason=meta.finish_reason or {"type": "unknown"},
+        weight_version=meta.weight_version,
+        prompt_tokens=meta.prompt_tokens,
+        text=answer.text,
+        meta_info=body["meta_info"],
+    )
+    if len(generation.output_logprobs) != len(answer.output_ids):
         raise EngineProtocolError(
-            f"{len(ids)} output ids but {len(generation.output_logprobs)} logprobs"
+            f"{len(answer.output_ids)} output ids but {len(generation.output_logprobs)} logprobs"
         )
     return generation
+
+
+def _body(request: BaseModel) -> dict[str, Any]:
+    """The fields set on `request`, None left out, in the model's order. The values go as they
+    are (no copy through `model_dump`: a /generate prompt can be tens of thousands of ids)."""
+    given = request.model_fields_set
+    return {name: value for name in type(request).model_fields
+            if name in given and (value := getattr(request, name)) is not None}
 
 
 class SGLangClient:
@@ -136,7 +158,7 @@ class SGLangClient:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, payload: Any = None) -> Any:
+    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         url = f"{self.base_url}{path}"
         try:
             body = None if payload is None else orjson.dumps(payload)
@@ -151,15 +173,12 @@ class SGLangClient:
     def generate_payload(
         input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
     ) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "input_ids": list(input_ids),
-            "sampling_params": dict(sampling_params),
-            "return_logprob": True,
-            "stream": stream,
-        }
-        if rid is not None:
-            payload["rid"] = rid
-        return payload
+        # Not validated: this runs for every model call, and validating a long prompt's ids
+        # costs several times what sending them does (the contract tests check the payload
+        # against both roost's engine and SGLang's GenerateReqInput).
+        request = GenerateRequest.model_construct(input_ids=list(input_ids), sampling_params=dict(sampling_params),
+                                                  return_logprob=True, stream=stream, rid=rid)
+        return _body(request)
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
@@ -201,21 +220,23 @@ class SGLangClient:
 
     async def update_weights_from_disk(
         self, model_path: str, *, weight_version: str | None = None
-    ) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model_path": model_path}
-        if weight_version is not None:
-            payload["weight_version"] = weight_version
-        return await self._request("POST", "/update_weights_from_disk", payload)
+    ) -> UpdateWeightsAnswer:
+        request = UpdateWeightsRequest(model_path=model_path, weight_version=weight_version)
+        answer = await self._request("POST", "/update_weights_from_disk", _body(request))
+        try:
+            return UpdateWeightsAnswer.model_validate(answer)
+        except ValidationError as exc:
+            raise EngineProtocolError(f"not an SGLang /update_weights_from_disk answer: {str(answer)[:200]}") from exc
 
     async def abort(self, rid: str) -> Any:
         """Stop a running or waiting request (SGLang's `/abort_request`)."""
-        return await self._request("POST", "/abort_request", {"rid": rid})
+        return await self._request("POST", "/abort_request", _body(AbortRequest(rid=rid)))
 
     async def flush_cache(self) -> Any:
         return await self._request("POST", "/flush_cache")
 
     async def pause_generation(self) -> Any:
-        return await self._request("POST", "/pause_generation", {})
+        return await self._request("POST", "/pause_generation", _body(PauseRequest()))
 
     async def continue_generation(self) -> Any:
         return await self._request("POST", "/continue_generation", {})
@@ -267,17 +288,15 @@ def _sse_data(line: bytes) -> dict[str, Any] | None:
 
 
 def _stream_delta(chunk: dict[str, Any], seen: int) -> GenerationDelta:
-    try:
-        meta = chunk["meta_info"]
-        ids = [int(t) for t in chunk["output_ids"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise EngineProtocolError(f"not an SGLang stream chunk: {str(chunk)[:200]}") from exc
-    logprobs = _logprob_values(meta)[seen : seen + len(ids)]
+    answer = _answer(chunk, "stream chunk")
+    ids, meta = answer.output_ids, answer.meta_info
+    # the logprobs are cumulative: only the new ones are read
+    logprobs = _logprob_values((meta.output_token_logprobs or [])[seen : seen + len(ids)])
     if len(logprobs) != len(ids):
         raise EngineProtocolError(f"stream chunk has {len(ids)} ids but {len(logprobs)} new logprobs")
     return GenerationDelta(
         output_ids=ids,
         output_logprobs=logprobs,
-        finish_reason=meta.get("finish_reason"),
-        weight_version=str(meta.get("weight_version", "default")),
+        finish_reason=meta.finish_reason,
+        weight_version=meta.weight_version,
     )

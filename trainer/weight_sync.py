@@ -14,18 +14,23 @@ gateway resumed, and raises `WeightSyncError` with the engine's message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
+from roost.agents.gateway_session import GatewayClient, GatewayError
 from roost.rollout.engine.model_spec import read_config
-from roost.rollout.keys import bearer
+from roost.rollout.engine.wire import UpdateWeightsAnswer
 from roost.rollout.sglang_client import EngineError, SGLangClient
 
 from .hf_checkpoint import CheckpointMismatch, tokenizer_fingerprint
+
+
+log = logging.getLogger(__name__)
 
 
 class WeightSyncError(RuntimeError):
@@ -58,10 +63,27 @@ def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
             )
 
 
-async def _gateway(session: aiohttp.ClientSession, url: str, action: str, admin_key: str | None) -> None:
-    async with session.post(f"{url.rstrip('/')}/admin/{action}", json={}, headers=bearer(admin_key)) as resp:
-        if resp.status >= 400:
-            raise WeightSyncError(f"gateway {url} refused /admin/{action}: {resp.status} {await resp.text()}")
+@contextlib.asynccontextmanager
+async def _paused(url: str | None, admin_key: str | None, timeout_s: float) -> AsyncIterator[None]:
+    """The gateway at `url` (if any) paused for the body, and resumed after it whatever happens."""
+    if not url:
+        yield
+        return
+    async with GatewayClient(url, admin_key=admin_key, timeout_s=timeout_s) as gateway:
+        try:
+            state = await gateway.pause()
+        except GatewayError as exc:
+            raise WeightSyncError(f"gateway {url} could not be paused: {exc}") from exc
+        if state.drained is False:
+            log.warning("gateway %s paused with %d calls still in flight after its drain timeout; they finish "
+                        "while the weights change", url, state.in_flight)
+        try:
+            yield
+        finally:
+            try:
+                await gateway.resume()
+            except GatewayError as exc:
+                raise WeightSyncError(f"gateway {url} could not be resumed: {exc}") from exc
 
 
 async def sync_weights(
@@ -72,24 +94,18 @@ async def sync_weights(
     (its key: `admin_key`) around it."""
     started = time.perf_counter()
     folder = Path(folder).resolve()
-    async with SGLangClient(engine_url, api_key=engine_key, timeout_s=timeout_s) as engine, aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=timeout_s)
-    ) as http:
+    async with SGLangClient(engine_url, api_key=engine_key, timeout_s=timeout_s) as engine:
         check_compatible(folder, await engine.model_info())
-        if gateway_url:
-            await _gateway(http, gateway_url, "pause", admin_key)
-        paused = time.perf_counter()
-        try:
-            answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)
-        except EngineError as exc:
-            answer = {"success": False, "message": str(exc)}
-        finally:
-            if gateway_url:
-                await _gateway(http, gateway_url, "resume", admin_key)
+        async with _paused(gateway_url, admin_key, timeout_s):
+            paused = time.perf_counter()
+            try:
+                answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)
+            except EngineError as exc:
+                answer = UpdateWeightsAnswer(success=False, message=str(exc))
         paused_s = time.perf_counter() - paused
-    if not answer.get("success", False):
-        raise WeightSyncError(f"engine at {engine_url} did not load {folder}: {answer.get('message', answer)}")
-    version = str(answer.get("weight_version", weight_version))
+    if not answer.success:
+        raise WeightSyncError(f"engine at {engine_url} did not load {folder}: {answer.message}")
+    version = str(weight_version if answer.weight_version is None else answer.weight_version)
     if weight_version is not None and version != weight_version:
         raise WeightSyncError(f"engine reports weight version {version!r}, expected {weight_version!r}")
     return SyncResult(weight_version=version, seconds=time.perf_counter() - started, paused_s=paused_s)

@@ -4,6 +4,10 @@ Field names are SGLang's own (`GenerateReqInput`, `SamplingParams`). Fields the 
 engine does not implement are accepted only at their default value, so a request built
 with SGLang's classes works as it is, and one that asks for something this engine cannot
 do gets a 400 naming the field instead of a silent difference.
+
+Both ends use these types: the engine's server parses its requests with them, and
+`roost.rollout.sglang_client` builds its requests with them and reads the answers of
+roost's engine and of SGLang servers with the answer models at the end.
 """
 
 from __future__ import annotations
@@ -158,3 +162,46 @@ class AbortRequest(BaseModel):
 
     rid: str = ""
     abort_all: bool = False
+
+
+class Answer(BaseModel):
+    """An answer of an SGLang-API engine, as roost's client reads it.
+
+    Unlike the requests above (roost's engine parses them, so it refuses what it does not know:
+    extra="forbid"), answers may come from a real SGLang server, which adds fields from version
+    to version (`input_token_logprobs`, `hidden_states`, `spec_verify_ct`, ...): unknown fields are
+    ignored (extra="ignore"), and the fields read here are the ones both engines send.
+    """
+
+    model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
+
+
+class GenerateMeta(Answer):
+    """`meta_info` of a `/generate` answer or stream chunk (SGLang's tokenizer manager builds it)."""
+
+    finish_reason: dict[str, Any] | None
+    """None until the last chunk of a stream."""
+    weight_version: str = "default"
+    prompt_tokens: int = 0
+    output_token_logprobs: list[Any] | None = None
+    """`[[logprob, token_id, text | None], ...]`, cumulative in a stream. The entries are checked
+    where the client reads them, not here: validating a tuple per token would make the parse of
+    every model call's answer about a third slower (measured at 100 to 8,000 tokens)."""
+
+
+class GenerateAnswer(Answer):
+    """A `/generate` answer, or one chunk of its stream (whose `output_ids` are the new ids only)."""
+
+    text: str = ""
+    output_ids: list[int]
+    meta_info: GenerateMeta
+
+
+class UpdateWeightsAnswer(Answer):
+    """The answer to `/update_weights_from_disk` (SGLang's `UpdateWeightFromDiskReqOutput`)."""
+
+    success: bool
+    message: str
+    num_paused_requests: int = 0
+    weight_version: str | None = None
+    """The version now served; roost's engine names it, SGLang 0.5 does not."""

@@ -8,60 +8,77 @@ import time
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..store.records import AdvantageRecord, RewardRecord
+from ..store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
 from .auth import admin_only
 from .errors import InvalidRequest, NotFound
 from .gateway import Gateway
 from .http_util import guarded, parse, read_body
-from .sessions import SessionState
-from .wire import CreateSession, FinishSession, PauseRequest, PostAdvantages, PostReward
+from .wire import (
+    Ack,
+    AdvantagesAck,
+    AgentView,
+    CallView,
+    CreateSession,
+    FinishSession,
+    GatewayHealth,
+    PauseRequest,
+    PauseState,
+    PostAdvantages,
+    PostReward,
+    RewardView,
+    SessionCreated,
+    SessionDetail,
+    SessionList,
+    SessionListItem,
+    SessionSummary,
+)
 
 ENGINE_PROBE_S = 5.0
 """An engine that does not answer /health this fast counts as unreachable."""
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+def _json(answer: BaseModel, status: int = 200) -> Response:
+    # exclude_unset: optional fields a route leaves out (a call's tokens, `drained` on resume)
+    # stay out of the body, as the clients and the OpenAPI document expect.
+    return Response(orjson.dumps(answer.model_dump(exclude_unset=True)), status_code=status,
+                    media_type="application/json")
 
 
 def _base_url(gw: Gateway, request: Request) -> str:
     return (gw.config.public_url or str(request.base_url)).rstrip("/")
 
 
-def _session_view(state_or_record: Any, calls: list | None = None, agents: list | None = None,
-                  rewards: list | None = None, tokens: bool = False) -> dict[str, Any]:
-    r = state_or_record.record if isinstance(state_or_record, SessionState) else state_or_record
-    view: dict[str, Any] = {
-        "session_id": r.session_id, "group_id": r.group_id, "task": r.task, "metadata": r.metadata,
-        "status": r.status, "reasoning_policy": r.reasoning_policy, "created_at": r.created_at,
-        "finished_at": r.finished_at, "finish_info": r.finish_info,
-    }
-    if agents is not None:
-        view["agents"] = [{"agent_id": a.agent_id, "parent_agent": a.parent_agent} for a in agents]
-    if calls is not None:
-        view["calls"] = [_call_view(c, tokens) for c in calls]
-    if rewards is not None:
-        view["rewards"] = [{"reward": x.reward, "agent": x.agent_id, "call_id": x.call_id, "info": x.info} for x in rewards]
-    return view
+def _summary(r: SessionRecord) -> dict[str, Any]:
+    """The fields every session answer starts with (`SessionSummary`'s)."""
+    return {"session_id": r.session_id, "group_id": r.group_id, "task": r.task, "metadata": r.metadata,
+            "status": r.status, "reasoning_policy": r.reasoning_policy, "created_at": r.created_at,
+            "finished_at": r.finished_at, "finish_info": r.finish_info}
 
 
-def _call_view(c: Any, tokens: bool) -> dict[str, Any]:
-    view = {
-        "call_id": c.call_id, "agent_id": c.agent_id, "parent_agent": c.parent_agent, "seq": c.seq,
-        "endpoint": c.endpoint, "parent_call_id": c.parent_call_id, "kind": c.kind, "reuse": c.reuse,
-        "shared_prefix_len": c.shared_prefix_len, "prompt_tokens": len(c.prompt_ids),
-        "completion_tokens": len(c.sampled_ids), "finish_reason": c.finish_reason,
-        "weight_version": c.weight_version, "timings": c.timings, "response": c.response,
-    }
-    if tokens:
-        view["prompt_ids"] = list(c.prompt_ids)
-        view["sampled_ids"] = list(c.sampled_ids)
-        view["sampled_logprobs"] = list(c.sampled_logprobs)
-    return view
+def _detail(r: SessionRecord, calls: list[CallRecord], agents: list[AgentRecord], rewards: list[RewardRecord],
+            tokens: bool) -> SessionDetail:
+    return SessionDetail(
+        **_summary(r),
+        agents=[AgentView(agent_id=a.agent_id, parent_agent=a.parent_agent) for a in agents],
+        calls=[_call_view(c, tokens) for c in calls],
+        rewards=[RewardView(reward=x.reward, agent=x.agent_id, call_id=x.call_id, info=x.info) for x in rewards],
+    )
+
+
+def _call_view(c: CallRecord, tokens: bool) -> CallView:
+    ids = {"prompt_ids": list(c.prompt_ids), "sampled_ids": list(c.sampled_ids),
+           "sampled_logprobs": list(c.sampled_logprobs)} if tokens else {}
+    return CallView(
+        call_id=c.call_id, agent_id=c.agent_id, parent_agent=c.parent_agent, seq=c.seq, endpoint=c.endpoint,
+        parent_call_id=c.parent_call_id, kind=c.kind, reuse=c.reuse, shared_prefix_len=c.shared_prefix_len,
+        prompt_tokens=len(c.prompt_ids), completion_tokens=len(c.sampled_ids), finish_reason=c.finish_reason,
+        weight_version=c.weight_version, timings=c.timings, response=c.response, **ids,
+    )
 
 
 def routes(gw: Gateway) -> list[Route]:
@@ -73,8 +90,9 @@ def routes(gw: Gateway) -> list[Route]:
             policy=req.reasoning_policy,
         )
         base = f"{_base_url(gw, request)}/sessions/{state.session_id}/v1"
-        return _json({"session_id": state.session_id, "key": key, "base_url": base, "group_id": req.group_id,
-                      "reasoning_policy": state.record.reasoning_policy, "created_at": state.record.created_at}, 201)
+        return _json(SessionCreated(session_id=state.session_id, key=key, base_url=base, group_id=req.group_id,
+                                    reasoning_policy=state.record.reasoning_policy,
+                                    created_at=state.record.created_at), 201)
 
     async def get_session(request: Request) -> Response:
         sid = request.path_params["sid"]
@@ -85,7 +103,7 @@ def routes(gw: Gateway) -> list[Route]:
             return reader.session(sid), reader.calls(sid), reader.agents(sid), reader.rewards(sid)
 
         record, calls, agents, rewards = await gw.store.read(read)
-        return _json(_session_view(record, calls, agents, rewards, tokens))
+        return _json(_detail(record, calls, agents, rewards, tokens))
 
     async def list_sessions(request: Request) -> Response:
         group = request.query_params.get("group")
@@ -95,7 +113,7 @@ def routes(gw: Gateway) -> list[Route]:
             return [(s, reader.call_count(s.session_id)) for s in reader.sessions(group_id=group, status=status)]
 
         rows = await gw.store.read(read)
-        return _json({"sessions": [{**_session_view(s), "calls": n} for s, n in rows]})
+        return _json(SessionList(sessions=[SessionListItem(**_summary(s), calls=n) for s, n in rows]))
 
     async def post_reward(request: Request) -> Response:
         state = await gw.registry.get(request.path_params["sid"])
@@ -107,7 +125,7 @@ def routes(gw: Gateway) -> list[Route]:
             if call is None or call.session_id != state.session_id:
                 raise NotFound(f"session {state.session_id!r} has no call {req.call_id!r}")
         await gw.store.add_reward(RewardRecord(state.session_id, req.reward, req.agent, req.call_id, req.info, time.time()))
-        return _json({"ok": True})
+        return _json(Ack(ok=True))
 
     async def post_advantages(request: Request) -> Response:
         state = await gw.registry.get(request.path_params["sid"])
@@ -129,25 +147,25 @@ def routes(gw: Gateway) -> list[Route]:
             else:
                 records.append(AdvantageRecord(item.call_id, state.session_id, item.advantage, None, time.time()))
         await gw.store.set_advantages(records)
-        return _json({"ok": True, "calls": len(records)})
+        return _json(AdvantagesAck(ok=True, calls=len(records)))
 
     async def finish_session(request: Request) -> Response:
         state = await gw.registry.get(request.path_params["sid"])
         body = await read_body(request, gw.config.max_body_bytes)
         req = parse(FinishSession, body) if body.strip() else FinishSession()
         await gw.registry.finish(state, req.info)
-        return _json(_session_view(state))
+        return _json(SessionSummary(**_summary(state.record)))
 
     async def pause(request: Request) -> Response:
         body = await read_body(request, gw.config.max_body_bytes)
         req = parse(PauseRequest, body) if body.strip() else PauseRequest()
         gw.gate.pause()
         drained = await gw.gate.drained(req.drain_timeout_s)
-        return _json({"paused": True, "drained": drained, "in_flight": gw.gate.in_flight})
+        return _json(PauseState(paused=True, drained=drained, in_flight=gw.gate.in_flight))
 
     async def resume(request: Request) -> Response:
         gw.gate.resume()
-        return _json({"paused": False, "in_flight": gw.gate.in_flight})
+        return _json(PauseState(paused=False, in_flight=gw.gate.in_flight))
 
     async def health(request: Request) -> Response:
         # 503 while the engine is unreachable: calls would fail, so load balancers and
@@ -160,8 +178,8 @@ def routes(gw: Gateway) -> list[Route]:
                 answers = False
             engine = "ok" if answers else "unreachable"
         up = engine != "unreachable"
-        return _json({"status": "ok" if up else "degraded", "engine": engine, "paused": gw.gate.paused,
-                      "backend": gw.config.backend, "model": gw.served_model, "in_flight": gw.gate.in_flight},
+        return _json(GatewayHealth(status="ok" if up else "degraded", engine=engine, paused=gw.gate.paused,
+                                   backend=gw.config.backend, model=gw.served_model, in_flight=gw.gate.in_flight),
                      200 if up else 503)
 
     async def metrics(request: Request) -> Response:

@@ -1,4 +1,8 @@
-"""OpenAI wire types the gateway accepts (requests) and the control plane's bodies.
+"""OpenAI wire types the gateway accepts (requests), and the control plane's bodies and answers.
+
+Both ends use the control-plane models: the gateway parses and answers with them, and its
+clients (`roost.agents.gateway_session`) send and read them; so this module imports nothing
+of the server.
 
 Unknown fields are rejected with a 400 naming them, so a typo'd sampling parameter cannot
 silently change nothing. Fields OpenAI defines that roost cannot honour are accepted only
@@ -295,9 +299,12 @@ class AdvantagesAck(Ack):
 
 
 class PauseState(Wire):
+    """The answer to `POST /admin/pause` and `/admin/resume`; `drained` (pause only) says whether
+    the in-flight calls finished within the drain timeout."""
+
     paused: bool
-    in_flight: int
     drained: bool | None = None
+    in_flight: int
 
 
 class GatewayHealth(Wire):

@@ -12,8 +12,12 @@ import json
 
 import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
+from roost.rollout.engine.wire import AbortRequest, PauseRequest, UpdateWeightsRequest, parse_generate
 from roost.rollout.sglang_client import (
+    EngineProtocolError,
     EngineRejected,
     EngineUnavailable,
     SGLangClient,
@@ -39,6 +43,13 @@ def test_client_payload_uses_only_sglang_fields():
     io_struct.GenerateReqInput(**payload)
     params = sampling.SamplingParams(**payload["sampling_params"])
     params.verify(151936)
+
+
+def test_client_payload_is_what_the_engine_parses():
+    payload = SGLangClient.generate_payload([1, 2, 3], PARAMS, stream=False, rid=None)
+    request = parse_generate(payload)
+    assert (request.input_ids, request.sampling_params, request.return_logprob, request.rid) == ([1, 2, 3], PARAMS,
+                                                                                                True, None)
 
 
 def test_engine_serves_a_request_built_by_sglang(engine_url):
@@ -96,3 +107,66 @@ async def test_client_reports_an_engine_that_is_down():
         assert not await client.health()
         with pytest.raises(EngineUnavailable):
             await client.generate([1], {"max_new_tokens": 1})
+
+
+class SGLangStandIn:
+    """A stand-in for an SGLang 0.5 server: it keeps each request body, and answers the way
+    SGLang's http_server does, with the fields roost's client does not read."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, dict] = {}
+        self.update_answer = dataclasses.asdict(io_struct.UpdateWeightFromDiskReqOutput(
+            success=True, message="Succeeded to update model weights.", num_paused_requests=0))
+
+    async def handle(self, request: web.Request) -> web.Response:
+        path = request.path
+        self.bodies[path] = await request.json()
+        if path == "/update_weights_from_disk":
+            return web.json_response(self.update_answer)
+        if path == "/pause_generation":
+            return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+        if path == "/generate":  # SGLang with skip_tokenizer_init: no "text"
+            return web.json_response({"output_ids": [5, 6], "meta_info": {
+                "id": "r1", "finish_reason": {"type": "length", "length": 2}, "prompt_tokens": 3,
+                "weight_version": "default", "input_token_logprobs": [[None, 1, None]],
+                "output_token_logprobs": [[-0.5, 5, None], [-0.25, 6, None]], "output_top_logprobs": [None, None],
+                "completion_tokens": 2, "cached_tokens": 0, "spec_verify_ct": 0, "e2e_latency": 0.01}})
+        return web.Response(status=200)  # /abort_request
+
+    async def __aenter__(self) -> str:
+        app = web.Application()
+        app.router.add_post("/{path}", self.handle)
+        self.server = TestServer(app, host="127.0.0.1")
+        await self.server.start_server()
+        return f"http://127.0.0.1:{self.server.port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.close()
+
+
+async def test_control_requests_are_sglangs_and_its_answers_are_read():
+    sglang = SGLangStandIn()
+    async with sglang as url, SGLangClient(url) as client:
+        answer = await client.update_weights_from_disk("/ckpt/step-7", weight_version="7")
+        await client.abort("call-1")
+        await client.pause_generation()
+        gen = await client.generate([1, 2, 3], PARAMS, rid="r1")
+    assert (answer.success, answer.message, answer.weight_version) == (True, "Succeeded to update model weights.", None)
+    update, abort = sglang.bodies["/update_weights_from_disk"], sglang.bodies["/abort_request"]
+    assert update == {"model_path": "/ckpt/step-7", "weight_version": "7"} and abort == {"rid": "call-1"}
+    io_struct.UpdateWeightFromDiskReqInput(**update)
+    io_struct.AbortReq(**abort)
+    # the same bodies are what roost's engine parses
+    UpdateWeightsRequest.model_validate(update)
+    AbortRequest.model_validate(abort)
+    assert PauseRequest.model_validate(sglang.bodies["/pause_generation"]).mode == "in_place"
+    io_struct.GenerateReqInput(**sglang.bodies["/generate"])
+    assert (gen.output_ids, gen.output_logprobs, gen.text, gen.prompt_tokens) == ([5, 6], [-0.5, -0.25], "", 3)
+
+
+async def test_an_update_answer_that_is_not_sglangs_is_a_protocol_error():
+    sglang = SGLangStandIn()
+    sglang.update_answer = {"ok": True}
+    async with sglang as url, SGLangClient(url) as client:
+        with pytest.raises(EngineProtocolError, match="update_weights_from_disk"):
+            await client.update_weights_from_disk("/ckpt")

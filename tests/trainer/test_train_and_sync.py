@@ -15,6 +15,7 @@ from aiohttp import web
 from transformers import AutoTokenizer
 
 from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.gateway.wire import PauseState
 from roost.rollout.keys import bearer
 from roost.rollout.sglang_client import SGLangClient
 from roost.rollout.store.samples import Sample
@@ -138,7 +139,8 @@ class PauseSpy:
         async with SGLangClient(self.engine_url) as client:
             version = (await client.model_info())["weight_version"]
         self.events.append((request.match_info["action"], version, request.headers.get("authorization")))
-        return web.json_response({"paused": request.match_info["action"] == "pause"})
+        state = PauseState(paused=request.match_info["action"] == "pause", in_flight=0)
+        return web.json_response(state.model_dump(exclude_unset=True))
 
     async def start(self) -> str:
         app = web.Application()
