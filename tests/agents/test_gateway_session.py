@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from roost.agents.gateway_session import GatewayClient, GatewayError, is_gateway
+from roost.agents.results import EpisodeStatus
 from roost.rollout.gateway.wire import PauseState, SessionCreated
 from roost.rollout.keys import bearer
 
@@ -28,7 +29,7 @@ async def test_a_session_from_creation_to_finish(scripted_gateway: str, admin_ke
         calls = await gateway.call_ids(session.session_id)
         await gateway.post_reward(session.session_id, -0.25, {"invalid_actions": 1}, call_id=calls[1])
         await gateway.post_reward(session.session_id, 1, {"success": True})
-        await gateway.finish(session.session_id, "ok", reward=1.0)
+        await gateway.finish(session.session_id, EpisodeStatus.OK, reward=1.0)
         with pytest.raises(GatewayError, match="404"):
             await gateway.call_ids("no-such-session")
     detail = httpx.get(f"{scripted_gateway}/sessions/{session.session_id}", headers=bearer(admin_key)).json()
