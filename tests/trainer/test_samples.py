@@ -7,7 +7,7 @@ import pytest
 from roost.trainer.batches import group_samples, read_jsonl, write_jsonl
 from roost.trainer.samples import Sample, SampleError
 
-from trainer_fixtures import agentic_batch, make_sample
+from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
 
 
 def test_from_turns_masks_only_sampled_tokens():
