@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from child_processes import assert_dies_with_parent
+from roost.tests.child_processes import assert_dies_with_parent
 
 RUN_A_LONG_COMMAND = textwrap.dedent("""
     import asyncio

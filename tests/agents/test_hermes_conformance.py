@@ -22,6 +22,7 @@ from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
     pytest.mark.skipif(__import__("importlib").util.find_spec("run_agent") is None,
                        reason="hermes-agent is not installed (pip install --no-deps hermes-agent==0.19.0)"),

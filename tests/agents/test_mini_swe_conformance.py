@@ -19,6 +19,8 @@ from roost.agents.runner import RunConfig, run_episode
 from roost.envs.swe.fixtures import make_fixtures
 from roost.rollout.keys import bearer
 
+pytestmark = pytest.mark.slow
+
 FIX = "sed -i 's/(len(values) - 1)/len(values)/' calc/stats.py && echo ROOST-EDIT-DONE"
 WRONG = "sed -i 's/(len(values) - 1)/(len(values) + 1)/' calc/stats.py && echo ROOST-EDIT-DONE"
 

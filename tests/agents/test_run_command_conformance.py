@@ -89,6 +89,7 @@ def config(fixtures_dir, command: str, **kwargs) -> CommandRunConfig:
                             env_kwargs=env_kwargs, model="tiny", **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replacement,reward", [("len(values)", 1.0), ("(len(values) + 1)", 0.0)],
                          ids=["right-patch", "wrong-patch"])
 async def test_command_agent_gets_the_env_verdict_token_exact(fixtures_dir, gateway, scripted_engine, tmp_path,
@@ -140,7 +141,8 @@ async def test_a_recorded_command_gets_its_session_key_and_not_the_server_keys(s
     monkeypatch.setenv("ROOST_ENGINE_KEY", "rek-the-engine-key")
     shown = "import json, os; print(json.dumps({k: os.environ.get(k) for k in sorted(os.environ) if 'KEY' in k}))"
     [result] = await run_command(CommandRunConfig(
-        command=f"{sys.executable} -c \"{shown}\"", env="faulty_envs:make_factory", split="train", task_ids=["t0"],
+        command=f"{sys.executable} -c \"{shown}\"", env="roost.tests.agents.faulty_envs:make_factory", split="train",
+        task_ids=["t0"],
         base_url=scripted_gateway, admin_key=admin_key, submit=False))
     assert result.status == "ok" and result.session_id, result.error
     seen = json.loads(result.output_tail.splitlines()[0])

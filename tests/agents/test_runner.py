@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from roost.agents.evaluate import EvalConfig, evaluate
 from roost.agents.expert import ExpertAgent
 from roost.agents.gateway_session import GatewayClient
@@ -19,6 +20,7 @@ from roost.trainer.advantages import Group
 from roost.trainer.batches import samples_from_store
 
 
+@pytest.mark.slow
 async def test_the_expert_solves_every_fixture_game_in_process(alfworld_data: Path):
     report = await evaluate(EvalConfig("alfworld", agent="expert", episodes=6, split="train", concurrency=3,
                                        env_kwargs={"data_dir": str(alfworld_data)}, workers=2, progress=False))
@@ -26,6 +28,7 @@ async def test_the_expert_solves_every_fixture_game_in_process(alfworld_data: Pa
     assert len({r["task_id"] for r in report["results"]}) == 6 and not report["recorded"]
 
 
+@pytest.mark.slow
 async def test_the_expert_solves_every_fixture_game_against_a_full_server(alfworld_data: Path):
     # One slot for four concurrent episodes: the runner waits out the 429s.
     config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0,
@@ -40,7 +43,7 @@ async def test_the_expert_solves_every_fixture_game_against_a_full_server(alfwor
 
 
 async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(scripted_gateway: str, admin_key: str):
-    manager = EpisodeManager(WorkerConfig("faulty_envs:make_factory", {}), ManagerConfig(workers=1))
+    manager = EpisodeManager(WorkerConfig("roost.tests.agents.faulty_envs:make_factory", {}), ManagerConfig(workers=1))
     async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         tasks = await manager.tasks("train")
         run = RunConfig(concurrency=1, run_id="faults", progress=False)

@@ -18,6 +18,8 @@ from roost.envs.protocol import TextAction
 from roost.envs.registry import resolve
 from roost.rollout.server_process import free_port, wait_healthy
 
+pytestmark = pytest.mark.docker
+
 
 @pytest.fixture(scope="module")
 def docker_engine():

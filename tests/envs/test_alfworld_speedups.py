@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from roost.envs.alfworld import textworld_speedups
 
 # Plays every game with a fixed random walk (a bad command every fourth step) and prints the
@@ -32,6 +34,7 @@ def _transcript(speedups: str, games: list[str]) -> list:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_games_play_the_same_with_and_without_the_speedups(alfworld_data: Path):
     games = sorted(str(path) for path in alfworld_data.glob("json_2.1.1/*/*/*/game.tw-pddl"))
     faster = _transcript("on", games)

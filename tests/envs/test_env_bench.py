@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from roost.envs.bench import BenchConfig, as_json, run_bench
+
+pytestmark = pytest.mark.slow
 
 
 async def test_bench_reports_rates_and_memory_per_concurrency(alfworld_data: Path):

@@ -17,7 +17,7 @@ from roost.envs.protocol import TextAction
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
 
-TOY = "toy_envs:make_factory"
+TOY = "roost.tests.envs.toy_envs:make_factory"
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from roost.envs.protocol import TextAction, ToolCall
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
 
-TOY = "toy_envs:make_factory"
+TOY = "roost.tests.envs.toy_envs:make_factory"
 JSON = {"content-type": "application/json"}
 DEEP = "[" * 990 + "]" * 990
 

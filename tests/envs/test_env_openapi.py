@@ -15,7 +15,7 @@ from roost.envs.episodes import ManagerConfig
 from roost.envs.serve import ServerConfig, serving
 from schemathesis import GenerationMode, checks
 
-TOY = "toy_envs:make_factory"
+TOY = "roost.tests.envs.toy_envs:make_factory"
 CASES = 50  # per operation (100 ran clean too)
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
           checks.response_schema_conformance]

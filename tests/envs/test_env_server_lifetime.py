@@ -3,28 +3,24 @@ busy in a step, and closes its episodes' envs (their sandboxes) on the way out."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from child_processes import assert_gone
+from roost.tests.child_processes import assert_gone
 from roost.rollout.server_process import free_port, wait_healthy
 
-HERE = Path(__file__).parent  # toy_envs
+TOY = "roost.tests.envs.toy_envs:make_factory"
 
 
 def test_a_killed_server_takes_its_workers_and_their_episodes_along(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen([sys.executable, "-m", "roost.cli.main", "serve", "toy_envs:make_factory",
-                               "--port", str(port), "--workers", "2", "--env-arg", f"closed_dir={tmp_path}"],
-                              env=env, start_new_session=True)
+    server = subprocess.Popen([sys.executable, "-m", "roost.cli.main", "serve", TOY, "--port", str(port),
+                               "--workers", "2", "--env-arg", f"closed_dir={tmp_path}"], start_new_session=True)
     workers: list[psutil.Process] = []
     try:
         wait_healthy(server, url, "roost serve", timeout_s=120)

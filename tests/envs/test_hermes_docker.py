@@ -14,6 +14,8 @@ from roost.envs.client import EnvClient
 from roost.envs.protocol import ToolCall
 from roost.envs.registry import resolve
 
+pytestmark = pytest.mark.docker
+
 
 @pytest.fixture(scope="module")
 def docker():

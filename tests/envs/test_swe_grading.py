@@ -70,6 +70,7 @@ async def test_tests_that_hang_are_bounded(backend, tasks):
     assert verdict.duration_s < 30
 
 
+@pytest.mark.docker
 @pytest.mark.skipif(os.environ.get("ROOST_REQUIRE_DOCKER") != "1" and not os.environ.get("DOCKER_HOST"),
                     reason="no Docker engine configured (DOCKER_HOST)")
 async def test_docker_sandbox_grades_the_same(tasks):

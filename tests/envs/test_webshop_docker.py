@@ -16,6 +16,8 @@ from roost.envs.client import EnvClient
 from roost.envs.protocol import TextAction
 from roost.envs.registry import resolve
 
+pytestmark = pytest.mark.docker
+
 
 @pytest.fixture(scope="module")
 def docker():

@@ -21,6 +21,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
                  "--no-first-run", "--disable-component-update", "--disable-sync"]
 
+pytestmark = pytest.mark.browser
+
 
 def _require_browser():
     try:

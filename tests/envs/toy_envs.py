@@ -1,7 +1,7 @@
 """A tiny env for server tests that need an env to misbehave on purpose.
 
-Loaded by entry point (`toy_envs:make_factory`): the server's worker processes get the
-test process's `sys.path`, so they import it from here.
+Loaded by entry point (`roost.tests.envs.toy_envs:make_factory`), in the server's worker processes
+as well: `roost.tests` is wherever `roost` is.
 """
 
 from __future__ import annotations

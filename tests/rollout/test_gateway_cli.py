@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import psutil
+import pytest
 
 from roost.rollout.gateway.launch import GatewayProcess
 from roost.rollout.server_process import free_port
@@ -26,6 +27,7 @@ def test_help_shows_context_length():
     assert done.returncode == 0 and "--context-length" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_context_length_reaches_the_gateway_and_the_engine_it_starts(tmp_path):
     args = ["--model", "tiny", "--context-length", "8192", "--store", str(tmp_path / "trajectories.sqlite")]
     gateway = GatewayProcess(args)

@@ -12,7 +12,7 @@ import litellm  # noqa: E402
 import openai  # noqa: E402
 import pytest  # noqa: E402
 
-from gateway_helpers import (
+from roost.tests.rollout.gateway_helpers import (
     THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, new_session, say,
     start_gateway, stored_calls,
 )

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from gateway_helpers import (
+from roost.tests.rollout.gateway_helpers import (
     EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
 )
 from roost.rollout.engine.launch import EngineProcess

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway_helpers import new_session, say, start_gateway
+from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway
 
 from roost.rollout.keys import bearer
 

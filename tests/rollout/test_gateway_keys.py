@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from gateway_helpers import say, start_gateway, stored_calls
+from roost.tests.rollout.gateway_helpers import say, start_gateway, stored_calls
 from roost.rollout.keys import bearer
 from roost.rollout.server_process import free_port, stop_process, wait_healthy
 from roost.rollout.store.reader import TrajectoryReader

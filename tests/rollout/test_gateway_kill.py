@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from gateway_helpers import EngineSpy, assert_token_exact, say, stored_calls
+from roost.tests.rollout.gateway_helpers import EngineSpy, assert_token_exact, say, stored_calls
 from roost.rollout.gateway.launch import GatewayProcess
 from roost.rollout.keys import bearer
 from roost.rollout.store.reader import TrajectoryReader
@@ -42,6 +42,7 @@ def _worker(url: str, admin_key: str, returned: list, stop: threading.Event, con
             return  # the gateway died under us: expected
 
 
+@pytest.mark.slow
 def test_sigkill_loses_no_returned_call(spy, tmp_path):
     store = tmp_path / "trajectories.sqlite"
     args = ["--engine-url", spy.url, "--model", "tiny", "--store", str(store)]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 from starlette.routing import Route
 
-from gateway_helpers import new_session, start_gateway
+from roost.tests.rollout.gateway_helpers import new_session, start_gateway
 
 from roost.rollout.gateway.openapi import operations
 from roost.rollout.keys import bearer

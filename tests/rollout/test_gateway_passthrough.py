@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 
-from gateway_helpers import (
+from roost.tests.rollout.gateway_helpers import (
     THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, new_session, say, start_gateway, stored_calls,
 )
 from roost.rollout.store.reader import TrajectoryReader

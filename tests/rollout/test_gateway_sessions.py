@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from gateway_helpers import (
+from roost.tests.rollout.gateway_helpers import (
     THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, misbehave, new_session, say,
     start_gateway, stored_calls,
 )

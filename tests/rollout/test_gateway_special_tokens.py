@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway_helpers import (
+from roost.tests.rollout.gateway_helpers import (
     TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, new_session, say, start_gateway, stored_calls,
 )
 

@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway_helpers import new_session, say, start_gateway, stored_calls
+from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway, stored_calls
 
 MIB = 1024 * 1024
 

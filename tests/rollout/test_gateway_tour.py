@@ -1,8 +1,11 @@
 """The demo's gateway tour records a token-exact tool-calling conversation and prints it."""
 
+import pytest
 from rich.console import Console
 
 from roost.rollout.gateway.tour import run_tour
+
+pytestmark = pytest.mark.slow
 
 
 def test_tour_prints_the_recorded_calls():

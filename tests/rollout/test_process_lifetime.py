@@ -10,8 +10,10 @@ import sys
 import psutil
 import pytest
 
-from child_processes import assert_gone
+from roost.tests.child_processes import assert_gone
 from roost.rollout.server_process import free_port, wait_healthy
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])

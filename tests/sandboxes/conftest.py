@@ -13,7 +13,7 @@ import pytest
 from roost.sandboxes import SandboxConfig, SandboxLimits, SandboxSpec
 from roost.sandboxes.registry import backend_class
 
-BACKENDS = ("docker", "bubblewrap", "local")
+BACKENDS = (pytest.param("docker", marks=pytest.mark.docker), "bubblewrap", "local")
 
 
 def docker_required() -> bool:

@@ -12,8 +12,7 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, di
     import torch
 
     torch.set_num_threads(1)
-    from trainer_fixtures import agentic_batch, grpo_batch
-
+    from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
     from roost.trainer.megatron import parallel
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig

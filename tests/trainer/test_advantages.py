@@ -18,7 +18,7 @@ from roost.trainer.advantages import (
     compute_advantages,
 )
 
-from trainer_fixtures import agentic_batch, make_sample
+from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
 
 
 def group_of(rewards, group="g", agent="main"):

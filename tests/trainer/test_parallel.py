@@ -4,7 +4,6 @@ same logprobs, same loss, same updated weights (TRL-style invariant)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,30 +11,23 @@ import torch
 import torch.multiprocessing as mp
 
 from roost.rollout.server_process import free_port
+from roost.tests.trainer import parallel_worker
 from roost.trainer import hf_checkpoint
 
-HERE = Path(__file__).parent
-
-
-def _entry(rank, world, port, tp, checkpoint, out, distributed_optimizer):
-    sys.path.insert(0, str(HERE))
-    import parallel_worker
-
-    parallel_worker.run(rank, world, port, tp, checkpoint, out, distributed_optimizer)
+pytestmark = pytest.mark.slow
 
 
 def launch(tmp_path: Path, tiny_model_path: Path, *, tp: int, distributed_optimizer: bool = False) -> dict:
     out = tmp_path / f"tp{tp}"
     out.mkdir()
-    mp.start_processes(_entry, args=(2, free_port(), tp, str(tiny_model_path), str(out), distributed_optimizer),
-                       nprocs=2, start_method="spawn", join=True)
+    args = (2, free_port(), tp, str(tiny_model_path), str(out), distributed_optimizer)
+    mp.start_processes(parallel_worker.run, args=args, nprocs=2, start_method="spawn", join=True)
     return json.loads((out / "result.json").read_text()) | {"weights": hf_checkpoint.read_weights(out / "ckpt")}
 
 
 @pytest.fixture(scope="module")
 def single_process(megatron_world, tiny_model_path, tmp_path_factory):
-    from trainer_fixtures import agentic_batch, grpo_batch
-
+    from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 

@@ -8,7 +8,7 @@ import torch
 
 from roost.trainer.prefix_tree import PackingError, build_microbatches, plan_microbatches, tree_microbatch, trie_size
 
-from trainer_fixtures import agentic_batch, grpo_batch
+from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
 
 
 def test_shared_prefixes_are_stored_once_in_depth_first_order():

@@ -20,12 +20,15 @@ from roost.rollout.server_process import free_port
 from roost.trainer.rl_services import ServiceActor, SupervisedServer
 from roost.trainer.rollout_workers import GroupSpec, RolloutWorker
 
+pytestmark = pytest.mark.slow
+
+THIS = "roost.tests.trainer.test_rl_faults"  # the env servers and the runner load from here
 TOOLS = [{"type": "function", "function": {"name": "act", "parameters": {"type": "object", "properties": {}}}}]
 
 
 class OneStepEnv:
     """Done with reward 1 after one `win`; served by the test's env servers (entry point
-    `test_rl_faults:make_factory`: the server's workers import this module)."""
+    `roost.tests.trainer.test_rl_faults:make_factory`: the server's workers import this module)."""
 
     @property
     def info(self) -> EnvInfo:
@@ -64,14 +67,13 @@ class SlowAgent:
 
 def env_server(tmp_path) -> SupervisedServer:
     port = free_port()
-    command = [sys.executable, "-m", "roost.envs.serve", "test_rl_faults:make_factory", "--port", str(port),
-               "--workers", "1"]
+    command = [sys.executable, "-m", "roost.envs.serve", f"{THIS}:make_factory", "--port", str(port), "--workers", "1"]
     env = {"PYTHONPATH": ":".join(p for p in sys.path if p)}
     return SupervisedServer("env", command, "127.0.0.1", port, log_dir=tmp_path, env=env, startup_timeout_s=60)
 
 
 def agent_config(delay: float, timeout_s: float) -> dict:
-    return {"harness": "test_rl_faults:SlowAgent", "args": {"delay": delay}, "max_turns": 3, "timeout_s": timeout_s}
+    return {"harness": f"{THIS}:SlowAgent", "args": {"delay": delay}, "max_turns": 3, "timeout_s": timeout_s}
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ import pytest
 from roost.trainer.recipe import validate_recipe
 from roost.trainer.rl_loop import train
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def local_ray():

@@ -9,7 +9,7 @@ import pytest
 from roost.rollout.store.samples import Sample, SampleError
 from roost.trainer.batches import group_samples, read_jsonl, write_jsonl
 
-from trainer_fixtures import agentic_batch, make_sample
+from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
 
 
 def test_from_turns_masks_only_sampled_tokens():

@@ -14,7 +14,7 @@ from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, trans
 from roost.trainer.prefix_tree import build_microbatches, flat_microbatch
 from roost.trainer import hf_checkpoint
 
-from trainer_fixtures import agentic_batch, grpo_batch
+from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
 
 BATCHES = {"grpo": lambda: grpo_batch(), "agentic": lambda: agentic_batch()}
 
