@@ -15,10 +15,10 @@ import torch
 from transformers import AutoTokenizer
 
 from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.store.samples import Sample
 from roost.tests.trainer.test_train_and_sync import engine_logprobs
 from roost.tests.trainer.trainer_fixtures import grpo_batch
 from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
-from roost.trainer.samples import Sample
 from roost.trainer.weight_sync import sync_weights
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
