@@ -52,7 +52,7 @@ def completion_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, A
         offsets.append(at)
         at += len(t)
     return {"tokens": tokens, "token_logprobs": logprobs, "text_offset": offsets,
-            "top_logprobs": [None] * len(tokens)}
+            "top_logprobs": None}  # no alternatives are computed; OpenAI's type wants dicts or null
 
 
 def usage(prompt_tokens: int, completion_tokens: int, reused: int) -> dict[str, Any]:

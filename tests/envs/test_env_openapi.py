@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from roost.envs.episodes import ManagerConfig
 from roost.envs.serve import ServerConfig, serving
@@ -75,7 +75,7 @@ def test_generated_requests_get_documented_answers_and_no_server_error(label, se
 
     @given(st.one_of(*random, aimed))
     @settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-              database=None)
+              database=None, phases=[Phase.explicit, Phase.generate])  # no shrinking: it calls the server
     def check(case):
         response = case.call(base_url=server, timeout=30)
         case.validate_response(response, checks=CHECKS)

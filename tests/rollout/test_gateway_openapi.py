@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 from starlette.routing import Route
@@ -79,7 +79,7 @@ def test_generated_requests_get_documented_answers_and_no_server_error(label, ga
 
     @given(_strategy(operation, session))
     @settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-              database=None)
+              database=None, phases=[Phase.explicit, Phase.generate])  # no shrinking: it calls the server
     def check(case):
         response = case.call(base_url=gateway.url, headers=_keys(operation, gateway, session), timeout=30)
         case.validate_response(response, checks=CHECKS)
