@@ -38,7 +38,7 @@ def train(
     if show:
         typer.echo(dump_recipe(loaded))
         return
-    from .rl_loop import train as run
+    from .rl.loop import train as run
 
     summary = run(loaded)
     typer.echo(f"done: {summary.steps} RL steps; run folder {summary.run_dir}")

@@ -150,7 +150,7 @@ def run_demo(config: DemoConfig, run_dir: Path, console: Any) -> DemoResult:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from .rl_loop import Hooks, train
+    from .rl.loop import Hooks, train
 
     started = time.perf_counter()
     home = Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()
