@@ -1,6 +1,6 @@
 """`roost demo`: SFT → GiGPO on ALFWorld on the embedded defaults, with a before/after table.
 
-The pipeline lives in `roost.trainer.demo`; this is its command line.
+The pipeline lives in `roost.cli.demo_pipeline`; this is its command line.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def demo(
     """SFT a small model on ALFWorld expert demonstrations, then RL (GiGPO); print held-out success."""
     from rich.console import Console
 
-    from roost.trainer.demo import DemoConfig, run_demo, table
+    from roost.cli.demo_pipeline import DemoConfig, run_demo, table
 
     console = Console()
     if tour:

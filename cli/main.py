@@ -18,8 +18,8 @@ PACKAGE_CLIS = (
     "roost.rollout.cli",
     "roost.envs.cli",
     "roost.agents.cli",
-    "roost.sandboxes.cli",
     "roost.trainer.cli",
+    "roost.bench.cli",
     "roost.cli.demo",
 )
 

@@ -3,8 +3,8 @@
 - `protocol`: the `Env` protocol and its records (actions, observations, steps, tasks).
 - `errors`: the error classes, shared by server and client.
 - `registry`: env names → entry points; `make_env` builds one in this process.
-- `wire`, `server`, `episodes`, `worker`, `serve`: the HTTP env server, its episodes and
-  leases, and the worker processes that run env code.
+- `wire`, `http_app`, `episodes`, `worker`, `serve`: the HTTP env server (its wire types, its
+  FastAPI app, episodes and leases, worker processes that run env code, and running it).
 - `client`: the async HTTP client (`EnvClient`) and `RemoteEnv`.
 - `gym_wrapper`: `GymEnv`, a `gymnasium.Env` over any env.
 - `containers`: building and running an env's image (`roost serve ENV --docker`).

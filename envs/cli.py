@@ -1,4 +1,4 @@
-"""`roost serve`, `roost envs ...` and `roost bench env`: thin layers over roost.envs."""
+"""`roost serve` and `roost envs ...`: thin layers over roost.envs."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     app.command("serve")(serve)
     _env_subcommands()
     app.add_typer(envs_app, name="envs")
-    bench.command("env")(bench_env)
 
 
 def _err(message: str) -> None:
@@ -182,27 +181,3 @@ def download(
         raise typer.Exit(1) from None
     counts = ", ".join(f"{split}: {len(games)}" for split, games in catalog.games.items())
     _err(f"ALFWorld data in {data_dir} ({counts})")
-
-
-def bench_env(
-    env: str = typer.Argument("alfworld", help="Env name or entry point."),
-    concurrency: list[int] = typer.Option([1, 8, 32], "--concurrency", help="Concurrent episodes (repeatable)."),
-    seconds: float = typer.Option(5.0, help="Measuring time per quantity and level."),
-    workers: int = typer.Option(os.cpu_count() or 1, help="Server worker processes."),
-    env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env (repeatable)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Env server throughput: resets/s and steps/s per concurrency, and RSS per live episode."""
-    import asyncio
-
-    from roost.envs.bench import BenchConfig, run_bench
-    from roost.envs.bench import as_json as results_json
-
-    config = BenchConfig(env, tuple(env_arg), tuple(concurrency), seconds, workers)
-    results = results_json(asyncio.run(run_bench(config)))
-    if as_json:
-        typer.echo(json.dumps(results, indent=1))
-        return
-    for r in results:
-        typer.echo(f"{r['env']} c={r['concurrency']:>3}: {r['resets_per_s']:8.2f} resets/s "
-                   f"{r['steps_per_s']:8.2f} steps/s {r['rss_mb_per_episode']:7.2f} MB/episode")

@@ -1,6 +1,6 @@
 """Errors of the env layer. Each carries a stable `code`, the `type` of the HTTP error body.
 
-The server maps codes to statuses (`roost.envs.server.errors`) and the client maps
+The server maps codes to statuses (`roost.envs.http_app.STATUS`) and the client maps
 them back to these classes, so a caller catches the same exception whether the env
 runs in-process or behind HTTP.
 """

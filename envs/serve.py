@@ -53,7 +53,7 @@ def build_manager(config: ServerConfig) -> EpisodeManager:
 
 
 def build_app(config: ServerConfig, manager: EpisodeManager | None = None):
-    from roost.envs.server import create_app
+    from roost.envs.http_app import create_app
 
     manager = manager or build_manager(config)
     app = create_app(manager, max_body_bytes=config.max_body_bytes)

@@ -1,6 +1,6 @@
 """The trainer: samples → advantages → prefix-tree microbatches → Megatron step → weights.
 
-    from roost.trainer.batches import group_samples, samples_from_store
+    from roost.trainer.sample_sources import group_samples, samples_from_store
     from roost.trainer.advantages import AdvantageConfig, compute_advantages
     from roost.trainer.megatron import parallel
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig

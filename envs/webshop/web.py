@@ -152,7 +152,7 @@ def _error_page(status: int, message: str) -> HTMLResponse:
 def build_web_app(env_kwargs: dict[str, Any] | None = None, manager_config: ManagerConfig = ManagerConfig(),
                   env: str = "webshop"):
     """The env server's app (JSON API) with the web routes added."""
-    from roost.envs.server import create_app
+    from roost.envs.http_app import create_app
     from roost.envs.worker import WorkerConfig
 
     manager = EpisodeManager(WorkerConfig(env, env_kwargs or {}), manager_config)

@@ -1,8 +1,7 @@
-"""`roost engine` (serve the embedded engine) and `roost bench engine`."""
+"""`roost engine`: serve the embedded engine."""
 
 from __future__ import annotations
 
-import json
 import os
 from enum import Enum
 from pathlib import Path
@@ -54,20 +53,5 @@ def engine(
     serve(engine_, host=host, port=port, api_key=api_key, log_level=log_level)
 
 
-def bench_engine(
-    model: str = typer.Option("tiny", help="Model to benchmark."),
-    concurrency: str = typer.Option("1,8,32", help="Comma-separated concurrency levels."),
-    new_tokens: int = typer.Option(64, help="Tokens generated per request."),
-    prompt_tokens: int = typer.Option(32, help="Prompt length per request."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per level."),
-) -> None:
-    """Decode tokens/s of the engine vs Hugging Face `generate` on the same model and batch."""
-    from .bench import run_bench
-
-    for row in run_bench(model, [int(c) for c in concurrency.split(",")], new_tokens, prompt_tokens):
-        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
-
-
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     app.command("engine")(engine)
-    bench.command("engine")(bench_engine)

@@ -30,7 +30,7 @@ from .recording import (
     CallTarget, Sampled, build_reply, call_record, new_id, node_for, timings,
 )
 from .responses import SSE_DONE, chat_logprobs, chunk, finish_reason, sse, tool_call_dict, usage
-from .sampling import max_new_tokens, prompt_limit, prompt_too_long, refuse_unsupported, stop_strings, to_sglang
+from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long, refuse_unsupported, stop_strings, to_sglang
 from .stop_strings import StopTrimmer, trim_stop
 from .token_tree import AgentTree
 from .wire import ChatCompletionRequest, ChatMessage, Tool

@@ -1,4 +1,4 @@
-"""`roost gateway`, `roost preflight`, `roost trajectories export` and `roost bench gateway`."""
+"""`roost gateway`, `roost preflight` and `roost trajectories export`."""
 
 from __future__ import annotations
 
@@ -112,23 +112,9 @@ def export(
     typer.echo(json.dumps({"rows": count, "out": str(out), "format": fmt, "kind": kind}))
 
 
-def bench_gateway(
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per concurrency."),
-    concurrency: str = typer.Option("1,16,256", help="Comma-separated concurrency levels."),
-    seconds: float = typer.Option(4.0, help="Measuring time per level and path."),
-    engine_url: str = typer.Option(None, help="Use this running scripted engine instead of starting one."),
-) -> None:
-    """Same chat load straight to the engine's scripted sampler and through the gateway."""
-    from .bench import run_bench
-
-    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url):
-        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
-
-
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     app.command("gateway")(gateway)
     app.command("preflight")(preflight)
     trajectories = typer.Typer(help="The trajectory store.", no_args_is_help=True)
     trajectories.command("export")(export)
     app.add_typer(trajectories, name="trajectories")
-    bench.command("gateway")(bench_gateway)

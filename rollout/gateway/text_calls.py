@@ -25,7 +25,7 @@ from .errors import BackendUnavailable, InvalidRequest, engine_failure
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, Sampled, call_record, new_id, node_for, timings
 from .responses import SSE_DONE, chunk, completion_logprobs, sse, usage
-from .sampling import max_new_tokens, prompt_limit, prompt_too_long, refuse_unsupported, stop_strings, to_sglang
+from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long, refuse_unsupported, stop_strings, to_sglang
 from .stop_strings import StopTrimmer, trim_stop
 from .wire import CompletionRequest
 

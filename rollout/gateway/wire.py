@@ -7,7 +7,7 @@ of the server.
 Unknown fields are rejected with a 400 naming them, so a typo'd sampling parameter cannot
 silently change nothing. Fields OpenAI defines that roost cannot honour are accepted only
 where ignoring them is harmless (`user`, `store`, `metadata`, ...); the rest are refused in
-`sampling.py` with a message saying so.
+`sampling_params.py` with a message saying so.
 """
 
 from __future__ import annotations

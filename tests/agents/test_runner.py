@@ -17,7 +17,7 @@ from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
 from roost.rollout.keys import bearer
 from roost.trainer.advantages import Group
-from roost.trainer.batches import samples_from_store
+from roost.trainer.sample_sources import samples_from_store
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from roost.envs.bench import BenchConfig, as_json, run_bench
+from roost.bench.env import BenchConfig, as_json, run_bench
 
 pytestmark = pytest.mark.slow
 

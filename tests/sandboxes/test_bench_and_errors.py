@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from roost.sandboxes import SandboxConfig, SandboxSpec, SandboxUnavailable, make_backend, start_sandbox
-from roost.sandboxes.cli import register
+from roost.bench.cli import register
 from roost.sandboxes.errors import SandboxError
 
 

@@ -111,7 +111,7 @@ def test_every_training_recipe_has_a_cpu_and_a_gpu_variant():
 
 
 def test_the_demo_and_its_quick_variant_are_valid_recipes(tmp_path):
-    from roost.trainer.demo import DemoConfig, demo_recipe
+    from roost.cli.demo_pipeline import DemoConfig, demo_recipe
 
     for config in (DemoConfig(), DemoConfig.quick()):
         recipe = demo_recipe(config, tmp_path / "run", tmp_path / "cache")

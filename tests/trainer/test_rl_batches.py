@@ -9,7 +9,7 @@ from roost.agents.results import EpisodeStatus
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.keys import bearer
 from roost.rollout.store.samples import CallRef, Sample
-from roost.trainer.rl_batches import collect_batch, session_status, staleness
+from roost.trainer.rl.batches import collect_batch, session_status, staleness
 
 
 def sample_of_versions(*versions: str) -> Sample:

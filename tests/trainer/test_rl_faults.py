@@ -15,10 +15,10 @@ import pytest
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.agents.results import EpisodeStatus
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
-from roost.trainer.rl_batches import collect_batch
+from roost.trainer.rl.batches import collect_batch
 from roost.rollout.server_process import free_port
-from roost.trainer.rl_services import ServiceActor, SupervisedServer
-from roost.trainer.rollout_workers import GroupSpec, RolloutWorker
+from roost.trainer.rl.services import ServiceActor, SupervisedServer
+from roost.trainer.rl.rollout_workers import GroupSpec, RolloutWorker
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +133,7 @@ async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_lab
 
 async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_version(tiny_model_path, tmp_path):
     from roost.rollout.sglang_client import SGLangClient
-    from roost.trainer.rl_services import _roost
+    from roost.trainer.rl.services import _roost
 
     port, key = free_port(), "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it
     actor = ServiceActor("engine", _roost("engine", "--model", "tiny", "--port", str(port)), "127.0.0.1", port,

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from roost.trainer.recipe import validate_recipe
-from roost.trainer.rl_loop import train
+from roost.trainer.rl.loop import train
 
 pytestmark = pytest.mark.slow
 

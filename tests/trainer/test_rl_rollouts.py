@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from roost.envs.protocol import Task
-from roost.trainer.rl_rollouts import pick, task_pool
+from roost.trainer.rl.rollouts import pick, task_pool
 
 TASKS = [Task(id=f"train/{i:03d}", split="train") for i in range(40)]
 

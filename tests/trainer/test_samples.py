@@ -7,7 +7,7 @@ import json
 import pytest
 
 from roost.rollout.store.samples import Sample, SampleError
-from roost.trainer.batches import group_samples, read_jsonl, write_jsonl
+from roost.trainer.sample_sources import group_samples, read_jsonl, write_jsonl
 
 from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
 
@@ -70,7 +70,7 @@ def test_samples_from_the_trajectory_store(tmp_path):
     from roost.rollout.store.trajectory_store import TrajectoryStore
 
     from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
-    from roost.trainer.batches import samples_from_store
+    from roost.trainer.sample_sources import samples_from_store
 
     def call(cid, seq, prompt, sampled, lp, parent=None, shared=0, kind="root"):
         return CallRecord(

@@ -8,8 +8,8 @@ import torch
 from roost.agents.observing_expert import ObservingExpert, parse_goal
 from roost.trainer.losses import LossConfig, SampleTerms, policy_loss
 from roost.trainer.recipe import SFTConfig
-from roost.trainer.sft import batch_indices, lr_at
-from roost.trainer.sft_data import ChatRenderer, Transcript, tool_agent_messages
+from roost.trainer.sft.train import batch_indices, lr_at
+from roost.trainer.sft.data import ChatRenderer, Transcript, tool_agent_messages
 
 
 def test_the_sft_loss_is_the_weighted_nll_of_the_sampled_tokens():
@@ -72,7 +72,7 @@ async def test_the_observing_expert_wins_every_game_even_with_slips():
     from roost.envs.alfworld.fixtures import FixtureSpec, cached_fixtures
     from roost.envs.episodes import EpisodeManager, ManagerConfig
     from roost.envs.worker import WorkerConfig
-    from roost.trainer.sft_data import RecordingAgent
+    from roost.trainer.sft.data import RecordingAgent
 
     data = cached_fixtures(FixtureSpec())
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(data)}), ManagerConfig(workers=2))

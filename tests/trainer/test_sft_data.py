@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 
 from roost.rollout.keys import bearer
-from roost.trainer.batches import samples_from_store
-from roost.trainer.sft_data import ChatRenderer, Transcript, tool_agent_messages
+from roost.trainer.sample_sources import samples_from_store
+from roost.trainer.sft.data import ChatRenderer, Transcript, tool_agent_messages
 
 TOOLS = [{"type": "function", "function": {
     "name": "act", "description": "Send one command to the household game.",

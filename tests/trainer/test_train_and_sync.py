@@ -20,7 +20,7 @@ from roost.rollout.keys import bearer
 from roost.rollout.sglang_client import SGLangClient
 from roost.rollout.store.samples import Sample
 from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
-from roost.trainer.batches import group_samples, samples_from_store
+from roost.trainer.sample_sources import group_samples, samples_from_store
 from roost.trainer.hf_checkpoint import CheckpointMismatch
 from roost.trainer.weight_sync import WeightSyncError, sync_weights
 

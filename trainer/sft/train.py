@@ -1,9 +1,9 @@
 """Supervised fine-tuning with the RL trainer: the negative log-likelihood of assistant tokens.
 
     samples = sft_samples(recipe, renderer, transcripts)        # or read_jsonl / the store
-    run_sft(trainer, samples, recipe.sft, on_step=...)          # trainer: rl_trainer.TrainerGroup
+    run_sft(trainer, samples, recipe.sft, on_step=...)          # trainer: rl.trainer.TrainerGroup
 
-The data: expert transcripts rendered as the `tool` agent's chat (`sft_data`), `Sample`
+The data: expert transcripts rendered as the `tool` agent's chat (`sft.data`), `Sample`
 records from a JSONL file, or the successful sessions of a trajectory store (rejection
 sampling). Batches are drawn epoch by epoch in an order fixed by the seed, so a resumed
 run continues with the same batches. The learning rate warms up linearly, then decays
@@ -21,12 +21,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .advantages import Scored
+from ..advantages import Scored
 from roost.agents.tool_agent import SYSTEM_PROMPT
 from roost.rollout.store.samples import Sample
 
-from .recipe import AgentConfig, SFTConfig, SFTData
-from .sft_data import ChatRenderer, RecordingAgent, Transcript, tool_agent_messages
+from ..recipe import AgentConfig, SFTConfig, SFTData
+from .data import ChatRenderer, RecordingAgent, Transcript, tool_agent_messages
 
 
 def lr_at(step: int, config: SFTConfig) -> float:
@@ -52,7 +52,7 @@ def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
 def run_sft(trainer: Any, samples: list[Sample], config: SFTConfig, *, seed: int = 0, start_step: int = 0,
             on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
     """Train `config.steps` SFT steps (from `start_step`) with the trainer's policy."""
-    from .losses import LossConfig
+    from ..losses import LossConfig
 
     if not samples:
         raise ValueError("SFT has no samples; check sft.data (no successful expert episodes or records?)")
@@ -139,7 +139,7 @@ def render_transcripts(renderer: ChatRenderer, transcripts: list[Transcript], to
 
 def recorded_samples(data: SFTData) -> list[Sample]:
     """SFT samples from a JSONL file of Sample records, or a store's well-rewarded sessions."""
-    from .batches import read_jsonl, samples_from_store
+    from ..sample_sources import read_jsonl, samples_from_store
 
     if not data.path:
         raise ValueError(f"sft.data.source {data.source!r} needs sft.data.path")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .recipe import Recipe, validate_recipe
+from roost.trainer.recipe import Recipe, validate_recipe
 
 SYSTEM_PROMPT = "You are in a household text game. Reply with exactly one admissible command."
 
@@ -150,7 +150,7 @@ def run_demo(config: DemoConfig, run_dir: Path, console: Any) -> DemoResult:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from .rl_loop import Hooks, train
+    from roost.trainer.rl.loop import Hooks, train
 
     started = time.perf_counter()
     home = Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()

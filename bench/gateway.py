@@ -160,7 +160,7 @@ def _merge(a: tuple, b: tuple) -> tuple:
 def _prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
     from transformers import AutoTokenizer
 
-    from ..engine.tiny_model import resolve_model
+    from roost.rollout.engine.tiny_model import resolve_model
 
     hf = AutoTokenizer.from_pretrained(str(resolve_model("tiny")))
     text = hf.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
@@ -168,8 +168,8 @@ def _prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 
 def run_bench(levels: list[int], *, seconds: float = 4.0, engine_url: str | None = None) -> list[dict[str, Any]]:
-    from ..engine.launch import EngineProcess
-    from .launch import GatewayProcess
+    from roost.rollout.engine.launch import EngineProcess
+    from roost.rollout.gateway.launch import GatewayProcess
 
     messages = bench_messages()
     input_ids = _prompt_ids(messages)

@@ -18,12 +18,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .recipe import Recipe
+from ..recipe import Recipe
 
 
 def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) -> Any:
-    from .losses import LossConfig
-    from .megatron.train import TrainConfig
+    from ..losses import LossConfig
+    from ..megatron.train import TrainConfig
 
     t = recipe.trainer
     loss = t.loss.model_dump()
@@ -56,8 +56,8 @@ class TrainerRank:
     def init(self, init_method: str, config: Any) -> dict[str, Any]:
         import torch
 
-        from .megatron import parallel
-        from .megatron.train import MegatronPolicy
+        from ..megatron import parallel
+        from ..megatron.train import MegatronPolicy
 
         torch.set_num_threads(self.threads or max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         info = parallel.init(tp=self.tp, rank=self.rank, world_size=self.world_size, init_method=init_method)
@@ -100,7 +100,7 @@ class TrainerRank:
         self.policy.steps = state["steps"]
 
     def shutdown(self) -> None:
-        from .megatron import parallel
+        from ..megatron import parallel
 
         parallel.shutdown()
 

@@ -108,10 +108,10 @@ def _serve_layout(checkpoint: str, case: str, layout: str, vocab: int, threads: 
     from roost.rollout.engine.model_spec import ModelSpec
     from roost.rollout.engine.rope import inverse_frequencies
 
-    from . import hf_checkpoint
-    from .megatron import convert, parallel
-    from .megatron.model import build_gpt_model, scored_logprobs, transformer_config
-    from .prefix_tree import build_microbatches
+    from roost.trainer import hf_checkpoint
+    from roost.trainer.megatron import convert, parallel
+    from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
+    from roost.trainer.prefix_tree import build_microbatches
 
     parallel.init(tp=1)
     spec = ModelSpec.from_folder(checkpoint)

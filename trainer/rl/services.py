@@ -24,7 +24,7 @@ from typing import Any
 from roost.lifetime import die_with_parent, stop_process
 from roost.rollout.server_process import ServerStartError, is_healthy, wait_healthy
 
-from .recipe import Recipe
+from ..recipe import Recipe
 
 
 class ServiceError(RuntimeError):

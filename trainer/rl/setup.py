@@ -17,8 +17,8 @@ from typing import Any
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 from roost.rollout.server_process import free_port
 
-from .recipe import Recipe
-from .rl_services import ServiceActor, env_command, gateway_command, engine_command
+from ..recipe import Recipe
+from .services import ServiceActor, env_command, gateway_command, engine_command
 
 
 @contextlib.contextmanager
@@ -82,7 +82,7 @@ def placement(recipe: Recipe) -> Placement:
 
 def prepare_env(recipe: Recipe) -> dict[str, Any]:
     """The env's kwargs after its `prepare` hook (fixture generation, downloads) has run."""
-    from .advantages import load_function
+    from ..advantages import load_function
 
     kwargs = dict(recipe.env.kwargs)
     if recipe.env.prepare:

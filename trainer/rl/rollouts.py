@@ -23,8 +23,8 @@ from typing import Any
 from roost.agents.results import EpisodeResult
 from roost.envs.protocol import Task
 
-from .checkpoint import RunState
-from .recipe import Recipe
+from ..checkpoint import RunState
+from ..recipe import Recipe
 from .rollout_workers import GroupOutcome, GroupSpec
 
 EVAL_PREFIX = "eval"

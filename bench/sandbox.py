@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .config import SandboxConfig
-from .overlay import remove_tree
-from .protocol import SandboxSpec
-from .registry import backend_class
+from roost.sandboxes.config import SandboxConfig
+from roost.sandboxes.overlay import remove_tree
+from roost.sandboxes.protocol import SandboxSpec
+from roost.sandboxes.registry import backend_class
 
 
 def make_bench_repo(root: Path, files: int, file_bytes: int) -> Path:

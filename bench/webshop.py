@@ -1,7 +1,7 @@
 """WebShop benchmark: the env hub's server benchmark plus search latency over the catalog.
 
-    python -m roost.envs.webshop.bench --json                # both, one JSON object per concurrency
-    python -m roost.envs.webshop.bench --search-only --json  # search latency alone (no server)
+    python -m roost.bench.webshop --json                # both, one JSON object per concurrency
+    python -m roost.bench.webshop --search-only --json  # search latency alone (no server)
 
 `roost bench env webshop --json` gives the server figures alone (`concurrency`,
 `resets_per_s`, `steps_per_s`, `rss_mb_per_episode`); its steps follow
@@ -42,7 +42,7 @@ def search_latency(catalog: Catalog, repeats: int = 3) -> dict[str, float | int 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m roost.envs.webshop.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m roost.bench.webshop", description=__doc__.split("\n")[0])
     parser.add_argument("--concurrency", type=int, action="append", help="Concurrent episodes (repeatable; 1 8 32)")
     parser.add_argument("--seconds", type=float, default=5.0, help="Measuring time per quantity and level.")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     search = search_latency(catalog)
     results: list[dict] = [search]
     if not args.search_only:
-        from roost.envs.bench import BenchConfig, run_bench
+        from roost.bench.env import BenchConfig, run_bench
 
         config = BenchConfig("webshop", tuple(args.env_arg), tuple(args.concurrency or (1, 8, 32)),
                              args.seconds, args.workers)

@@ -12,8 +12,8 @@ import time
 import httpx
 import torch
 
-from .launch import EngineProcess
-from .tiny_model import resolve_model
+from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.engine.tiny_model import resolve_model
 
 
 def _prompts(count: int, length: int) -> list[list[int]]:

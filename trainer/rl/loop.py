@@ -4,7 +4,7 @@
 
 Read top to bottom: set up (Ray, env server, model, engine, gateway, trainer ranks,
 rollout workers), evaluate the starting policy, SFT if the recipe has it, then the RL
-steps: take finished groups (`rl_rollouts`), keep the trainable samples (`rl_batches`),
+steps: take finished groups (`rollouts`), keep the trainable samples (`batches`),
 score them (`advantages`), one optimizer step, export and load the new weights into the
 engine, log, checkpoint. Evaluations before, after SFT, every `eval.every` steps and at the
 end go into the summary (and `evals.json`).
@@ -22,10 +22,10 @@ from typing import Any
 
 from roost.agents.results import UNSCORED
 
-from .checkpoint import RunState, checkpoint_dir, load_evals, prune_checkpoints, save_evals
-from .metrics import MetricsLogger
-from .recipe import Recipe, dump_recipe
-from .rl_batches import collect_batch
+from ..checkpoint import RunState, checkpoint_dir, load_evals, prune_checkpoints, save_evals
+from ..metrics import MetricsLogger
+from ..recipe import Recipe, dump_recipe
+from .batches import collect_batch
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Hooks:
 
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
-    from .rl_setup import placement, prepare_env, ray_session, services, start_env, stop_services
+    from .setup import placement, prepare_env, ray_session, services, start_env, stop_services
 
     hooks = hooks or Hooks()
     run_dir = recipe.output_dir.resolve()
@@ -89,7 +89,7 @@ def _sft_transcripts(recipe: Recipe, env_url: str, run_dir: Path) -> tuple[list,
     env_tools = asyncio.run(tools())
     if recipe.sft is None or recipe.sft.data.source != "expert":
         return [], env_tools
-    from .sft import expert_transcripts
+    from ..sft.train import expert_transcripts
 
     transcripts = expert_transcripts(env_url, recipe.env.split, recipe.sft.data, max_turns=recipe.sft.data.max_turns,
                                      seed=recipe.schedule.seed,
@@ -106,7 +106,7 @@ def _model(recipe: Recipe, run_dir: Path, transcripts: list, tools: list) -> str
     from roost.rollout.engine.small_vocab_model import SmallModelShape, build_small_vocab_model
     from roost.rollout.engine.tokenizer_files import qwen3_tokenizer_dir
 
-    from .sft import transcript_messages
+    from ..sft.train import transcript_messages
 
     if not transcripts:
         raise ValueError("model.small_vocab needs expert transcripts to train its tokenizer, and the expert "
@@ -126,8 +126,8 @@ class _Run:
                  metrics: MetricsLogger, hooks: Hooks) -> None:
         import ray
 
-        from .rl_rollouts import Rollouts, task_pool
-        from .rl_trainer import TrainerGroup
+        from .rollouts import Rollouts, task_pool
+        from .trainer import TrainerGroup
         from .rollout_workers import RolloutWorker
 
         self.recipe, self.run_dir, self.state, self.svc = recipe, run_dir, state, svc
@@ -174,8 +174,8 @@ class _Run:
 
     # --- SFT -----------------------------------------------------------------------------
     def _sft(self, transcripts: list, tools: list) -> None:
-        from .sft import recorded_samples, render_transcripts, run_sft
-        from .sft_data import ChatRenderer
+        from ..sft.train import recorded_samples, render_transcripts, run_sft
+        from ..sft.data import ChatRenderer
 
         sft = self.recipe.sft
         if sft.data.source == "expert":
@@ -200,7 +200,7 @@ class _Run:
 
     # --- RL ------------------------------------------------------------------------------
     def _rl_loss(self) -> None:
-        from .rl_trainer import train_config
+        from .trainer import train_config
 
         # the KL reference is the policy RL starts from (after SFT, else the recipe's model),
         # kept across resumes
@@ -209,7 +209,7 @@ class _Run:
         self.trainer.set_loss(config.loss, config.lr, reference=self.state.reference)
 
     def _rl(self) -> None:
-        from .advantages import AdvantageConfig, EstimatorConfig, compute_advantages
+        from ..advantages import AdvantageConfig, EstimatorConfig, compute_advantages
 
         recipe, state = self.recipe, self.state
         algo = recipe.algorithm
@@ -279,7 +279,7 @@ class _Run:
         restarting engine comes back."""
         import ray
 
-        from .weight_sync import sync_weights
+        from ..weight_sync import sync_weights
 
         for attempt in range(tries):
             try:

@@ -21,8 +21,8 @@ from pathlib import Path
 from roost.agents.results import EpisodeStatus
 from roost.rollout.store.samples import Sample
 
-from .advantages import Group
-from .batches import group_samples, samples_from_store
+from ..advantages import Group
+from ..sample_sources import group_samples, samples_from_store
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The benchmarks behind `roost bench ...`, apart from the library code they measure: one module per benchmark."""

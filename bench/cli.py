@@ -1,0 +1,99 @@
+"""`roost bench ...`: one command per benchmark, each printing JSON (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import typer
+
+
+def bench_env(
+    env: str = typer.Argument("alfworld", help="Env name or entry point."),
+    concurrency: list[int] = typer.Option([1, 8, 32], "--concurrency", help="Concurrent episodes (repeatable)."),
+    seconds: float = typer.Option(5.0, help="Measuring time per quantity and level."),
+    workers: int = typer.Option(os.cpu_count() or 1, help="Server worker processes."),
+    env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Env server throughput: resets/s and steps/s per concurrency, and RSS per live episode."""
+    import asyncio
+
+    from roost.bench.env import BenchConfig, run_bench
+    from roost.bench.env import as_json as results_json
+
+    config = BenchConfig(env, tuple(env_arg), tuple(concurrency), seconds, workers)
+    results = results_json(asyncio.run(run_bench(config)))
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+        return
+    for r in results:
+        typer.echo(f"{r['env']} c={r['concurrency']:>3}: {r['resets_per_s']:8.2f} resets/s "
+                   f"{r['steps_per_s']:8.2f} steps/s {r['rss_mb_per_episode']:7.2f} MB/episode")
+
+
+def bench_engine(
+    model: str = typer.Option("tiny", help="Model to benchmark."),
+    concurrency: str = typer.Option("1,8,32", help="Comma-separated concurrency levels."),
+    new_tokens: int = typer.Option(64, help="Tokens generated per request."),
+    prompt_tokens: int = typer.Option(32, help="Prompt length per request."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per level."),
+) -> None:
+    """Decode tokens/s of the engine vs Hugging Face `generate` on the same model and batch."""
+    from roost.bench.engine import run_bench
+
+    for row in run_bench(model, [int(c) for c in concurrency.split(",")], new_tokens, prompt_tokens):
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def bench_gateway(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per concurrency."),
+    concurrency: str = typer.Option("1,16,256", help="Comma-separated concurrency levels."),
+    seconds: float = typer.Option(4.0, help="Measuring time per level and path."),
+    engine_url: str = typer.Option(None, help="Use this running scripted engine instead of starting one."),
+) -> None:
+    """Same chat load straight to the engine's scripted sampler and through the gateway."""
+    from roost.bench.gateway import run_bench
+
+    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url):
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def bench_sandbox(
+    backends: str = typer.Option("docker,bubblewrap,local", help="Comma-separated backends to measure."),
+    reps: int = typer.Option(5, help="Sandbox starts per measurement (median reported)."),
+    execs: int = typer.Option(20, help="Exec round trips (median reported)."),
+    repo_files: int = typer.Option(500, help="Files in the generated repository for fresh_repo_ms."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per backend."),
+) -> None:
+    """Median sandbox start, exec round trip and fresh-repository times, per backend.
+
+    A backend that cannot run here is reported with available=false and the reason.
+    """
+    from roost.bench.sandbox import run_bench
+
+    for row in run_bench([b.strip() for b in backends.split(",") if b.strip()], reps=reps, execs=execs,
+                         repo_files=repo_files):
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def bench_prefix_tree(
+    case: list[str] = typer.Option(["grpo", "agentic"], help="Cases to run: grpo, agentic (repeat the option)."),
+    vocab_size: int = typer.Option(4096, help="Vocabulary of the benchmark model (151936 = Qwen3's)."),
+    repeats: int = typer.Option(2, help="Timed steps per layout (alternating); the fastest is reported."),
+    threads: int = typer.Option(2, help="torch threads per layout run."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per case."),
+) -> None:
+    """A training step on flat vs prefix-tree packed batches: time, peak memory, logprob equality."""
+    from roost.bench.prefix_tree import run_bench
+
+    for row in run_bench(case, vocab=vocab_size, repeats=repeats, threads=threads):
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    bench.command("engine")(bench_engine)
+    bench.command("gateway")(bench_gateway)
+    bench.command("env")(bench_env)
+    bench.command("sandbox")(bench_sandbox)
+    bench.command("prefix-tree")(bench_prefix_tree)
