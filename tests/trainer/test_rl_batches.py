@@ -73,3 +73,21 @@ async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(scripted_en
     assert later.groups == [] and later.counts["dropped_stale"] == 2
     kept = collect_batch(store, ["g0/t"], current_version=version + 1, max_staleness=1)
     assert kept.staleness == [1, 1]
+
+
+async def test_an_ok_session_with_no_reward_is_left_out_and_counted(scripted_engine_url, tmp_path):
+    # a command harness the env did not end that wrote no reward file: `roost run` reports
+    # reward_source none, and the trainer has nothing to score it by
+    from roost.rollout.gateway.config import GatewayConfig
+    from roost.rollout.sglang_client import SGLangClient
+
+    async with SGLangClient(scripted_engine_url) as engine:
+        version = int((await engine.model_info())["weight_version"])
+    store = tmp_path / "store.sqlite"
+    gateway = GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0))
+    with gateway:
+        async with httpx.AsyncClient(timeout=60) as http:
+            await record(http, gateway, "g1/t", {"status": "ok", "reward": 0.5, "reward_source": "file"}, 0.5)
+            await record(http, gateway, "g1/t", {"status": "ok", "reward": None, "reward_source": "none"}, None)
+    batch = collect_batch(store, ["g1/t"], current_version=version, max_staleness=0)
+    assert batch.counts == {"ok": 1, "no_reward": 1, "samples": 1} and batch.rewards == [0.5]

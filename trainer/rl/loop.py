@@ -384,7 +384,7 @@ def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, co
         "invalid_actions": sum(r.invalid_actions for r in ok) / len(ok) if ok else None,
         "episodes": len(results), "recovered_groups": rollout.recovered,
         **{s.value: batch.counts.get(s.value, 0) for s in UNSCORED},  # infra_error, timeout, agent_error
-        "unfinished": batch.counts.get("open", 0),
+        "unfinished": batch.counts.get("open", 0), "no_reward": batch.counts.get("no_reward", 0),
         "dropped_stale": batch.counts.get("dropped_stale", 0), "dropped_groups": counts.get("dropped_groups", 0),
         "staleness": sum(batch.staleness) / len(batch.staleness) if batch.staleness else 0.0,
         "rollout_s": rollout.seconds, "trained_samples": len(scored),
