@@ -60,7 +60,8 @@ class AgentOutcome:
     not end the episode and `reward_source` is `file`."""
     reward_source: RewardSource = RewardSource.ENV
     """Where the reward of an episode the env did not end comes from: the env's step rewards
-    (`env`), `reward` (`file`), or nowhere (`none`: the runner posts no reward)."""
+    (`env`), or the harness's own `reward` (`file`; when that is None the episode has no reward,
+    `none`, and the runner posts none)."""
     exit_code: int | None = None
     """A harness command's exit status (None: killed at its timeout)."""
     output_tail: str = ""
