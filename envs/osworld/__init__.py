@@ -1,5 +1,5 @@
-"""OSWorld: a real desktop per episode, OSWorld's task format, observations, actions and evaluators.
+"""OSWorld: a real desktop per episode, OSWorld's task format, config steps and evaluators.
 
-Kept import-light: the desktop's control server runs `python3 -m roost.envs.osworld.desktop.server`
-with the system Python, which has none of roost's dependencies.
+Kept import-light: the desktop's control server runs from this package with the system
+python3, which has none of roost's dependencies.
 """
