@@ -127,6 +127,12 @@ async def observe(client: DesktopClient, config: ObservationConfig, instruction:
     wants_image, wants_tree = kind != "a11y_tree", kind != "screenshot"
     png, xml = await asyncio.gather(client.screenshot() if wants_image else _none(),
                                     client.accessibility_tree() if wants_tree else _none())
+    return observation_from(config, instruction, png, xml, note)
+
+
+def observation_from(config: ObservationConfig, instruction: str, png: bytes | None, xml: str | None,
+                     note: str = "") -> Observation:
+    """The observation of a screenshot and a tree (either may be None: not asked for)."""
     table = clip_table(linearize_accessibility_tree(xml, config.platform), config.max_tree_chars) if xml else None
     image = base64.b64encode(png).decode("ascii") if png else None
     return Observation(observation_text(instruction, table, note), image=image, accessibility_tree=xml)
