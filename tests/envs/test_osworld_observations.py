@@ -60,8 +60,7 @@ WINDOWS_XML = f"""<desktop xmlns:wst="{WIN_ST}" xmlns:wcp="{WIN_CP}" xmlns:wcl="
 </desktop>"""
 
 
-@pytest.fixture(scope="module")
-def osworld_linearize():
+def load_osworld_linearize():
     """OSWorld's own function, compiled from the installed mm_agents/agent.py."""
     from mm_agents.accessibility_tree_wrap import heuristic_retrieve
 
@@ -76,6 +75,11 @@ def osworld_linearize():
                  "filter_nodes": heuristic_retrieve.filter_nodes}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "mm_agents/agent.py", "exec"), namespace)
     return namespace["linearize_accessibility_tree"]
+
+
+@pytest.fixture(scope="module")
+def osworld_linearize():
+    return load_osworld_linearize()
 
 
 @pytest.mark.parametrize("xml, platform", [(UBUNTU_XML, "ubuntu"), (WINDOWS_XML, "windows")])
@@ -112,3 +116,17 @@ def test_clip_and_text():
     text = observation_text("Save the file", table, "Last action: ran")
     assert text.startswith("Task: Save the file\n\nLast action: ran\n\nAccessibility tree:\ntag\tname")
     assert observation_text("Save", None) == "Task: Save"
+
+
+def test_the_cli_prints_the_table(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "tree.xml").write_text(UBUNTU_XML)
+    run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "linearize", str(tmp_path / "tree.xml")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.rstrip("\n") == linearize_accessibility_tree(UBUNTU_XML)
+    (tmp_path / "bad.xml").write_text("<a><b></a>")
+    run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "linearize", str(tmp_path / "bad.xml")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "mismatched tag" in run.stderr
