@@ -1,7 +1,7 @@
 """`provider="osworld"`: OSWorld's own `DesktopEnv` with its own VM providers, for those who have its image.
 
-    roost serve osworld --env-arg provider=osworld --env-arg official.provider_name=docker \
-        --env-arg official.path_to_vm=~/osworld/Ubuntu.qcow2 --env-arg tasks=~/OSWorld/evaluation_examples
+    roost serve osworld --env-arg provider=osworld --env-arg tasks=~/OSWorld/evaluation_examples \
+        --env-arg 'official={"provider_name": "docker", "path_to_vm": "/data/Ubuntu.qcow2"}'
 
 A thin path: OSWorld's DesktopEnv starts its VM (Docker/QEMU, VMware, VirtualBox, or a cloud
 provider), runs the task's config and evaluates it exactly as OSWorld does; roost adds only
@@ -55,9 +55,9 @@ def check_official(options: OfficialOptions) -> None:
     name = options.provider_name
     if name in LOCAL_PROVIDERS:
         if not options.path_to_vm:
-            raise BadRequestError(f"OSWorld's {name} provider needs its VM image: pass official.path_to_vm=PATH to "
-                                  f"{IMAGES[name]}; roost does not download it (use provider=roost for roost's "
-                                  "own desktops)")
+            raise BadRequestError(f"OSWorld's {name} provider needs its VM image: pass "
+                                  f"official={{\"path_to_vm\": PATH}}, PATH being {IMAGES[name]}; roost does not "
+                                  "download it (use provider=roost for roost's own desktops)")
         path = Path(options.path_to_vm).expanduser()
         if not path.exists():
             raise BadRequestError(f"OSWorld's VM image {path} does not exist; download {IMAGES[name]} there, "

@@ -64,7 +64,7 @@ def test_bad_arguments_are_named(tmp_path, tasks_dir):
 
 
 def test_official_provider_needs_its_vm_image(tasks_dir, tmp_path):
-    with pytest.raises(BadRequestError, match="needs its VM image: pass official.path_to_vm=PATH to Ubuntu.qcow2"):
+    with pytest.raises(BadRequestError, match=r'needs its VM image: pass official={"path_to_vm": PATH}, PATH being Ubuntu.qcow2'):
         make_factory(tasks=str(tasks_dir), provider="osworld")
     missing = tmp_path / "Ubuntu.qcow2"
     with pytest.raises(BadRequestError, match=f"OSWorld's VM image {missing} does not exist"):
