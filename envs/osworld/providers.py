@@ -108,8 +108,7 @@ class RoostSession:
         from .backends import DesktopConfig, start_desktop
         from .desktop_client import DesktopClient
 
-        config = DesktopConfig(backend=options.backend, width=options.width, height=options.height,
-                               cache_dir=options.cache_dir)
+        config = DesktopConfig(backend=options.backend, width=options.width, height=options.height)
         try:
             desktop = await start_desktop(config)
         except Exception as exc:
