@@ -9,6 +9,9 @@ desktop that stops answering turns into `EnvFaultError` here, once, for every ca
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import tempfile
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,10 +101,16 @@ async def open_session(options: SessionOptions, task: OSWorldTask) -> DesktopSes
 
 
 class RoostSession:
-    def __init__(self, options: SessionOptions, desktop: Desktop, client: DesktopClient) -> None:
+    def __init__(self, options: SessionOptions, desktop: Desktop, client: DesktopClient, task_id: str) -> None:
+        from .config_steps import TaskContext
+        from .file_cache import FileCache
+
         self.options = options
         self.desktop = desktop
         self.client = client
+        self.work_dir = Path(tempfile.mkdtemp(prefix=f"roost-osworld-{_safe(task_id)}-"))
+        self.context = TaskContext(task_id, client, desktop.host, desktop.server_port, desktop.chromium_port,
+                                   FileCache(options.cache_dir), self.work_dir, (options.width, options.height))
 
     @classmethod
     async def open(cls, options: SessionOptions, task: OSWorldTask) -> RoostSession:
@@ -113,7 +122,7 @@ class RoostSession:
             desktop = await start_desktop(config)
         except Exception as exc:
             raise EnvFaultError(f"could not start a {options.backend} desktop: {type(exc).__name__}: {exc}") from exc
-        session = cls(options, desktop, DesktopClient(desktop.url, timeout_s=30.0))
+        session = cls(options, desktop, DesktopClient(desktop.url, timeout_s=30.0), task.id)
         try:
             await session._guard(session._configure(task), "ran the task's config steps")
         except BaseException:
@@ -132,7 +141,7 @@ class RoostSession:
     async def evaluate(self, task: OSWorldTask, history: list[Any]) -> Evaluation:
         from .evaluator import evaluate_task
 
-        result = await self._guard(evaluate_task(task, self._evaluation_context(), history), "was evaluated")
+        result = await self._guard(evaluate_task(task, self.context, history), "was evaluated")
         return Evaluation(float(result.reward), result.details)
 
     def describe(self) -> dict[str, Any]:
@@ -142,18 +151,14 @@ class RoostSession:
     async def close(self) -> None:
         try:
             await self.client.aclose()
-        finally:
             await self.desktop.close()
+        finally:
+            await asyncio.to_thread(shutil.rmtree, self.work_dir, True)
 
     async def _configure(self, task: OSWorldTask) -> None:
-        from .config_steps import run_config
+        from .config_steps import run_steps
 
-        await run_config(task, self._evaluation_context())
-
-    def _evaluation_context(self):
-        from .evaluator import DesktopContext
-
-        return DesktopContext(self.client, self.desktop, self.options.cache_dir / "tasks")
+        await run_steps(task.config, self.context)
 
     async def _guard(self, work: Awaitable[T], doing: str) -> T:
         """`work`, with a lost desktop turned into an env fault (and the desktop checked once)."""
@@ -166,6 +171,10 @@ class RoostSession:
             state = "is still up but its control server failed" if alive else "died"
             raise EnvFaultError(f"the desktop {state} while it {doing}: {exc}; the episode is an infra error "
                                 "and its desktop is stopped") from exc
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:40]
 
 
 def _tail(text: str) -> str:
