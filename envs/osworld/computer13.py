@@ -9,7 +9,6 @@ and reproducible), and every value is checked (type, range, key names) and writt
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from roost.envs.errors import InvalidActionError
@@ -34,14 +33,14 @@ def computer13_code(action: dict[str, Any]) -> str:
     """The pyautogui code of one computer_13 action (not WAIT/FAIL/DONE, which run nothing)."""
     kind = action.get("action_type")
     spec = next((s for s in action_space() if s["action_type"] == kind), None)
-    if spec is None or kind not in _CODE:
+    if spec is None or kind not in _KINDS:
         known = ", ".join(s["action_type"] for s in action_space())
         raise InvalidActionError(f"unknown computer_13 action_type {kind!r}; expected one of {known}")
     params = action["parameters"] if "parameters" in action else {k: v for k, v in action.items() if k != "action_type"}
     if not isinstance(params, dict):
         raise InvalidActionError(f"'parameters' of {kind} must be an object, got {params!r:.200}")
     _check(kind, spec.get("parameters", {}), params)
-    return _CODE[kind](params)
+    return _code(kind, params)
 
 
 def _check(kind: str, spec: dict[str, Any], params: Params) -> None:
@@ -87,33 +86,38 @@ def _check_key(kind: str, key: Any) -> None:
                                  "e.g. 'enter', 'ctrl', 'a', 'f5'")
 
 
-def _args(params: Params, *names: str, rename: dict[str, str] | None = None) -> str:
-    rename = rename or {}
-    return ", ".join(f"{rename.get(n, n)}={params[n]!r}" for n in names if n in params)
-
-
-def _click(params: Params) -> str:
-    return f"pyautogui.click({_args(params, 'button', 'x', 'y', 'num_clicks', rename={'num_clicks': 'clicks'})})"
-
-
-def _scroll(params: Params) -> str:
-    calls = [f"pyautogui.{call}({params[name]!r})" for name, call in (("dx", "hscroll"), ("dy", "vscroll"))
-             if name in params]
-    return "\n".join(calls)
-
-
-_CODE: dict[str, Callable[[Params], str]] = {
-    "MOVE_TO": lambda p: f"pyautogui.moveTo({p['x']!r}, {p['y']!r})",
-    "CLICK": _click,
-    "MOUSE_DOWN": lambda p: f"pyautogui.mouseDown({_args(p, 'button')})",
-    "MOUSE_UP": lambda p: f"pyautogui.mouseUp({_args(p, 'button')})",
-    "RIGHT_CLICK": lambda p: f"pyautogui.rightClick({_args(p, 'x', 'y')})",
-    "DOUBLE_CLICK": lambda p: f"pyautogui.doubleClick({_args(p, 'x', 'y')})",
-    "DRAG_TO": lambda p: f"pyautogui.dragTo({p['x']!r}, {p['y']!r}, duration=0.5, button='left', mouseDownUp=True)",
-    "SCROLL": _scroll,
-    "TYPING": lambda p: f"pyautogui.typewrite({p['text']!r})",
-    "PRESS": lambda p: f"pyautogui.press({p['key']!r})",
-    "KEY_DOWN": lambda p: f"pyautogui.keyDown({p['key']!r})",
-    "KEY_UP": lambda p: f"pyautogui.keyUp({p['key']!r})",
-    "HOTKEY": lambda p: f"pyautogui.hotkey({', '.join(repr(k) for k in p['keys'])})",
+# action_type → (pyautogui function, positional parameters, keyword parameters), as OSWorld calls them
+_CALLS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "MOVE_TO": ("moveTo", ("x", "y"), ()),
+    "CLICK": ("click", (), ("button", "x", "y", "num_clicks")),
+    "MOUSE_DOWN": ("mouseDown", (), ("button",)),
+    "MOUSE_UP": ("mouseUp", (), ("button",)),
+    "RIGHT_CLICK": ("rightClick", (), ("x", "y")),
+    "DOUBLE_CLICK": ("doubleClick", (), ("x", "y")),
+    "TYPING": ("typewrite", ("text",), ()),
+    "PRESS": ("press", ("key",), ()),
+    "KEY_DOWN": ("keyDown", ("key",), ()),
+    "KEY_UP": ("keyUp", ("key",), ()),
 }
+_KEYWORDS = {"num_clicks": "clicks"}
+
+
+def _call(kind: str, params: Params) -> str:
+    function, positional, keywords = _CALLS[kind]
+    args = [repr(params[name]) for name in positional]
+    args += [f"{_KEYWORDS.get(name, name)}={params[name]!r}" for name in keywords if name in params]
+    return f"pyautogui.{function}({', '.join(args)})"
+
+
+def _code(kind: str, params: Params) -> str:
+    if kind == "DRAG_TO":
+        return f"pyautogui.dragTo({params['x']!r}, {params['y']!r}, duration=0.5, button='left', mouseDownUp=True)"
+    if kind == "SCROLL":
+        return "\n".join(f"pyautogui.{call}({params[name]!r})" for name, call in (("dx", "hscroll"), ("dy", "vscroll"))
+                         if name in params)
+    if kind == "HOTKEY":
+        return f"pyautogui.hotkey({', '.join(repr(k) for k in params['keys'])})"
+    return _call(kind, params)
+
+
+_KINDS = frozenset(_CALLS) | {"DRAG_TO", "SCROLL", "HOTKEY"}
