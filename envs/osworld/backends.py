@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Callable, Literal, Protocol
 
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -86,13 +86,14 @@ class DesktopPool:
         self.max_desktops = max_desktops
         self._slots = asyncio.Semaphore(max_desktops)
 
-    async def start(self) -> Desktop:
+    async def start(self, wait_s: float | None = None) -> Desktop:
+        """A new desktop; past the bound, waits `wait_s` (default: the start timeout) for a close."""
+        wait_s = self.config.start_timeout_s if wait_s is None else wait_s
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.config.start_timeout_s)
+            await asyncio.wait_for(self._slots.acquire(), wait_s)
         except TimeoutError as exc:
             raise DesktopError(f"{self.max_desktops} desktops are running (the pool's bound) and none closed "
-                               f"within {self.config.start_timeout_s:.0f}s; close desktops or raise "
-                               "max_desktops") from exc
+                               f"within {wait_s:g}s; close desktops or raise max_desktops") from exc
         try:
             desktop = await start_desktop(self.config)
         except BaseException:
@@ -121,8 +122,11 @@ class _Pooled:
     async def alive(self) -> bool:
         return await self._desktop.alive()
 
+    def __getattr__(self, name: str):
+        return getattr(self._desktop, name)  # backend-specific fields (a container's id, ...)
 
-async def wait_until_serving(url: str, timeout_s: float, gone: callable) -> None:
+
+async def wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:
     """Polls GET /health until it answers 200; DesktopError at the timeout or when `gone()` says
     the desktop's process or container ended (its text is the reason)."""
     loop = asyncio.get_running_loop()

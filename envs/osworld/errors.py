@@ -24,3 +24,7 @@ class EvaluationError(EnvFaultError):
     """A getter or metric failed for a reason other than the agent's work (a bug, a lost desktop):
     the episode is an `infra_error`, not a reward of 0.
     """
+
+
+class SetupError(EnvFaultError):
+    """A config step failed (the task's setup is broken for this desktop): an `infra_error`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -25,6 +26,8 @@ from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+RUN_PREFIX, HOME_PREFIX = "roost-desktop-run-", "roost-desktop-home-"
+OWNER_FILE, MARKER_FILE = "owner.json", "marker"
 DESKTOP_PACKAGES = ("pyautogui==0.9.54",)
 """What code run in the desktop imports beyond the system python's Debian packages."""
 
@@ -78,6 +81,7 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
                            "packages of .ci/apt-packages.txt, or use backend 'docker'")
     python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
     isolate = _bwrap_works() if config.isolate_home is None else config.isolate_home
+    await asyncio.to_thread(sweep_stale)
     desktop = await asyncio.to_thread(_spawn, config, python, isolate)
     try:
         await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
@@ -89,9 +93,10 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
 
 def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
     """Starts the server (and through it the X session); returns once it printed its port."""
-    home = Path(tempfile.mkdtemp(prefix="roost-desktop-home-"))
+    home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
     runtime = _runtime_dir()
     marker = home.name
+    (runtime / MARKER_FILE).write_text(marker)
     chromium_port = free_port()
     inner_home = DESKTOP_HOME if isolate else str(home)
     argv = [python, "-m", "roost.envs.osworld.desktop.server", "--host", "127.0.0.1", "--port", "0",
@@ -99,7 +104,7 @@ def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
             "--chromium-port", str(chromium_port), "--python", python]
     if isolate:
         argv = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--bind", str(home), DESKTOP_HOME,
-                "--proc", "/proc", "--unshare-pid", "--die-with-parent", "--"] + argv
+                "--proc", "/proc", "--unshare-pid", "--"] + argv
     env = {**os.environ, "PYTHONPATH": str(runtime), "HOME": inner_home, MARKER: marker, "PYTHONUNBUFFERED": "1"}
     with open(runtime / "server.log", "wb") as log:
         process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -116,7 +121,6 @@ def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
 
 def _read_port(desktop: LocalDesktop, timeout_s: float) -> int:
     """The port from the server's first stdout line (`{"port": ..., "display": ...}`)."""
-    import json
     import select
 
     ready, _, _ = select.select([desktop.process.stdout], [], [], timeout_s)
@@ -146,9 +150,37 @@ def _runtime_dir() -> Path:
     root is the package, so an editable install's path cannot be used as it is)."""
     import roost
 
-    root = Path(tempfile.mkdtemp(prefix="roost-desktop-run-"))
+    root = Path(tempfile.mkdtemp(prefix=RUN_PREFIX))
+    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}))
     (root / "roost").symlink_to(Path(roost.__file__).resolve().parent, target_is_directory=True)
     return root
+
+
+def sweep_stale() -> int:
+    """Ends the desktops (processes and folders) of owners that died without closing them; how
+    many. (bwrap's --die-with-parent cannot do it: it fires when the starting *thread* ends.)"""
+    swept = 0
+    for runtime in Path(tempfile.gettempdir()).glob(f"{RUN_PREFIX}*"):
+        try:
+            owner = json.loads((runtime / OWNER_FILE).read_text())
+            marker = (runtime / MARKER_FILE).read_text()
+        except (OSError, ValueError):
+            continue
+        if _start_time(owner.get("pid", -1)) == owner.get("start"):
+            continue
+        kill_marked(marker)
+        if marker.startswith(HOME_PREFIX):  # the marker is the home folder's name
+            shutil.rmtree(Path(tempfile.gettempdir()) / marker, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
+        swept += 1
+    return swept
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def _bwrap_works() -> bool:
