@@ -126,6 +126,15 @@ class _Pooled:
         return getattr(self._desktop, name)  # backend-specific fields (a container's id, ...)
 
 
+def process_start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, as text), or None where it is gone: with
+    the pid, it names an owner process even after pids are reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 async def wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:
     """Polls GET /health until it answers 200; DesktopError at the timeout or when `gone()` says
     the desktop's process or container ended (its text is the reason)."""

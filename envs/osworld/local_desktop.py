@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, wait_until_serving
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, wait_until_serving
 from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -151,7 +151,7 @@ def _runtime_dir() -> Path:
     import roost
 
     root = Path(tempfile.mkdtemp(prefix=RUN_PREFIX))
-    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}))
+    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": process_start_time(os.getpid())}))
     (root / "roost").symlink_to(Path(roost.__file__).resolve().parent, target_is_directory=True)
     return root
 
@@ -166,7 +166,7 @@ def sweep_stale() -> int:
             marker = (runtime / MARKER_FILE).read_text()
         except (OSError, ValueError):
             continue
-        if _start_time(owner.get("pid", -1)) == owner.get("start"):
+        if process_start_time(owner.get("pid", -1)) == owner.get("start"):
             continue
         kill_marked(marker)
         if marker.startswith(HOME_PREFIX):  # the marker is the home folder's name
@@ -174,13 +174,6 @@ def sweep_stale() -> int:
         shutil.rmtree(runtime, ignore_errors=True)
         swept += 1
     return swept
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _bwrap_works() -> bool:
