@@ -95,11 +95,19 @@ class DesktopPool:
             raise DesktopError(f"{self.max_desktops} desktops are running (the pool's bound) and none closed "
                                f"within {wait_s:g}s; close desktops or raise max_desktops") from exc
         try:
-            desktop = await start_desktop(self.config)
+            desktop = await start_desktop(await self._resolved())
         except BaseException:
             self._slots.release()
             raise
         return _Pooled(desktop, self._slots.release)
+
+    async def _resolved(self) -> DesktopConfig:
+        """The config with the local backend's host probes (its python, bwrap) done once per pool."""
+        if self.config.backend == "local" and (self.config.python is None or self.config.isolate_home is None):
+            from roost.envs.osworld.local_desktop import resolve_host
+
+            self.config = await resolve_host(self.config)
+        return self.config
 
 
 class _Pooled:

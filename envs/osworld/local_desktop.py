@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, wait_until_serving
@@ -79,16 +79,22 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
     if missing:
         raise DesktopError(f"the local desktop backend needs {', '.join(missing)} on this host; install the "
                            "packages of .ci/apt-packages.txt, or use backend 'docker'")
-    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
-    isolate = _bwrap_works() if config.isolate_home is None else config.isolate_home
+    config = await resolve_host(config)
     await asyncio.to_thread(sweep_stale)
-    desktop = await asyncio.to_thread(_spawn, config, python, isolate)
+    desktop = await asyncio.to_thread(_spawn, config, config.python, config.isolate_home)
     try:
         await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
     except BaseException:
         await desktop.close()
         raise
     return desktop
+
+
+async def resolve_host(config: DesktopConfig) -> DesktopConfig:
+    """`config` with `python` and `isolate_home` decided (the desktop's python made if missing)."""
+    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
+    isolate = await asyncio.to_thread(_bwrap_works) if config.isolate_home is None else config.isolate_home
+    return replace(config, python=python, isolate_home=isolate)
 
 
 def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
@@ -216,10 +222,13 @@ def _make_venv(venv: Path) -> None:
 
 
 def _imports(python: str, modules: str) -> bool:
+    """Whether `python` finds these modules (found, not imported: pyautogui connects to a display
+    when imported)."""
     if not Path(python).exists():
         return False
-    return subprocess.run([python, "-c", f"import {modules}"], capture_output=True,
-                          check=False).returncode == 0
+    names = [m.strip() for m in modules.split(",")]
+    probe = f"import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in {names!r}) else 1)"
+    return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
