@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -201,9 +202,10 @@ def desktop_python(cache_dir: Path | None = None) -> str:
     if not _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL"):
         raise DesktopError(f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
                            "python3-xlib and python3-pil (apt)")
-    venv = (cache_dir or Path.home() / ".cache" / "roost") / "osworld-desktop-venv"
+    tag = hashlib.sha256(" ".join(DESKTOP_PACKAGES).encode()).hexdigest()[:8]
+    venv = (cache_dir or Path.home() / ".cache" / "roost") / f"osworld-desktop-venv-{tag}"
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / "osworld-desktop-venv.lock", "w") as lock:
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # desktops started at once make the venv once
         python = venv / "bin" / "python"
         if not _imports(str(python), "pyatspi, pyautogui"):
@@ -212,13 +214,19 @@ def desktop_python(cache_dir: Path | None = None) -> str:
 
 
 def _make_venv(venv: Path) -> None:
-    shutil.rmtree(venv, ignore_errors=True)
-    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
-             [str(venv / "bin" / "pip"), "install", "--quiet", *DESKTOP_PACKAGES])
+    """Made beside its place and moved in: desktops running on an older one never see it half made
+    (its python finds its packages relative to itself, so the move keeps it whole)."""
+    building = venv.with_name(f"{venv.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(building)],
+             [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", *DESKTOP_PACKAGES])
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode != 0:
+            shutil.rmtree(building, ignore_errors=True)
             raise DesktopError(f"making the desktop's python failed at `{' '.join(step)}`:\n{done.stderr[-2000:]}")
+    shutil.rmtree(venv, ignore_errors=True)
+    building.rename(venv)
 
 
 def _imports(python: str, modules: str) -> bool:
