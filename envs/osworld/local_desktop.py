@@ -18,11 +18,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, wait_until_serving
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, serving_or_closed
 from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -83,12 +84,7 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
     config = await resolve_host(config)
     await asyncio.to_thread(sweep_stale)
     desktop = await asyncio.to_thread(_spawn, config, config.python, config.isolate_home)
-    try:
-        await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
-    except BaseException:
-        await desktop.close()
-        raise
-    return desktop
+    return await serving_or_closed(desktop, config.start_timeout_s, lambda: _exited(desktop))
 
 
 async def resolve_host(config: DesktopConfig) -> DesktopConfig:
@@ -135,8 +131,8 @@ def _read_port(desktop: LocalDesktop, timeout_s: float) -> int:
     try:
         return int(json.loads(line)["port"])
     except (ValueError, KeyError, TypeError):
-        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s "
-                           f"({_exited(desktop) or 'still running'}); its log ends with:\n{desktop.log_tail()}") from None
+        state = _exited(desktop) or f"still running; its log ends with:\n{desktop.log_tail()}"
+        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s ({state})") from None
 
 
 def _exited(desktop: LocalDesktop) -> str | None:
@@ -192,13 +188,15 @@ def _bwrap_works() -> bool:
 
 
 def desktop_python(cache_dir: Path | None = None) -> str:
-    """A python that imports pyatspi and Xlib (the system's) and pyautogui: the system python3
-    itself where it has pyautogui, else a venv over it (`--system-site-packages`) made once."""
+    """A python that imports pyatspi and Xlib (the system's) and pyautogui: this python or the
+    system python3 where they have it all, else a venv over the system python3
+    (`--system-site-packages`) with pyautogui, made once."""
     if not Path(SYSTEM_PYTHON).exists():
         raise DesktopError(f"{SYSTEM_PYTHON} is missing: the desktop needs the system python3 with "
                            "python3-pyatspi and python3-xlib")
-    if _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL, pyautogui"):
-        return SYSTEM_PYTHON
+    for python in (sys.executable, SYSTEM_PYTHON):  # the image's /opt/venv has it all
+        if _imports(python, "pyatspi, Xlib, PIL, pyautogui"):
+            return python
     if not _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL"):
         raise DesktopError(f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
                            "python3-xlib and python3-pil (apt)")

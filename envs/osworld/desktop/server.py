@@ -329,7 +329,8 @@ def main(argv: list[str] | None = None) -> None:
                                            chromium_port=args.chromium_port, python=args.python))
     session.start()
     # pyatspi (in this process) finds the at-spi bus through the display and the session bus.
-    os.environ.update({k: session.env[k] for k in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY")})
+    for key in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY"):
+        os.environ[key] = session.env[key]
     server = ThreadingHTTPServer((args.host, args.port), make_handler(Desktop(session, args.python)))
     server.daemon_threads = True
     if args.forward_chromium:
