@@ -95,11 +95,19 @@ class DesktopPool:
             raise DesktopError(f"{self.max_desktops} desktops are running (the pool's bound) and none closed "
                                f"within {wait_s:g}s; close desktops or raise max_desktops") from exc
         try:
-            desktop = await start_desktop(self.config)
+            desktop = await start_desktop(await self._resolved())
         except BaseException:
             self._slots.release()
             raise
         return _Pooled(desktop, self._slots.release)
+
+    async def _resolved(self) -> DesktopConfig:
+        """The config with the local backend's host probes (its python, bwrap) done once per pool."""
+        if self.config.backend == "local" and (self.config.python is None or self.config.isolate_home is None):
+            from roost.envs.osworld.local_desktop import resolve_host
+
+            self.config = await resolve_host(self.config)
+        return self.config
 
 
 class _Pooled:
@@ -126,9 +134,27 @@ class _Pooled:
         return getattr(self._desktop, name)  # backend-specific fields (a container's id, ...)
 
 
-async def wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:
-    """Polls GET /health until it answers 200; DesktopError at the timeout or when `gone()` says
-    the desktop's process or container ended (its text is the reason)."""
+def process_start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, as text), or None where it is gone: with
+    the pid, it names an owner process even after pids are reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+async def serving_or_closed(desktop: Desktop, timeout_s: float, gone: Callable[[], str | None]) -> Desktop:
+    """`desktop` once GET /health answers 200. At the timeout, or when `gone()` says its process
+    or container ended (its text is the reason), the desktop is closed and DesktopError raised."""
+    try:
+        await _wait_until_serving(desktop.url, timeout_s, gone)
+    except BaseException:
+        await desktop.close()
+        raise
+    return desktop
+
+
+async def _wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     async with DesktopClient(url, timeout_s=5.0) as client:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, wait_until_serving
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, serving_or_closed
 from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -79,16 +81,17 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
     if missing:
         raise DesktopError(f"the local desktop backend needs {', '.join(missing)} on this host; install the "
                            "packages of .ci/apt-packages.txt, or use backend 'docker'")
-    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
-    isolate = _bwrap_works() if config.isolate_home is None else config.isolate_home
+    config = await resolve_host(config)
     await asyncio.to_thread(sweep_stale)
-    desktop = await asyncio.to_thread(_spawn, config, python, isolate)
-    try:
-        await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
-    except BaseException:
-        await desktop.close()
-        raise
-    return desktop
+    desktop = await asyncio.to_thread(_spawn, config, config.python, config.isolate_home)
+    return await serving_or_closed(desktop, config.start_timeout_s, lambda: _exited(desktop))
+
+
+async def resolve_host(config: DesktopConfig) -> DesktopConfig:
+    """`config` with `python` and `isolate_home` decided (the desktop's python made if missing)."""
+    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
+    isolate = await asyncio.to_thread(_bwrap_works) if config.isolate_home is None else config.isolate_home
+    return replace(config, python=python, isolate_home=isolate)
 
 
 def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
@@ -128,8 +131,8 @@ def _read_port(desktop: LocalDesktop, timeout_s: float) -> int:
     try:
         return int(json.loads(line)["port"])
     except (ValueError, KeyError, TypeError):
-        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s "
-                           f"({_exited(desktop) or 'still running'}); its log ends with:\n{desktop.log_tail()}") from None
+        state = _exited(desktop) or f"still running; its log ends with:\n{desktop.log_tail()}"
+        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s ({state})") from None
 
 
 def _exited(desktop: LocalDesktop) -> str | None:
@@ -151,7 +154,7 @@ def _runtime_dir() -> Path:
     import roost
 
     root = Path(tempfile.mkdtemp(prefix=RUN_PREFIX))
-    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}))
+    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": process_start_time(os.getpid())}))
     (root / "roost").symlink_to(Path(roost.__file__).resolve().parent, target_is_directory=True)
     return root
 
@@ -166,7 +169,7 @@ def sweep_stale() -> int:
             marker = (runtime / MARKER_FILE).read_text()
         except (OSError, ValueError):
             continue
-        if _start_time(owner.get("pid", -1)) == owner.get("start"):
+        if process_start_time(owner.get("pid", -1)) == owner.get("start"):
             continue
         kill_marked(marker)
         if marker.startswith(HOME_PREFIX):  # the marker is the home folder's name
@@ -174,13 +177,6 @@ def sweep_stale() -> int:
         shutil.rmtree(runtime, ignore_errors=True)
         swept += 1
     return swept
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _bwrap_works() -> bool:
@@ -192,19 +188,22 @@ def _bwrap_works() -> bool:
 
 
 def desktop_python(cache_dir: Path | None = None) -> str:
-    """A python that imports pyatspi and Xlib (the system's) and pyautogui: the system python3
-    itself where it has pyautogui, else a venv over it (`--system-site-packages`) made once."""
+    """A python that imports pyatspi and Xlib (the system's) and pyautogui: this python or the
+    system python3 where they have it all, else a venv over the system python3
+    (`--system-site-packages`) with pyautogui, made once."""
     if not Path(SYSTEM_PYTHON).exists():
         raise DesktopError(f"{SYSTEM_PYTHON} is missing: the desktop needs the system python3 with "
                            "python3-pyatspi and python3-xlib")
-    if _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL, pyautogui"):
-        return SYSTEM_PYTHON
+    for python in (sys.executable, SYSTEM_PYTHON):  # the image's /opt/venv has it all
+        if _imports(python, "pyatspi, Xlib, PIL, pyautogui"):
+            return python
     if not _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL"):
         raise DesktopError(f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
                            "python3-xlib and python3-pil (apt)")
-    venv = (cache_dir or Path.home() / ".cache" / "roost") / "osworld-desktop-venv"
+    tag = hashlib.sha256(" ".join(DESKTOP_PACKAGES).encode()).hexdigest()[:8]
+    venv = (cache_dir or Path.home() / ".cache" / "roost") / f"osworld-desktop-venv-{tag}"
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / "osworld-desktop-venv.lock", "w") as lock:
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # desktops started at once make the venv once
         python = venv / "bin" / "python"
         if not _imports(str(python), "pyatspi, pyautogui"):
@@ -213,20 +212,29 @@ def desktop_python(cache_dir: Path | None = None) -> str:
 
 
 def _make_venv(venv: Path) -> None:
-    shutil.rmtree(venv, ignore_errors=True)
-    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
-             [str(venv / "bin" / "pip"), "install", "--quiet", *DESKTOP_PACKAGES])
+    """Made beside its place and moved in: desktops running on an older one never see it half made
+    (its python finds its packages relative to itself, so the move keeps it whole)."""
+    building = venv.with_name(f"{venv.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(building)],
+             [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", *DESKTOP_PACKAGES])
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode != 0:
+            shutil.rmtree(building, ignore_errors=True)
             raise DesktopError(f"making the desktop's python failed at `{' '.join(step)}`:\n{done.stderr[-2000:]}")
+    shutil.rmtree(venv, ignore_errors=True)
+    building.rename(venv)
 
 
 def _imports(python: str, modules: str) -> bool:
+    """Whether `python` finds these modules (found, not imported: pyautogui connects to a display
+    when imported)."""
     if not Path(python).exists():
         return False
-    return subprocess.run([python, "-c", f"import {modules}"], capture_output=True,
-                          check=False).returncode == 0
+    names = [m.strip() for m in modules.split(",")]
+    probe = f"import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in {names!r}) else 1)"
+    return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
