@@ -173,3 +173,24 @@ async def test_chrome_tabs_open_through_devtools_and_osworlds_playwright_getter_
         ["python3", "-c", f"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:"
                           f"{ctx.chromium_port}/json/list').read().decode())"])).output)
     assert [p["url"] for p in listed if p["type"] == "page"] == ["file:///home/user/page.html"]
+
+
+async def test_roosts_cache_getters_answer_as_osworlds_on_files_in_its_cache_layout(ctx):
+    from roost.envs.osworld import evaluator
+    from roost.envs.osworld.osworld_package import load_function
+
+    for name in ("a.txt", "b.txt", "gold.docx"):
+        (ctx.cache.root / "t1" / name).write_text(name)
+    osworld_env = evaluator.GetterEnv.for_task(ctx)
+    osworld_env.cache_dir = str(ctx.cache.root / "t1")  # OSWorld's cache_dir: the task's cache folder
+    configs = [
+        {"type": "cloud_file", "path": "https://files.example/a", "dest": "a.txt"},
+        {"type": "cloud_file", "multi": True, "path": ["https://files.example/a", "https://files.example/b"],
+         "dest": ["a.txt", "b.txt"], "gives": [0, 1]},
+        {"type": "cloud_file", "multi": True, "path": ["https://files.example/a", "https://files.example/b"],
+         "dest": ["a.txt", "b.txt"], "gives": [1]},
+    ]
+    for config in configs:
+        assert evaluator._cloud_file(ctx, config) == load_function("getters", "get_cloud_file")(osworld_env, config)
+    config = {"type": "cache_file", "path": "gold.docx"}
+    assert evaluator._cache_file(ctx, config) == load_function("getters", "get_cache_file")(osworld_env, config)
