@@ -153,8 +153,8 @@ class RoostSession:
     async def evaluate(self, task: OSWorldTask, history: list[Any]) -> Evaluation:
         from .evaluator import evaluate
 
-        failed = bool(history) and history[-1] == "FAIL"
-        result = await self._guard(evaluate(task, self.context, agent_failed=failed), "was evaluated")
+        agent_failed = bool(history) and history[-1] == "FAIL"
+        result = await self._guard(evaluate(task, self.context, agent_failed=agent_failed), "was evaluated")
         return Evaluation(float(result.reward), {"scores": [{"func": s.func, "score": s.score} for s in result.scores]})
 
     def describe(self) -> dict[str, Any]:
