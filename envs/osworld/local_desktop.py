@@ -1,0 +1,236 @@
+"""The `local` desktop backend: a desktop on this host's Xvfb, for development.
+
+Each desktop is one process tree: the control server (`desktop/server.py`, run by the desktop's
+python) and the X session it starts, with a display, ports and home of its own. Where bubblewrap
+runs, the tree is wrapped in it: its own PID namespace (closing ends every process in it, even
+apps that left their process group) and its home folder bound at /home/user. Needs the Debian
+packages in .ci/apt-packages.txt (xvfb, openbox, at-spi2-core, python3-pyatspi, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, wait_until_serving
+from roost.envs.osworld.desktop.session import MARKER, kill_marked
+from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+RUN_PREFIX, HOME_PREFIX = "roost-desktop-run-", "roost-desktop-home-"
+OWNER_FILE, MARKER_FILE = "owner.json", "marker"
+DESKTOP_PACKAGES = ("pyautogui==0.9.54",)
+"""What code run in the desktop imports beyond the system python's Debian packages."""
+
+
+@dataclass
+class LocalDesktop:
+    url: str
+    host: str
+    server_port: int
+    chromium_port: int
+    process: subprocess.Popen
+    home: Path
+    marker: str
+    runtime: Path
+    """Holds the `roost` link on the server's PYTHONPATH and the server's log."""
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._stop)
+
+    async def alive(self) -> bool:
+        if self.process.poll() is not None:
+            return False
+        async with DesktopClient(self.url, timeout_s=5.0) as client:
+            return await client.health()
+
+    def _stop(self) -> None:
+        if self.process.poll() is None:
+            _signal_group(self.process, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        kill_marked(self.marker)
+        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return (self.runtime / "server.log").read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+async def start_local(config: DesktopConfig) -> LocalDesktop:
+    missing = [tool for tool in ("Xvfb", "openbox", "dbus-launch", "wmctrl") if shutil.which(tool) is None]
+    if missing:
+        raise DesktopError(f"the local desktop backend needs {', '.join(missing)} on this host; install the "
+                           "packages of .ci/apt-packages.txt, or use backend 'docker'")
+    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
+    isolate = _bwrap_works() if config.isolate_home is None else config.isolate_home
+    await asyncio.to_thread(sweep_stale)
+    desktop = await asyncio.to_thread(_spawn, config, python, isolate)
+    try:
+        await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
+    except BaseException:
+        await desktop.close()
+        raise
+    return desktop
+
+
+def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
+    """Starts the server (and through it the X session); returns once it printed its port."""
+    home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
+    runtime = _runtime_dir()
+    marker = home.name
+    (runtime / MARKER_FILE).write_text(marker)
+    chromium_port = free_port()
+    inner_home = DESKTOP_HOME if isolate else str(home)
+    argv = [python, "-m", "roost.envs.osworld.desktop.server", "--host", "127.0.0.1", "--port", "0",
+            "--width", str(config.width), "--height", str(config.height), "--home", inner_home,
+            "--chromium-port", str(chromium_port), "--python", python]
+    if isolate:
+        argv = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--bind", str(home), DESKTOP_HOME,
+                "--proc", "/proc", "--unshare-pid", "--"] + argv
+    env = {**os.environ, "PYTHONPATH": str(runtime), "HOME": inner_home, MARKER: marker, "PYTHONUNBUFFERED": "1"}
+    with open(runtime / "server.log", "wb") as log:
+        process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=log, start_new_session=True, text=True)
+    desktop = LocalDesktop("", "127.0.0.1", 0, chromium_port, process, home, marker, runtime)
+    try:
+        desktop.server_port = _read_port(desktop, config.start_timeout_s)
+    except BaseException:
+        desktop._stop()
+        raise
+    desktop.url = f"http://127.0.0.1:{desktop.server_port}"
+    return desktop
+
+
+def _read_port(desktop: LocalDesktop, timeout_s: float) -> int:
+    """The port from the server's first stdout line (`{"port": ..., "display": ...}`)."""
+    import select
+
+    ready, _, _ = select.select([desktop.process.stdout], [], [], timeout_s)
+    line = desktop.process.stdout.readline() if ready else ""
+    try:
+        return int(json.loads(line)["port"])
+    except (ValueError, KeyError, TypeError):
+        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s "
+                           f"({_exited(desktop) or 'still running'}); its log ends with:\n{desktop.log_tail()}") from None
+
+
+def _exited(desktop: LocalDesktop) -> str | None:
+    if desktop.process.poll() is None:
+        return None
+    return f"exit code {desktop.process.returncode}; its log ends with:\n{desktop.log_tail()}"
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _runtime_dir() -> Path:
+    """A folder whose `roost` entry is this roost package, for the desktop's PYTHONPATH (the repo
+    root is the package, so an editable install's path cannot be used as it is)."""
+    import roost
+
+    root = Path(tempfile.mkdtemp(prefix=RUN_PREFIX))
+    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}))
+    (root / "roost").symlink_to(Path(roost.__file__).resolve().parent, target_is_directory=True)
+    return root
+
+
+def sweep_stale() -> int:
+    """Ends the desktops (processes and folders) of owners that died without closing them; how
+    many. (bwrap's --die-with-parent cannot do it: it fires when the starting *thread* ends.)"""
+    swept = 0
+    for runtime in Path(tempfile.gettempdir()).glob(f"{RUN_PREFIX}*"):
+        try:
+            owner = json.loads((runtime / OWNER_FILE).read_text())
+            marker = (runtime / MARKER_FILE).read_text()
+        except (OSError, ValueError):
+            continue
+        if _start_time(owner.get("pid", -1)) == owner.get("start"):
+            continue
+        kill_marked(marker)
+        if marker.startswith(HOME_PREFIX):  # the marker is the home folder's name
+            shutil.rmtree(Path(tempfile.gettempdir()) / marker, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
+        swept += 1
+    return swept
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _bwrap_works() -> bool:
+    if shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--unshare-pid", "true"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def desktop_python(cache_dir: Path | None = None) -> str:
+    """A python that imports pyatspi and Xlib (the system's) and pyautogui: the system python3
+    itself where it has pyautogui, else a venv over it (`--system-site-packages`) made once."""
+    if not Path(SYSTEM_PYTHON).exists():
+        raise DesktopError(f"{SYSTEM_PYTHON} is missing: the desktop needs the system python3 with "
+                           "python3-pyatspi and python3-xlib")
+    if _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL, pyautogui"):
+        return SYSTEM_PYTHON
+    if not _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL"):
+        raise DesktopError(f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
+                           "python3-xlib and python3-pil (apt)")
+    venv = (cache_dir or Path.home() / ".cache" / "roost") / "osworld-desktop-venv"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / "osworld-desktop-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # desktops started at once make the venv once
+        python = venv / "bin" / "python"
+        if not _imports(str(python), "pyatspi, pyautogui"):
+            _make_venv(venv)
+    return str(python)
+
+
+def _make_venv(venv: Path) -> None:
+    shutil.rmtree(venv, ignore_errors=True)
+    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
+             [str(venv / "bin" / "pip"), "install", "--quiet", *DESKTOP_PACKAGES])
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise DesktopError(f"making the desktop's python failed at `{' '.join(step)}`:\n{done.stderr[-2000:]}")
+
+
+def _imports(python: str, modules: str) -> bool:
+    if not Path(python).exists():
+        return False
+    return subprocess.run([python, "-c", f"import {modules}"], capture_output=True,
+                          check=False).returncode == 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
