@@ -95,11 +95,19 @@ class DesktopPool:
             raise DesktopError(f"{self.max_desktops} desktops are running (the pool's bound) and none closed "
                                f"within {wait_s:g}s; close desktops or raise max_desktops") from exc
         try:
-            desktop = await start_desktop(self.config)
+            desktop = await start_desktop(await self._resolved())
         except BaseException:
             self._slots.release()
             raise
         return _Pooled(desktop, self._slots.release)
+
+    async def _resolved(self) -> DesktopConfig:
+        """The config with the local backend's host probes (its python, bwrap) done once per pool."""
+        if self.config.backend == "local" and (self.config.python is None or self.config.isolate_home is None):
+            from roost.envs.osworld.local_desktop import resolve_host
+
+            self.config = await resolve_host(self.config)
+        return self.config
 
 
 class _Pooled:
@@ -124,6 +132,15 @@ class _Pooled:
 
     def __getattr__(self, name: str):
         return getattr(self._desktop, name)  # backend-specific fields (a container's id, ...)
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, as text), or None where it is gone: with
+    the pid, it names an owner process even after pids are reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 async def wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:

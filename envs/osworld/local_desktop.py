@@ -18,10 +18,10 @@ import signal
 import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, wait_until_serving
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, wait_until_serving
 from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -79,16 +79,22 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
     if missing:
         raise DesktopError(f"the local desktop backend needs {', '.join(missing)} on this host; install the "
                            "packages of .ci/apt-packages.txt, or use backend 'docker'")
-    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
-    isolate = _bwrap_works() if config.isolate_home is None else config.isolate_home
+    config = await resolve_host(config)
     await asyncio.to_thread(sweep_stale)
-    desktop = await asyncio.to_thread(_spawn, config, python, isolate)
+    desktop = await asyncio.to_thread(_spawn, config, config.python, config.isolate_home)
     try:
         await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
     except BaseException:
         await desktop.close()
         raise
     return desktop
+
+
+async def resolve_host(config: DesktopConfig) -> DesktopConfig:
+    """`config` with `python` and `isolate_home` decided (the desktop's python made if missing)."""
+    python = config.python or await asyncio.to_thread(desktop_python, config.cache_dir)
+    isolate = await asyncio.to_thread(_bwrap_works) if config.isolate_home is None else config.isolate_home
+    return replace(config, python=python, isolate_home=isolate)
 
 
 def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
@@ -151,7 +157,7 @@ def _runtime_dir() -> Path:
     import roost
 
     root = Path(tempfile.mkdtemp(prefix=RUN_PREFIX))
-    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}))
+    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": process_start_time(os.getpid())}))
     (root / "roost").symlink_to(Path(roost.__file__).resolve().parent, target_is_directory=True)
     return root
 
@@ -166,7 +172,7 @@ def sweep_stale() -> int:
             marker = (runtime / MARKER_FILE).read_text()
         except (OSError, ValueError):
             continue
-        if _start_time(owner.get("pid", -1)) == owner.get("start"):
+        if process_start_time(owner.get("pid", -1)) == owner.get("start"):
             continue
         kill_marked(marker)
         if marker.startswith(HOME_PREFIX):  # the marker is the home folder's name
@@ -174,13 +180,6 @@ def sweep_stale() -> int:
         shutil.rmtree(runtime, ignore_errors=True)
         swept += 1
     return swept
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _bwrap_works() -> bool:
@@ -223,10 +222,13 @@ def _make_venv(venv: Path) -> None:
 
 
 def _imports(python: str, modules: str) -> bool:
+    """Whether `python` finds these modules (found, not imported: pyautogui connects to a display
+    when imported)."""
     if not Path(python).exists():
         return False
-    return subprocess.run([python, "-c", f"import {modules}"], capture_output=True,
-                          check=False).returncode == 0
+    names = [m.strip() for m in modules.split(",")]
+    probe = f"import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in {names!r}) else 1)"
+    return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -7,20 +7,17 @@ mousepad, wmctrl, ...); the desktop's python gets pyautogui from PyPI once (~/.c
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import httpx
 import pytest
-from PIL import Image
 
 from roost.envs.osworld.backends import DesktopConfig, DesktopPool, start_desktop
-from roost.envs.osworld.desktop.a11y import NS
 from roost.envs.osworld.desktop.session import MARKER
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError, DesktopRequestError
+from roost.tests.envs.osworld_checks import check_files, check_screenshot, check_typing_into_mousepad
 
 WIDTH, HEIGHT = 1024, 640
 
@@ -36,43 +33,17 @@ def desktop():
 
 async def test_screenshot_is_a_png_of_the_configured_size(desktop):
     async with DesktopClient(desktop.url) as client:
-        png = await client.screenshot()
-        assert png[:8] == b"\x89PNG\r\n\x1a\n"
-        assert Image.open(io.BytesIO(png)).size == (WIDTH, HEIGHT)
-        assert await client.screen_size() == (WIDTH, HEIGHT)
+        await check_screenshot(client, WIDTH, HEIGHT)
 
 
 async def test_pyautogui_types_into_mousepad_and_the_tree_shows_it(desktop):
-    typed = "roost typed this"
     async with DesktopClient(desktop.url) as client:
-        await client.launch(["mousepad"])
-        frame = await _poll_tree(client, lambda root: _find(root, "frame", "Mousepad"))
-        assert frame.get(f"{{{NS['cp']}}}screencoord") and frame.get(f"{{{NS['st']}}}showing") == "true"
-        await client.activate_window("Mousepad")
-        result = await client.run_python(
-            f"import pyautogui\npyautogui.typewrite({typed!r}, interval=0.01)\nprint(pyautogui.size())")
-        assert (result.returncode, result.timed_out) == (0, False), result
-        assert f"width={WIDTH}, height={HEIGHT}" in result.output
-        text = await _poll_tree(client, lambda root: next(
-            (el for el in root.iter("text") if typed in (el.text or "")), None))
-        assert text.get(f"{{{NS['st']}}}editable") == "true"
-        await client.close_window("Mousepad")
+        await check_typing_into_mousepad(client, WIDTH, HEIGHT)
 
 
 async def test_files_go_up_and_come_back(desktop):
-    data = bytes(range(256)) * 40
     async with DesktopClient(desktop.url) as client:
-        await client.upload_file("/home/user/Desktop/sub/blob.bin", data)
-        assert await client.get_file("/home/user/Desktop/sub/blob.bin") == data
-        assert await client.get_file("~/Desktop/sub/blob.bin") == data
-        assert await client.get_file("/home/user/no/such/file") is None
-        listed = await client.list_directory("/home/user/Desktop")
-        assert {"type": "file", "name": "blob.bin"} in next(c for c in listed["children"] if c["name"] == "sub")["children"]
-        assert await client.desktop_path() == "/home/user/Desktop"
-        done = await client.execute(["wc", "-c", "~/Desktop/sub/blob.bin"])
-        assert (done.returncode, done.output.split()[0]) == (0, str(len(data)))
-        done = await client.run_bash("cd ~/Desktop/sub && ls; echo oops >&2; exit 3")
-        assert (done.returncode, done.output) == (3, "blob.bin\noops\n")
+        await check_files(client)
 
 
 async def test_an_endless_loop_is_killed_at_its_timeout(desktop):
@@ -128,20 +99,6 @@ async def test_a_pool_bounds_desktops_and_closing_ends_every_process():
     assert _desktop_processes(desktop.marker) == []
     with pytest.raises(DesktopError):
         await DesktopClient(desktop.url).screenshot()
-
-
-async def _poll_tree(client: DesktopClient, pick, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = pick(ET.fromstring(await client.accessibility_tree()))
-        if found is not None:
-            return found
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"nothing in the accessibility tree matched within {timeout_s}s")
-
-
-def _find(root: ET.Element, tag: str, name_part: str):
-    return next((el for el in root.iter(tag) if name_part in el.get("name", "")), None)
 
 
 def _desktop_processes(marker: str) -> list[int]:

@@ -317,6 +317,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--height", type=int, default=720)
     parser.add_argument("--home", default=os.path.expanduser("~"), help="the desktop user's home")
     parser.add_argument("--chromium-port", type=int, default=9222, help="Chromium's DevTools port")
+    parser.add_argument("--forward-chromium", type=int, default=0, metavar="PORT",
+                        help="also serve Chromium's DevTools on this port of --host (Chromium itself "
+                             "listens on 127.0.0.1 only); 0: not")
     parser.add_argument("--python", default=sys.executable,
                         help="the python that runs /run_python code and `python` commands (imports pyautogui)")
     args = parser.parse_args(argv)
@@ -329,6 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.update({k: session.env[k] for k in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY")})
     server = ThreadingHTTPServer((args.host, args.port), make_handler(Desktop(session, args.python)))
     server.daemon_threads = True
+    if args.forward_chromium:
+        from .forward import forward
+
+        forward((args.host, args.forward_chromium), ("127.0.0.1", args.chromium_port))
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(json.dumps({"port": server.server_address[1], "display": session.display}), flush=True)
     try:
