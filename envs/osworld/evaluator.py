@@ -57,6 +57,8 @@ class GetterEnv:
 
 @dataclass(frozen=True)
 class MetricScore:
+    """One metric's value (as a float) in an evaluation."""
+
     func: str
     score: float
 

@@ -149,13 +149,16 @@ def parse_task(data: Any, where: str) -> OSWorldTask:
 def load_task(path: str | Path) -> OSWorldTask:
     """One task JSON file."""
     path = Path(path)
+    return parse_task(_read_json(path, "task file"), str(path))
+
+
+def _read_json(path: Path, what: str) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TaskFormatError(f"{path}: no such task file") from None
+        raise TaskFormatError(f"{path}: no such {what}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TaskFormatError(f"{path}: not valid JSON ({exc})") from None
-    return parse_task(data, str(path))
 
 
 def load_tasks(path: str | Path, *, index: str | Path | None = None) -> list[TaskEntry]:
@@ -186,20 +189,15 @@ def _is_index_file(p: Path, root: Path) -> bool:
     if p.parent != root:
         return False
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = _read_json(p, "file")
+    except TaskFormatError:
         return False
     return isinstance(data, dict) and "instruction" not in data and all(
         isinstance(v, list) for v in data.values())
 
 
 def _read_index(index: Path) -> dict[str, list[str]]:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TaskFormatError(f"{index}: no such index file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TaskFormatError(f"{index}: not valid JSON ({exc})") from None
+    data = _read_json(index, "index file")
     if not isinstance(data, dict) or not all(
             isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in data.values()):
         raise TaskFormatError(f"{index}: an index maps each domain to a list of task ids, "
