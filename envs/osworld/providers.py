@@ -139,10 +139,11 @@ class RoostSession:
         return ActionOutcome(result.returncode, result.output, result.error, result.timed_out, timeout_s)
 
     async def evaluate(self, task: OSWorldTask, history: list[Any]) -> Evaluation:
-        from .evaluator import evaluate_task
+        from .evaluator import evaluate
 
-        result = await self._guard(evaluate_task(task, self.context, history), "was evaluated")
-        return Evaluation(float(result.reward), result.details)
+        agent_failed = bool(history) and history[-1] == "FAIL"
+        result = await self._guard(evaluate(task, self.context, agent_failed=agent_failed), "was evaluated")
+        return Evaluation(float(result.reward), {"scores": {s.func: s.score for s in result.scores}})
 
     def describe(self) -> dict[str, Any]:
         return {"provider": "roost", "backend": self.options.backend,
