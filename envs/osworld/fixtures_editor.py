@@ -7,7 +7,7 @@ from roost.envs.osworld.fixture_kit import (HOME, FixtureTask, chain, cloud_file
 
 DOMAIN = "mousepad"
 SAVED = {"absent": {"role": "frame", "name": "*"}}
-"""Mousepad's title starts with `*` while the buffer has unsaved changes."""
+"""Mousepad's title (`*/full/path - Mousepad`) starts with `*` while the buffer has unsaved changes."""
 
 
 def _edit(i: int, kind: str, instruction: str, before: str, after: str, edit: str) -> FixtureTask:
@@ -19,7 +19,7 @@ def _edit(i: int, kind: str, instruction: str, before: str, after: str, edit: st
         DOMAIN, f"{kind}-{i}", instruction.format(path=path),
         [execute(f"mkdir -p {HOME}/Documents"), download((src, path)), launch("mousepad", path)],
         {"func": "compare_text_file", "result": vm_file(path), "expected": cloud_file(gold)},
-        [step(edit, ready), step(keys("ctrl", "s"), {"role": "frame", "name": f"*{name}"}), step("DONE", SAVED)],
+        [step(edit, ready), step(keys("ctrl", "s"), {"role": "frame", "name": f"*{path}"}), step("DONE", SAVED)],
         ["mousepad"], {src: before.encode(), gold: after.encode()})
 
 
@@ -55,7 +55,7 @@ def _save_as(i: int, name: str, line: str) -> FixtureTask:
         {"func": "compare_text_file", "result": vm_file(path), "expected": cloud_file(gold)},
         [step(typed(f"{line}\n"), {"role": "frame", "name": "Mousepad"}),
          step(keys("ctrl", "s"), {"role": "frame", "name": "*"}),
-         step(chain(keys("ctrl", "a"), typed(f"{path}\n")), {"role": "dialog", "name": "Save As"}),
+         step(chain(keys("ctrl", "a"), typed(f"{path}\n")), {"role": "file chooser", "name": "Save As"}),
          step("DONE", {"role": "frame", "name": f"{name} - Mousepad"})],
         ["mousepad"], {gold: f"{line}\n".encode()})
 

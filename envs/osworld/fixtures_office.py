@@ -14,6 +14,7 @@ from roost.envs.osworld.fixture_kit import (HOME, LO_PROFILE, LO_SETTINGS, Fixtu
                                             execute, keys, launch, step, typed, vm_file)
 
 LO_SETTINGS_FILE = "libreoffice-registrymodifications.xcu"
+SETTLE = "import time; time.sleep(1.0)"
 SHEET_READY = {"role": "table", "name": "Sheet Sheet1", "focused": True}
 TEXT_READY = {"role": "paragraph", "focused": True}
 ROWS = [("Item", "Qty", "Price"), ("apple", 3, 2), ("melon", 2, 4), ("grape", 5, 1)]
@@ -49,7 +50,8 @@ def _office(domain: str, app: str, name: str, instruction: str, filename: str, d
     src = f"{domain}-{name}-{filename}"
     config = [execute(f"mkdir -p {HOME}/Documents"), download((src, path), (LO_SETTINGS_FILE, LO_PROFILE)),
               launch("soffice", f"--{app}", "--norestore", "--nologo", path)]
-    # Saving a small file takes well under the one WAIT the expert spends before DONE.
+    # LibreOffice shows its document a moment before it takes commands, hence the settle before
+    # the first keys; saving a small file takes well under the WAIT the expert spends before DONE.
     expert = actions + [step(keys("ctrl", "s")), step("WAIT"), step("DONE")]
     files = {src: data, LO_SETTINGS_FILE: LO_SETTINGS.encode(), **extra_files}
     return FixtureTask(domain, name, instruction.format(path=path), config, evaluator, expert,
@@ -63,7 +65,7 @@ def _calc(name: str, instruction: str, gold_rows: list[tuple], keys_code: str) -
                  "expected": cloud_file(gold),
                  "options": {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]}}
     return _office("libreoffice_calc", "calc", name, instruction, filename, _xlsx(ROWS), evaluator,
-                   [step(chain(keys("ctrl", "Home"), keys_code), SHEET_READY)], {gold: _xlsx(gold_rows)})
+                   [step(chain(SETTLE, keys("ctrl", "Home"), keys_code), SHEET_READY)], {gold: _xlsx(gold_rows)})
 
 
 def _down(n: int) -> str:
@@ -103,7 +105,7 @@ def _writer(name: str, instruction: str, paragraphs: list[str], evaluator: dict,
     filename = f"{name}.docx"
     evaluator = {**evaluator, "result": vm_file(f"{HOME}/Documents/{filename}")}
     return _office("libreoffice_writer", "writer", name, instruction, filename, _docx(paragraphs), evaluator,
-                   [step(chain(keys("ctrl", "Home"), code), TEXT_READY)], extra_files or {})
+                   [step(chain(SETTLE, keys("ctrl", "Home"), code), TEXT_READY)], extra_files or {})
 
 
 def _append_paragraph(i: int, sentence: str) -> FixtureTask:
