@@ -13,6 +13,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -67,6 +68,20 @@ def tools() -> None:
     from .tool_actions import tools as tool_schemas
 
     typer.echo(json.dumps(tool_schemas(), indent=2))
+
+
+@osworld_app.command("make-fixtures")
+def make_fixtures(
+    out: Optional[Path] = typer.Argument(None, help="Folder to write into (default: where the env looks, "
+                                                    "$ROOST_HOME/osworld or ~/.cache/roost/osworld)."),
+) -> None:
+    """Write roost's offline task set (OSWorld's JSON, its files in OUT/cache, train/test indexes)."""
+    from .fixtures import write_fixtures
+    from .task_set import default_tasks_dir
+
+    written = write_fixtures(out or default_tasks_dir())
+    sizes = {split: sum(len(ids) for ids in index.values()) for split, index in written.splits.items()}
+    typer.echo(json.dumps({"root": str(written.root), "tasks": written.count, "splits": sizes}))
 
 
 def register(envs_app: typer.Typer) -> None:

@@ -15,6 +15,10 @@ missing from the cache) fails its reset with the reason, and is never scored. A 
 dies or stops answering is an environment fault (`EnvFaultError` → the runner's
 `infra_error`); the dead desktop is stopped and the next reset starts a fresh one.
 `provider="osworld"` runs OSWorld's own `DesktopEnv` instead (`official`).
+
+Reset option `expert_plan` (bool): after reset and every step, `info["expert_plan"]` holds the
+scripted expert's next action for the task (`expert`: fixture tasks carry their solution), read
+off the observation's accessibility tree, so it needs an a11y observation type.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from roost.envs.errors import BadRequestError, EnvFaultError, EpisodeFinishedError
 from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task
 
+from .expert import ExpertPlanner, NoExpertSolution
 from .actions import ActionSpace, DesktopAction, parse
 from .observations import ObservationConfig, ObservationType
 from .official import OfficialOptions, check_official
@@ -38,6 +43,7 @@ from .tasks import TaskEntry
 from .tool_actions import tools
 
 VERSION = "roost-osworld-1"
+RESET_OPTIONS = ("expert_plan",)
 
 
 class OSWorldEnvConfig(BaseModel):
@@ -104,6 +110,7 @@ class _Episode:
     steps: int = 0
     done: bool = False
     history: list[Any] = field(default_factory=list)
+    expert: ExpertPlanner | None = None
 
 
 class OSWorldEnv:
@@ -123,18 +130,21 @@ class OSWorldEnv:
 
     async def reset(self, *, task_id: str | None = None, seed: int | None = None,
                     split: str | None = None, options: dict[str, Any] | None = None) -> Reset:
-        if options:
-            raise BadRequestError(f"unknown reset option(s) {sorted(options)}; the OSWorld env takes none")
+        unknown = sorted(set(options or {}) - set(RESET_OPTIONS))
+        if unknown:
+            raise BadRequestError(f"unknown reset option(s) {unknown}; the OSWorld env takes {list(RESET_OPTIONS)}")
         entry = self._shared.task_set.choose(task_id, seed, split)
+        expert = self._expert(entry) if (options or {}).get("expert_plan") else None
         await self.close()
         session = await open_session(self._session_options(), entry.task)
-        self._episode = _Episode(entry, session)
+        self._episode = _Episode(entry, session, expert=expert)
         try:
             observation = await session.observe(entry.task.instruction)
         except BaseException:
             await self.close()
             raise
-        return Reset(entry.task.id, observation, tools(), self._info(self._episode))
+        info = self._info(self._episode)
+        return Reset(entry.task.id, observation, tools(), {**info, **self._plan(self._episode, observation)})
 
     async def step(self, action: Action) -> Step:
         episode = self._episode
@@ -179,7 +189,20 @@ class OSWorldEnv:
             return await self._finish(episode, action, info, note)
         await asyncio.sleep(config.settle_s)
         observation = await session.observe(episode.entry.task.instruction, note)
-        return Step(observation, 0.0, False, False, {**self._info(episode), **info})
+        return Step(observation, 0.0, False, False, {**self._info(episode), **info, **self._plan(episode, observation)})
+
+    @staticmethod
+    def _expert(entry: TaskEntry) -> ExpertPlanner:
+        try:
+            return ExpertPlanner(entry.task.model_dump())
+        except NoExpertSolution as exc:
+            raise BadRequestError(str(exc)) from None
+
+    @staticmethod
+    def _plan(episode: _Episode, observation: Observation) -> dict[str, Any]:
+        if episode.expert is None:
+            return {}
+        return {"expert_plan": [episode.expert.next_action(observation.accessibility_tree)]}
 
     async def _finish(self, episode: _Episode, action: DesktopAction, info: dict[str, Any], note: str) -> Step:
         episode.done = True
