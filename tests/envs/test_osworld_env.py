@@ -160,12 +160,19 @@ async def test_a_dead_x_server_is_an_env_fault(client):
     assert reset.observation.text.startswith("Task: Send this file by fax.")
 
 
-async def test_screenshot_observations_in_process(tasks_dir):
-    env = make_factory(tasks=str(tasks_dir), observation_type="screenshot_a11y_tree", width=800, height=600)()
+async def test_screenshots_and_computer13_in_process(tasks_dir):
+    env = make_factory(tasks=str(tasks_dir), observation_type="screenshot_a11y_tree", width=800, height=600,
+                       action_space="computer_13")()
     try:
         reset = await env.reset(task_id=INFEASIBLE["id"])
         png = base64.b64decode(reset.observation.image)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (800, 600)
         assert "Accessibility tree:" in reset.observation.text
+        step = await env.step(TextAction('{"action_type": "MOVE_TO", "x": 400, "y": 300}'))
+        assert step.info["returncode"] == 0 and step.observation.image
+        with pytest.raises(InvalidActionError, match="not JSON"):  # code is no computer_13 action
+            await env.step(TextAction("pyautogui.moveTo(1, 1)"))
+        step = await env.step(ToolCall("pyautogui", {"code": "print(tuple(pyautogui.position()))"}))
+        assert "(400, 300)" in step.observation.text
     finally:
         await env.close()
