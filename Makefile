@@ -14,9 +14,12 @@ EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer
 # Installed without their dependencies: sglang is needed only for its protocol classes
 # (GenerateReqInput, SamplingParams) and its full dependency set needs a GPU; hermes-agent
 # pins exact versions of openai, pydantic, rich, ... that conflict with roost's, and runs
-# with the versions here (the modules it imports are listed in the `agents` extra).
+# with the versions here (the modules it imports are listed in the `agents` extra). desktop-env
+# (OSWorld's getters and metrics) pins numpy<2, torch 2.5 and cloud SDKs; the modules roost
+# imports from it need only what the `envs` extra lists.
 SGLANG   := sglang==0.5.3
 HERMES   := hermes-agent==0.19.0
+OSWORLD  := desktop-env==1.0.2
 
 .PHONY: install demo test clean
 
@@ -26,7 +29,7 @@ $(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP) --quiet "torch==2.13.0" -e ".[$(EXTRAS)]"
-	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)"
+	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)" "$(OSWORLD)"
 	touch $(STAMP)
 
 demo: install

@@ -17,11 +17,13 @@ envs_app.add_typer(alfworld_app, name="alfworld")
 
 def _env_subcommands() -> None:
     from roost.envs.hermes.cli import register as register_hermes
+    from roost.envs.osworld.cli import register as register_osworld
     from roost.envs.swe.cli import register as register_swe
     from roost.envs.webshop.cli import webshop_app
 
     register_swe(envs_app)
     register_hermes(envs_app)
+    register_osworld(envs_app)
     envs_app.add_typer(webshop_app, name="webshop")
 
 

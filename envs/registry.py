@@ -58,6 +58,10 @@ ENVS: dict[str, EnvSpec] = {
                    call_timeout_s=1800.0),
     "hermes": EnvSpec("hermes", "roost.envs.hermes.env:make_factory",
                       "hermes-agent per episode: its terminal and file tools in a sandbox, rewarded by a verifier."),
+    "osworld": EnvSpec("osworld", "roost.envs.osworld.env:make_factory",
+                       "OSWorld desktop tasks: a real X desktop per episode, pyautogui/computer_13 actions, "
+                       "screenshots and accessibility trees, OSWorld's evaluators.",
+                       call_timeout_s=600.0),
 }
 
 

@@ -1,0 +1,93 @@
+"""`roost envs osworld ...`: check task folders, show OSWorld's text table of a tree, list the tools.
+
+    roost envs osworld check ~/OSWorld/evaluation_examples     # tasks per split and domain
+    roost envs osworld linearize tree.xml                       # OSWorld's a11y table of a tree's XML
+    roost envs osworld tools                                    # the action tools as OpenAI schemas
+
+Episodes themselves run through `roost serve osworld` (the env server) and `roost eval osworld`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+osworld_app = typer.Typer(help="OSWorld: check task folders, linearize accessibility trees, list the action tools. "
+                               "Episodes: `roost serve osworld` (roost's desktops run here; OSWorld's own VM "
+                               "providers need its VM image: --env-arg provider=osworld).",
+                          no_args_is_help=True)
+
+
+@osworld_app.command("check")
+def check(
+    tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
+) -> None:
+    """Load tasks as the env does; print how many each split and domain holds."""
+    from .errors import TaskFormatError
+    from .task_set import TaskSet
+
+    try:
+        task_set = TaskSet.load(tasks)
+    except TaskFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    domains = Counter(entry.domain or "-" for entry in task_set.entries.values())
+    typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": {s: len(ids) for s, ids in task_set.splits.items()},
+                           "domains": dict(sorted(domains.items()))}))
+
+
+@osworld_app.command("linearize")
+def linearize(
+    xml: str = typer.Argument(..., help="A file of accessibility-tree XML (GET /accessibility's AT), or - for stdin."),
+    platform: str = typer.Option("ubuntu", help="ubuntu or windows (the tree's namespaces)."),
+) -> None:
+    """Print OSWorld's text table of an accessibility tree (what a11y_tree observations show)."""
+    from xml.etree.ElementTree import ParseError
+
+    from .observations import linearize_accessibility_tree
+
+    if platform not in ("ubuntu", "windows"):
+        typer.echo(f"error: platform {platform!r}: expected ubuntu or windows", err=True)
+        raise typer.Exit(2)
+    try:
+        text = sys.stdin.read() if xml == "-" else Path(xml).read_text(encoding="utf-8")
+        typer.echo(linearize_accessibility_tree(text, platform))  # type: ignore[arg-type]
+    except (OSError, ParseError) as exc:
+        typer.echo(f"error: {xml}: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@osworld_app.command("tools")
+def tools() -> None:
+    """Print the desktop's action tools (OpenAI function schemas) as JSON."""
+    from .tool_actions import tools as tool_schemas
+
+    typer.echo(json.dumps(tool_schemas(), indent=2))
+
+
+@osworld_app.command("make-fixtures")
+def make_fixtures(
+    out: Optional[Path] = typer.Argument(None, help="Folder to write into (default: where the env looks, "
+                                                    "$ROOST_HOME/osworld or ~/.cache/roost/osworld)."),
+) -> None:
+    """Write roost's offline task set (OSWorld's JSON, its files in OUT/cache, train/test indexes)."""
+    from .fixtures import write_fixtures
+    from .task_set import default_tasks_dir
+
+    written = write_fixtures(out or default_tasks_dir())
+    sizes = {split: sum(len(ids) for ids in index.values()) for split, index in written.splits.items()}
+    typer.echo(json.dumps({"root": str(written.root), "tasks": written.count, "splits": sizes}))
+
+
+def register(envs_app: typer.Typer) -> None:
+    """Adds `osworld` under the `roost envs` group."""
+    envs_app.add_typer(osworld_app, name="osworld")
+
+
+if __name__ == "__main__":
+    osworld_app()

@@ -1,0 +1,259 @@
+"""The X session of one desktop: Xvfb, a D-Bus session bus, the at-spi bus and openbox.
+
+Runs inside the desktop with the system python3 and the standard library only. Every process
+runs as the user that runs this module (the image's `user`; the host's own user in the local
+backend). Xvfb picks a free display itself (`-displayfd`), so desktops on one host never race
+for a display number. `stop` ends everything the session started, launched apps included, as
+long as they stayed in the session's process group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+                  "--password-store=basic", "--force-renderer-accessibility")
+AT_SPI_LAUNCHER = "/usr/libexec/at-spi-bus-launcher"
+MARKER = "ROOST_DESKTOP_ID"
+"""Set in every desktop process's environment: `kill_marked` finds them all by it, even those
+that left the session's process groups (apps started by apps, a server that died hard)."""
+
+
+class SessionError(RuntimeError):
+    """A part of the desktop (Xvfb, D-Bus, the at-spi bus, openbox) did not start."""
+
+
+@dataclass
+class SessionConfig:
+    width: int = 1280
+    height: int = 720
+    home: Path = field(default_factory=Path.home)
+    """The desktop user's home: apps and commands see it as $HOME."""
+    chromium_port: int = 9222
+    """Chromium's DevTools port: the `google-chrome`/`chromium` wrappers pass it to Chromium."""
+    python: str = "python3"
+    """The python that `python`/`python3` name inside the desktop (one that imports pyautogui)."""
+    start_timeout_s: float = 20.0
+
+
+class DesktopSession:
+    """A running X session; `env` is the environment every desktop process gets."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.display = ""
+        self.env: dict[str, str] = {}
+        self._procs: list[subprocess.Popen] = []
+        self._runtime = Path(tempfile.mkdtemp(prefix="roost-desktop-"))
+        self.marker = os.environ.get(MARKER) or self._runtime.name
+
+    def start(self, attempts: int = 3) -> None:
+        """Starts the session; a start that fails is cleaned up and tried again, `attempts` in all."""
+        for attempt in range(attempts):
+            try:
+                return self._start_once()
+            except SessionError:
+                if attempt == attempts - 1:
+                    raise
+
+    def _start_once(self) -> None:
+        try:
+            self.display = self._start_xvfb()
+            self.env = self._base_env()
+            self._wait_for("the X server", ["xprop", "-root", "-len", "0", "WM_NAME"], "")
+            self._start_dbus()
+            self._spawn([AT_SPI_LAUNCHER, "--launch-immediately"])
+            self._spawn(["openbox", "--config-file", str(self._openbox_config())])
+            self._wait_for("openbox", ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], "window id")
+        except BaseException:
+            self.stop()
+            self._runtime.mkdir(exist_ok=True)
+            raise
+
+    def stop(self) -> None:
+        """Ends the session's processes (their groups too), newest first, then removes its files."""
+        for proc in reversed(self._procs):
+            _terminate(proc)
+        self._procs.clear()
+        kill_marked(self.marker, spare=os.getpid())
+        subprocess.run(["rm", "-rf", str(self._runtime)], check=False)
+
+    def alive(self) -> bool:
+        return bool(self._procs) and self._procs[0].poll() is None
+
+    def _start_xvfb(self) -> str:
+        read_fd, write_fd = os.pipe()
+        size = f"{self.config.width}x{self.config.height}x24"
+        proc = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", size, "-nolisten", "tcp", "-ac",
+             "+extension", "RANDR"],
+            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, MARKER: self.marker})
+        os.close(write_fd)
+        self._procs.append(proc)
+        number = _read_line(read_fd, self.config.start_timeout_s)
+        if not number.strip().isdigit():
+            raise SessionError(f"Xvfb did not report a display number (exit code {proc.poll()}); "
+                               "is xvfb installed (`apt-get install xvfb`)?")
+        return f":{number.strip()}"
+
+    def _base_env(self) -> dict[str, str]:
+        bin_dir = self._runtime / "bin"
+        bin_dir.mkdir()
+        _write_wrappers(bin_dir, self.config)
+        runtime_dir = self._runtime / "xdg-runtime"
+        runtime_dir.mkdir(mode=0o700)
+        xauthority = self.config.home / ".Xauthority"
+        _write_xauthority(xauthority, self.display)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DBUS_", "AT_SPI", "XDG_"))}
+        env.update({
+            "DISPLAY": self.display, "HOME": str(self.config.home), "XDG_RUNTIME_DIR": str(runtime_dir),
+            "XAUTHORITY": str(xauthority),
+            "PATH": f"{bin_dir}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            # GTK and Qt apps export their widgets to the at-spi bus only when asked to.
+            "GTK_MODULES": "gail:atk-bridge", "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1",
+            "QT_ACCESSIBILITY": "1", "SAL_USE_VCLPLUGIN": "gtk3", "LANG": env.get("LANG", "C.UTF-8"),
+            "ROOST_CHROMIUM_PORT": str(self.config.chromium_port), MARKER: self.marker,
+        })
+        env.pop("NO_AT_BRIDGE", None)
+        return env
+
+    def _start_dbus(self) -> None:
+        out = subprocess.run(["dbus-launch", "--sh-syntax"], env=self.env, capture_output=True, text=True,
+                             timeout=self.config.start_timeout_s, check=False)
+        found = dict(_parse_sh_assignments(out.stdout))
+        if "DBUS_SESSION_BUS_ADDRESS" not in found:
+            raise SessionError(f"dbus-launch printed no bus address (stderr: {out.stderr.strip()!r}); "
+                               "is dbus-x11 installed?")
+        self.env.update(found)
+
+    def _openbox_config(self) -> Path:
+        # No desktop menu or dock: a plain window manager that maximises nothing by itself.
+        path = self._runtime / "openbox-rc.xml"
+        path.write_text('<?xml version="1.0"?>\n<openbox_config xmlns="http://openbox.org/3.4/rc">'
+                        "<desktops><number>1</number></desktops></openbox_config>\n")
+        return path
+
+    def _wait_for(self, what: str, probe: list[str], expect: str) -> None:
+        """Polls `probe` until it succeeds with `expect` in its output; SessionError if a session
+        process ended or the start timeout passed."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            done = subprocess.run(probe, env=self.env, capture_output=True, text=True, check=False)
+            if done.returncode == 0 and expect in done.stdout:
+                return
+            ended = [f"{p.args[0]} (exit code {p.returncode})" for p in self._procs if p.poll() is not None]
+            if ended:
+                raise SessionError(f"{', '.join(ended)} ended while the desktop started; "
+                                   f"their output ends with:\n{self._log_tail()}")
+            time.sleep(0.05)
+        raise SessionError(f"{what} did not come up on {self.display} within "
+                           f"{self.config.start_timeout_s:.0f}s\n{self._log_tail()}")
+
+    def _log_tail(self, chars: int = 2000) -> str:
+        try:
+            return (self._runtime / "session.log").read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen:
+        with open(self._runtime / "session.log", "ab") as log:
+            proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log, start_new_session=True)
+        self._procs.append(proc)
+        return proc
+
+
+def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
+    """`python`/`python3` name the desktop's python (pyautogui importable); `google-chrome` and
+    `chromium` start Chromium with the flags it needs here and the desktop's DevTools port (OSWorld's
+    tasks launch `google-chrome --remote-debugging-port=1337`)."""
+    flags = " ".join(CHROMIUM_FLAGS)
+    chrome = ("#!/bin/sh\nfor a in \"$@\"; do shift; case \"$a\" in --remote-debugging-port=*) ;; "
+              "*) set -- \"$@\" \"$a\";; esac; done\n"
+              f"exec /usr/bin/chromium {flags} --remote-debugging-port=\"$ROOST_CHROMIUM_PORT\" \"$@\"\n")
+    scripts = {"python": f'#!/bin/sh\nexec {config.python} "$@"\n', "google-chrome": chrome,
+               "chromium": chrome, "chromium-browser": chrome}
+    scripts["python3"] = scripts["python"]
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+
+def _write_xauthority(path: Path, display: str) -> None:
+    """An authority entry for the display. Xvfb runs with -ac and checks none, but Xlib clients
+    (python-xlib under pyautogui) print a warning into every command's output without one."""
+    import secrets
+    import socket
+    import struct
+
+    def field(value: bytes) -> bytes:
+        return struct.pack(">H", len(value)) + value
+
+    entry = (struct.pack(">H", 256) + field(socket.gethostname().encode()) + field(display.lstrip(":").encode())
+             + field(b"MIT-MAGIC-COOKIE-1") + field(secrets.token_bytes(16)))
+    path.write_bytes(entry)
+    path.chmod(0o600)
+
+
+def _read_line(fd: int, timeout_s: float) -> str:
+    import select
+
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while b"\n" not in data and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 64)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.decode(errors="replace")
+
+
+def _parse_sh_assignments(text: str):
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.isidentifier():
+            yield name, value.rstrip(";").strip("'\"")
+
+
+def _terminate(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def kill_marked(marker: str, spare: int | None = None) -> int:
+    """SIGKILLs every process (of this user) whose environment holds MARKER=marker; how many."""
+    needle = f"{MARKER}={marker}".encode() + b"\0"
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in (spare, os.getpid()):
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes() + b"\0":
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return killed

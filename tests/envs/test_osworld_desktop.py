@@ -1,0 +1,113 @@
+"""The local desktop backend: a real Xvfb desktop with its control server, driven by DesktopClient.
+
+Needs the Debian packages of .ci/apt-packages.txt (xvfb, openbox, at-spi2-core, python3-pyatspi,
+mousepad, wmctrl, ...); the desktop's python gets pyautogui from PyPI once (~/.cache/roost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from roost.envs.osworld.backends import DesktopConfig, DesktopPool, start_desktop
+from roost.envs.osworld.desktop.session import MARKER
+from roost.envs.osworld.desktop_client import DesktopClient, DesktopError, DesktopRequestError
+from roost.tests.envs.osworld_checks import check_files, check_screenshot, check_typing_into_mousepad
+
+WIDTH, HEIGHT = 1024, 640
+
+
+@pytest.fixture(scope="module")
+def desktop():
+    """One desktop for the module's tests (started and closed outside their event loops: the local
+    backend holds no loop-bound state)."""
+    desktop = asyncio.run(start_desktop(DesktopConfig(width=WIDTH, height=HEIGHT)))
+    yield desktop
+    asyncio.run(desktop.close())
+
+
+async def test_screenshot_is_a_png_of_the_configured_size(desktop):
+    async with DesktopClient(desktop.url) as client:
+        await check_screenshot(client, WIDTH, HEIGHT)
+
+
+async def test_pyautogui_types_into_mousepad_and_the_tree_shows_it(desktop):
+    async with DesktopClient(desktop.url) as client:
+        await check_typing_into_mousepad(client, WIDTH, HEIGHT)
+
+
+async def test_files_go_up_and_come_back(desktop):
+    async with DesktopClient(desktop.url) as client:
+        await check_files(client)
+
+
+async def test_an_endless_loop_is_killed_at_its_timeout(desktop):
+    async with DesktopClient(desktop.url) as client:
+        started = time.monotonic()
+        result = await client.run_python("while True:\n    pass\n", timeout_s=1.0)
+        assert result.timed_out and result.returncode is None
+        assert time.monotonic() - started < 8
+        result = await client.execute("sleep 30; echo never", shell=True, timeout_s=1.0)
+        assert result.timed_out and "never" not in result.output
+        assert (await client.execute(["echo", "still serving"])).output == "still serving\n"
+
+
+async def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(desktop):
+    async with httpx.AsyncClient(base_url=desktop.url, timeout=10) as http:
+        cases = [
+            (http.post("/execute", content=b"{not json", headers={"Content-Type": "application/json"}), 400),
+            (http.post("/execute", json={"command": 5}), 400),
+            (http.post("/execute", json=["ls"]), 400),
+            (http.post("/execute", json={"command": "ls", "timeout": -1}), 400),
+            (http.post("/run_python", json={}), 400),
+            (http.post("/file", data={}), 400),
+            (http.post("/setup/upload", data={"file_path": "/tmp/x"}), 400),
+            (http.post("/setup/open_file", json={"path": "/home/user/nothing.txt"}), 404),
+            (http.post("/setup/activate_window", json={}), 400),
+            (http.post("/list_directory", json={"path": "/no/such/dir"}), 400),
+            (http.get("/no/such/route"), 404),
+            (http.get("/execute"), 405),
+        ]
+        for request, status in cases:
+            response = await request
+            assert response.status_code == status, (response.request.url, response.text)
+    async with DesktopClient(desktop.url) as client:
+        with pytest.raises(DesktopRequestError) as refused:
+            await client.activate_window("no window has this title")
+        assert refused.value.status == 404
+        assert await client.health()
+
+
+async def test_a_pool_bounds_desktops_and_closing_ends_every_process():
+    pool = DesktopPool(DesktopConfig(width=640, height=480, start_timeout_s=30), max_desktops=1)
+    desktop = await pool.start()
+    try:
+        async with DesktopClient(desktop.url) as client:
+            # An app that leaves the desktop's process groups (setsid) still ends with the desktop.
+            await client.execute("setsid sleep 600 >/dev/null 2>&1 &", shell=True)
+            assert _desktop_processes(desktop.marker)
+        with pytest.raises(DesktopError, match="bound"):
+            await pool.start(wait_s=0.5)
+    finally:
+        await desktop.close()
+    assert not await desktop.alive()
+    assert _desktop_processes(desktop.marker) == []
+    with pytest.raises(DesktopError):
+        await DesktopClient(desktop.url).screenshot()
+
+
+def _desktop_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if f"{MARKER}={marker}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
