@@ -57,6 +57,7 @@ class DesktopSession:
     def start(self, attempts: int = 3) -> None:
         """Starts the session; a start that fails is cleaned up and tried again, `attempts` in all."""
         for attempt in range(attempts):
+            self._runtime.mkdir(exist_ok=True)  # a failed attempt's stop removed it
             try:
                 return self._start_once()
             except SessionError:
@@ -74,7 +75,6 @@ class DesktopSession:
             self._wait_for("openbox", ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], "window id")
         except BaseException:
             self.stop()
-            self._runtime.mkdir(exist_ok=True)
             raise
 
     def stop(self) -> None:
