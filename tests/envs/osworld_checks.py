@@ -36,7 +36,10 @@ async def check_typing_into_mousepad(client: DesktopClient, width: int, height: 
     text = await poll_tree(client, lambda root: next(
         (el for el in root.iter("text") if typed in (el.text or "")), None))
     assert text.get(f"{{{NS['st']}}}editable") == "true"
+    width_px, height_px = await client.window_size("mousepad")
+    assert 0 < width_px <= width and 0 < height_px <= height
     await client.close_window("Mousepad")
+    assert await client.window_size("no-such-class") is None
 
 
 async def check_files(client: DesktopClient) -> None:
