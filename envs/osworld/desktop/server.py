@@ -59,6 +59,13 @@ def _timeout(body: dict, default: float) -> float:
     return float(value)
 
 
+def _text(body: dict, key: str, missing: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(missing)
+    return value
+
+
 def _command(body: dict) -> tuple[list[str] | str, bool]:
     shell = bool(body.get("shell", False))
     command = body.get("command", "" if shell else [])
@@ -200,9 +207,7 @@ def launch(desktop: Desktop, request: Request) -> Reply:
 
 def open_file(desktop: Desktop, request: Request) -> Reply:
     body = request.json()
-    path = body.get("path")
-    if not isinstance(path, str) or not path:
-        return Reply.text("Path not supplied!", 400)
+    path = _text(body, "path", "Path not supplied!")
     try:
         timeout_s = float(body.get("timeout_seconds", OPEN_TIMEOUT_S))
     except (TypeError, ValueError):
@@ -220,9 +225,7 @@ def open_file(desktop: Desktop, request: Request) -> Reply:
 def _window_action(action: str, done: str):
     def route(desktop: Desktop, request: Request) -> Reply:
         body = request.json()
-        name = body.get("window_name")
-        if not isinstance(name, str) or not name:
-            return Reply.text("window_name required", 400)
+        name = _text(body, "window_name", "window_name required")
         try:
             windows.wmctrl_window(action, name, strict=bool(body.get("strict", False)),
                                   by_class=bool(body.get("by_class", False)), env=desktop.env)
