@@ -57,7 +57,9 @@ class LocalDesktop:
 
     def _stop(self) -> None:
         if self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
+            # The server alone gets SIGTERM and stops its session; bwrap, the PID namespace's
+            # init, would take every process down with SIGKILL, leaving their files behind.
+            _signal_server(self.process, signal.SIGTERM)
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -139,6 +141,32 @@ def _exited(desktop: LocalDesktop) -> str | None:
     if desktop.process.poll() is None:
         return None
     return f"exit code {desktop.process.returncode}; its log ends with:\n{desktop.log_tail()}"
+
+
+def _signal_server(process: subprocess.Popen, sig: int) -> None:
+    """Signals the control server: `process` itself, or under bwrap its descendant running it."""
+    for pid in [process.pid, *_descendants(process.pid)]:
+        try:
+            if b"roost.envs.osworld.desktop.server" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    not Path(f"/proc/{pid}/exe").resolve().name.startswith("bwrap"):
+                os.kill(pid, sig)
+                return
+        except OSError:
+            continue
+    _signal_group(process, sig)
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            children = [int(c) for c in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+        except OSError:
+            children = []
+        found += children
+        todo += children
+    return found
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
