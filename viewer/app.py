@@ -121,9 +121,11 @@ def _errors(app: FastAPI, viewer: Viewer) -> None:
         return page(exc.status_code, str(exc.detail) + " (start from the run page: /)")
 
 
-def _routes(app: FastAPI, viewer: Viewer) -> None:
-    offset_q = Query(0, ge=0, le=MAX_OFFSET)
+def _offset() -> Any:
+    return Query(0, ge=0, le=MAX_OFFSET)  # a fresh one per parameter: FastAPI keeps state on it
 
+
+def _routes(app: FastAPI, viewer: Viewer) -> None:
     @app.get("/health", response_class=PlainTextResponse)
     async def health() -> str:
         return "ok"
@@ -133,7 +135,7 @@ def _routes(app: FastAPI, viewer: Viewer) -> None:
         return await asyncio.to_thread(_run_page, viewer)
 
     @app.get("/groups", response_class=HTMLResponse)
-    async def groups(version: str | None = None, prefix: str | None = None, offset: int = offset_q) -> str:
+    async def groups(version: str | None = None, prefix: str | None = None, offset: int = _offset()) -> str:
         page = Page(offset, 50)
         rows = await asyncio.to_thread(lambda: viewer.queries().groups(page, version=version, prefix=prefix))
         what = f"played on weights v{version}" if version is not None else f"starting {prefix!r}" if prefix else ""
@@ -142,15 +144,15 @@ def _routes(app: FastAPI, viewer: Viewer) -> None:
                                       url=f"/groups?{query}")
 
     @app.get("/group", response_class=HTMLResponse)
-    async def group(id: str = Query(..., min_length=1, max_length=512), offset: int = offset_q) -> str:
+    async def group(id: str = Query(..., min_length=1, max_length=512), offset: int = _offset()) -> str:
         return await asyncio.to_thread(_group_page, viewer, id, Page(offset, 16))
 
     @app.get("/sessions/{session_id}", response_class=HTMLResponse)
-    async def session(session_id: str, offset: int = offset_q) -> str:
+    async def session(session_id: str, offset: int = _offset()) -> str:
         return await asyncio.to_thread(_session_page, viewer, session_id, Page(offset, 500))
 
     @app.get("/calls/{call_id}", response_class=HTMLResponse)
-    async def call(call_id: str, start: int = offset_q,
+    async def call(call_id: str, start: int = _offset(),
                    colour: Literal["logprob", "advantage", "reward"] = "logprob") -> str:
         return await asyncio.to_thread(_call_page, viewer, call_id, start, colour)
 

@@ -49,12 +49,18 @@ def check(conn: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
     if version is not None and version > schema.SCHEMA_VERSION:
         raise StoreUnreadable(f"{path} has store schema version {version}; this viewer reads up to "
                               f"{schema.SCHEMA_VERSION}: view it with the roost that wrote it")
-    missing = [f"{t}.{c}" for t, cols in NEEDED.items() for c in cols if c not in columns[t]]
-    if missing:
+    missing = [_lacks(t, [c for c in cols if c not in columns[t]], bool(columns[t])) for t, cols in NEEDED.items()]
+    if any(missing):
         raise StoreUnreadable(f"{path} is a trajectory store of an older schema (version {version or 'unknown'}): "
-                              f"it lacks {', '.join(missing[:8])}{' …' if len(missing) > 8 else ''}; "
+                              f"{'; '.join(m for m in missing if m)}; "
                               "export it with the roost that wrote it, or view a store this roost wrote")
     return columns
+
+
+def _lacks(table: str, absent: list[str], exists: bool) -> str:
+    if not exists:
+        return f"it has no {table} table"
+    return f"{table} lacks {', '.join(f'{table}.{c}' for c in absent)}" if absent else ""
 
 
 def _version(conn: sqlite3.Connection) -> int | None:
