@@ -71,14 +71,14 @@ def run_bench(calls: int, calls_per_session: int, group_size: int) -> dict[str, 
         sessions = build_store(path, calls, calls_per_session, group_size)
         build_s = time.perf_counter() - started
         size_mb = path.stat().st_size / 2**20
-        last = sessions[-1]
-        urls = {"run": "/", "groups": "/groups", "groups_last_page": f"/groups?offset={len(sessions) // group_size - 10}",
-                "step_groups": "/groups?version=1", "group": f"/group?id={group_name((len(sessions) - 1) // group_size)}",
+        last, groups = sessions[-1], -(-len(sessions) // group_size)
+        urls = {"run": "/", "groups": "/groups", "groups_last_page": f"/groups?offset={max(0, groups - 10)}",
+                "step_groups": "/groups?version=1", "group": f"/group?id={group_name(groups - 1)}",
                 "session": f"/sessions/{last}", "call": f"/calls/{last}-c{calls_per_session - 1}"}
         with TestClient(build_app(ViewerConfig(store=path))) as client:
             opened = _time(client, "/")
             pages = {name: statistics.median(_time(client, url) for _ in range(REPEATS)) for name, url in urls.items()}
-    return {"calls": calls, "sessions": len(sessions), "groups": -(-len(sessions) // group_size),
+    return {"calls": calls, "sessions": len(sessions), "groups": groups,
             "store_mb": round(size_mb, 1), "build_s": round(build_s, 2), "first_page_ms": round(opened, 1),
             "pages_ms": {k: round(v, 1) for k, v in pages.items()}}
 

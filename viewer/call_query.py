@@ -43,10 +43,10 @@ class TokenWindow:
 
 def call_detail(queries: StoreQueries, call_id: str) -> CallDetail | None:
     traced = [c for c in TRACE_COLUMNS if c in queries.columns["calls"]]
-    extra = "".join(f", {c}" for c in traced)
+    columns = ", ".join(["model", "request", "timings", *traced])
+    sql = CALL_ROW_SQL.replace(" FROM calls", f", {columns} FROM calls") + " WHERE call_id=?"
     with queries.connection() as conn:
-        row = conn.execute(f"{CALL_ROW_SQL.replace(' FROM calls', ', model, request, timings' + extra + ' FROM calls')} "
-                           "WHERE call_id=?", (call_id,)).fetchone()
+        row = conn.execute(sql, (call_id,)).fetchone()
         if row is None:
             return None
         detail = CallDetail(call_row(row[:13]), row[13], orjson.loads(row[14]), orjson.loads(row[12]),

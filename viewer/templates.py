@@ -20,7 +20,7 @@ th{background:#f4f4f4}.num{text-align:right;font-variant-numeric:tabular-nums}.m
 .msg{border-left:3px solid #ccc;margin:.4em 0;padding:.2em .6em;white-space:pre-wrap;word-break:break-word}
 .msg.assistant{border-color:#2a6fdb}.msg.tool{border-color:#8a5}.msg.system{border-color:#999}
 .tokens{font:12px/1.9 ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}
-.tok{border-radius:2px;padding:0 1px}.tok.p{color:#888}.tok.p.shared{color:#aaa;background:#f3f3f3}
+.tok{border-radius:2px}.tok.p{color:#888}.tok.p.shared{color:#aaa;background:#f3f3f3}
 .tok.s{color:#000}.tok:hover{outline:1px solid #333}#hover{position:sticky;top:0;background:#fff;
 border:1px solid #ccc;padding:2px 6px;font:12px ui-monospace,monospace;min-height:1.4em}
 </style></head><body>
