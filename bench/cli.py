@@ -95,9 +95,27 @@ def bench_prefix_tree(
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 
+def bench_viewer(
+    calls: int = typer.Option(100_000, help="Calls in the generated store."),
+    calls_per_session: int = typer.Option(10, help="Calls per session."),
+    group_size: int = typer.Option(8, help="Sessions per group."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Build a store of CALLS calls, then time the viewer's pages on it (open, groups, group, session, call)."""
+    from roost.bench.viewer import run_bench
+
+    result = run_bench(calls, calls_per_session, group_size)
+    if as_json:
+        typer.echo(json.dumps(result, indent=1))
+        return
+    for page, ms in result["pages_ms"].items():
+        typer.echo(f"{page:<24} {ms:8.1f} ms")
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("engine")(bench_engine)
     bench.command("gateway")(bench_gateway)
     bench.command("env")(bench_env)
     bench.command("sandbox")(bench_sandbox)
     bench.command("prefix-tree")(bench_prefix_tree)
+    bench.command("viewer")(bench_viewer)

@@ -37,6 +37,7 @@ def demo(
                   f"  (held-out episodes are in groups eval-before-*, eval-after_sft-*, eval-final-*; "
                   f"training groups are named <launch>-g<N>/<task>)\n"
                   f"metrics per step: {result.run_dir / 'metrics.jsonl'}")
+    console.print(f"see every episode, token by token, and the curves: roost view {result.run_dir}")
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -20,6 +20,7 @@ PACKAGE_CLIS = (
     "roost.agents.cli",
     "roost.trainer.cli",
     "roost.bench.cli",
+    "roost.viewer.cli",
     "roost.cli.demo",
 )
 

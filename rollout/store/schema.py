@@ -85,6 +85,8 @@ CREATE TABLE IF NOT EXISTS advantages (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS advantages_by_session ON advantages(session_id);
+-- The viewer's steps: the sessions each weight version played, from the index alone.
+CREATE INDEX IF NOT EXISTS calls_by_version ON calls(weight_version, session_id);
 """
 
 

@@ -1,0 +1,94 @@
+"""Stores and run folders the viewer cannot fully read: a clear page each time, and it keeps serving."""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+from html import unescape
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from roost.cli.main import build_app as build_cli
+from roost.rollout.store.records import CallRecord, SessionRecord
+from roost.rollout.store.trajectory_store import TrajectoryStore
+from roost.tests.viewer.conftest import ViewerServer
+from roost.viewer.app import ViewerConfig
+
+MILLION = 1_000_000
+
+
+def page(url: str, path: str, status: int) -> str:
+    response = httpx.get(url + path)
+    assert response.status_code == status, response.text[:400]
+    return unescape(response.text)
+
+
+def test_older_schema_store_is_named_on_every_page(tmp_path):
+    store = tmp_path / "old.sqlite"
+    with sqlite3.connect(store) as conn:  # a store from before calls had weight versions and token blobs
+        conn.executescript("CREATE TABLE sessions (session_id TEXT, group_id TEXT, status TEXT);"
+                           "CREATE TABLE calls (call_id TEXT, session_id TEXT, messages TEXT);")
+    with ViewerServer(ViewerConfig(store=store)) as server:
+        assert "older schema" in page(server.url, "/", 200)  # the run page still renders
+        text = page(server.url, "/groups", 400)
+        assert "older schema" in text and "calls.weight_version" in text and "export it with the roost" in text
+        assert page(server.url, "/health", 200) == "ok"
+
+
+def test_a_file_that_is_not_a_store(tmp_path):
+    store = tmp_path / "notes.sqlite"
+    store.write_text("these are not the trajectories you are looking for\n" * 100)
+    with ViewerServer(ViewerConfig(store=store)) as server:
+        assert "is not a trajectory store" in page(server.url, "/sessions/x", 400)
+
+
+def test_half_written_run_folder(tmp_path):
+    (tmp_path / "evals.json").write_text('{"before": {"split": "valid_un')
+    (tmp_path / "metrics.jsonl").write_text('{"stage": "sft", "step": 0, "loss": 2.5}\n{"stage": "sf')
+    with ViewerServer(ViewerConfig(run_dir=tmp_path)) as server:
+        run = page(server.url, "/", 200)
+        assert "evals.json is not a JSON object (half-written?)" in run
+        assert "metrics.jsonl: 1 line(s) could not be read" in run and 'data-metric="loss"' in run
+        assert "no trajectory store at" in run and "trajectories.sqlite" in run
+        assert "no trajectory store at" in page(server.url, "/groups", 400)
+
+
+@pytest.fixture
+async def huge_call_store(tmp_path):
+    """A store holding one call of a million prompt tokens, written by the store's own writer."""
+    store = TrajectoryStore(tmp_path / "trajectories.sqlite").open()
+    try:
+        await store.create_session(SessionRecord(session_id="big", key_hash="h", group_id="g"))
+        await store.record_call(CallRecord(
+            call_id="huge", session_id="big", agent_id="main", parent_agent=None, seq=0, endpoint="chat",
+            backend="embedded", model="unknown-model", parent_call_id=None, shared_prefix_len=0, kind="root",
+            reuse="none", prompt_ids=array("i", (i % 5000 for i in range(MILLION))), sampled_ids=array("i", [7, 8]),
+            sampled_logprobs=array("d", [-0.1, -2.0]), finish_reason={"type": "length"}, sampling_params={},
+            weight_version="3", timings={}, request={"messages": [{"role": "user", "content": "x" * MILLION}]},
+            response={"message": {"role": "assistant", "content": "ok"}}, created_at=0.0))
+    finally:
+        store.close()
+    return tmp_path / "trajectories.sqlite"
+
+
+def test_a_call_of_a_million_tokens_pages(huge_call_store):
+    with ViewerServer(ViewerConfig(store=huge_call_store)) as server:
+        first = httpx.get(server.url + "/calls/huge")
+        assert first.status_code == 200 and len(first.content) < 1_000_000
+        text = unescape(first.text)
+        assert f"Tokens 0–2000 of {MILLION + 2}" in text and "no tokenizer found: ids shown" in text
+        assert "[996000 more characters]" in text  # the message text is cut, not sent whole
+        last = page(server.url, f"/calls/huge?start={MILLION - 1}", 200)
+        assert f"Tokens {MILLION - 1}–{MILLION + 2} of" in last
+        assert "⟨4999⟩" in last and "⟨7⟩" in last and "logprob -2.0000" in last and "weights v3" in last
+        assert "past its end" in page(server.url, f"/calls/huge?start={MILLION + 50}", 200)
+        assert f"{MILLION}+2 tokens" in page(server.url, "/sessions/big", 200)
+
+
+def test_view_binds_loopback_only(tmp_path):
+    result = CliRunner().invoke(build_cli(), ["view", str(tmp_path), "--host", "0.0.0.0"])
+    assert result.exit_code != 0 and "loopback only" in result.output
+    result = CliRunner().invoke(build_cli(), ["view"])
+    assert result.exit_code != 0 and "give a run folder" in result.output

@@ -1,0 +1,38 @@
+"""`roost view`: the trajectory viewer on a run folder or a store file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def view(
+    run_dir: Path = typer.Argument(None, help="Run folder of `roost train` or `roost demo` (runs/demo)."),
+    store: Path = typer.Option(None, "--store", help="A trajectory store file (default: RUN_DIR/trajectories.sqlite)."),
+    tokenizer: Path = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json to show token text "
+                                                             "(default: the run's model)."),
+    host: str = typer.Option("127.0.0.1", help="Loopback only: trajectories are private (ssh -L to view remotely)."),
+    port: int = typer.Option(8950, help="Port to serve on."),
+) -> None:
+    """Serve the trajectory viewer: runs → steps → groups → sessions → calls, token by token."""
+    import uvicorn
+
+    from roost.rollout.keys import is_loopback
+    from roost.viewer.app import ViewerConfig, build_app
+
+    if run_dir is None and store is None:
+        raise typer.BadParameter("give a run folder (roost view runs/demo) or --store FILE")
+    if run_dir is not None and not run_dir.is_dir():
+        raise typer.BadParameter(f"{run_dir} is not a folder; give the run folder `roost train` or `roost demo` wrote")
+    if not is_loopback(host):
+        raise typer.BadParameter(f"the viewer serves trajectories without keys and binds loopback only, not {host}; "
+                                 f"forward the port instead (ssh -L {port}:127.0.0.1:{port} HOST)")
+    app = build_app(ViewerConfig(run_dir=run_dir.resolve() if run_dir else None,
+                                 store=store.resolve() if store else None, tokenizer=tokenizer))
+    typer.echo(f"roost view: http://{host}:{port}/")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    app.command("view")(view)

@@ -1,0 +1,127 @@
+"""Turning query results into what the templates show: messages, replies, token trees; and rendering.
+
+Message text is cut to `TEXT_LIMIT` characters and a call's messages to `MESSAGE_LIMIT`, so a
+call with a huge prompt renders a page of bounded size (its tokens page separately).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+import orjson
+
+from .queries import CallRow
+from .templates import TEMPLATES
+
+TEXT_LIMIT = 4000
+MESSAGE_LIMIT = 200
+
+
+@dataclass
+class ToolCallView:
+    name: str
+    arguments: str
+
+
+@dataclass
+class MessageView:
+    role: str
+    text: str
+    name: str | None = None
+    reasoning: str = ""
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+
+
+@dataclass
+class TreeNode:
+    call: CallRow
+    parent_seq: int | None = None
+    children: list[TreeNode] = field(default_factory=list)
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+class Renderer:
+    """The jinja2 environment of the viewer's templates."""
+
+    def __init__(self) -> None:
+        self.env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
+                                      undefined=jinja2.StrictUndefined)
+        self.env.globals["fmt"] = fmt
+
+    def render(self, name: str, *, title: str, notes: list[str] | None = None, **context: Any) -> str:
+        return self.env.get_template(name).render(title=title, notes=notes or [], **context)
+
+
+def messages(request: dict[str, Any]) -> tuple[list[MessageView], list[str]]:
+    """The request's messages (or its prompt, for a completions call), and notes on what was cut."""
+    raw = request.get("messages")
+    if not isinstance(raw, list):
+        prompt = request.get("prompt")
+        return ([MessageView("prompt", _cut(prompt if isinstance(prompt, str) else _json(prompt)))]
+                if prompt is not None else []), []
+    notes = [f"showing the last {MESSAGE_LIMIT} of {len(raw)} messages"] if len(raw) > MESSAGE_LIMIT else []
+    return [message_view(m) for m in raw[-MESSAGE_LIMIT:] if isinstance(m, dict)], notes
+
+
+def message_view(m: dict[str, Any]) -> MessageView:
+    return MessageView(str(m.get("role", "?")), _cut(_content_text(m.get("content"))), m.get("name"),
+                       _cut(str(m.get("reasoning_content") or "")), _tool_calls(m.get("tool_calls")))
+
+
+def reply_view(response: dict[str, Any]) -> MessageView:
+    message = response.get("message")
+    if isinstance(message, dict):
+        return message_view({"role": "assistant", **message})
+    return MessageView("assistant", _cut(str(response.get("text") or "")))
+
+
+def trees(agents: list[tuple[str, str | None]], calls: list[CallRow]) -> list[tuple[str, str | None, list[TreeNode]]]:
+    """Per agent, its calls as a tree by `parent_call_id` (extends chain, forks branch)."""
+    nodes = {c.call_id: TreeNode(c) for c in calls}
+    roots: dict[str, list[TreeNode]] = {}
+    for c in calls:
+        parent = nodes.get(c.parent_call_id or "")
+        if parent is not None:
+            nodes[c.call_id].parent_seq = parent.call.seq
+            parent.children.append(nodes[c.call_id])
+        else:
+            roots.setdefault(c.agent_id, []).append(nodes[c.call_id])
+    known = dict(agents)
+    names = list(known) + [a for a in roots if a not in known]
+    return [(a, known.get(a) or next((c.parent_agent for c in calls if c.agent_id == a), None), roots.get(a, []))
+            for a in names]
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: text, images, ...
+        return "\n".join(str(p.get("text", f"[{p.get('type', 'part')}]")) if isinstance(p, dict) else str(p)
+                         for p in content)
+    return "" if content is None else _json(content)
+
+
+def _tool_calls(raw: Any) -> list[ToolCallView]:
+    out = []
+    for call in raw if isinstance(raw, list) else []:
+        fn = call.get("function", {}) if isinstance(call, dict) else {}
+        args = fn.get("arguments", "")
+        out.append(ToolCallView(str(fn.get("name", "?")), _cut(args if isinstance(args, str) else _json(args))))
+    return out
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + f" … [{len(text) - TEXT_LIMIT} more characters]"
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
