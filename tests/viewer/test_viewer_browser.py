@@ -1,12 +1,15 @@
 """The viewer in a real browser (Debian's Chromium through Playwright): run → group → session → call.
 
-Saves the call page as docs/images/viewer.png, the README's screenshot. Skipped where Chromium
+Saves the call page as a screenshot: docs/images/viewer.png (the README's) when
+ROOST_UPDATE_SCREENSHOTS=1, else under the test's tmp folder, so a test run never edits the
+checkout. Skipped where Chromium
 or playwright is missing, except under CI (see tests/envs/test_webshop_web.py, whose browser
 fixtures this reuses).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.browser
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "viewer.png"
 
 
-async def test_navigate_run_group_session_call(viewer, page):  # noqa: F811
+async def test_navigate_run_group_session_call(viewer, page, tmp_path):  # noqa: F811
     url, played = viewer
     await page.set_viewport_size({"width": 1280, "height": 860})
     await page.goto(url + "/")
@@ -45,5 +48,7 @@ async def test_navigate_run_group_session_call(viewer, page):  # noqa: F811
     await sampled.first.hover()
     hover = await page.inner_text("#hover")
     assert "logprob" in hover and "advantage +0.9000" in hover and "weights v0" in hover
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOT), full_page=True)
+    shot = SCREENSHOT if os.environ.get("ROOST_UPDATE_SCREENSHOTS") == "1" else tmp_path / "viewer.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
