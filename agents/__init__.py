@@ -6,7 +6,8 @@
 - `gateway_session`: the runner's calls to the gateway's control plane.
 - `tool_agent`: the built-in tool-calling agent (official `openai` client).
 - `expert`: follows the env's own plan (ALFWorld: the PDDL planner).
-- `evaluate`, `cli`: `roost eval`.
+- `command`: any command as the harness (`roost run --command`).
+- `evaluate`, `cli`: `roost eval` and `roost run` (eval with the command harness).
 
 Where it sits in the data flow: docs/architecture.md.
 """

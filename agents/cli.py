@@ -1,20 +1,22 @@
-"""`roost eval`: run an agent on an env's tasks and print the success rate and mean reward."""
+"""`roost eval`: run an agent on an env's tasks and print the success rate and mean reward;
+`roost run --command "..."`: the same with any command as the agent."""
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from roost.agents.registry import AGENTS
 
+if TYPE_CHECKING:
+    from roost.agents.evaluate import EvalConfig, Evaluation
+
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    from roost.agents.run_command_cli import register as register_run
-
     app.command("eval")(eval_command)
-    register_run(app, bench)
+    app.command("run")(run_command)
 
 
 def eval_command(
@@ -39,10 +41,9 @@ def eval_command(
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
 ) -> None:
     """Evaluate an agent: success rate and mean reward over N episodes (env faults are not scored)."""
-    import asyncio
     import json
 
-    from roost.agents.evaluate import EvalConfig, evaluate
+    from roost.agents.evaluate import EvalConfig
     from roost.envs.serve import parse_env_args
 
     config = EvalConfig(env=env, agent=agent, env_url=env_url, base_url=base_url, model=model, api_key=api_key,
@@ -50,13 +51,7 @@ def eval_command(
                         episodes=episodes, split=split, concurrency=concurrency, max_turns=max_turns,
                         env_kwargs=parse_env_args(env_arg), agent_kwargs=parse_env_args(agent_arg),
                         workers=workers, run_id=run_id, progress=progress, task_ids=tuple(task_id))
-    from roost.envs.errors import EnvError
-
-    try:
-        report = asyncio.run(evaluate(config))
-    except (KeyError, ValueError, EnvError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    report = _played(config).report()
     if as_json:
         typer.echo(json.dumps(report, indent=1))
         return
@@ -66,3 +61,55 @@ def eval_command(
     typer.echo(f"{env} / {s['agent']} on {split}: success rate {rate}, mean reward {reward} "
                f"({s['scored']} scored of {s['episodes']}; infra errors {s['infra_errors']}, "
                f"agent errors {s['agent_errors']})")
+
+
+def run_command(
+    command: str = typer.Option(..., "--command", help="Shell command; gets ROOST_BASE_URL, OPENAI_BASE_URL, "
+                                "OPENAI_API_KEY, ROOST_SESSION_ID, ROOST_TASK_JSON, ROOST_ENV_STEP_URL, ROOST_REWARD_FILE."),
+    env: str = typer.Option("swe", help="Env name or module:function entry point."),
+    env_url: Optional[str] = typer.Option(None, help="A running env server; without it the env runs here."),
+    base_url: Optional[str] = typer.Option(None, help="A roost gateway (recorded) or any OpenAI endpoint."),
+    model: Optional[str] = typer.Option(None, help="Model name, passed as ROOST_MODEL."),
+    api_key: Optional[str] = typer.Option(None, help="API key when --base-url is not a gateway."),
+    admin_key: Optional[str] = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
+                                            help="The gateway's admin key, when --base-url is a roost gateway."),
+    task: list[str] = typer.Option([], "--task", help="Task id (repeatable; default: every task of the split)."),
+    split: str = typer.Option("test", help="Task split."),
+    episodes: Optional[int] = typer.Option(None, help="Episodes to run, the tasks in turn (default: each task once)."),
+    concurrency: int = typer.Option(1, help="Episodes at once."),
+    timeout_s: float = typer.Option(3600.0, help="Per-episode limit on the command."),
+    submit: bool = typer.Option(True, help="Submit for the command if it exits with the episode open."),
+    env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE for the env, when it runs here."),
+    as_json: bool = typer.Option(False, "--json", help="Print per-episode results as JSON."),
+) -> None:
+    """Run a command as the agent: the reward is the env's verdict, else the command's reward file."""
+    import json
+
+    from roost.agents.command import command_eval
+    from roost.envs.serve import parse_env_args
+
+    config = command_eval(command, env, timeout_s=timeout_s, submit=submit, concurrency=concurrency,
+                          episodes=episodes, env_url=env_url, base_url=base_url, model=model, api_key=api_key,
+                          admin_key=admin_key, split=split, task_ids=tuple(task), env_kwargs=parse_env_args(env_arg))
+    results = _played(config).results
+    if as_json:
+        typer.echo(json.dumps([r.to_json() for r in results], indent=1))
+        return
+    for r in results:
+        reward = "none" if r.reward is None else f"{r.reward:g} ({r.reward_source})"
+        typer.echo(f"{r.task_id}: {r.status}, reward {reward}, exit code {r.exit_code}"
+                   + (f", error: {r.error}" if r.error else ""))
+
+
+def _played(config: EvalConfig) -> Evaluation:
+    """`play(config)`, its bad input (an unknown env, agent or task) a clear exit 2."""
+    import asyncio
+
+    from roost.agents.evaluate import play
+    from roost.envs.errors import EnvError
+
+    try:
+        return asyncio.run(play(config))
+    except (KeyError, ValueError, EnvError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

@@ -1,4 +1,5 @@
-"""Evaluate an agent on an env: the Python API behind `roost eval`.
+"""Evaluate an agent on an env: the Python API behind `roost eval` (and `roost run`, eval with
+the command harness).
 
 The env runs in this process's worker pool unless `env_url` names a running env
 server. `base_url` is any OpenAI-compatible endpoint; when it is a roost gateway (with
@@ -17,8 +18,9 @@ from typing import Any
 
 from roost.agents.gateway_session import recording_gateway
 from roost.agents.registry import load_agent
+from roost.agents.results import EpisodeResult
 from roost.agents.runner import EpisodeHost, RunConfig, run_episodes, summarize
-from roost.envs.protocol import ToolSchema
+from roost.envs.protocol import Task, ToolSchema
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ class EvalConfig:
     api_key: str | None = None
     admin_key: str | None = None
     """The gateway's admin key, when `base_url` is a roost gateway."""
-    episodes: int = 10
+    episodes: int | None = 10
+    """Episodes to play, the tasks in turn; None: each task once."""
     split: str = "train"
     concurrency: int = 8
     max_turns: int = 50
@@ -44,7 +47,31 @@ class EvalConfig:
     """Play these tasks (cycled) instead of the split's tasks in order."""
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What `play` played: each episode's result, and how."""
+
+    config: EvalConfig
+    agent: str
+    run_id: str
+    recorded: bool
+    """A roost gateway recorded the episodes."""
+    results: list[EpisodeResult]
+    seconds: float
+
+    def report(self) -> dict[str, Any]:
+        """The summary and per-episode results, as `roost eval --json` prints them."""
+        return {"env": self.config.env, "agent": self.agent, "split": self.config.split, **summarize(self.results),
+                "recorded": self.recorded, "run_id": self.run_id, "seconds": self.seconds,
+                "results": [r.to_json() for r in self.results]}
+
+
 async def evaluate(config: EvalConfig) -> dict[str, Any]:
+    """Play the episodes and report them (`Evaluation.report`)."""
+    return (await play(config)).report()
+
+
+async def play(config: EvalConfig) -> Evaluation:
     agent = load_agent(config.agent, **config.agent_kwargs)
     if agent.needs_model and not config.base_url:
         raise ValueError(f"agent {agent.name!r} needs a model: pass --base-url (an OpenAI-compatible endpoint "
@@ -56,23 +83,27 @@ async def evaluate(config: EvalConfig) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         async with _episode_host(config) as (host, tools):
-            available = await host.tasks(config.split)
-            if config.task_ids:
-                by_id = {t.id: t for t in available}
-                missing = [t for t in config.task_ids if t not in by_id]
-                if missing:
-                    raise ValueError(f"no task {missing[0]!r} in split {config.split!r} of {config.env}")
-                available = [by_id[t] for t in config.task_ids]
-            if not available:
-                raise ValueError(f"split {config.split!r} of {config.env} has no tasks")
-            tasks = [available[i % len(available)] for i in range(config.episodes)]
+            tasks = _episode_tasks(config, await host.tasks(config.split))
             results = await run_episodes(tasks, host, agent, tools, run, gateway)
     finally:
         if gateway is not None:
             await gateway.aclose()
-    return {"env": config.env, "agent": agent.name, "split": config.split, **summarize(results),
-            "recorded": gateway is not None, "run_id": run.run_id,
-            "seconds": round(time.perf_counter() - started, 2), "results": [r.to_json() for r in results]}
+    return Evaluation(config, agent.name, run.run_id, gateway is not None, results,
+                      round(time.perf_counter() - started, 2))
+
+
+def _episode_tasks(config: EvalConfig, available: list[Task]) -> list[Task]:
+    """The task of each episode: the split's (or `task_ids`), in turn."""
+    if config.task_ids:
+        by_id = {t.id: t for t in available}
+        missing = [t for t in config.task_ids if t not in by_id]
+        if missing:
+            raise ValueError(f"no task {missing[0]!r} in split {config.split!r} of {config.env}")
+        available = [by_id[t] for t in config.task_ids]
+    if not available:
+        raise ValueError(f"split {config.split!r} of {config.env} has no tasks")
+    episodes = len(available) if config.episodes is None else config.episodes
+    return [available[i % len(available)] for i in range(episodes)]
 
 
 @contextlib.asynccontextmanager

@@ -4,7 +4,8 @@ The runner starts the episode, then hands the harness an `EpisodeContext`: the t
 the first observation, the env's tools, an OpenAI `base_url` (a gateway session URL
 when trajectories are recorded) and `step`, which applies one action to the env.
 The harness plays until `step` returns a finished step or it gives up; rewards are
-the runner's business.
+the runner's business (a harness that finds its own, as a command's reward file, reports it in
+its `AgentOutcome` for the runner to use when the env did not end the episode).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roost.agents.results import EpisodeStatus
+from roost.agents.results import EpisodeStatus, RewardSource
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 
 
@@ -54,6 +55,17 @@ class AgentOutcome:
     error: str | None = None
     """Why the harness stopped, when an error stopped it (e.g. the model endpoint's refusal);
     the episode is still scored."""
+    reward: float | None = None
+    """The harness's own reward (a command's reward file): the episode's reward when the env did
+    not end the episode and `reward_source` is `file`."""
+    reward_source: RewardSource = RewardSource.ENV
+    """Where the reward of an episode the env did not end comes from: the env's step rewards
+    (`env`), or the harness's own `reward` (`file`; when that is None the episode has no reward,
+    `none`, and the runner posts none)."""
+    exit_code: int | None = None
+    """A harness command's exit status (None: killed at its timeout)."""
+    output_tail: str = ""
+    """The end of a harness command's output."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -11,7 +11,7 @@ AGENTS: dict[str, str] = {
     "tool": "roost.agents.tool_agent:ToolAgent",
     "expert": "roost.agents.expert:ExpertAgent",
     "mini-swe-agent": "roost.agents.mini_swe:MiniSweAgent",
-    "command": "roost.agents.run_command:CommandAgent",
+    "command": "roost.agents.command:CommandAgent",
     "hermes": "roost.agents.hermes:HermesAgent",
     "observing-expert": "roost.agents.observing_expert:ObservingExpert",
     "planner-executor": "roost.agents.planner_executor:PlannerExecutor",

@@ -5,7 +5,9 @@
 
 Per episode: open a gateway session in the task's group (when a gateway is given),
 start the env episode, run the harness with `base_url` = the session URL, post the
-summed env reward and finish the session. An environment fault (env 5xx, a lost env
+reward and finish the session. The reward is the sum of the env's step rewards, except
+for an episode the env did not end whose harness reports its own (a command's reward
+file): then the harness's, or none (`RewardSource`). An environment fault (env 5xx, a lost env
 worker or server, an episode the env server no longer knows because it restarted) or a
 failed model endpoint ends the episode as `infra_error`, a harness that raises `AgentError` with
 that error's status (`agent_error`, or `timeout` for a harness cut off): no reward is posted and
@@ -23,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from roost.agents.gateway_session import GatewayClient, GatewayError
-from roost.agents.protocol import Agent, AgentError, EpisodeContext, ModelUnavailable
-from roost.agents.results import EpisodeResult, EpisodeStatus
+from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
+from roost.agents.results import EpisodeResult, EpisodeStatus, RewardSource
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 from roost.rollout.gateway.wire import SessionCreated
@@ -99,10 +101,11 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
                              session.key if session else config.api_key, config.model, config.max_turns)
         outcome = await agent.run(ctx)
         invalid_calls = outcome.invalid_calls
-        result = EpisodeResult(task.id, task.split, reward=tracker.reward, steps=tracker.steps,
+        reward, source = _reward(tracker, outcome)
+        result = EpisodeResult(task.id, task.split, reward=reward, reward_source=source, steps=tracker.steps,
                                success=tracker.terminated and tracker.reward > 0, turns=outcome.turns,
                                invalid_actions=outcome.invalid_actions, stop_reason=outcome.stop_reason,
-                               error=outcome.error)
+                               error=outcome.error, exit_code=outcome.exit_code, output_tail=outcome.output_tail)
     except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, GatewayError) as exc:
         result = _failed(task, EpisodeStatus.INFRA_ERROR, exc)
     except AgentError as exc:
@@ -118,6 +121,16 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
     if gateway is not None and session is not None:
         result = await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
     return result
+
+
+def _reward(tracker: _Tracker, outcome: AgentOutcome) -> tuple[float | None, RewardSource]:
+    """The env's rewards when it ended the episode or the harness reports none of its own; else
+    the harness's (a command's reward file), or none when it gave none."""
+    if tracker.done or outcome.reward_source is RewardSource.ENV:
+        return tracker.reward, RewardSource.ENV
+    if outcome.reward is None:
+        return None, RewardSource.NONE
+    return outcome.reward, RewardSource.FILE
 
 
 def _failed(task: Task, status: EpisodeStatus, exc: Exception) -> EpisodeResult:
@@ -150,11 +163,12 @@ async def run_episodes(tasks: list[Task], host: EpisodeHost, agent: Agent, tools
 
 def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
     scored = [r for r in results if r.scored]
+    rewards = [r.reward for r in scored if r.reward is not None]
     return {
         "episodes": len(results),
         "scored": len(scored),
         "success_rate": round(sum(r.success for r in scored) / len(scored), 4) if scored else None,
-        "mean_reward": round(sum(r.reward for r in scored) / len(scored), 4) if scored else None,
+        "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
         "mean_steps": round(sum(r.steps for r in scored) / len(scored), 2) if scored else None,
         "infra_errors": sum(r.status is EpisodeStatus.INFRA_ERROR for r in results),
         "agent_errors": sum(r.status is EpisodeStatus.AGENT_ERROR for r in results),
@@ -181,13 +195,15 @@ async def _report(gateway: GatewayClient, session: SessionCreated, result: Episo
     """Post the episode's reward (when scored) and finish its session; a gateway that fails
     makes a scored episode `infra_error` (its reward never reached the store)."""
     try:
-        if result.scored:
+        if result.scored and result.reward is not None:
             placed = await _penalise_calls(gateway, session, result, penalty, invalid_calls) if penalty else 0
             shaped = result.reward - penalty * (result.invalid_actions - placed)
             await gateway.post_reward(session.session_id, shaped, {"success": result.success, "env_reward": result.reward,
-                                                                   "invalid_actions": result.invalid_actions})
+                                                                   "invalid_actions": result.invalid_actions,
+                                                                   "source": result.reward_source.value})
         await gateway.finish(session.session_id, result.status, task_id=result.task_id, reward=result.reward,
-                             steps=result.steps, stop_reason=result.stop_reason, error=result.error)
+                             reward_source=result.reward_source.value, steps=result.steps,
+                             stop_reason=result.stop_reason, exit_code=result.exit_code, error=result.error)
     except GatewayError as exc:
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
         if result.scored:

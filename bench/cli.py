@@ -37,12 +37,16 @@ def bench_engine(
     concurrency: str = typer.Option("1,8,32", help="Comma-separated concurrency levels."),
     new_tokens: int = typer.Option(64, help="Tokens generated per request."),
     prompt_tokens: int = typer.Option(32, help="Prompt length per request."),
+    temperatures: str = typer.Option("0,1", help="Comma-separated temperatures (0: greedy; RL samples at 1)."),
     as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per level."),
 ) -> None:
-    """Decode tokens/s of the engine vs Hugging Face `generate` on the same model and batch."""
+    """Decode tokens/s of the engine vs Hugging Face `generate` on the same model and batch,
+    greedy and at temperature 1."""
     from roost.bench.engine import run_bench
 
-    for row in run_bench(model, [int(c) for c in concurrency.split(",")], new_tokens, prompt_tokens):
+    levels = [int(c) for c in concurrency.split(",")]
+    temps = tuple(float(t) for t in temperatures.split(","))
+    for row in run_bench(model, levels, new_tokens, prompt_tokens, temps):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 

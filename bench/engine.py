@@ -1,7 +1,8 @@
 """`roost bench engine`: decode throughput of the engine vs Hugging Face `generate`.
 
 Both run the same model in fp32 on the same prompts: the engine as a real server
-(requests sent concurrently over HTTP), `generate` in-process on one padded batch.
+(requests sent concurrently over HTTP), `generate` in-process on one padded batch. Each
+concurrency level is measured greedy and at temperature 1 (RL rollouts sample at 1).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def _prompts(count: int, length: int) -> list[list[int]]:
     return torch.randint(1000, 100000, (count, length), generator=gen).tolist()
 
 
-async def _engine_tok_s(url: str, prompts: list[list[int]], new_tokens: int) -> float:
-    params = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
+async def _engine_tok_s(url: str, prompts: list[list[int]], new_tokens: int, temperature: float) -> float:
+    params = {"max_new_tokens": new_tokens, "temperature": temperature, "ignore_eos": True}
     limits = httpx.Limits(max_connections=len(prompts) + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         async def one(ids: list[int]) -> int:
@@ -36,9 +37,10 @@ async def _engine_tok_s(url: str, prompts: list[list[int]], new_tokens: int) -> 
         return produced / (time.perf_counter() - start)
 
 
-def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int) -> float:
+def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int, temperature: float) -> float:
     ids = torch.tensor(prompts)
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
+                  do_sample=temperature > 0, **({"temperature": temperature, "top_k": 0} if temperature > 0 else {}))
     with torch.inference_mode():
         model.generate(ids[:1], **{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
         start = time.perf_counter()
@@ -47,20 +49,22 @@ def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int) -> float:
     return (out.shape[1] - ids.shape[1]) * ids.shape[0] / elapsed
 
 
-def run_bench(model: str, levels: list[int], new_tokens: int, prompt_tokens: int) -> list[dict]:
+def run_bench(model: str, levels: list[int], new_tokens: int, prompt_tokens: int,
+              temperatures: tuple[float, ...] = (0.0, 1.0)) -> list[dict]:
     from transformers import AutoModelForCausalLM
 
     folder = resolve_model(model)
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     rows = []
     with EngineProcess(model, extra_args=["--max-running", str(max(levels))]) as url:
-        for level in levels:
-            prompts = _prompts(level, prompt_tokens)
-            engine = asyncio.run(_engine_tok_s(url, prompts, new_tokens))
-            rows.append({"concurrency": level, "new_tokens": new_tokens, "prompt_tokens": prompt_tokens,
-                         "engine_tok_s": round(engine, 1)})
+        for temperature in temperatures:
+            for level in levels:
+                prompts = _prompts(level, prompt_tokens)
+                engine = asyncio.run(_engine_tok_s(url, prompts, new_tokens, temperature))
+                rows.append({"temperature": temperature, "concurrency": level, "new_tokens": new_tokens,
+                             "prompt_tokens": prompt_tokens, "engine_tok_s": round(engine, 1)})
     for row in rows:
-        hf_rate = _hf_tok_s(hf, _prompts(row["concurrency"], prompt_tokens), new_tokens)
+        hf_rate = _hf_tok_s(hf, _prompts(row["concurrency"], prompt_tokens), new_tokens, row["temperature"])
         row["hf_generate_tok_s"] = round(hf_rate, 1)
         row["engine_vs_hf"] = round(row["engine_tok_s"] / hf_rate, 2)
     return rows

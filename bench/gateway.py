@@ -27,16 +27,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from roost.rollout.gateway.preflight import TOOLS
+
 REPLY = '<tool_call>\n{"name": "search", "arguments": {"q": "roost gateway"}}\n</tool_call>'
 MAX_TOKENS = 64
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
-    {"type": "function", "function": {"name": "search", "description": "Search the web",
-                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
-                                                     "required": ["q"]}}},
-]
 _WORDS = ("the agent reads the observation carefully and decides which tool to call next while keeping "
           "track of what it has already tried and what the environment said in reply ").split()
 

@@ -116,8 +116,6 @@ class EpisodeManager:
             task.cancel()
         self._chores = []
         await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in self.workers))
-        for worker in self.workers:
-            worker.close()
         self._info = None
 
     async def __aenter__(self) -> EpisodeManager:
@@ -299,8 +297,7 @@ class EpisodeManager:
         loading = asyncio.create_task(self._load(fresh))
         self._loading.add(loading)
         loading.add_done_callback(self._loading.discard)
-        await asyncio.to_thread(worker.kill, reason)
-        worker.close()
+        await asyncio.to_thread(worker.stop, reason)
 
     async def _load(self, worker: WorkerHandle) -> None:
         try:

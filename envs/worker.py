@@ -145,7 +145,7 @@ class WorkerCrashed(EnvFaultError):
 
 class WorkerHandle:
     """The parent's end of one worker process. Its heartbeat is read only on the event loop's
-    thread (`fault`, `close`); `kill` and `stop` may run in another."""
+    thread (`fault`); `stop` may run in another."""
 
     def __init__(self, config: WorkerConfig, index: int) -> None:
         self.config = config
@@ -214,21 +214,22 @@ class WorkerHandle:
             self._heard_at = time.monotonic()
             self.info = info
 
-    def kill(self, reason: str | None = None) -> None:
-        """Kill it at once (it is dead, hung or broken); `reason` is what its cut-short calls say."""
+    def stop(self, reason: str | None = None, timeout_s: float = 10.0) -> None:
+        """End the process and release its sockets. With a `reason` (it is dead, hung or broken:
+        what its cut-short calls say) it is killed at once; else SIGTERM lets it close its
+        episodes' envs, and it is killed if still there after `timeout_s`."""
+        if reason is None:
+            stop_process(self.process, timeout_s)
+        else:
+            self._kill(reason)
+        self._conn.close()
+        self._heartbeat.close()
+
+    def _kill(self, reason: str) -> None:
         self.fate = self.fate or reason
         if self.alive:
             self.process.kill()
         self.process.wait(timeout=10)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM: it closes its episodes' envs and exits; killed if still there after `timeout_s`."""
-        stop_process(self.process, timeout_s)
-
-    def close(self) -> None:
-        """Release the sockets, once the process is gone."""
-        self._conn.close()
-        self._heartbeat.close()
 
     def _roundtrip(self, message: tuple) -> Any:
         try:
@@ -241,7 +242,7 @@ class WorkerHandle:
         try:
             if not self._conn.poll(timeout):
                 message = f"env worker {self.index} did not answer within {timeout:.0f}s; killed it"
-                self.kill(message)
+                self._kill(message)
                 raise WorkerCrashed(message)
             reply = self._conn.recv()
         except (EOFError, OSError, ValueError):

@@ -189,7 +189,7 @@ class Scheduler:
             for row, request in enumerate(batch):
                 if request.masks_stop_tokens() and request.plan.stop_token_ids:
                     logits[row, list(request.plan.stop_token_ids)] = float("-inf")
-        tokens = choose_tokens(logits, [r.plan.sampling for r in batch], [r.generator for r in batch])
+        tokens = choose_tokens(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch])
         return [r.forced_token() if r.plan.forced_ids is not None else t for r, t in zip(batch, tokens)]
 
     def _finish(self, request: EngineRequest, output: StepOutput) -> None:

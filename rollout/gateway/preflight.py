@@ -33,6 +33,8 @@ TOOLS = [
                                       "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
                                                      "required": ["q"]}}},
 ]
+"""Two tool schemas (a weather lookup, a web search): preflight's tool-call checks, also used by
+the gateway benchmark and the gateway tests."""
 
 
 @dataclass

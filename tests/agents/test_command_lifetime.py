@@ -10,7 +10,7 @@ from roost.tests.child_processes import assert_dies_with_parent
 RUN_A_LONG_COMMAND = textwrap.dedent("""
     import asyncio
     from roost.agents.protocol import EpisodeContext
-    from roost.agents.run_command import CommandAgent
+    from roost.agents.command import CommandAgent
     from roost.envs.protocol import Observation, Reset, Task
 
     async def no_step(action):

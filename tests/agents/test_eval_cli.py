@@ -1,4 +1,5 @@
-"""The commands users run: `roost serve alfworld` + `roost eval --env-url`, and `roost eval` alone."""
+"""The commands users run: `roost serve alfworld` + `roost eval --env-url`, `roost eval` alone, and
+`roost run --command`."""
 
 from __future__ import annotations
 
@@ -51,3 +52,11 @@ def test_eval_help_lists_every_agent_it_accepts():
     listed = done.stdout.split("Agent: ", 1)[1].split(".", 1)[0].split(", ")
     assert listed == [*AGENTS, "or module:Class"]
     assert set(AGENTS) >= {"tool", "expert", "mini-swe-agent", "command", "hermes", "planner-executor"}
+
+
+def test_run_plays_each_task_once_with_the_command_and_its_reward_file():
+    write = "import json, os; json.dump({'reward': 0.5}, open(os.environ['ROOST_REWARD_FILE'], 'w')); print('bye')"
+    results = _roost("run", "--command", f"{sys.executable} -c \"{write}\"", "--env",
+                     "roost.tests.agents.faulty_envs:make_factory", "--split", "train", "--no-submit", "--json")
+    assert [(r["task_id"], r["status"], r["reward"], r["reward_source"], r["exit_code"], r["output_tail"])
+            for r in results] == [("t0", "ok", 0.5, "file", 0, "bye\n"), ("t1", "ok", 0.5, "file", 0, "bye\n")]

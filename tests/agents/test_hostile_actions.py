@@ -12,7 +12,7 @@ import httpx
 import pytest
 from roost.agents.gateway_session import GatewayClient
 from roost.agents.protocol import AgentOutcome
-from roost.agents.run_command import CommandAgent
+from roost.agents.command import CommandAgent
 from roost.agents.runner import RunConfig, run_episode, summarize
 from roost.agents.tool_agent import ToolAgent
 from roost.envs.client import EnvClient

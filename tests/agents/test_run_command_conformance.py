@@ -14,7 +14,8 @@ import textwrap
 import httpx
 import pytest
 
-from roost.agents.command_run import CommandRunConfig, run_command
+from roost.agents.command import command_eval
+from roost.agents.evaluate import EvalConfig, play
 from roost.agents.harness_check import EngineRecorder, token_exact_problems
 from roost.envs.swe.fixtures import make_fixtures
 from roost.rollout.keys import bearer
@@ -83,10 +84,15 @@ def gateway(scripted_engine, tmp_path):
     script(scripted_engine, {"rules": [{"match": None, "reply": "OK."}]})
 
 
-def config(fixtures_dir, command: str, **kwargs) -> CommandRunConfig:
+def config(fixtures_dir, command: str, **kwargs) -> EvalConfig:
     env_kwargs = {"fixtures_dir": str(fixtures_dir), "sandbox": {"backend": "bubblewrap"}}
-    return CommandRunConfig(command=command, env="swe", split="test", task_ids=["roost-fixtures__calc-1"],
-                            env_kwargs=env_kwargs, model="tiny", **kwargs)
+    return command_eval(command, "swe", split="test", task_ids=("roost-fixtures__calc-1",),
+                        env_kwargs=env_kwargs, model="tiny", **kwargs)
+
+
+async def run_command(config: EvalConfig) -> list:
+    """`roost run`'s episodes: eval with the command harness."""
+    return (await play(config)).results
 
 
 @pytest.mark.slow
@@ -140,9 +146,9 @@ async def test_a_recorded_command_gets_its_session_key_and_not_the_server_keys(s
     monkeypatch.setenv("ROOST_ADMIN_KEY", admin_key)
     monkeypatch.setenv("ROOST_ENGINE_KEY", "rek-the-engine-key")
     shown = "import json, os; print(json.dumps({k: os.environ.get(k) for k in sorted(os.environ) if 'KEY' in k}))"
-    [result] = await run_command(CommandRunConfig(
-        command=f"{sys.executable} -c \"{shown}\"", env="roost.tests.agents.faulty_envs:make_factory", split="train",
-        task_ids=["t0"],
+    [result] = await run_command(command_eval(
+        f"{sys.executable} -c \"{shown}\"", "roost.tests.agents.faulty_envs:make_factory", split="train",
+        task_ids=("t0",),
         base_url=scripted_gateway, admin_key=admin_key, submit=False))
     assert result.status == "ok" and result.session_id, result.error
     seen = json.loads(result.output_tail.splitlines()[0])

@@ -21,17 +21,10 @@ from aiohttp import web
 from roost.rollout.server_process import free_port
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
+from roost.rollout.gateway.preflight import TOOLS as WEATHER_TOOLS
 from roost.rollout.keys import bearer
 from roost.rollout.store.reader import TrajectoryReader
 
-WEATHER_TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
-    {"type": "function", "function": {"name": "search", "description": "Search the web",
-                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
-                                                     "required": ["q"]}}},
-]
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 THINK = "<think>\nThe user asks about the weather; I should call the tool.\n</think>\n\n"
 

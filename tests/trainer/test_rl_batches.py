@@ -3,7 +3,11 @@ counted by why (infra_error, timeout, agent_error, unfinished); stale samples ar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import httpx
+import pytest
 
 from roost.agents.results import EpisodeStatus
 from roost.rollout.gateway.launch import GatewayThread
@@ -48,7 +52,17 @@ async def record(http: httpx.AsyncClient, gateway: GatewayThread, group: str, fi
         await http.post(f"{url}/sessions/{session['session_id']}/finish", json={"info": finish}, headers=admin)
 
 
-async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(scripted_engine_url, tmp_path):
+@dataclass
+class Recording:
+    gateway: GatewayThread
+    store: Path
+    version: int
+    """The engine's weight version: its samples are that fresh."""
+
+
+@pytest.fixture
+async def recording(scripted_engine_url, tmp_path):
+    """A gateway on the scripted engine, recording into a store of its own."""
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.sglang_client import SGLangClient
 
@@ -57,13 +71,18 @@ async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(scripted_en
     store = tmp_path / "store.sqlite"
     gateway = GatewayThread(GatewayConfig(engine_url=scripted_engine_url, model="tiny", store_path=store, port=0))
     with gateway:
-        async with httpx.AsyncClient(timeout=60) as http:
-            await record(http, gateway, "g0/t", {"status": "ok", "reward": 1.0}, 1.0)
-            await record(http, gateway, "g0/t", {"status": "ok", "reward": 0.0}, 0.0)
-            await record(http, gateway, "g0/t", {"status": "infra_error", "error": "EnvFaultError: died"}, None)
-            await record(http, gateway, "g0/t", {"status": "timeout", "error": "HarnessTimeout: 5s"}, None)
-            await record(http, gateway, "g0/t", {"status": "agent_error", "error": "AgentError: no plan"}, None)
-            await record(http, gateway, "g0/t", None, None)  # still open (a crash mid-episode)
+        yield Recording(gateway, store, version)
+
+
+async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(recording):
+    gateway, store, version = recording.gateway, recording.store, recording.version
+    async with httpx.AsyncClient(timeout=60) as http:
+        await record(http, gateway, "g0/t", {"status": "ok", "reward": 1.0}, 1.0)
+        await record(http, gateway, "g0/t", {"status": "ok", "reward": 0.0}, 0.0)
+        await record(http, gateway, "g0/t", {"status": "infra_error", "error": "EnvFaultError: died"}, None)
+        await record(http, gateway, "g0/t", {"status": "timeout", "error": "HarnessTimeout: 5s"}, None)
+        await record(http, gateway, "g0/t", {"status": "agent_error", "error": "AgentError: no plan"}, None)
+        await record(http, gateway, "g0/t", None, None)  # still open (a crash mid-episode)
     batch = collect_batch(store, ["g0/t"], current_version=version, max_staleness=0)
     assert batch.counts == {"ok": 2, "infra_error": 1, "timeout": 1, "agent_error": 1, "open": 1, "samples": 2}
     assert [len(g.samples) for g in batch.groups] == [2] and sorted(batch.rewards) == [0.0, 1.0]
@@ -73,3 +92,13 @@ async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(scripted_en
     assert later.groups == [] and later.counts["dropped_stale"] == 2
     kept = collect_batch(store, ["g0/t"], current_version=version + 1, max_staleness=1)
     assert kept.staleness == [1, 1]
+
+
+async def test_an_ok_session_with_no_reward_is_left_out_and_counted(recording):
+    # a command harness the env did not end that wrote no reward file: `roost run` reports
+    # reward_source none, and the trainer has nothing to score it by
+    async with httpx.AsyncClient(timeout=60) as http:
+        await record(http, recording.gateway, "g1/t", {"status": "ok", "reward": 0.5, "reward_source": "file"}, 0.5)
+        await record(http, recording.gateway, "g1/t", {"status": "ok", "reward": None, "reward_source": "none"}, None)
+    batch = collect_batch(recording.store, ["g1/t"], current_version=recording.version, max_staleness=0)
+    assert batch.counts == {"ok": 1, "no_reward": 1, "samples": 1} and batch.rewards == [0.5]

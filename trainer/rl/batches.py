@@ -5,7 +5,9 @@
 
 Only sessions that finished `ok` are trained on: an episode whose env server died, whose
 engine went away (`infra_error`), whose harness failed or hung past its timeout
-(`agent_error`, `timeout`) has no reward and is left out, and counted. A sample whose
+(`agent_error`, `timeout`) has no reward and is left out, and counted; so is an `ok` episode
+that got no reward (`no_reward`: a command harness the env did not end that wrote no reward
+file, `reward_source` none). A sample whose
 oldest sampled token is more than `max_staleness` weight versions behind the trainer (or
 ahead of it: weights lost to a crash) is dropped (`dropped_stale`); the rest are trained on with truncated importance sampling
 against the engine's logprobs (the loss's `tis_cap`).
@@ -72,10 +74,14 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
                     counts["open"] += 1
                     continue
                 status = session_status(session.finish_info)
+                reward = session.finish_info.get("reward", 0.0)
+                if status is EpisodeStatus.OK and reward is None:
+                    counts["no_reward"] += 1
+                    continue
                 counts[status.value] += 1
                 if status is EpisodeStatus.OK:
                     keep.append(session.session_id)
-                    rewards.append(float(session.finish_info.get("reward", 0.0)))
+                    rewards.append(float(reward))
     samples, ages = [], []
     for sample in samples_from_store(store, session_ids=keep):
         age = staleness(sample, current_version)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext
 from roost.agents.results import EpisodeResult, EpisodeStatus
 from roost.envs.protocol import Task
 
@@ -33,7 +33,7 @@ class HarnessTimeout(AgentError):
 class TimeoutAgent:
     """Any harness, cut off after `timeout_s` seconds per episode."""
 
-    def __init__(self, agent: Any, timeout_s: float) -> None:
+    def __init__(self, agent: Agent, timeout_s: float) -> None:
         self.agent, self.timeout_s = agent, timeout_s
         self.name, self.needs_model, self.reset_options = agent.name, agent.needs_model, agent.reset_options
 

@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roost.agents.results import EpisodeResult
 from roost.envs.protocol import Task
@@ -26,6 +26,11 @@ from roost.envs.protocol import Task
 from ..checkpoint import RunState
 from ..recipe import Recipe
 from .rollout_workers import GroupOutcome, GroupSpec
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from .rollout_workers import RolloutWorker
 
 EVAL_PREFIX = "eval"
 
@@ -70,7 +75,7 @@ def unfinished_backlog(store: Path, consumed: set[str], group_size: int) -> list
 
 
 class Rollouts:
-    def __init__(self, recipe: Recipe, workers: list[Any], tasks: list[Task], state: RunState, store: Path) -> None:
+    def __init__(self, recipe: Recipe, workers: list[ActorHandle[RolloutWorker]], tasks: list[Task], state: RunState, store: Path) -> None:
         self.recipe, self.workers, self.tasks, self.state = recipe, workers, tasks, state
         r = recipe.rollout
         self.per_step, self.size = r.groups_per_step, r.group_size

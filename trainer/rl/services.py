@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ class SupervisedServer:
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
         self.restarts = 0
-        self.after_restart: Any = None
+        self.after_restart: Callable[[], None] | None = None
         """Called (with no arguments) after each restart, e.g. to reload the newest weights."""
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None

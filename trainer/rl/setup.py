@@ -1,8 +1,8 @@
 """Setting up a run: Ray, where actors go, the env's data, the model, and the servers.
 
-Everything here is started once per run and handed to the loop explicitly (`Stack`);
-nothing is global. `stack(recipe, run_dir, model)` is a context manager that stops what
-it started.
+Everything here is started once per run and handed to the loop explicitly (`Services`,
+`EnvServer`, `Placement`); nothing is global. `services(recipe, run_dir, model, env, where)`
+is a context manager that stops what it started.
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 from roost.rollout.server_process import free_port
 
 from ..recipe import Recipe
 from .services import ServiceActor, env_command, gateway_command, engine_command
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 
 @contextlib.contextmanager
@@ -92,9 +95,11 @@ def prepare_env(recipe: Recipe) -> dict[str, Any]:
 
 @dataclass
 class Services:
-    env: Any
-    engine: Any
-    gateway: Any
+    """The run's servers; an actor is None for a server the recipe names (running elsewhere)."""
+
+    env: ActorHandle[ServiceActor] | None
+    engine: ActorHandle[ServiceActor] | None
+    gateway: ActorHandle[ServiceActor] | None
     env_url: str
     engine_url: str
     gateway_url: str
@@ -104,7 +109,7 @@ class Services:
 
 
 def _service(name: str, command: list[str], host: str, port: int, log_dir: Path, env: dict[str, str] | None = None,
-             **options: Any) -> tuple[Any, str]:
+             **options: Any) -> tuple[ActorHandle[ServiceActor], str]:
     import ray
 
     actor = ray.remote(ServiceActor).options(num_cpus=0, max_concurrency=4, **options).remote(
@@ -126,7 +131,7 @@ def _keys(recipe: Recipe) -> tuple[str | None, str]:
 @dataclass(frozen=True)
 class EnvServer:
     url: str
-    actor: Any | None = None
+    actor: ActorHandle[ServiceActor] | None = None
     """The service actor running it; None for a running server the recipe names."""
 
 
@@ -166,7 +171,7 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
         stop_services(started)
 
 
-def stop_services(actors: list[Any]) -> None:
+def stop_services(actors: list[ActorHandle[ServiceActor] | None]) -> None:
     """Stop the servers of these service actors and the actors (safe to call twice); None stands
     for a server the run did not start, and is skipped."""
     import ray

@@ -14,14 +14,21 @@ the loss (the negative log-likelihood of SFT, or PPO/GRPO/GSPO) and the learning
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..recipe import Recipe
 
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
-def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) -> Any:
+    from ..advantages import Scored
+    from ..losses import LossConfig
+    from ..megatron.train import MegatronPolicy, StepStats, TrainConfig
+
+
+def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) -> TrainConfig:
     from ..losses import LossConfig
     from ..megatron.train import TrainConfig
 
@@ -43,7 +50,7 @@ class TrainerRank:
     def __init__(self, rank: int, world_size: int, tp: int, threads: int | None) -> None:
         self.rank, self.world_size, self.tp = rank, world_size, tp
         self.threads = threads
-        self.policy: Any = None
+        self.policy: MegatronPolicy | None = None
 
     def address(self) -> str:
         import ray
@@ -53,7 +60,7 @@ class TrainerRank:
         host = ray.util.get_node_ip_address()
         return f"tcp://{host}:{free_port(host)}"
 
-    def init(self, init_method: str, config: Any) -> dict[str, Any]:
+    def init(self, init_method: str, config: TrainConfig) -> dict[str, Any]:
         import torch
 
         from ..megatron import parallel
@@ -64,11 +71,11 @@ class TrainerRank:
         self.policy = MegatronPolicy(config)
         return asdict(info)
 
-    def train_step(self, scored: list[Any]) -> dict[str, Any]:
-        stats = self.policy.train_step(scored)
-        return {**asdict(stats), "tp_rank": self.policy.info.tp_rank}
+    def train_step(self, scored: list[Scored]) -> tuple[StepStats, int]:
+        """The step's statistics, and this rank's tensor-parallel rank."""
+        return self.policy.train_step(scored), self.policy.info.tp_rank
 
-    def set_loss(self, loss: Any, lr: float, reference: str | None = None) -> None:
+    def set_loss(self, loss: LossConfig, lr: float, reference: str | None = None) -> None:
         self.policy.config.loss = loss
         self.set_lr(lr)
         if loss.kl_coef and reference and self.policy.reference is None:
@@ -108,7 +115,7 @@ class TrainerRank:
 class TrainerGroup:
     """The driver's handle on all trainer ranks."""
 
-    def __init__(self, ranks: list[Any]) -> None:
+    def __init__(self, ranks: list[ActorHandle[TrainerRank]]) -> None:
         self.ranks = ranks
 
     @classmethod
@@ -137,19 +144,17 @@ class TrainerGroup:
         refs = [ray.put(a) if isinstance(a, list) else a for a in args]
         return ray.get([getattr(r, method).remote(*refs) for r in self.ranks])
 
-    def train_step(self, scored: list[Any]) -> dict[str, Any]:
-        """One optimizer step; stats summed over data-parallel ranks (tensor-parallel ranks agree)."""
+    def train_step(self, scored: list[Scored]) -> StepStats:
+        """One optimizer step; `extra` summed over data-parallel ranks (tensor-parallel ranks agree)."""
         per_rank = self._all("train_step", scored)
-        first = dict(per_rank[0])
         extra: dict[str, float] = {}
-        for stats in per_rank:
-            if stats["tp_rank"] == 0:
-                for key, value in stats["extra"].items():
+        for stats, tp_rank in per_rank:
+            if tp_rank == 0:
+                for key, value in stats.extra.items():
                     extra[key] = extra.get(key, 0.0) + value
-        first["extra"] = extra
-        return first
+        return replace(per_rank[0][0], extra=extra)
 
-    def set_loss(self, loss: Any, lr: float, reference: str | None = None) -> None:
+    def set_loss(self, loss: LossConfig, lr: float, reference: str | None = None) -> None:
         self._all("set_loss", loss, lr, reference)
 
     def set_lr(self, lr: float) -> None:

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..advantages import Scored
 from roost.agents.tool_agent import SYSTEM_PROMPT
@@ -27,6 +27,9 @@ from roost.rollout.store.samples import Sample
 
 from ..recipe import AgentConfig, SFTConfig, SFTData
 from .data import ChatRenderer, RecordingAgent, Transcript, tool_agent_messages
+
+if TYPE_CHECKING:
+    from ..rl.trainer import TrainerGroup
 
 
 def lr_at(step: int, config: SFTConfig) -> float:
@@ -49,7 +52,7 @@ def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
     return out
 
 
-def run_sft(trainer: Any, samples: list[Sample], config: SFTConfig, *, seed: int = 0, start_step: int = 0,
+def run_sft(trainer: TrainerGroup, samples: list[Sample], config: SFTConfig, *, seed: int = 0, start_step: int = 0,
             on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
     """Train `config.steps` SFT steps (from `start_step`) with the trainer's policy."""
     from ..losses import LossConfig
@@ -62,13 +65,13 @@ def run_sft(trainer: Any, samples: list[Sample], config: SFTConfig, *, seed: int
         lr = lr_at(step, config)
         trainer.set_lr(lr)
         stats = trainer.train_step([Scored(s, [0.0] * len(s.tokens)) for s in batch])
-        extra = stats["extra"]
+        extra = stats.extra
         tokens = max(extra.get("tokens", 0.0), 1.0)
         flat = sum(len(s.tokens) for s in batch)
         metrics = {"loss": extra.get("neg_logprob", 0.0) / tokens, "lr": lr, "samples": len(batch),
-                   "sampled_tokens": stats["sampled_tokens"], "grad_norm": stats["grad_norm"],
-                   "tree_saving": 1 - stats["tree_tokens"] / flat, "seconds": stats["seconds"],
-                   "train_tokens_per_s": stats["tree_tokens"] / max(stats["seconds"], 1e-9)}
+                   "sampled_tokens": stats.sampled_tokens, "grad_norm": stats.grad_norm,
+                   "tree_saving": 1 - stats.tree_tokens / flat, "seconds": stats.seconds,
+                   "train_tokens_per_s": stats.tree_tokens / max(stats.seconds, 1e-9)}
         if on_step is not None:
             on_step(step + 1, metrics)
 

@@ -14,9 +14,13 @@ through the environment:
     ROOST_REWARD_FILE                 where the command may write {"reward": <float>, ...}
 
 The reward is the env's verdict when the episode ended (if the command exits first and the env
-offers a `submit` tool, the adapter submits for it), else the command's reward file, else none.
-A command past its timeout is killed with its whole process group; if the roost process
-running it dies, the command itself is killed (processes it started are not).
+offers a `submit` tool, the adapter submits for it), else the command's reward file, else none
+(the runner decides, from the `AgentOutcome` this harness returns). A command past its timeout
+is killed with its whole process group; if the roost process running it dies, the command
+itself is killed (processes it started are not).
+
+`roost run` is `roost eval` with this harness (`command_eval`): the common runner plays each
+episode.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from roost.agents.evaluate import EvalConfig
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
+from roost.agents.results import RewardSource
 from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError, InvalidActionError
 from roost.envs.protocol import Step, ToolCall
 from roost.lifetime import die_with_parent
@@ -81,9 +87,8 @@ class CommandAgent:
         if proxy.fault is not None:
             raise EnvFaultError(f"the env failed while the command acted: {proxy.fault}")
         stop = "done" if proxy.finished else ("timeout" if code is None else "gave_up")
-        return AgentOutcome(turns=proxy.steps, invalid_actions=proxy.invalid, stop_reason=stop,
-                            extra={"exit_code": code, "output_tail": output, "env_done": proxy.finished,
-                                   "env_reward": proxy.reward, "file_reward": file_reward})
+        return AgentOutcome(turns=proxy.steps, invalid_actions=proxy.invalid, stop_reason=stop, reward=file_reward,
+                            reward_source=RewardSource.FILE, exit_code=code, output_tail=output)
 
     async def _run_command(self, ctx: EpisodeContext, step_url: str, reward_file: Path,
                            cwd: str) -> tuple[int | None, str]:
@@ -124,19 +129,18 @@ def command_environment(ctx: EpisodeContext, step_url: str, reward_file: Path) -
 
 
 class StepProxy:
-    """`POST /step` on a free 127.0.0.1 port → the episode's `step`; remembers how it ended."""
+    """`POST /step` on a free 127.0.0.1 port → the episode's `step`; remembers whether it ended
+    (the runner keeps its rewards)."""
 
     def __init__(self, ctx: EpisodeContext) -> None:
         self.ctx = ctx
         self.url = ""
         self.steps = self.invalid = 0
         self.finished = False
-        self.reward = 0.0
         self.fault: EnvError | None = None
 
     def record(self, step: Step) -> None:
         self.steps += 1
-        self.reward += step.reward
         self.finished = self.finished or step.done
 
     async def __aenter__(self) -> StepProxy:
@@ -199,3 +203,12 @@ def _read_reward(path: Path) -> float | None:
         return float(value["reward"] if isinstance(value, dict) else value)
     except (ValueError, KeyError, TypeError) as exc:
         raise AgentError(f"the command's reward file {path} is not {{\"reward\": <number>}}: {exc}") from exc
+
+
+def command_eval(command: str, env: str, *, timeout_s: float = 3600.0, submit: bool = True, concurrency: int = 1,
+                 episodes: int | None = None, **fields: Any) -> EvalConfig:
+    """`roost run`'s evaluation: `command` as the harness, each task once (or `episodes`, the
+    tasks in turn), no progress bar; `fields` are the other `EvalConfig` fields."""
+    agent_kwargs = {"command": command, "timeout_s": timeout_s, "submit_tool": "submit" if submit else None}
+    return EvalConfig(env, agent=CommandAgent.name, agent_kwargs=agent_kwargs, concurrency=concurrency,
+                      workers=max(1, min(concurrency, 4)), episodes=episodes, progress=False, **fields)
