@@ -11,7 +11,7 @@ import pytest
 
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, new_session, say, start_gateway, stored_calls,
+    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
 )
 
 SYSTEM = "You are a weather assistant. Use tools when needed."
@@ -176,6 +176,22 @@ def test_bad_input_is_a_precise_400_and_records_nothing(gateway):
             {"type": "redacted_thinking", "data": "abc"}]}])
     ok = client.messages.create(model="tiny", max_tokens=8, messages=[user], extra_body=say("Fine."))
     assert ok.content[0].text == "Fine."  # the gateway keeps serving
+    assert len(stored_calls(store, session["session_id"])) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_engine_failure_is_an_anthropic_503_and_the_session_goes_on(gateway, stream):
+    server, store, _ = gateway
+    session = new_session(server)
+    body = {"model": "tiny", "max_tokens": 16, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    failed = httpx.post(f"{session['base_url']}/messages", json={**body, **misbehave("error500")},
+                        headers={"x-api-key": session["key"]})
+    assert failed.status_code == 503 and failed.headers["retry-after"]
+    assert failed.json()["error"]["type"] == "overloaded_error" and "CUDA out of memory" in failed.text
+    assert stored_calls(store, session["session_id"]) == []
+    again = httpx.post(f"{session['base_url']}/messages", json={**body, **say("Back.")},
+                       headers={"x-api-key": session["key"]})
+    assert again.status_code == 200 and ("event: message_stop" if stream else '"text":"Back."') in again.text
     assert len(stored_calls(store, session["session_id"])) == 1
 
 
