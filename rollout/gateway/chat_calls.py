@@ -7,6 +7,7 @@ OpenAI chat completion or its stream chunks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..chat.reply_parser import ReplyEvent
@@ -14,7 +15,7 @@ from ..chat.template import TemplateRenderError
 from ..chat.tokenizer import TooManyTokens
 from .call_pipeline import Outcome, Prepared
 from .engine_context import EngineContext
-from .errors import InvalidRequest
+from .errors import GatewayError, InvalidRequest
 from .messages import chain_keys, header_key, message_key, to_template, tool_dicts
 from .passthrough import template_messages
 from .openai_front import OpenAIFront, OpenAIStreamer
@@ -62,7 +63,8 @@ def render_chat(builder: PromptBuilder, dicts: list[dict[str, Any]], tools: list
 
 async def plan_call(ctx: EngineContext, target: CallTarget, dicts: list[dict[str, Any]],
                     tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None,
-                    limit: int, body_bytes: int, too_long: Any) -> tuple[PromptPlan, bytes]:
+                    limit: int, body_bytes: int,
+                    too_long: Callable[[int], GatewayError]) -> tuple[PromptPlan, bytes]:
     """Plan a templated call on its agent's tree (off the loop when big); `too_long(at_least)`
     is the error for a prompt known to pass `limit` tokens."""
     policy = target.session.record.reasoning_policy

@@ -8,7 +8,7 @@ stream events.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -69,7 +69,7 @@ class MessagesFront:
         self.signer = signer
 
     async def _plan(self, ctx: EngineContext, target: CallTarget, req: PromptFields, limit: int, raw_body: bytes,
-                    too_long: Any) -> tuple[PromptPlan, bytes]:
+                    too_long: Callable[[int], GatewayError]) -> tuple[PromptPlan, bytes]:
         ctx.check_model(req.model)
         dicts = to_template(req, ctx.served_model, self.signer)
         return await plan_call(ctx, target, dicts, tool_dicts(req), template_kwargs(req), limit, len(raw_body),

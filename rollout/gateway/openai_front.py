@@ -5,6 +5,7 @@ only in a choice's payload (`message`/`delta` or `text`), logprobs and finish re
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 from .call_pipeline import Outcome, Prepared
@@ -15,7 +16,7 @@ from .responses import SSE_DONE, chunk, sse, usage
 from .sampling_params import refuse_unsupported
 
 
-class OpenAIFront:
+class OpenAIFront(ABC):
     """Base of the chat and text front-ends; subclasses say what a choice holds."""
 
     endpoint: str
@@ -29,20 +30,22 @@ class OpenAIFront:
         ctx.check_model(req.model)
         return await self.plan(ctx, target, req, raw_body, received)
 
+    @abstractmethod
     async def plan(self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes,
                    received: float) -> Prepared:
         """The checked request's prompt, planned."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reason(self, o: Outcome) -> str:
-        raise NotImplementedError
+        """The choice's `finish_reason`."""
 
+    @abstractmethod
     def payload(self, o: Outcome) -> dict[str, Any]:
         """The choice's reply fields (`message`, or `text`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def logprobs(self, ctx: EngineContext, o: Outcome) -> dict[str, Any]:
-        raise NotImplementedError
+        """The choice's logprobs in this wire's shape."""
 
     def answer(self, ctx: EngineContext, p: Prepared, outcomes: list[Outcome]) -> dict[str, Any]:
         req = p.req
@@ -67,7 +70,7 @@ class OpenAIFront:
         return body
 
 
-class OpenAIStreamer:
+class OpenAIStreamer(ABC):
     """Chunks of `kind` (`chat.completion.chunk`, `text_completion`), then `[DONE]`;
     subclasses frame the reply's pieces."""
 
@@ -81,9 +84,9 @@ class OpenAIStreamer:
     def chunk(self, choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> bytes:
         return sse(chunk(self.kind, self.rid, self.created, self.p.model, self.fingerprint, choices, extra))
 
+    @abstractmethod
     def last_choice(self, o: Outcome) -> dict[str, Any]:
         """The final chunk's choice, before its token ids."""
-        raise NotImplementedError
 
     def closing(self, o: Outcome) -> list[bytes]:
         req, plan = self.p.req, self.p.plan
