@@ -55,11 +55,13 @@ def bench_gateway(
     concurrency: str = typer.Option("1,16,256", help="Comma-separated concurrency levels."),
     seconds: float = typer.Option(4.0, help="Measuring time per level and path."),
     engine_url: str = typer.Option(None, help="Use this running scripted engine instead of starting one."),
+    wire: str = typer.Option("chat", help="The gateway wire the load goes through: chat or messages."),
 ) -> None:
     """Same chat load straight to the engine's scripted sampler and through the gateway."""
     from roost.bench.gateway import run_bench
 
-    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url):
+    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url,
+                         wire=wire):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 

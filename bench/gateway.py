@@ -1,8 +1,9 @@
 """`roost bench gateway`: what the gateway adds on top of the engine.
 
-The same chat-completion load (a system prompt, several turns of a few hundred words, two
-tool definitions; the scripted sampler answers with a tool call) is sent straight to the
-engine as token ids (`/generate`) and through the gateway (`/v1/chat/completions`), at
+The same chat load (a system prompt, several turns of a few hundred words, two tool
+definitions; the scripted sampler answers with a tool call) is sent straight to the engine as
+token ids (`/generate`) and through the gateway on one wire (`/v1/chat/completions`, or the
+same conversation as Anthropic Messages on `/v1/messages`: `wire="messages"`), at
 each concurrency for a fixed time, with the same aiohttp client. Reported per
 concurrency: throughput of both paths, latency percentiles, and the latency the gateway
 adds. The engine's own latency varies by more than the gateway adds, so the added latency
@@ -96,26 +97,42 @@ def _direct_sender(engine_url: str, input_ids: list[int]):
     return send
 
 
-def _gateway_sender(gateway_url: str, model: str, messages: list[dict[str, Any]]):
-    body = orjson.dumps({"model": model, "messages": messages, "tools": TOOLS, "max_tokens": MAX_TOKENS,
-                         "custom_params": {"scripted_reply": REPLY}})
+WIRES = ("chat", "messages")
+
+
+def _wire_request(wire: str, model: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any], bytes]:
+    """The path, body and answer marker of the load on `wire` (the same prompt on both)."""
+    scripted = {"custom_params": {"scripted_reply": REPLY}, "max_tokens": MAX_TOKENS, "model": model}
+    if wire == "chat":
+        return "/v1/chat/completions", {"messages": messages, "tools": TOOLS, **scripted}, b'"tool_calls"'
+    if wire == "messages":
+        tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                  "input_schema": t["function"]["parameters"]} for t in TOOLS]
+        body = {"system": messages[0]["content"], "messages": messages[1:], "tools": tools, **scripted}
+        return "/v1/messages", body, b'"tool_use"'
+    raise ValueError(f"unknown wire {wire!r}; choose one of {', '.join(WIRES)}")
+
+
+def _gateway_sender(gateway_url: str, model: str, messages: list[dict[str, Any]], wire: str):
+    path, request, marker = _wire_request(wire, model, messages)
+    body = orjson.dumps(request)
 
     async def send(http: aiohttp.ClientSession) -> tuple[bool, float | None]:
-        async with http.post(f"{gateway_url}/v1/chat/completions", data=body,
-                             headers={"content-type": "application/json"}) as r:
+        async with http.post(f"{gateway_url}{path}", data=body, headers={"content-type": "application/json"}) as r:
             raw = await r.read()
             timing = r.headers.get("Server-Timing", "")
             engine_s = float(timing.split("dur=", 1)[1]) / 1e3 if "dur=" in timing else None
-            return r.status == 200 and b'"tool_calls"' in raw, engine_s
+            return r.status == 200 and marker in raw, engine_s
 
     return send
 
 
-def _row(concurrency: int, direct: tuple, gateway: tuple) -> dict[str, Any]:
+def _row(wire: str, concurrency: int, direct: tuple, gateway: tuple) -> dict[str, Any]:
     d_rps, d_lat, d_err, _ = direct
     g_rps, g_lat, g_err, added = gateway
     ms = 1e3
     return {
+        "wire": wire,
         "concurrency": concurrency,
         "direct_rps": round(d_rps, 2),
         "gateway_rps": round(g_rps, 2),
@@ -133,9 +150,9 @@ def _row(concurrency: int, direct: tuple, gateway: tuple) -> dict[str, Any]:
 
 
 async def _run_levels(engine_url: str, gateway_url: str, input_ids: list[int], messages: list[dict[str, Any]],
-                      levels: list[int], seconds: float) -> list[dict[str, Any]]:
+                      levels: list[int], seconds: float, wire: str) -> list[dict[str, Any]]:
     direct = _direct_sender(engine_url, input_ids)
-    via_gateway = _gateway_sender(gateway_url, "tiny", messages)
+    via_gateway = _gateway_sender(gateway_url, "tiny", messages, wire)
     rows = []
     for c in levels:
         # Interleave the two paths in halves so that a background load spike hits both.
@@ -143,7 +160,7 @@ async def _run_levels(engine_url: str, gateway_url: str, input_ids: list[int], m
         g1 = await _drive(via_gateway, c, seconds / 2)
         d2 = await _drive(direct, c, seconds / 2)
         g2 = await _drive(via_gateway, c, seconds / 2)
-        rows.append(_row(c, _merge(d1, d2), _merge(g1, g2)))
+        rows.append(_row(wire, c, _merge(d1, d2), _merge(g1, g2)))
     return rows
 
 
@@ -161,8 +178,12 @@ def _prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
     return hf.backend_tokenizer.encode(text, add_special_tokens=False).ids
 
 
-def run_bench(levels: list[int], *, seconds: float = 4.0, engine_url: str | None = None) -> list[dict[str, Any]]:
+def run_bench(levels: list[int], *, seconds: float = 4.0, engine_url: str | None = None,
+              wire: str = "chat") -> list[dict[str, Any]]:
     from roost.rollout.engine.launch import EngineProcess
+
+    if wire not in WIRES:
+        raise ValueError(f"unknown wire {wire!r}; choose one of {', '.join(WIRES)}")
     from roost.rollout.gateway.launch import GatewayProcess
 
     messages = bench_messages()
@@ -176,7 +197,7 @@ def run_bench(levels: list[int], *, seconds: float = 4.0, engine_url: str | None
         try:
             args = ["--engine-url", engine_url, "--model", "tiny", "--store", str(Path(tmp) / "bench.sqlite")]
             with GatewayProcess(args) as gateway_url:
-                return _run(engine_url, gateway_url, input_ids, messages, levels, seconds)
+                return _run(engine_url, gateway_url, input_ids, messages, levels, seconds, wire)
         finally:
             if engine is not None:
                 engine.stop()
@@ -198,11 +219,11 @@ def _passive_openmp():
             os.environ["OMP_WAIT_POLICY"] = before
 
 
-def _run(engine_url, gateway_url, input_ids, messages, levels, seconds):
+def _run(engine_url, gateway_url, input_ids, messages, levels, seconds, wire):
     try:
         import uvloop
 
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    return runner(_run_levels(engine_url, gateway_url, input_ids, messages, levels, seconds))
+    return runner(_run_levels(engine_url, gateway_url, input_ids, messages, levels, seconds, wire))

@@ -139,6 +139,18 @@ class StoreUnavailable(GatewayError):
         super().__init__(message, retry_after_s=5)
 
 
+# Anthropic's error types by HTTP status (its SDK maps statuses, not types, to exceptions).
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def anthropic_body(error: GatewayError) -> bytes:
+    """The error in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`."""
+    kind = _ANTHROPIC_TYPES.get(error.status, "api_error")
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": error.message}})
+
+
 def engine_failure(exc: EngineError, metrics: GatewayMetrics, retry_after_s: int) -> GatewayError:
     """Map an engine error to the gateway's answer; the session is untouched either way."""
     if isinstance(exc, EngineRejected):

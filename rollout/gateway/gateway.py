@@ -14,16 +14,16 @@ from typing import Any
 from ..chat.reply_parser import HERMES
 from ..sglang_client import EngineError, EngineRejected, SGLangClient
 from ..store.trajectory_store import TrajectoryStore
-from .chat_calls import ChatCalls
+from .backend import Backend
+from .call_pipeline import TokenBackend
 from .config import GatewayConfig
 from .engine_context import EngineContext
 from .metrics import GatewayMetrics
-from .passthrough import PassthroughCalls
+from .passthrough import PassthroughBackend
 from .pause import PauseGate
 from .prompt_builder import PromptBuilder
 from .recording import node_from_call
 from .sessions import SessionRegistry
-from .text_calls import TextCalls
 
 log = logging.getLogger("roost.gateway")
 
@@ -39,10 +39,10 @@ class Gateway:
         self.store = TrajectoryStore(config.store_path)
         self.gate: PauseGate | None = None
         self.registry: SessionRegistry | None = None
+        self.backend: Backend | None = None
         self.ctx: EngineContext | None = None
-        self.chat: ChatCalls | None = None
-        self.text: TextCalls | None = None
-        self.passthrough: PassthroughCalls | None = None
+        """The token engine's context (tokenizer, template), for tools that read it; None behind a
+        pass-through. Calls go through `backend` alone."""
         self.served_model = config.served_model_name or "model"
 
     @property
@@ -57,11 +57,10 @@ class Gateway:
         if self.token_exact:
             self.ctx = await self._engine_context()
             tokenizer = self.ctx.tokenizer
-            self.chat, self.text = ChatCalls(self.ctx), TextCalls(self.ctx)
-            self.served_model = self.ctx.served_model
+            self.backend = TokenBackend(self.ctx, self.gate)
         else:
-            self.passthrough = PassthroughCalls(config, self.store.record_call, self.metrics)
-            self.served_model = config.served_model_name or config.upstream_model or "upstream"
+            self.backend = PassthroughBackend(config, self.store.record_call, self.metrics)
+        self.served_model = self.backend.served_model
         self.registry = SessionRegistry(
             self.store, default_policy=config.reasoning_policy, max_nodes_per_agent=config.max_nodes_per_agent,
             max_in_memory=config.max_sessions_in_memory,
@@ -78,11 +77,8 @@ class Gateway:
         gc.freeze()
 
     async def stop(self) -> None:
-        if self.ctx is not None:
-            await self.ctx.client.close()
-            self.ctx.preparers.shutdown(wait=False, cancel_futures=True)
-        if self.passthrough is not None:
-            await self.passthrough.close()
+        if self.backend is not None:
+            await self.backend.close()
         await asyncio.to_thread(self.store.close)
 
     async def _engine_context(self) -> EngineContext:

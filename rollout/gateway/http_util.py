@@ -11,7 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ..json_bounds import out_of_bounds
-from .errors import BodyTooLarge, ClientDisconnected, GatewayError, InvalidRequest
+from .errors import BodyTooLarge, ClientDisconnected, GatewayError, InvalidRequest, anthropic_body
 from .metrics import GatewayMetrics
 
 log = logging.getLogger("roost.gateway")
@@ -75,17 +75,24 @@ def error_response(error: GatewayError) -> Response:
     return Response(error.body(), status_code=error.status, media_type="application/json", headers=error.headers())
 
 
-def guarded(endpoint: str, metrics: GatewayMetrics, handler: Handler) -> Handler:
-    """Run `handler`, answering every failure OpenAI-shaped and counting the status."""
+def anthropic_error_response(error: GatewayError) -> Response:
+    return Response(anthropic_body(error), status_code=error.status, media_type="application/json",
+                    headers=error.headers())
+
+
+def guarded(endpoint: str, metrics: GatewayMetrics, handler: Handler,
+            respond: Callable[[GatewayError], Response] = error_response) -> Handler:
+    """Run `handler`, answering every failure in its wire's shape (`respond`: OpenAI's by
+    default) and counting the status."""
 
     async def run(request: Request) -> Response:
         try:
             response = await handler(request)
         except GatewayError as error:
-            response = error_response(error)
+            response = respond(error)
         except Exception:
             log.exception("unhandled error on %s", endpoint)
-            response = error_response(GatewayError(
+            response = respond(GatewayError(
                 "the gateway failed on this request (a bug: see its log); other sessions are unaffected"))
         metrics.requests.inc(endpoint, str(response.status_code))
         return response

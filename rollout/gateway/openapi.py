@@ -3,7 +3,8 @@
 The gateway routes with plain Starlette (no per-request validation layer), so nothing writes
 this document for it: each operation below names the pydantic model that parses its body and
 the model its answer follows, and the schemas come from those models. Answers of the OpenAI
-endpoints use the `openai` package's own types. `tests/rollout/test_gateway_openapi.py` checks
+endpoints use the `openai` package's own types, those of the Anthropic Messages endpoints the
+`anthropic` package's. `tests/rollout/test_gateway_openapi.py` checks
 that every route is documented and runs schemathesis against the document.
 """
 
@@ -14,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from . import wire
+from . import anthropic_wire, wire
 
 Auth = Literal["none", "session", "admin"]
 ERROR = "ErrorBody"
@@ -31,10 +32,14 @@ class Operation:
     body_optional: bool = False
     status: int = 200
     streams: bool = False
+    named_events: bool = False
+    """Its stream's events carry an `event:` name as well as `data:` (Anthropic's do)."""
     auth: Auth = "none"
     errors: tuple[int, ...] = (400, 401, 404)
     also: tuple[int, ...] = ()
     """Other statuses whose body is the `answer` model too (a degraded /health)."""
+    error_body: type[BaseModel] = wire.ErrorBody
+    """The shape of its errors: OpenAI's, or Anthropic's on the Messages routes."""
 
 
 OPENAI_PREFIXES = ("/v1", "/sessions/{sid}/v1", "/sessions/{sid}/agents/{agent}/v1")
@@ -52,6 +57,21 @@ def _openai_ops(prefix: str) -> list[Operation]:
         Operation("post", f"{prefix}/completions", "Text completion, recorded token by token", Completion,
                   body=wire.CompletionRequest, streams=True, auth=auth, errors=(400, 401, 404, 409, 413, 503)),
         Operation("get", f"{prefix}/models", "The served model", wire.ModelList, auth=auth, errors=(401, 404)),
+    ]
+
+
+def _messages_ops(prefix: str) -> list[Operation]:
+    from anthropic.types import Message, MessageTokensCount
+
+    auth: Auth = "none" if prefix == "/v1" else "session"
+    errors = (400, 401, 404, 409, 413)
+    return [
+        Operation("post", f"{prefix}/messages", "Anthropic Messages call, recorded token by token", Message,
+                  body=anthropic_wire.MessagesRequest, streams=True, named_events=True, auth=auth, errors=(*errors, 503),
+                  error_body=anthropic_wire.AnthropicErrorBody),
+        Operation("post", f"{prefix}/messages/count_tokens", "The prompt tokens a Messages call would take",
+                  MessageTokensCount, body=anthropic_wire.CountTokensRequest, auth=auth, errors=errors,
+                  error_body=anthropic_wire.AnthropicErrorBody),
     ]
 
 
@@ -94,21 +114,22 @@ def _control_ops() -> list[Operation]:
 def operations() -> list[Operation]:
     ops = _control_ops()
     for prefix in OPENAI_PREFIXES:
-        ops += _openai_ops(prefix)
+        ops += _openai_ops(prefix) + _messages_ops(prefix)
     for root in PROBE_ROOTS:
         ops += _probe_ops(root)
     return ops
 
 
 class _Schemas:
-    """Collects component schemas; models from the `openai` package are prefixed so their
-    names (FunctionCall, ...) cannot collide with the gateway's own."""
+    """Collects component schemas; models from the `openai` and `anthropic` packages are
+    prefixed so their names (FunctionCall, TextBlock, ...) cannot collide with the gateway's own."""
 
     def __init__(self) -> None:
         self.components: dict[str, Any] = {}
 
     def ref(self, model: type[BaseModel]) -> dict[str, str]:
-        prefix = "OpenAI" if model.__module__.startswith("openai.") else ""
+        package = model.__module__.split(".")[0]
+        prefix = {"openai": "OpenAI", "anthropic": "Anthropic"}.get(package, "")
         name = prefix + model.__name__
         if name not in self.components:
             schema = model.model_json_schema(ref_template=f"#/components/schemas/{prefix}{{model}}")
@@ -122,6 +143,10 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
+_NAMED_EVENT = {"type": "object", "required": ["event", "data"],
+                "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
+
+
 def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if op.answer is None:
         return {"description": "OK"}
@@ -129,7 +154,7 @@ def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
         return {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}
     content = _json(schemas.ref(op.answer))
     if op.streams:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        content["text/event-stream"] = {"schema": _NAMED_EVENT if op.named_events else {"type": "string"}}
     return {"description": "OK", "content": content}
 
 
@@ -143,7 +168,7 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
         out["requestBody"] = {"required": not op.body_optional, "content": _json(schemas.ref(op.body))}
     responses = {str(status): _answer(op, schemas) for status in (op.status, *op.also)}
     for status in op.errors:
-        responses[str(status)] = {"description": "An OpenAI-shaped error", "content": _json(schemas.ref(wire.ErrorBody))}
+        responses[str(status)] = {"description": "An error", "content": _json(schemas.ref(op.error_body))}
     out["responses"] = responses
     if op.auth != "none":
         out["security"] = [{"sessionKey": []}, {"sessionApiKey": []}] if op.auth == "session" else [{"adminKey": []}]
@@ -160,7 +185,9 @@ def build_openapi(version: str) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "roost gateway", "version": version,
                  "description": "OpenAI-compatible gateway that records every call token by token, and its "
-                                "control plane. Errors are OpenAI-shaped: {\"error\": {message, type, code, param}}."},
+                                "control plane. Errors are OpenAI-shaped, {\"error\": {message, type, code, param}}, and "
+                                "Anthropic-shaped on the Messages routes, {\"type\": \"error\", \"error\": "
+                                "{type, message}}."},
         "paths": paths,
         "components": {
             "schemas": schemas.components,

@@ -1,5 +1,8 @@
 """The `openai` backend: pass calls through to any OpenAI-compatible server, recording them.
 
+It implements `backend.Backend` for the wires OpenAI's servers speak (chat and text
+completions); other wires are refused with a 400 naming the backends that serve them.
+
 roost does not render or tokenize here: the upstream server does. Each call is recorded
 with its messages and reply as text, and with token ids where the upstream returns them
 (`prompt_token_ids` and per-choice `token_ids`, as vLLM and roost's own gateway do when
@@ -17,10 +20,11 @@ from typing import Any
 import aiohttp
 import orjson
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive
 
 from ..store.records import CallRecord
 from .config import GatewayConfig
-from .errors import BackendUnavailable, GatewayError
+from .errors import BackendUnavailable, GatewayError, InvalidRequest
 from .messages import chain_keys, extend_chain, header_key, message_key, reply_message_key, to_template, tool_dicts
 from .metrics import GatewayMetrics
 from .recording import CallTarget, new_id
@@ -38,7 +42,7 @@ class UpstreamError(GatewayError):
         self.status = status
 
 
-class PassthroughCalls:
+class PassthroughBackend:
     def __init__(self, config: GatewayConfig, record: Any, metrics: GatewayMetrics):
         if not config.engine_url:
             raise ValueError("--backend openai needs --engine-url: the upstream's base URL, e.g. http://host:8000/v1")
@@ -46,6 +50,7 @@ class PassthroughCalls:
         self.base = config.engine_url.rstrip("/")
         self.record_call = record
         self.metrics = metrics
+        self.served_model = config.served_model_name or config.upstream_model or "upstream"
         self._http: aiohttp.ClientSession | None = None
 
     def _session(self) -> aiohttp.ClientSession:
@@ -74,6 +79,30 @@ class PassthroughCalls:
             body["return_token_ids"] = True
         return body
 
+    def _forwardable(self, front: Any) -> str:
+        if front.passthrough_path is None:
+            raise InvalidRequest(
+                f"the {front.endpoint} wire is not served by --backend openai, which forwards OpenAI chat and text "
+                "completions only; run the gateway on a token engine (--backend embedded or sglang) for it")
+        return front.passthrough_path
+
+    async def call(self, front: Any, target: CallTarget, req: Any, raw_body: bytes, received: float,
+                   receive: Receive) -> Response:
+        path = self._forwardable(front)
+        messages, tools = front.key_messages(req)
+        return await self._forward(path, target, raw_body, messages, tools, req.stream)
+
+    async def count_tokens(self, front: Any, target: CallTarget, req: Any, raw_body: bytes) -> int:
+        self._forwardable(front)
+        raise InvalidRequest("counting tokens needs the model's tokenizer, which --backend openai does not hold; "
+                             "run the gateway on a token engine (--backend embedded or sglang)")
+
+    async def model_cards(self) -> list[dict[str, Any]]:
+        return orjson.loads((await self.models()).body).get("data", [])
+
+    async def engine_health(self) -> str:
+        return "n/a"  # the upstream is someone else's server: its health is not the gateway's
+
     async def models(self) -> Response:
         try:
             async with self._session().get(f"{self.base}/models") as resp:
@@ -84,8 +113,8 @@ class PassthroughCalls:
         _check(status, raw, self)
         return Response(raw, media_type="application/json")
 
-    async def call(self, path: str, target: CallTarget, raw: bytes, messages: list | None, tools: list | None,
-                   stream: bool) -> Response:
+    async def _forward(self, path: str, target: CallTarget, raw: bytes, messages: list | None, tools: list | None,
+                       stream: bool) -> Response:
         body = self._upstream_body(raw)
         started = time.perf_counter()
         url = f"{self.base}/{path}"
@@ -189,7 +218,7 @@ class PassthroughCalls:
         return record, node
 
 
-def _check(status: int, raw: bytes, owner: PassthroughCalls) -> None:
+def _check(status: int, raw: bytes, owner: PassthroughBackend) -> None:
     if status < 400:
         return
     try:

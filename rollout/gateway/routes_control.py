@@ -3,7 +3,6 @@ health and metrics (open)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -37,9 +36,6 @@ from .wire import (
     SessionListItem,
     SessionSummary,
 )
-
-ENGINE_PROBE_S = 5.0
-"""An engine that does not answer /health this fast counts as unreachable."""
 
 
 def _json(answer: BaseModel, status: int = 200) -> Response:
@@ -170,13 +166,7 @@ def routes(gw: Gateway) -> list[Route]:
     async def health(request: Request) -> Response:
         # 503 while the engine is unreachable: calls would fail, so load balancers and
         # supervisors must see it (the gateway itself still answers and keeps its sessions).
-        engine = "n/a"
-        if gw.ctx is not None:
-            try:
-                answers = await asyncio.wait_for(gw.ctx.client.health(), ENGINE_PROBE_S)
-            except TimeoutError:
-                answers = False
-            engine = "ok" if answers else "unreachable"
+        engine = await gw.backend.engine_health()
         up = engine != "unreachable"
         return _json(GatewayHealth(status="ok" if up else "degraded", engine=engine, paused=gw.gate.paused,
                                    backend=gw.config.backend, model=gw.served_model, in_flight=gw.gate.in_flight),

@@ -42,20 +42,13 @@ def roost_version() -> str:
         return "0"
 
 
-async def _cards(gw: Gateway) -> list[dict]:
-    if gw.passthrough is not None:
-        return orjson.loads((await gw.passthrough.models()).body).get("data", [])
-    return [{"id": gw.served_model, "object": "model", "created": 0, "owned_by": "roost",
-             "max_model_len": gw.ctx.context_length}]
-
-
 def routes(gw: Gateway) -> list[Route]:
     async def server_version(request: Request) -> Response:
         return _json({"version": roost_version(), "server": "roost-gateway"})
 
     async def model_card(request: Request) -> Response:
         wanted = request.path_params["model"]
-        cards = await _cards(gw)
+        cards = await gw.backend.model_cards()
         for card in cards:
             if card.get("id") == wanted:
                 return _json(card)
@@ -63,7 +56,7 @@ def routes(gw: Gateway) -> list[Route]:
                        param="model")
 
     async def ollama_show(request: Request) -> Response:
-        cards = await _cards(gw)
+        cards = await gw.backend.model_cards()
         window = next((c.get("max_model_len") for c in cards if c.get("max_model_len")), None)
         if window is None:
             raise NotFound("the upstream server does not report its context length")
