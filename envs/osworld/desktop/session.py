@@ -85,6 +85,11 @@ class DesktopSession:
         kill_marked(self.marker, spare=os.getpid())
         subprocess.run(["rm", "-rf", str(self._runtime)], check=False)
 
+    @property
+    def runtime(self) -> Path:
+        """The session's own folder (sockets, wrappers, its log); removed by `stop`."""
+        return self._runtime
+
     def alive(self) -> bool:
         return bool(self._procs) and self._procs[0].poll() is None
 
