@@ -21,35 +21,20 @@ def bench_env(
     (osworld: desktops at once, median reset and step ms, RSS per desktop)."""
     import asyncio
 
-    from roost.bench.env import BenchConfig, run_bench
-    from roost.bench.env import as_json as results_json
+    from roost.bench import env as env_bench
+    from roost.bench import osworld as osworld_bench
 
     if env == "osworld":
-        _bench_osworld(BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 4)), seconds, workers), as_json)
-        return
-    config = BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 8, 32)), seconds, workers)
-    results = results_json(asyncio.run(run_bench(config)))
-    if as_json:
-        typer.echo(json.dumps(results, indent=1))
-        return
-    for r in results:
-        typer.echo(f"{r['env']} c={r['concurrency']:>3}: {r['resets_per_s']:8.2f} resets/s "
-                   f"{r['steps_per_s']:8.2f} steps/s {r['rss_mb_per_episode']:7.2f} MB/episode")
-
-
-def _bench_osworld(config, as_json: bool) -> None:
-    import asyncio
-
-    from roost.bench.osworld import as_json as results_json
-    from roost.bench.osworld import run_osworld_bench
-
-    results = results_json(asyncio.run(run_osworld_bench(config)))
-    if as_json:
-        typer.echo(json.dumps(results, indent=1))
-        return
-    for r in results:
-        typer.echo(f"osworld desktops={r['desktops']:>2}: reset {r['reset_ms_median']:8.1f} ms  "
-                   f"step {r['step_ms_median']:7.1f} ms  {r['rss_mb_per_desktop']:7.1f} MB/desktop")
+        config = env_bench.BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 4)), seconds, workers)
+        results = osworld_bench.as_json(asyncio.run(osworld_bench.run_osworld_bench(config)))
+        line = ("osworld desktops={desktops:>2}: reset {reset_ms_median:8.1f} ms  step {step_ms_median:7.1f} ms  "
+                "{rss_mb_per_desktop:7.1f} MB/desktop")
+    else:
+        config = env_bench.BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 8, 32)), seconds, workers)
+        results = env_bench.as_json(asyncio.run(env_bench.run_bench(config)))
+        line = ("{env} c={concurrency:>3}: {resets_per_s:8.2f} resets/s {steps_per_s:8.2f} steps/s "
+                "{rss_mb_per_episode:7.2f} MB/episode")
+    typer.echo(json.dumps(results, indent=1) if as_json else "\n".join(line.format(**r) for r in results))
 
 
 def bench_engine(
