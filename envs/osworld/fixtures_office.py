@@ -99,7 +99,7 @@ def calc_tasks() -> list[FixtureTask]:
               "above in B5; save it.", ROWS + [("Total", totals[0])], chain(_down(4), typed("Total\t=SUM(B2:B4)\n"))),
         _calc("price-total", "In {path}, open in LibreOffice Calc, write Sum in A5 and the sum of the prices "
               "above in C5; save it.", ROWS + [("Sum", None, totals[1])],
-              chain(_down(4), typed("Sum\t\t=SUM(C2:C4)\n"))),
+              chain(_down(4), typed("Sum\t"), _right(1), typed("=SUM(C2:C4)\n"))),
         _calc("cost-column", "In {path}, open in LibreOffice Calc, add a column Cost in D holding Qty times Price "
               "for each row; save it.", [r + (("Cost",) if i == 0 else (r[1] * r[2],)) for i, r in enumerate(ROWS)],
               chain(_right(3), typed("Cost\n=B2*C2\n=B3*C3\n=B4*C4\n"))),
