@@ -10,26 +10,31 @@ import typer
 
 def bench_env(
     env: str = typer.Argument("alfworld", help="Env name or entry point."),
-    concurrency: list[int] = typer.Option([1, 8, 32], "--concurrency", help="Concurrent episodes (repeatable)."),
+    concurrency: list[int] = typer.Option([], "--concurrency",
+                                          help="Concurrent episodes (repeatable; default 1, 8, 32; osworld: 1, 4)."),
     seconds: float = typer.Option(5.0, help="Measuring time per quantity and level."),
     workers: int = typer.Option(os.cpu_count() or 1, help="Server worker processes."),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Env server throughput: resets/s and steps/s per concurrency, and RSS per live episode."""
+    """Env server throughput: resets/s and steps/s per concurrency, and RSS per live episode
+    (osworld: desktops at once, median reset and step ms, RSS per desktop)."""
     import asyncio
 
-    from roost.bench.env import BenchConfig, run_bench
-    from roost.bench.env import as_json as results_json
+    from roost.bench import env as env_bench
+    from roost.bench import osworld as osworld_bench
 
-    config = BenchConfig(env, tuple(env_arg), tuple(concurrency), seconds, workers)
-    results = results_json(asyncio.run(run_bench(config)))
-    if as_json:
-        typer.echo(json.dumps(results, indent=1))
-        return
-    for r in results:
-        typer.echo(f"{r['env']} c={r['concurrency']:>3}: {r['resets_per_s']:8.2f} resets/s "
-                   f"{r['steps_per_s']:8.2f} steps/s {r['rss_mb_per_episode']:7.2f} MB/episode")
+    if env == "osworld":
+        config = env_bench.BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 4)), seconds, workers)
+        results = osworld_bench.as_json(asyncio.run(osworld_bench.run_osworld_bench(config)))
+        line = ("osworld desktops={desktops:>2}: reset {reset_ms_median:8.1f} ms  step {step_ms_median:7.1f} ms  "
+                "{rss_mb_per_desktop:7.1f} MB/desktop")
+    else:
+        config = env_bench.BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 8, 32)), seconds, workers)
+        results = env_bench.as_json(asyncio.run(env_bench.run_bench(config)))
+        line = ("{env} c={concurrency:>3}: {resets_per_s:8.2f} resets/s {steps_per_s:8.2f} steps/s "
+                "{rss_mb_per_episode:7.2f} MB/episode")
+    typer.echo(json.dumps(results, indent=1) if as_json else "\n".join(line.format(**r) for r in results))
 
 
 def bench_engine(

@@ -65,3 +65,12 @@ def _joined(folders: list[Path], key: str) -> Path:
         if not (target / "json_2.1.1").is_dir():
             raise
     return target
+
+
+def osworld_fixtures(out: str | None = None) -> dict[str, Any]:
+    """roost's offline OSWorld task set (written to `out`, default where the env looks)."""
+    from roost.envs.osworld.fixtures import write_fixtures
+    from roost.envs.osworld.task_set import default_tasks_dir
+
+    written = write_fixtures(Path(out).expanduser() if out else default_tasks_dir())
+    return {"tasks": str(written.root)}

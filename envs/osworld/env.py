@@ -35,6 +35,7 @@ from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task
 
 from .expert import ExpertPlanner, NoExpertSolution
 from .actions import ActionSpace, DesktopAction, parse
+from .backends import DesktopConfig, DesktopPool
 from .observations import ObservationConfig, ObservationType
 from .official import OfficialOptions, check_official
 from .providers import DesktopSession, SessionOptions, open_session
@@ -44,6 +45,7 @@ from .tool_actions import tools
 
 VERSION = "roost-osworld-1"
 RESET_OPTIONS = ("expert_plan",)
+MAX_DESKTOPS = 64
 
 
 class OSWorldEnvConfig(BaseModel):
@@ -84,6 +86,8 @@ class OSWorldShared:
     config: OSWorldEnvConfig
     task_set: TaskSet
     cache_dir: Path
+    desktops: DesktopPool | None = None
+    """roost's desktops, started by one pool (None for provider="osworld")."""
 
 
 def make_factory(**kwargs: Any):
@@ -100,6 +104,10 @@ def make_factory(**kwargs: Any):
     folder = source if source.is_dir() else source.parent
     cache_dir = Path(config.cache_dir).expanduser() if config.cache_dir else folder / "cache"
     shared = OSWorldShared(config, task_set, cache_dir)
+    if config.provider == "roost":
+        # Bounded by the env server's max_episodes; this bound only guards a runaway caller.
+        shared.desktops = DesktopPool(DesktopConfig(backend=config.backend, width=config.width,
+                                                    height=config.height), max_desktops=MAX_DESKTOPS)
     return lambda: OSWorldEnv(shared)
 
 
@@ -173,7 +181,8 @@ class OSWorldEnv:
             provider=config.provider, backend=config.backend, width=config.width, height=config.height,
             cache_dir=self._shared.cache_dir,
             observation=ObservationConfig(config.observation_type, "ubuntu", config.max_tree_chars),
-            action_space=config.action_space, step_timeout_s=config.step_timeout_s, official=config.official)
+            action_space=config.action_space, step_timeout_s=config.step_timeout_s, official=config.official,
+            desktops=self._shared.desktops)
 
     async def _run(self, episode: _Episode, action: DesktopAction) -> Step:
         config, session = self._shared.config, episode.session

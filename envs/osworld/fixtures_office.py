@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 
 from roost.envs.osworld.fixture_kit import (HOME, LO_PROFILE, LO_SETTINGS, FixtureTask, chain, cloud_file, download,
-                                            execute, keys, launch, step, typed, vm_file)
+                                            execute, keys, step, typed, vm_file)
 
 LO_SETTINGS_FILE = "libreoffice-registrymodifications.xcu"
 SETTLE = "import time; time.sleep(1.0)"
@@ -49,13 +49,25 @@ def _office(domain: str, app: str, name: str, instruction: str, filename: str, d
     path = f"{HOME}/Documents/{filename}"
     src = f"{domain}-{name}-{filename}"
     config = [execute(f"mkdir -p {HOME}/Documents"), download((src, path), (LO_SETTINGS_FILE, LO_PROFILE)),
-              launch("soffice", f"--{app}", "--norestore", "--nologo", path)]
+              _launch_office(app, path)]
     # LibreOffice shows its document a moment before it takes commands, hence the settle before
     # the first keys; saving a small file takes well under the WAIT the expert spends before DONE.
     expert = actions + [step(keys("ctrl", "s")), step("WAIT"), step("DONE")]
     files = {src: data, LO_SETTINGS_FILE: LO_SETTINGS.encode(), **extra_files}
     return FixtureTask(domain, name, instruction.format(path=path), config, evaluator, expert,
                        [f"libreoffice_{app}"], files)
+
+
+def _launch_office(app: str, path: str) -> dict:
+    """Start LibreOffice with a profile of this desktop's own. LibreOffice joins a running instance
+    found through a socket in /tmp named after the profile's path, and local desktops share /tmp:
+    with one profile path, a second desktop's document would open on the first desktop. The
+    profile is named after the X display (unique among the host's desktops) and gets OSWorld's
+    settings (`LO_SETTINGS`, put in the default profile by the `download` step)."""
+    profile = f"{HOME}/.config/libreoffice/display-${{DISPLAY#:}}"
+    command = (f'mkdir -p "{profile}/user" && cp {LO_PROFILE} "{profile}/user/" && '
+               f'exec soffice -env:UserInstallation=file://"{profile}" --{app} --norestore --nologo {path}')
+    return {"type": "launch", "parameters": {"command": command, "shell": True}}
 
 
 def _calc(name: str, instruction: str, gold_rows: list[tuple], keys_code: str) -> FixtureTask:
@@ -87,7 +99,7 @@ def calc_tasks() -> list[FixtureTask]:
               "above in B5; save it.", ROWS + [("Total", totals[0])], chain(_down(4), typed("Total\t=SUM(B2:B4)\n"))),
         _calc("price-total", "In {path}, open in LibreOffice Calc, write Sum in A5 and the sum of the prices "
               "above in C5; save it.", ROWS + [("Sum", None, totals[1])],
-              chain(_down(4), typed("Sum\t\t=SUM(C2:C4)\n"))),
+              chain(_down(4), typed("Sum\t"), _right(1), typed("=SUM(C2:C4)\n"))),
         _calc("cost-column", "In {path}, open in LibreOffice Calc, add a column Cost in D holding Qty times Price "
               "for each row; save it.", [r + (("Cost",) if i == 0 else (r[1] * r[2],)) for i, r in enumerate(ROWS)],
               chain(_right(3), typed("Cost\n=B2*C2\n=B3*C3\n=B4*C4\n"))),

@@ -24,7 +24,7 @@ from .actions import ActionSpace, DesktopAction
 from .observations import ObservationConfig, observe
 
 if TYPE_CHECKING:
-    from .backends import Desktop
+    from .backends import Desktop, DesktopPool
     from .desktop_client import DesktopClient
     from .official import OfficialOptions
     from .tasks import OSWorldTask
@@ -45,6 +45,9 @@ class SessionOptions:
     action_space: ActionSpace
     step_timeout_s: float
     official: OfficialOptions
+    desktops: DesktopPool | None = None
+    """Where roost's desktops come from: one pool per env factory, so the local backend's host
+    probes (its python, bubblewrap) run once, not at every reset; None: a pool of this session's own."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ class RoostSession:
 
     @classmethod
     async def open(cls, options: SessionOptions, task: OSWorldTask) -> RoostSession:
-        from .backends import DesktopConfig, start_desktop
+        from .backends import DesktopConfig, DesktopPool
         from .desktop_client import DesktopClient
         from .errors import UnsupportedTask
         from .evaluator import unsupported_reason
@@ -122,9 +125,9 @@ class RoostSession:
         reason = await asyncio.to_thread(unsupported_reason, task)  # before a desktop starts for nothing
         if reason is not None:
             raise UnsupportedTask(task.id, reason)
-        config = DesktopConfig(backend=options.backend, width=options.width, height=options.height)
+        pool = options.desktops or DesktopPool(DesktopConfig(options.backend, options.width, options.height))
         try:
-            desktop = await start_desktop(config)
+            desktop = await pool.start()
         except Exception as exc:
             raise EnvFaultError(f"could not start a {options.backend} desktop: {type(exc).__name__}: {exc}") from exc
         session = cls(options, desktop, DesktopClient(desktop.url, timeout_s=30.0), task.id)

@@ -60,7 +60,8 @@ async def check_files(client: DesktopClient) -> None:
 
 
 async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -> None:
-    """`google-chrome` as OSWorld's tasks start it serves DevTools at the desktop's (host, port)."""
+    """`google-chrome` as OSWorld's tasks start it serves DevTools at the desktop's (host, port),
+    with its profile in ~/.config/google-chrome."""
     await client.launch(["google-chrome", "--remote-debugging-port=1337", "about:blank"])
     deadline = time.monotonic() + 60
     async with httpx.AsyncClient(timeout=5) as http:
@@ -73,6 +74,10 @@ async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -
                     raise
                 await asyncio.sleep(0.5)
     assert "Chrome" in version["Browser"] and version["webSocketDebuggerUrl"]
+    # Its profile is where OSWorld's Chrome getters read it (Bookmarks, Preferences, History).
+    profile = await client.list_directory("~/.config/google-chrome")
+    assert "Default" in [c["name"] for c in profile["children"]], profile
+    assert (await client.execute("test -e ~/.config/chromium/Default", shell=True)).returncode != 0
     await client.close_window("chromium", by_class=True)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -65,6 +66,40 @@ async def test_an_endless_loop_is_killed_at_its_timeout(desktop):
         result = await client.execute("sleep 30; echo never", shell=True, timeout_s=1.0)
         assert result.timed_out and "never" not in result.output
         assert (await client.execute(["echo", "still serving"])).output == "still serving\n"
+
+
+async def test_actions_fork_from_a_runner_that_imported_pyautogui(desktop):
+    """Each action is a fresh child of the action runner: pyautogui is already imported, its X
+    connection is the child's own, and the script reports as `python3 script` would."""
+    probe = ("import os, sys\nprint('pyautogui' in sys.modules, __name__)\nimport pyautogui\n"
+             "pyautogui.moveTo({x}, 33)\nprint(pyautogui._pyautogui_x11._display.fileno(), os.getpid())")
+    async with DesktopClient(desktop.url) as client:
+        first, second = await asyncio.gather(client.run_python(probe.format(x=44)),
+                                             client.run_python(probe.format(x=55)))
+        for result in (first, second):
+            assert result.returncode == 0 and result.output.startswith("True __main__\n"), result
+        assert first.output.split()[-1] != second.output.split()[-1]  # two processes
+        assert (await client.run_python("import pyautogui; print(tuple(pyautogui.position()))")).output in (
+            "(44, 33)\n", "(55, 33)\n")
+        failed = await client.run_python("x = 1\nraise ValueError('bad value')\n")
+        assert failed.returncode == 1 and failed.error.startswith("Traceback (most recent call last):\n  File")
+        assert "line 2, in <module>" in failed.error and "ValueError: bad value" in failed.error
+        assert "runpy" not in failed.error and "action_runner" not in failed.error
+        assert (await client.run_python("import sys; sys.exit(3)")).returncode == 3
+        syntax = await client.run_python("def broken(:\n")
+        assert syntax.returncode == 1 and "SyntaxError" in syntax.error
+
+
+async def test_a_killed_action_runner_is_replaced_and_actions_go_on(desktop):
+    runners = [pid for pid in _desktop_processes(desktop.marker)
+               if b"desktop.action_runner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(runners) == 1, runners
+    os.kill(runners[0], signal.SIGKILL)
+    async with DesktopClient(desktop.url) as client:
+        for _ in range(3):  # the first runs in a python of its own, the next in the new runner
+            result = await client.run_python("import sys; print('pyautogui' in sys.modules)")
+            assert result.returncode == 0, result
+        assert result.output == "True\n"
 
 
 async def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(desktop):

@@ -1,5 +1,5 @@
 """Inside the desktop: the X session (`session`), the control server (`server`, `http_io`,
-`commands`, `screen`, `windows`) and the accessibility tree as OSWorld's XML (`a11y`).
+`commands`, `action_runner`, `screen`, `windows`) and the accessibility tree as OSWorld's XML (`a11y`).
 
 Standard library, pyatspi, python-xlib and PIL only: it runs on the desktop's system python3.
 """

@@ -11,6 +11,8 @@ import shlex
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -42,30 +44,26 @@ def run(command: list[str] | str, *, shell: bool, env: dict[str, str], timeout_s
         out, err = proc.communicate(timeout=timeout_s)
         return Completed(proc.returncode, out or "", err or "")
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc.pid)
         out, err = proc.communicate()
         return Completed(None, out or "", (err or "") + f"\ntimed out after {timeout_s:g}s; killed",
                          timed_out=True)
 
 
-def run_python(code: str, *, python: str, env: dict[str, str], timeout_s: float) -> Completed:
-    """The code as a script file (tracebacks name its lines), run by the desktop's python."""
-    with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="roost-run-", delete=False) as script:
-        script.write(code)
+@contextmanager
+def script_file(text: str, suffix: str) -> Iterator[str]:
+    """The text as a file for the time of the block (tracebacks then name its lines)."""
+    with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix="roost-run-", delete=False) as file:
+        file.write(text)
     try:
-        return run([python, script.name], shell=False, env=env, timeout_s=timeout_s)
+        yield file.name
     finally:
-        os.unlink(script.name)
+        os.unlink(file.name)
 
 
 def run_bash(script: str, *, env: dict[str, str], timeout_s: float, cwd: str | None) -> Completed:
-    with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="roost-run-", delete=False) as file:
-        file.write(script if "#!/bin/bash" in script else "#!/bin/bash\n\n" + script)
-    try:
-        return run(["/bin/bash", file.name], shell=False, env=env, timeout_s=timeout_s, cwd=cwd,
-                   merge_stderr=True)
-    finally:
-        os.unlink(file.name)
+    with script_file(script if "#!/bin/bash" in script else "#!/bin/bash\n\n" + script, ".sh") as path:
+        return run(["/bin/bash", path], shell=False, env=env, timeout_s=timeout_s, cwd=cwd, merge_stderr=True)
 
 
 def spawn(command: list[str] | str, *, shell: bool, env: dict[str, str]) -> int:
@@ -75,8 +73,9 @@ def spawn(command: list[str] | str, *, shell: bool, env: dict[str, str]) -> int:
     return proc.pid
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILLs the process group `pid` leads (gone already: nothing to do)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass

@@ -10,7 +10,8 @@ POST /file, /execute (= /setup/execute), /run_python, /run_bash_script, /screen_
 /setup/activate_window, /setup/close_window; plus GET /health. Every command has a timeout
 (a request's `timeout` field where it has one); a command that runs past it is killed with its
 process group and answered 500 with `"timed_out": true`. Bad requests get a 4xx and the
-server keeps serving. Once serving it prints one JSON line, `{"port": ..., "display": ...}`.
+server keeps serving. /run_python code runs in a child forked from the action runner
+(action_runner.py: pyautogui imported once), not in a new python each. Once serving it prints one JSON line, `{"port": ..., "display": ...}`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from . import commands, screen, windows
+from .action_runner import ActionRunner, RunnerUnavailable
 from .http_io import BadRequest, Reply, Request
 from .session import DesktopSession, SessionConfig
 
@@ -36,12 +38,22 @@ MAX_TIMEOUT_S = 1800.0
 
 
 class Desktop:
-    """What the routes act on: the session's environment and display, and the desktop's python."""
+    """What the routes act on: the session's environment and display, the desktop's python and
+    its action runner (pyautogui imported once; actions forked from it)."""
 
-    def __init__(self, session: DesktopSession, python: str) -> None:
+    def __init__(self, session: DesktopSession, python: str, runner: ActionRunner) -> None:
         self.session = session
         self.python = python
+        self.runner = runner
         self.a11y_lock = threading.Lock()
+
+    def run_python(self, code: str, timeout_s: float) -> commands.Completed:
+        """Through the action runner; where it is gone, in a python of its own (as it restarts)."""
+        with commands.script_file(code, ".py") as script:
+            try:
+                return self.runner.run(script, timeout_s=timeout_s)
+            except RunnerUnavailable:
+                return commands.run([self.python, script], shell=False, env=self.env, timeout_s=timeout_s)
 
     @property
     def env(self) -> dict[str, str]:
@@ -141,8 +153,7 @@ def run_python(desktop: Desktop, request: Request) -> Reply:
     code = body.get("code")
     if not isinstance(code, str) or not code:
         return Reply.json({"status": "error", "message": "Code not supplied!"}, 400)
-    done = commands.run_python(code, python=desktop.python, env=desktop.env,
-                               timeout_s=_timeout(body, PYTHON_TIMEOUT_S))
+    done = desktop.run_python(code, _timeout(body, PYTHON_TIMEOUT_S))
     if done.timed_out:
         return Reply.json({"status": "error", "message": "Execution timeout: Code took too long to execute",
                            "error": "TimeoutExpired", "need_more": False, "output": done.output,
@@ -290,6 +301,9 @@ def make_handler(desktop: Desktop) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = 120  # a client that stops sending mid-request frees its thread
+        # Headers and body go out in two writes: with Nagle's algorithm the body waits for the
+        # client's delayed ACK (40 ms a reply on a kept-alive connection).
+        disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
             self._serve("GET")
@@ -345,7 +359,9 @@ def main(argv: list[str] | None = None) -> None:
     # pyatspi (in this process) finds the at-spi bus through the display and the session bus.
     for key in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY"):
         os.environ[key] = session.env[key]
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(Desktop(session, args.python)))
+    runner = ActionRunner(args.python, session.env, session.runtime)
+    runner.start()
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(Desktop(session, args.python, runner)))
     server.daemon_threads = True
     if args.forward_chromium:
         from .forward import forward
@@ -357,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         server.serve_forever()
     finally:
         server.server_close()
+        runner.stop()
         session.stop()
 
 

@@ -85,6 +85,11 @@ class DesktopSession:
         kill_marked(self.marker, spare=os.getpid())
         subprocess.run(["rm", "-rf", str(self._runtime)], check=False)
 
+    @property
+    def runtime(self) -> Path:
+        """The session's own folder (sockets, wrappers, its log); removed by `stop`."""
+        return self._runtime
+
     def alive(self) -> bool:
         return bool(self._procs) and self._procs[0].poll() is None
 
@@ -174,12 +179,14 @@ class DesktopSession:
 
 def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
     """`python`/`python3` name the desktop's python (pyautogui importable); `google-chrome` and
-    `chromium` start Chromium with the flags it needs here and the desktop's DevTools port (OSWorld's
-    tasks launch `google-chrome --remote-debugging-port=1337`)."""
+    `chromium` start Chromium with the flags it needs here, the desktop's DevTools port (OSWorld's
+    tasks launch `google-chrome --remote-debugging-port=1337`) and Google Chrome's profile folder
+    (OSWorld's Chrome getters read ~/.config/google-chrome/Default/: Bookmarks, Preferences, History)."""
     flags = " ".join(CHROMIUM_FLAGS)
     chrome = ("#!/bin/sh\nfor a in \"$@\"; do shift; case \"$a\" in --remote-debugging-port=*) ;; "
               "*) set -- \"$@\" \"$a\";; esac; done\n"
-              f"exec /usr/bin/chromium {flags} --remote-debugging-port=\"$ROOST_CHROMIUM_PORT\" \"$@\"\n")
+              f"exec /usr/bin/chromium {flags} --remote-debugging-port=\"$ROOST_CHROMIUM_PORT\" "
+              '--user-data-dir="$HOME/.config/google-chrome" "$@"\n')
     scripts = {"python": f'#!/bin/sh\nexec {config.python} "$@"\n', "google-chrome": chrome,
                "chromium": chrome, "chromium-browser": chrome}
     scripts["python3"] = scripts["python"]

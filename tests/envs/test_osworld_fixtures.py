@@ -1,0 +1,141 @@
+"""roost's offline OSWorld task set: its files and format, the expert's plan, and the expert
+(and an agent that does nothing) over the whole set through the env server on local desktops."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from roost.agents.evaluate import EvalConfig, evaluate
+from roost.agents.protocol import AgentOutcome, EpisodeContext
+from roost.envs.episodes import ManagerConfig
+from roost.envs.osworld.expert import ExpertPlanner, NoExpertSolution, tree_holds
+from roost.envs.osworld.fixtures import write_fixtures
+from roost.envs.osworld.osworld_package import load_function
+from roost.envs.osworld.task_set import TaskSet
+from roost.envs.protocol import TextAction
+from roost.envs.serve import ServerConfig, serving
+
+TREE = """<desktop-frame xmlns:st="https://accessibility.ubuntu.example.org/ns/state">
+<frame name="*/home/user/a.txt - Mousepad" st:active="true"><text st:focused="true">roost-done-2
+</text></frame><table name="Sheet Sheet1" st:focused="false"/></desktop-frame>"""
+
+
+@pytest.fixture(scope="module")
+def fixture_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("osworld-fixtures")
+    write_fixtures(root)
+    return root
+
+
+def _tasks(root: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((root / "examples").rglob("*.json"))]
+
+
+def test_the_set_has_40_tasks_over_5_apps_in_two_splits(fixture_dir: Path):
+    task_set = TaskSet.load(fixture_dir)
+    assert len(task_set.splits["all"]) >= 40
+    assert set(task_set.splits) == {"all", "train", "test"}
+    assert not set(task_set.splits["train"]) & set(task_set.splits["test"])
+    domains = {json.loads(p.read_text()).get("snapshot") for p in (fixture_dir / "examples").rglob("*.json")}
+    assert {"os", "mousepad", "libreoffice_calc", "libreoffice_writer", "chrome"} <= domains
+
+
+def test_every_file_a_task_reads_is_in_the_cache(fixture_dir: Path):
+    for task in _tasks(fixture_dir):
+        urls = [f["url"] for s in task["config"] if s["type"] == "download" for f in s["parameters"]["files"]]
+        urls += [e["path"] for e in _listed(task["evaluator"].get("expected")) if e.get("type") == "cloud_file"]
+        for url in urls:
+            assert (fixture_dir / "cache" / url.rsplit("/", 1)[-1]).is_file(), (task["id"], url)
+
+
+def _listed(value) -> list[dict]:
+    return value if isinstance(value, list) else [value] if value else []
+
+
+def test_every_evaluator_is_an_osworld_metric(fixture_dir: Path):
+    for task in _tasks(fixture_dir):
+        func = task["evaluator"]["func"]
+        if func != "infeasible":
+            assert callable(load_function("metrics", func)), func
+
+
+def test_gold_files_score_1_against_themselves_and_the_inputs_score_0(fixture_dir: Path):
+    """The checks can fail: an untouched input file is not the answer (a copy task's gold is its input)."""
+    cache = fixture_dir / "cache"
+    checked = 0
+    for task in _tasks(fixture_dir):
+        evaluator = task["evaluator"]
+        if evaluator["func"] not in ("compare_text_file", "compare_table", "compare_docx_files"):
+            continue
+        gold = str(cache / evaluator["expected"]["dest"])
+        inputs = [f["url"].rsplit("/", 1)[-1] for s in task["config"] if s["type"] == "download"
+                  for f in s["parameters"]["files"] if not f["path"].endswith(".xcu")]
+        inputs = [name for name in inputs if name != evaluator["expected"]["dest"]]
+        metric = load_function("metrics", evaluator["func"])
+        options = evaluator.get("options", {})
+        assert metric(gold, gold, **options) == 1.0, task["id"]
+        for name in inputs:
+            assert metric(str(cache / name), gold, **options) < 1.0, (task["id"], name)
+        checked += 1
+    assert checked >= 20
+
+
+def test_expert_conditions_read_osworld_trees():
+    assert tree_holds(TREE, {"role": "frame", "name": "a.txt - Mousepad"})
+    assert tree_holds(TREE, {"text": "roost-done-2"})
+    assert tree_holds(TREE, {"role": "text", "focused": True})
+    assert not tree_holds(TREE, {"role": "table", "focused": True})
+    assert not tree_holds(TREE, {"absent": {"role": "frame", "name": "*"}})
+    assert not tree_holds(None, {"role": "frame"})
+    assert tree_holds(None, None)
+
+
+def test_the_planner_waits_until_the_condition_holds_then_acts_then_is_done():
+    planner = ExpertPlanner({"id": "t", "expert": [{"when": {"role": "table", "focused": True}, "do": "X"}]})
+    assert planner.next_action(TREE) == "WAIT"
+    assert planner.next_action(TREE.replace('st:focused="false"', 'st:focused="true"')) == "X"
+    assert planner.next_action(None) == "DONE"
+    with pytest.raises(NoExpertSolution, match="make-fixtures"):
+        ExpertPlanner({"id": "official-task"})
+
+
+class DoNothingAgent:
+    """Says DONE at once: scores 0 on every feasible task, and on the infeasible ones too."""
+
+    name = "do-nothing"
+    needs_model = False
+    reset_options: dict = {}
+
+    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
+        await ctx.step(TextAction("DONE"))
+        return AgentOutcome(turns=1)
+
+
+@pytest.fixture(scope="module")
+async def env_url(fixture_dir: Path):
+    if shutil.which("Xvfb") is None or shutil.which("soffice") is None or shutil.which("lxterminal") is None:
+        pytest.skip("the fixture set's desktop needs Xvfb, LibreOffice and LXTerminal (.ci/apt-packages.txt)")
+    kwargs = {"tasks": str(fixture_dir), "max_steps": 15}
+    config = ServerConfig("osworld", kwargs, port=0, manager=ManagerConfig(workers=2, max_episodes=4))
+    async with serving(config) as url:
+        yield url
+
+
+@pytest.mark.slow
+async def test_the_expert_solves_the_set_through_the_env_server(env_url: str, fixture_dir: Path):
+    count = len(TaskSet.load(fixture_dir).splits["all"])
+    report = await evaluate(EvalConfig("osworld", agent="expert", env_url=env_url, episodes=count, split="all",
+                                       concurrency=2, max_turns=15, progress=False))
+    failed = [(r["task_id"], r["status"], r["reward"], r["error"]) for r in report["results"] if not r["success"]]
+    assert report["infra_errors"] == 0, failed
+    assert report["success_rate"] >= 0.95, failed
+
+
+@pytest.mark.slow
+async def test_an_agent_that_does_nothing_scores_0(env_url: str):
+    report = await evaluate(EvalConfig("osworld", agent=f"{__name__}:DoNothingAgent", env_url=env_url, episodes=8,
+                                       split="test", concurrency=2, progress=False))
+    assert report["scored"] == 8 and report["mean_reward"] == 0.0, report["results"]
