@@ -45,7 +45,7 @@ def serve(
     max_episodes: int = typer.Option(64, help="Live episodes before 429."),
     lease_s: float = typer.Option(600.0, help="Idle seconds before an episode is reaped."),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env (repeatable)."),
-    data_dir: Optional[Path] = typer.Option(None, help="The env's data (ALFWorld: the folder holding json_2.1.1)."),
+    data_dir: Optional[Path] = typer.Option(None, help="The env's data (ALFWorld: the folder holding json_2.1.1; OSWorld: the task folder)."),
     docker: bool = typer.Option(False, "--docker", help="Build the env's image once and serve from a container."),
     base_image: Optional[str] = typer.Option(None, help="BASE_IMAGE of the Docker build (default: $ROOST_BASE_IMAGE)."),
 ) -> None:
@@ -84,10 +84,9 @@ def _serve_docker(env: str, port: int, data_dir: Optional[Path], base_image: Opt
     from roost.envs.registry import resolve
 
     spec = resolve(env)
-    if data_dir is None and spec.name == "alfworld":
-        from roost.envs.alfworld.catalog import default_data_dir
-
-        data_dir = default_data_dir()
+    if data_dir is None:
+        default = spec.load_default_data()
+        data_dir = default if default is not None and default.is_dir() else None
     client = docker_client()
     image = ensure_image(client, spec, base_image, log=_err)
     container = EnvContainer(client, image, ContainerConfig(spec, base_image, port, data_dir, server_args))

@@ -146,14 +146,27 @@ class EnvContainer:
         if self.config.data_dir is not None:
             volumes[str(Path(self.config.data_dir).resolve())] = {"bind": CONTAINER_DATA, "mode": "ro"}
             command += ["--env-arg", f"data_dir={CONTAINER_DATA}"]
-        self.container = self.client.containers.run(
-            self.image, command + list(self.config.server_args), detach=True, volumes=volumes,
-            ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", self.config.host_port or None)},
-            labels={"roost.env": self.config.spec.name},
-        )
+        created = self.client.api.create_container(
+            self.image, command + list(self.config.server_args), ports=[CONTAINER_PORT],
+            labels={"roost.env": self.config.spec.name}, host_config=self._host_config(volumes))
+        self.container = self.client.containers.get(created["Id"])
+        self.container.start()
         self.url = f"http://127.0.0.1:{self._host_port()}"
         self._wait_healthy()
         return self.url
+
+    def _host_config(self, volumes: dict[str, dict[str, str]]) -> dict[str, Any]:
+        """Docker's host config: the port on 127.0.0.1, the data mount, and what the env's spec needs."""
+        needs = self.config.spec.container
+        host_config = self.client.api.create_host_config(
+            binds=volumes, port_bindings={CONTAINER_PORT: ("127.0.0.1", self.config.host_port or None)},
+            shm_size=needs.shm_size, init=needs.init or None,
+            security_opt=["seccomp=unconfined", "apparmor=unconfined"] if needs.nested_sandbox else None)
+        if needs.nested_sandbox:
+            # What `docker run --security-opt systempaths=unconfined` sends (the SDK has no word for
+            # it): a user namespace may mount a fresh /proc only where no part of /proc is covered.
+            host_config.update(MaskedPaths=[], ReadonlyPaths=[])
+        return host_config
 
     def stop(self) -> None:
         if self.container is not None:

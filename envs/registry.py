@@ -18,6 +18,19 @@ from roost.envs.protocol import Env, EnvFactory
 
 
 @dataclass(frozen=True)
+class ContainerNeeds:
+    """What an env's server asks of its container (`roost serve ENV --docker`) beyond Docker's defaults."""
+
+    nested_sandbox: bool = False
+    """The server runs bubblewrap inside: user namespaces (seccomp and AppArmor unconfined) and a
+    fresh /proc in each (/proc's masked paths unmasked, as `--security-opt systempaths=unconfined`)."""
+    shm_size: str | None = None
+    """Size of /dev/shm (Docker's default is 64 MB; Chromium wants more)."""
+    init: bool = False
+    """Docker's init as PID 1, reaping the processes the server's children leave behind."""
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     name: str
     entry_point: str
@@ -26,13 +39,19 @@ class EnvSpec:
     """`module:function(manager) -> APIRouter` of extra pages the env server serves (web modes)."""
     call_timeout_s: float = 120.0
     """How long one reset or step may take before its worker is killed (grading can be slow)."""
+    container: ContainerNeeds = ContainerNeeds()
+    """What its server needs of its container (`roost serve ENV --docker`)."""
+    default_data: str | None = None
+    """`module:function() -> Path`: the data folder `roost serve ENV --docker` mounts when no
+    `--data-dir` is given."""
+
+    def load_default_data(self) -> Path | None:
+        """The env's default data folder (see `default_data`), or None."""
+        return None if self.default_data is None else _load(self.default_data)()
 
     def load_routes(self):
         """The env's extra router factory, or None."""
-        if self.routes is None:
-            return None
-        module, _, attr = self.routes.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return None if self.routes is None else _load(self.routes)
 
     @property
     def package_dir(self) -> Path | None:
@@ -49,6 +68,7 @@ ENVS: dict[str, EnvSpec] = {
         "alfworld",
         "roost.envs.alfworld.env:make_factory",
         "ALFWorld household tasks as TextWorld PDDL games (text, admissible commands as a tool).",
+        default_data="roost.envs.alfworld.catalog:default_data_dir",
     ),
     "webshop": EnvSpec("webshop", "roost.envs.webshop.env:make_factory",
                        "WebShop online shopping: search, click, buy; the paper's reward (text or web pages).",
@@ -61,8 +81,15 @@ ENVS: dict[str, EnvSpec] = {
     "osworld": EnvSpec("osworld", "roost.envs.osworld.env:make_factory",
                        "OSWorld desktop tasks: a real X desktop per episode, pyautogui/computer_13 actions, "
                        "screenshots and accessibility trees, OSWorld's evaluators.",
-                       call_timeout_s=600.0),
+                       call_timeout_s=600.0, default_data="roost.envs.osworld.task_set:default_tasks_dir",
+                       # Each desktop in the container gets its own /home/user from bubblewrap.
+                       container=ContainerNeeds(nested_sandbox=True, shm_size="1g", init=True)),
 }
+
+
+def _load(entry_point: str) -> Any:
+    module, _, attr = entry_point.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def resolve(name: str) -> EnvSpec:
@@ -75,9 +102,7 @@ def resolve(name: str) -> EnvSpec:
 
 
 def load_factory(name: str, **kwargs: Any) -> EnvFactory:
-    module_name, _, attr = resolve(name).entry_point.partition(":")
-    make_factory = getattr(importlib.import_module(module_name), attr)
-    return make_factory(**kwargs)
+    return _load(resolve(name).entry_point)(**kwargs)
 
 
 def make_env(name: str, **kwargs: Any) -> Env:

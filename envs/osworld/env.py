@@ -55,6 +55,9 @@ class OSWorldEnvConfig(BaseModel):
 
     tasks: str | None = None
     """A task file, or a folder in OSWorld's layout (evaluation_examples/); None: roost's fixture set."""
+    data_dir: str | None = None
+    """The same as `tasks` (when `tasks` is unset): what `roost serve osworld --data-dir DIR` passes, and
+    with `--docker` the folder mounted at /data."""
     cache_dir: str | None = None
     """Files the tasks' `download` steps and cache getters read; None: `<tasks folder>/cache`."""
     provider: Literal["roost", "osworld"] = "roost"
@@ -93,7 +96,8 @@ class OSWorldShared:
 def make_factory(**kwargs: Any):
     """Load the tasks once; the factory makes one env per episode (each with its own desktop)."""
     config = OSWorldEnvConfig(**kwargs)
-    source = Path(config.tasks).expanduser() if config.tasks else default_tasks_dir()
+    tasks = config.tasks or config.data_dir
+    source = Path(tasks).expanduser() if tasks else default_tasks_dir()
     if not source.exists():
         raise BadRequestError(f"no OSWorld tasks at {source}; pass tasks=PATH (a task file or an OSWorld "
                               "evaluation_examples folder) or write roost's fixture set there with "

@@ -210,8 +210,9 @@ def sweep_stale() -> int:
 def _bwrap_works() -> bool:
     if shutil.which("bwrap") is None:
         return False
-    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--unshare-pid", "true"],
-                           capture_output=True, check=False)
+    # The desktop's own options: in a container, a fresh /proc is what Docker's defaults refuse.
+    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--proc", "/proc",
+                            "--unshare-pid", "true"], capture_output=True, check=False)
     return probe.returncode == 0
 
 

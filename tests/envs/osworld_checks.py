@@ -1,18 +1,37 @@
 """Checks shared by the local and the docker desktop tests: each drives a running desktop
-through DesktopClient and asserts on what it really answers."""
+through DesktopClient (or an env server through EnvClient) and asserts on what it really answers."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import json
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import httpx
 from PIL import Image
 
 from roost.envs.osworld.desktop.a11y import NS
+from roost.envs.client import EnvClient
 from roost.envs.osworld.desktop_client import DesktopClient
+from roost.envs.protocol import TextAction, ToolCall
+
+
+NOTES = {
+    "id": "mousepad-notes", "snapshot": "mousepad", "source": "roost test",
+    "instruction": "Add the line 'hello roost' to notes.txt, open in Mousepad, and save it.",
+    "config": [
+        {"type": "execute", "parameters": {"command": ["bash", "-c", "printf 'first line\\n' > ~/notes.txt"]}},
+        {"type": "launch", "parameters": {"command": ["mousepad", "~/notes.txt"]}},
+    ],
+    "related_apps": ["mousepad"],
+    "evaluator": {"func": "check_include_exclude",
+                  "result": {"type": "vm_command_line", "command": "cat ~/notes.txt", "shell": True},
+                  "expected": {"type": "rule", "rules": {"include": ["hello roost", "first line"], "exclude": []}}},
+}
 
 
 async def check_screenshot(client: DesktopClient, width: int, height: int) -> None:
@@ -93,3 +112,38 @@ async def poll_tree(client: DesktopClient, pick, timeout_s: float = 30.0):
 
 def _find(root: ET.Element, tag: str, name_part: str):
     return next((el for el in root.iter(tag) if name_part in el.get("name", "")), None)
+
+
+def write_tasks(root: Path, tasks: list[tuple[str, dict]], index: dict[str, list[str]]) -> Path:
+    """An OSWorld task folder: `examples/<domain>/<id>.json` for each (domain, task), `test.json` = index."""
+    for domain, task in tasks:
+        folder = root / "examples" / domain
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{task['id']}.json").write_text(json.dumps(task))
+    (root / "test.json").write_text(json.dumps(index))
+    return root
+
+
+async def wait_for(client, episode, text: str, tries: int = 6):
+    """Observe (WAIT) until the table shows `text`: windows appear when they are ready, not on a clock."""
+    for _ in range(tries):
+        step = await client.step(episode, TextAction("WAIT"))
+        if text in step.observation.text:
+            return step
+    raise AssertionError(f"{text!r} never appeared in the accessibility table:\n{step.observation.text[-3000:]}")
+
+
+async def check_notes_episode(client: EnvClient, width: int, height: int) -> None:
+    """NOTES end to end, observed as screenshot + accessibility tree: the config steps opened
+    notes.txt in mousepad, pyautogui types and saves, OSWorld's evaluator scores 1."""
+    episode, reset = await client.create(task_id=NOTES["id"])
+    png = base64.b64decode(reset.observation.image)
+    assert Image.open(io.BytesIO(png)).size == (width, height)
+    step = await wait_for(client, episode, "first line")
+    assert "first line" in step.observation.accessibility_tree  # the XML beside its table
+    step = await client.step(episode, TextAction("pyautogui.hotkey('ctrl', 'end')\npyautogui.typewrite('hello roost')"))
+    assert step.info["returncode"] == 0 and not step.done, step.info
+    await wait_for(client, episode, "hello roost")
+    await client.step(episode, ToolCall("hotkey", {"keys": ["ctrl", "s"]}))
+    step = await client.step(episode, ToolCall("done", {}))
+    assert step.terminated and step.reward == 1.0 and step.info["exit_reason"] == "done", step.info

@@ -6,7 +6,6 @@ The build takes BASE_IMAGE from $ROOST_BASE_IMAGE (CI: an offline debootstrap im
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,18 +18,6 @@ from roost.envs.registry import resolve
 from roost.rollout.server_process import free_port, wait_healthy
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def docker_engine():
-    from roost.envs.containers import ContainerError, docker_client
-
-    try:
-        return docker_client()
-    except ContainerError as exc:
-        if os.environ.get("ROOST_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"ROOST_REQUIRE_DOCKER=1 but no Docker engine answers: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
 
 
 @pytest.fixture(scope="module")

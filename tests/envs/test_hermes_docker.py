@@ -6,7 +6,6 @@ Runs where a Docker engine answers; required (not skipped) when ROOST_REQUIRE_DO
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
@@ -17,27 +16,15 @@ from roost.envs.registry import resolve
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def docker():
-    try:
-        from roost.envs.containers import ContainerError, docker_client
-
-        return docker_client()
-    except (ImportError, ContainerError) as exc:
-        if os.environ.get("ROOST_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"ROOST_REQUIRE_DOCKER=1 but no Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
-
-
 @pytest.mark.timeout(900)
-async def test_the_image_hosts_hermes_agent_with_its_own_dependencies(docker):
+async def test_the_image_hosts_hermes_agent_with_its_own_dependencies(docker_engine):
     from roost.envs.containers import ContainerConfig, EnvContainer, ensure_image
 
     spec = resolve("hermes")
-    image = ensure_image(docker, spec)
-    assert docker.api.inspect_image(image)["Config"]["Healthcheck"]["Test"][0] == "CMD"
+    image = ensure_image(docker_engine, spec)
+    assert docker_engine.api.inspect_image(image)["Config"]["Healthcheck"]["Test"][0] == "CMD"
     args = ["--workers", "1", "--env-arg", 'hermes_config={"agent": {"api_max_retries": 1}}']
-    container = EnvContainer(docker, image, ContainerConfig(spec, server_args=args))
+    container = EnvContainer(docker_engine, image, ContainerConfig(spec, server_args=args))
     url = await asyncio.to_thread(container.start)
     try:
         async with EnvClient(url) as client:

@@ -4,7 +4,6 @@ real pyautogui actions into mousepad, OSWorld's evaluator, and the bad input tha
 from __future__ import annotations
 
 import base64
-import json
 import shutil
 import struct
 
@@ -16,20 +15,9 @@ from roost.envs.errors import BadRequestError, EnvFaultError, EpisodeFinishedErr
 from roost.envs.osworld.env import make_factory
 from roost.envs.protocol import TextAction, ToolCall
 from roost.envs.serve import ServerConfig, serving
+from roost.tests.envs.osworld_checks import NOTES, wait_for, write_tasks
 from roost.tests.envs.test_osworld_observations import load_osworld_linearize
 
-NOTES = {
-    "id": "mousepad-notes", "snapshot": "mousepad", "source": "roost test",
-    "instruction": "Add the line 'hello roost' to notes.txt, open in Mousepad, and save it.",
-    "config": [
-        {"type": "execute", "parameters": {"command": ["bash", "-c", "printf 'first line\\n' > ~/notes.txt"]}},
-        {"type": "launch", "parameters": {"command": ["mousepad", "~/notes.txt"]}},
-    ],
-    "related_apps": ["mousepad"],
-    "evaluator": {"func": "check_include_exclude",
-                  "result": {"type": "vm_command_line", "command": "cat ~/notes.txt", "shell": True},
-                  "expected": {"type": "rule", "rules": {"include": ["hello roost", "first line"], "exclude": []}}},
-}
 INFEASIBLE = {"id": "infeasible-fax", "instruction": "Send this file by fax.", "config": [],
               "evaluator": {"func": "infeasible"}}
 DRIVE = {"id": "needs-drive", "instruction": "Open the sheet from Google Drive.",
@@ -46,12 +34,8 @@ def tasks_dir(tmp_path_factory):
     if shutil.which("Xvfb") is None or shutil.which("mousepad") is None:
         pytest.skip("the local desktop needs Xvfb and mousepad (.ci/apt-packages.txt)")
     root = tmp_path_factory.mktemp("osworld") / "evaluation_examples"
-    for domain, task in (("os", NOTES), ("os", INFEASIBLE), ("chrome", DRIVE)):
-        folder = root / "examples" / domain
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{task['id']}.json").write_text(json.dumps(task))
-    (root / "test.json").write_text(json.dumps({"os": [NOTES["id"], INFEASIBLE["id"]]}))
-    return root
+    tasks = [("os", NOTES), ("os", INFEASIBLE), ("chrome", DRIVE)]
+    return write_tasks(root, tasks, {"os": [NOTES["id"], INFEASIBLE["id"]]})
 
 
 @pytest.fixture
@@ -61,15 +45,6 @@ async def client(tasks_dir):
     async with serving(config) as url:
         async with EnvClient(url) as env_client:
             yield env_client
-
-
-async def wait_for(client, episode, text: str, tries: int = 6):
-    """Observe (WAIT) until the table shows `text`: windows appear when they are ready, not on a clock."""
-    for _ in range(tries):
-        step = await client.step(episode, TextAction("WAIT"))
-        if text in step.observation.text:
-            return step
-    raise AssertionError(f"{text!r} never appeared in the accessibility table:\n{step.observation.text[-3000:]}")
 
 
 async def test_info_and_splits(client):

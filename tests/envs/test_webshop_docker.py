@@ -6,7 +6,6 @@ Runs where a Docker engine answers; required (not skipped) when ROOST_REQUIRE_DO
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import httpx
@@ -19,27 +18,15 @@ from roost.envs.registry import resolve
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def docker():
-    try:
-        from roost.envs.containers import ContainerError, docker_client
-
-        return docker_client()
-    except (ImportError, ContainerError) as exc:
-        if os.environ.get("ROOST_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"ROOST_REQUIRE_DOCKER=1 but no Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
-
-
 @pytest.mark.timeout(900)
-async def test_the_image_serves_episodes_and_pages(docker):
+async def test_the_image_serves_episodes_and_pages(docker_engine):
     from roost.envs.containers import ContainerConfig, EnvContainer, ensure_image
 
     spec = resolve("webshop")
-    image = ensure_image(docker, spec)
-    inspected = docker.api.inspect_image(image)
+    image = ensure_image(docker_engine, spec)
+    inspected = docker_engine.api.inspect_image(image)
     assert inspected["Config"]["Healthcheck"]["Test"][0] == "CMD"
-    container = EnvContainer(docker, image, ContainerConfig(spec, server_args=["--workers", "1"]))
+    container = EnvContainer(docker_engine, image, ContainerConfig(spec, server_args=["--workers", "1"]))
     url = container.start()
     try:
         async with EnvClient(url) as client:
@@ -53,10 +40,10 @@ async def test_the_image_serves_episodes_and_pages(docker):
                 info = step.info
             assert step.reward == 1.0
         # the image's own command (the web server) serves the pages as well
-        web = docker.containers.run(image, detach=True, ports={"8000/tcp": ("127.0.0.1", None)},
-                                    labels={"roost.env": "webshop"})
+        web = docker_engine.containers.run(image, detach=True, ports={"8000/tcp": ("127.0.0.1", None)},
+                                           labels={"roost.env": "webshop"})
         try:
-            page = await _first_page(docker, web)
+            page = await _first_page(docker_engine, web)
             assert 'id="search_input"' in page
         finally:
             web.remove(force=True)
@@ -64,7 +51,7 @@ async def test_the_image_serves_episodes_and_pages(docker):
         container.stop()
 
 
-async def _first_page(docker, container, timeout_s: float = 120.0) -> str:
+async def _first_page(docker_engine, container, timeout_s: float = 120.0) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         container.reload()
