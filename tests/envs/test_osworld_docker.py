@@ -49,7 +49,9 @@ def image(docker_engine):
 
 @pytest.fixture(scope="module")
 def tasks_dir(tmp_path_factory):
-    return write_tasks(tmp_path_factory.mktemp("osworld-docker"), [("os", NOTES)], {"os": [NOTES["id"]]})
+    root = tmp_path_factory.mktemp("osworld-docker")
+    root.chmod(0o755)  # pytest makes it 0700; the server in the container reads it as `user`
+    return write_tasks(root, [("os", NOTES)], {"os": [NOTES["id"]]})
 
 
 @pytest.fixture(scope="module")
