@@ -150,9 +150,13 @@ class EnvContainer:
             self.image, command + list(self.config.server_args), ports=[CONTAINER_PORT],
             labels={"roost.env": self.config.spec.name}, host_config=self._host_config(volumes))
         self.container = self.client.containers.get(created["Id"])
-        self.container.start()
-        self.url = f"http://127.0.0.1:{self._host_port()}"
-        self._wait_healthy()
+        try:
+            self.container.start()
+            self.url = f"http://127.0.0.1:{self._host_port()}"
+            self._wait_healthy()
+        except BaseException:
+            self.stop()  # a container that never served is nobody's to remove later
+            raise
         return self.url
 
     def _host_config(self, volumes: dict[str, dict[str, str]]) -> dict[str, Any]:
