@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .grammar import mask_to_grammars
 from .kv_cache import SlotKVCache
 from .model import CausalLM
 from .request import EngineRequest, StepOutput
@@ -184,11 +185,13 @@ class Scheduler:
         self._running = [r for r in self._running if not r.finished]
 
     def _choose(self, batch: list[EngineRequest], logits: torch.Tensor) -> list[int]:
-        if any(r.masks_stop_tokens() for r in batch):
-            logits = logits.clone()
-            for row, request in enumerate(batch):
-                if request.masks_stop_tokens() and request.plan.stop_token_ids:
-                    logits[row, list(request.plan.stop_token_ids)] = float("-inf")
+        """Masks `logits` in place (the logprobs were taken before) and picks a token per row."""
+        for row, request in enumerate(batch):
+            if request.masks_stop_tokens() and request.plan.stop_token_ids:
+                logits[row, list(request.plan.stop_token_ids)] = float("-inf")
+        constrained = [(row, request.grammar) for row, request in enumerate(batch) if request.grammar is not None]
+        if constrained:
+            mask_to_grammars(logits, [row for row, _ in constrained], [state for _, state in constrained])
         tokens = choose_tokens(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch])
         return [r.forced_token() if r.plan.forced_ids is not None else t for r, t in zip(batch, tokens)]
 
