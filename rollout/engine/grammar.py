@@ -1,10 +1,10 @@
-"""Grammar-constrained decoding with xgrammar: compiling a request's grammar, following it token
-by token, and masking a batch's logits to what each grammar allows next.
+"""Grammar-constrained decoding with xgrammar: compiling a request's grammar and following it
+token by token (`constrained_sampling` draws the tokens it allows).
 
 A request gives at most one of SGLang's `json_schema`, `regex`, `ebnf`, or roost's `choice`
-(compiled as the regex `choice_regex` makes). The mask changes only which token is drawn: the
-scheduler takes the logprobs from the raw logits before masking, so a constrained call records
-the model's own distribution, as an unconstrained one does. As in SGLang, a request ends when its
+(compiled as the regex `choice_regex` makes). The grammar changes only which token is drawn: the
+scheduler takes the logprobs from the raw logits, so a constrained call records the model's own
+distribution, as an unconstrained one does. As in SGLang, a request ends when its
 grammar does (the model's end-of-sequence token is the grammar's last), even with `ignore_eos`.
 
 xgrammar is imported on the first constrained request: an engine that never sees one does not
@@ -17,8 +17,6 @@ import asyncio
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import torch
 
 from .wire import RequestError, choice_regex
 
@@ -127,14 +125,3 @@ def _reason(exc: Exception) -> str:
     """xgrammar's message without its C++ log prefix ("[09:41:45] /project/cpp/x.cc:94: ")."""
     text = str(exc).strip()
     return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", text).replace("Check failed: (error.empty()) is false: ", "")
-
-
-def mask_to_grammars(logits: torch.Tensor, rows: list[int], states: list[GrammarState]) -> None:
-    """Set to -inf, in place, each of `rows` of `logits` [B, V] where its grammar forbids the
-    token: one bitmask for the batch, filled row by row, applied in one pass."""
-    import xgrammar
-
-    bitmask = xgrammar.allocate_token_bitmask(logits.shape[0], logits.shape[-1])
-    for row, state in zip(rows, states):
-        state.matcher.fill_next_token_bitmask(bitmask, row)
-    xgrammar.apply_token_bitmask_inplace(logits, bitmask, indices=rows)

@@ -19,11 +19,10 @@ from typing import Any
 
 import torch
 
-from .grammar import mask_to_grammars
+from .constrained_sampling import choose_in_grammars
 from .kv_cache import SlotKVCache
 from .model import CausalLM
 from .request import EngineRequest, StepOutput
-from .sampling import choose_tokens
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +188,8 @@ class Scheduler:
         for row, request in enumerate(batch):
             if request.masks_stop_tokens() and request.plan.stop_token_ids:
                 logits[row, list(request.plan.stop_token_ids)] = float("-inf")
-        constrained = [(row, request.grammar) for row, request in enumerate(batch) if request.grammar is not None]
-        if constrained:
-            mask_to_grammars(logits, [row for row, _ in constrained], [state for _, state in constrained])
-        tokens = choose_tokens(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch])
+        tokens = choose_in_grammars(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch],
+                                    [r.grammar for r in batch])
         return [r.forced_token() if r.plan.forced_ids is not None else t for r, t in zip(batch, tokens)]
 
     def _finish(self, request: EngineRequest, output: StepOutput) -> None:
