@@ -11,8 +11,8 @@ import re
 import httpx
 import jsonschema
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from roost.tests.rollout.engine_helpers import recorded_and_forward_logprobs
 
 SEEDS = range(16)
 PROMPT = "<|im_start|>user\nDescribe a person.<|im_end|>\n<|im_start|>assistant\n"
@@ -106,15 +106,7 @@ async def test_constrained_logprobs_equal_a_plain_forward_pass(engine_url, tiny_
     """The mask changes which token is drawn, not the recorded logprobs: they are the model's
     own (unmasked) distribution, what the trainer recomputes."""
     [answer] = await generate_all(engine_url, [body({"json_schema": json.dumps(SCHEMA)}, seed=3)])
-    sampled = answer["output_ids"]
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    prompt = tokenizer.encode(PROMPT, add_special_tokens=False)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
-    reference = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(1, torch.tensor(sampled)[:, None])[:, 0]
-    recorded = torch.tensor([entry[0] for entry in answer["meta_info"]["output_token_logprobs"]])
-    assert [entry[1] for entry in answer["meta_info"]["output_token_logprobs"]] == sampled
+    recorded, reference = recorded_and_forward_logprobs(answer, tiny_model_path, PROMPT)
     assert (recorded - reference).abs().max().item() <= 1e-5
     # a masked (renormalised) distribution would give the forced tokens logprobs near 0
     assert recorded.min().item() < -5
