@@ -30,7 +30,8 @@ COMPILED_CACHE_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Grammar:
-    """A request's grammar, compiled: shared by every request that gives the same one."""
+    """A request's grammar, compiled (xgrammar hands every request with the same source the same
+    compiled form)."""
 
     kind: str
     """The sampling field it came from: json_schema, regex, ebnf or choice."""
