@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from .grammar import Grammar, Grammars
 from .kv_cache import SlotKVCache
 from .model import CausalLM, Rotary
 from .model_spec import ModelSpec
@@ -50,6 +51,8 @@ class Completion:
     finish_reason: dict | None = None
     weight_version: str = "0"
     cached_tokens: int = 0
+    constraint: dict | None = None
+    """What held the reply to a grammar (`Grammar.meta`), if anything did."""
 
     def add(self, outputs: list[StepOutput]) -> list[int]:
         """Take in one event's step outputs; return the token ids it added."""
@@ -78,6 +81,7 @@ class Engine:
         self.scheduler = Scheduler(self.model, cache, max_running=config.max_running,
                                    prefill_tokens=config.max_prefill_tokens)
         self.scripted = config.scripted
+        self.grammars = Grammars(self.tokenizer, self.spec.vocab_size, list(self.spec.eos_token_ids))
         self.started_at = time.time()
 
     @property
@@ -108,7 +112,7 @@ class Engine:
                 "(prompt plus at least one generated token must fit)"
             )
 
-    def plan(self, prompt_ids: list[int], params: SamplingParams) -> RequestPlan:
+    def plan(self, prompt_ids: list[int], params: SamplingParams, grammar: Grammar | None = None) -> RequestPlan:
         stop_ids = set(params.stop_token_ids or [])
         if not params.ignore_eos:
             stop_ids |= set(self.spec.eos_token_ids)
@@ -118,11 +122,12 @@ class Engine:
             stop_token_ids=frozenset(stop_ids),
             stop_strings=tuple(params.stop_strings()),
             min_new_tokens=params.min_new_tokens,
-            forced_ids=self._forced_ids(prompt_ids, params),
+            forced_ids=self._forced_ids(prompt_ids, params, grammar),
             seed=params.sampling_seed,
+            grammar=grammar,
         )
 
-    def _forced_ids(self, prompt_ids: list[int], params: SamplingParams) -> list[int] | None:
+    def _forced_ids(self, prompt_ids: list[int], params: SamplingParams, grammar: Grammar | None) -> list[int] | None:
         custom = params.custom_params or {}
         reply = custom.get("scripted_reply")
         if reply is None and self.scripted is not None:
@@ -134,12 +139,18 @@ class Engine:
             return None
         if not isinstance(reply, str):
             raise RequestError("custom_params.scripted_reply must be a string")
-        return self.encode(reply) + [self.spec.eos_token_ids[0]]
+        forced = self.encode(reply) + [self.spec.eos_token_ids[0]]
+        if grammar is not None and not grammar.accepts(forced):
+            raise RequestError(f"the scripted reply {reply!r} does not match the request's {grammar.kind}")
+        return forced
 
-    def prepare(self, prompt_ids: list[int], params: SamplingParams) -> RequestPlan:
-        """Validate a request and fix its plan; raises RequestError before anything runs."""
+    async def prepare(self, prompt_ids: list[int], params: SamplingParams) -> RequestPlan:
+        """Validate a request, compile its grammar and fix its plan; raises RequestError before
+        anything runs."""
         self.check_prompt(prompt_ids)
-        return self.plan(prompt_ids, params)
+        constraint = params.constraint()
+        grammar = None if constraint is None else await self.grammars.compile(*constraint)
+        return self.plan(prompt_ids, params, grammar)
 
     async def stream(
         self, prompt_ids: list[int], plan: RequestPlan, *, skip_special_tokens: bool = True, rid: str | None = None
@@ -171,8 +182,8 @@ class Engine:
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, rid: str | None = None, plan: RequestPlan | None = None
     ) -> Completion:
-        plan = plan or self.prepare(prompt_ids, params)
-        completion = Completion()
+        plan = plan or await self.prepare(prompt_ids, params)
+        completion = Completion(constraint=plan.constraint_meta())
         async for outputs in self.stream(prompt_ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
             completion.add(outputs)
         return completion

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .grammar import Grammar, GrammarState
 from .sampling import RowDraw, SamplingConfig, new_seed
 
 
@@ -32,6 +33,11 @@ class RequestPlan:
     min_new_tokens: int = 0
     forced_ids: list[int] | None = None  # the scripted sampler's reply
     seed: int | None = None
+    grammar: Grammar | None = None
+
+    def constraint_meta(self) -> dict[str, Any] | None:
+        """What an answer's meta_info says about the request's grammar (None: unconstrained)."""
+        return None if self.grammar is None else self.grammar.meta()
 
 
 @dataclass
@@ -48,10 +54,14 @@ class EngineRequest:
     finished: bool = False
     seed: int = 0
     """The seed of this request's draws: its own `sampling_seed`, else a fresh random one."""
+    grammar: GrammarState | None = None
+    """Where the reply is in the plan's grammar, if it has one."""
     _stop_scan_from: int = 0
 
     def __post_init__(self) -> None:
         self.seed = new_seed() if self.plan.seed is None else self.plan.seed
+        if self.plan.grammar is not None:
+            self.grammar = self.plan.grammar.matcher()
 
     def draw(self) -> RowDraw:
         """Where this step's random number comes from (the step is the tokens sampled so far)."""
@@ -69,10 +79,15 @@ class EngineRequest:
         return forced[min(len(self.output_ids), len(forced) - 1)]
 
     def masks_stop_tokens(self) -> bool:
-        return len(self.output_ids) < self.plan.min_new_tokens
+        # with a grammar, the grammar says where the reply may end
+        return self.grammar is None and len(self.output_ids) < self.plan.min_new_tokens
 
     def finish_reason(self, token: int, context_left: int) -> dict[str, Any] | None:
         """Called after `token` was appended to `output_ids`."""
+        if self.grammar is not None:
+            ended = self.grammar.advance(token)
+            if ended is not None:
+                return ended
         if len(self.output_ids) > self.plan.min_new_tokens - 1:
             if token in self.plan.stop_token_ids:
                 return {"type": "stop", "matched": token}

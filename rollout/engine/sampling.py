@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 _MASK32 = 0xFFFFFFFF
+_SECOND_STREAM = 0x2545F4914F6CDD1D  # any odd 63-bit constant: the seed of a second, unrelated stream
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
 
+    @property
+    def truncates(self) -> bool:
+        """Whether a sampled draw keeps only some tokens (top-k, top-p or min-p)."""
+        return not self.greedy and (self.top_k > 1 or self.top_p < 1.0 or self.min_p > 0.0)
+
 
 @dataclass(frozen=True)
 class RowDraw:
@@ -39,6 +45,10 @@ class RowDraw:
 
     seed: int
     step: int
+
+    def second(self) -> RowDraw:
+        """Another number for the same step, independent of this one (a redraw)."""
+        return RowDraw(self.seed ^ _SECOND_STREAM, self.step)
 
 
 def new_seed() -> int:

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
+from .constrained_sampling import choose_in_grammars
 from .kv_cache import SlotKVCache
 from .model import CausalLM
 from .request import EngineRequest, StepOutput
-from .sampling import choose_tokens
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +184,12 @@ class Scheduler:
         self._running = [r for r in self._running if not r.finished]
 
     def _choose(self, batch: list[EngineRequest], logits: torch.Tensor) -> list[int]:
-        if any(r.masks_stop_tokens() for r in batch):
-            logits = logits.clone()
-            for row, request in enumerate(batch):
-                if request.masks_stop_tokens() and request.plan.stop_token_ids:
-                    logits[row, list(request.plan.stop_token_ids)] = float("-inf")
-        tokens = choose_tokens(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch])
+        """Masks `logits` in place (the logprobs were taken before) and picks a token per row."""
+        for row, request in enumerate(batch):
+            if request.masks_stop_tokens() and request.plan.stop_token_ids:
+                logits[row, list(request.plan.stop_token_ids)] = float("-inf")
+        tokens = choose_in_grammars(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch],
+                                    [r.grammar for r in batch])
         return [r.forced_token() if r.plan.forced_ids is not None else t for r, t in zip(batch, tokens)]
 
     def _finish(self, request: EngineRequest, output: StepOutput) -> None:

@@ -65,6 +65,8 @@ def _meta(engine: Engine, rid: str, prompt_len: int, done: Completion, with_logp
         "cached_tokens": done.cached_tokens,
         "weight_version": done.weight_version,
     }
+    if done.constraint is not None:
+        meta["constraint"] = done.constraint
     if with_logprobs:
         texts = [engine.decode([t], False) if with_text else None for t in done.output_ids]
         meta["output_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(done.logprobs, done.output_ids, texts)]
@@ -153,7 +155,7 @@ def create_app(engine: Engine, api_key: str) -> FastAPI:
         req = parse_generate(await read_json(request))
         params = parse_sampling_params(req.sampling_params)
         ids = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
-        plan = engine.prepare(ids, params)
+        plan = await engine.prepare(ids, params)
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
             chunks = _stream(engine, ids, plan, params, req, rid, started)
@@ -239,7 +241,7 @@ async def _on_engine_thread(engine: Engine, fn) -> Any:
 
 
 async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float):
-    done = Completion()
+    done = Completion(constraint=plan.constraint_meta())
     async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
         new_ids = done.add(outputs)
         chunk = {

@@ -12,6 +12,7 @@ roost's engine and of SGLang servers with the answer models at the end.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,11 +39,14 @@ SAMPLING_FIELDS = {
     "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
     "min_new_tokens", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
     "no_stop_trim", "custom_params", "stream_interval", "sampling_seed", "n",
+    "json_schema", "regex", "ebnf", "choice",
 }
 SAMPLING_DEFAULT_ONLY = {
     "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-    "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None, "logit_bias": None,
+    "structural_tag": None, "logit_bias": None,
 }
+# The fields that constrain a reply to a grammar; a request gives at most one.
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choice")
 
 
 class SamplingParams(BaseModel):
@@ -64,6 +68,18 @@ class SamplingParams(BaseModel):
     stream_interval: int | None = None
     sampling_seed: int | None = None
     n: int = 1
+    json_schema: str | None = None
+    """A JSON schema as a JSON string (SGLang's field); `$$ANY$$`: any JSON value."""
+    regex: str | None = None
+    ebnf: str | None = None
+    choice: list[str] | None = None
+    """roost's extension (vLLM's name): the reply is exactly one of these strings. SGLang has no
+    such field; `choice_regex` gives the `regex` that asks an SGLang server for the same."""
+
+    def constraint(self) -> tuple[str, str | list[str]] | None:
+        """The grammar this request is held to, as (field name, value), or None."""
+        given = [(name, value) for name in CONSTRAINT_FIELDS if (value := getattr(self, name)) is not None]
+        return given[0] if given else None
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:
@@ -91,7 +107,21 @@ def parse_sampling_params(raw: Any) -> SamplingParams:
         raise RequestError("n must be 1: send one request per sample")
     if params.top_k == 0 or params.top_k < -1:
         raise RequestError(f"top_k must be -1 (off) or >= 1, got {params.top_k}")
+    _check_constraint(params)
     return params
+
+
+def _check_constraint(params: SamplingParams) -> None:
+    given = [name for name in CONSTRAINT_FIELDS if getattr(params, name) is not None]
+    if len(given) > 1:
+        raise RequestError(f"give at most one of {', '.join(CONSTRAINT_FIELDS)}; got {' and '.join(given)}")
+    if params.choice is not None and (not params.choice or not all(params.choice)):
+        raise RequestError("choice must be a non-empty list of non-empty strings")
+
+
+def choice_regex(choices: list[str]) -> str:
+    """A regex that matches exactly one of `choices` (xgrammar's and SGLang's regex syntax)."""
+    return "|".join("(" + re.sub(r"[\\.^$|?*+()\[\]{}]", lambda m: "\\" + m.group(), c) + ")" for c in choices)
 
 
 class GenerateRequest(BaseModel):
@@ -187,6 +217,9 @@ class GenerateMeta(Answer):
     """`[[logprob, token_id, text | None], ...]`, cumulative in a stream. The entries are checked
     where the client reads them, not here: validating a tuple per token would make the parse of
     every model call's answer about a third slower (measured at 100 to 8,000 tokens)."""
+    constraint: dict[str, Any] | None = None
+    """roost's engine: `{"type": <the sampling field>, "backend": "xgrammar"}` when a grammar held
+    the reply (SGLang does not say)."""
 
 
 class GenerateAnswer(Answer):

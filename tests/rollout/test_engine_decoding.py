@@ -7,10 +7,10 @@ import json
 
 import httpx
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from roost.rollout.keys import bearer
+from roost.tests.rollout.engine_helpers import recorded_and_forward_logprobs
 
 PROMPTS = [
     "The capital of France is",
@@ -64,15 +64,7 @@ async def test_sampled_logprobs_equal_a_plain_forward_pass(engine_url, tiny_mode
             "sampling_params": {"max_new_tokens": 32, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}}
     async with httpx.AsyncClient() as client:
         answer = await generate(client, engine_url, **body)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    prompt = tokenizer.encode(PROMPTS[2], add_special_tokens=False)
-    sampled = answer["output_ids"]
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
-    reference = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(1, torch.tensor(sampled)[:, None])[:, 0]
-    engine = torch.tensor([entry[0] for entry in answer["meta_info"]["output_token_logprobs"]])
-    assert [entry[1] for entry in answer["meta_info"]["output_token_logprobs"]] == sampled
+    engine, reference = recorded_and_forward_logprobs(answer, tiny_model_path, PROMPTS[2])
     assert (engine - reference).abs().max().item() <= 1e-5
 
 
