@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from roost.envs.errors import BadRequestError, EnvFaultError, EpisodeFinishedError
 from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task
 
-from .expert import ExpertPlanner, NoExpertSolution
 from .actions import ActionSpace, DesktopAction, parse
+from .expert import ExpertPlanner, NoExpertSolution
 from .observations import ObservationConfig, ObservationType
 from .official import OfficialOptions, check_official
 from .providers import DesktopSession, SessionOptions, open_session
