@@ -143,9 +143,18 @@ def process_start_time(pid: int) -> str | None:
         return None
 
 
-async def wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:
-    """Polls GET /health until it answers 200; DesktopError at the timeout or when `gone()` says
-    the desktop's process or container ended (its text is the reason)."""
+async def serving_or_closed(desktop: Desktop, timeout_s: float, gone: Callable[[], str | None]) -> Desktop:
+    """`desktop` once GET /health answers 200. At the timeout, or when `gone()` says its process
+    or container ended (its text is the reason), the desktop is closed and DesktopError raised."""
+    try:
+        await _wait_until_serving(desktop.url, timeout_s, gone)
+    except BaseException:
+        await desktop.close()
+        raise
+    return desktop
+
+
+async def _wait_until_serving(url: str, timeout_s: float, gone: Callable[[], str | None]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     async with DesktopClient(url, timeout_s=5.0) as client:

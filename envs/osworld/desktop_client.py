@@ -72,6 +72,11 @@ class DesktopClient:
         size = (await self._request("POST", "/screen_size")).json()
         return int(size["width"]), int(size["height"])
 
+    async def window_size(self, app_class_name: str) -> tuple[int, int] | None:
+        """The size of the first window of that WM_CLASS; None where there is none."""
+        found = await self._found("POST", "/window_size", data={"app_class_name": app_class_name})
+        return None if found is None else (int(found.json()["width"]), int(found.json()["height"]))
+
     async def execute(self, command: list[str] | str, *, shell: bool = False,
                       timeout_s: float = 30.0) -> CommandResult:
         """Runs a command to completion (killed at `timeout_s`) as the desktop's user."""
@@ -94,12 +99,8 @@ class DesktopClient:
 
     async def get_file(self, path: str) -> bytes | None:
         """The file's bytes; None where the desktop has no file at `path`."""
-        try:
-            return (await self._request("POST", "/file", data={"file_path": path})).content
-        except DesktopRequestError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found = await self._found("POST", "/file", data={"file_path": path})
+        return None if found is None else found.content
 
     async def upload_file(self, path: str, data: bytes) -> None:
         """Writes `data` at `path` on the desktop (parent folders made)."""
@@ -131,6 +132,15 @@ class DesktopClient:
 
     async def desktop_path(self) -> str:
         return (await self._request("POST", "/desktop_path")).json()["desktop_path"]
+
+    async def _found(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
+        """The answer, or None where the server answered 404."""
+        try:
+            return await self._request(method, path, **kwargs)
+        except DesktopRequestError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     async def _request(self, method: str, path: str, *, timed_out_ok: bool = False, timeout: float | None = None,
                        **kwargs: Any) -> httpx.Response:

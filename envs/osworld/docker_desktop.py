@@ -21,7 +21,7 @@ from roost.envs.osworld.backends import (
     SERVER_PORT,
     DesktopConfig,
     process_start_time,
-    wait_until_serving,
+    serving_or_closed,
 )
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -81,12 +81,7 @@ async def start_docker(config: DesktopConfig) -> DockerDesktop:
         raise DesktopError(f"the docker desktop backend cannot start a desktop: {exc}") from exc
     await asyncio.to_thread(sweep_stale, client)
     desktop = await asyncio.to_thread(_run, client, image, config)
-    try:
-        await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
-    except BaseException:
-        await desktop.close()
-        raise
-    return desktop
+    return await serving_or_closed(desktop, config.start_timeout_s, lambda: _exited(desktop))
 
 
 def _run(client: Any, image: str, config: DesktopConfig) -> DockerDesktop:

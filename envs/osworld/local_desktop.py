@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, wait_until_serving
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, serving_or_closed
 from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 
@@ -55,7 +57,9 @@ class LocalDesktop:
 
     def _stop(self) -> None:
         if self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
+            # The server alone gets SIGTERM and stops its session; bwrap, the PID namespace's
+            # init, would take every process down with SIGKILL, leaving their files behind.
+            _signal_server(self.process, signal.SIGTERM)
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -82,12 +86,7 @@ async def start_local(config: DesktopConfig) -> LocalDesktop:
     config = await resolve_host(config)
     await asyncio.to_thread(sweep_stale)
     desktop = await asyncio.to_thread(_spawn, config, config.python, config.isolate_home)
-    try:
-        await wait_until_serving(desktop.url, config.start_timeout_s, lambda: _exited(desktop))
-    except BaseException:
-        await desktop.close()
-        raise
-    return desktop
+    return await serving_or_closed(desktop, config.start_timeout_s, lambda: _exited(desktop))
 
 
 async def resolve_host(config: DesktopConfig) -> DesktopConfig:
@@ -134,14 +133,40 @@ def _read_port(desktop: LocalDesktop, timeout_s: float) -> int:
     try:
         return int(json.loads(line)["port"])
     except (ValueError, KeyError, TypeError):
-        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s "
-                           f"({_exited(desktop) or 'still running'}); its log ends with:\n{desktop.log_tail()}") from None
+        state = _exited(desktop) or f"still running; its log ends with:\n{desktop.log_tail()}"
+        raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s ({state})") from None
 
 
 def _exited(desktop: LocalDesktop) -> str | None:
     if desktop.process.poll() is None:
         return None
     return f"exit code {desktop.process.returncode}; its log ends with:\n{desktop.log_tail()}"
+
+
+def _signal_server(process: subprocess.Popen, sig: int) -> None:
+    """Signals the control server: `process` itself, or under bwrap its descendant running it."""
+    for pid in [process.pid, *_descendants(process.pid)]:
+        try:
+            if b"roost.envs.osworld.desktop.server" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    not Path(f"/proc/{pid}/exe").resolve().name.startswith("bwrap"):
+                os.kill(pid, sig)
+                return
+        except OSError:
+            continue
+    _signal_group(process, sig)
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            children = [int(c) for c in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+        except OSError:
+            children = []
+        found += children
+        todo += children
+    return found
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
@@ -191,19 +216,22 @@ def _bwrap_works() -> bool:
 
 
 def desktop_python(cache_dir: Path | None = None) -> str:
-    """A python that imports pyatspi and Xlib (the system's) and pyautogui: the system python3
-    itself where it has pyautogui, else a venv over it (`--system-site-packages`) made once."""
+    """A python that imports pyatspi and Xlib (the system's) and pyautogui: this python or the
+    system python3 where they have it all, else a venv over the system python3
+    (`--system-site-packages`) with pyautogui, made once."""
     if not Path(SYSTEM_PYTHON).exists():
         raise DesktopError(f"{SYSTEM_PYTHON} is missing: the desktop needs the system python3 with "
                            "python3-pyatspi and python3-xlib")
-    if _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL, pyautogui"):
-        return SYSTEM_PYTHON
+    for python in (sys.executable, SYSTEM_PYTHON):  # the image's /opt/venv has it all
+        if _imports(python, "pyatspi, Xlib, PIL, pyautogui"):
+            return python
     if not _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL"):
         raise DesktopError(f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
                            "python3-xlib and python3-pil (apt)")
-    venv = (cache_dir or Path.home() / ".cache" / "roost") / "osworld-desktop-venv"
+    tag = hashlib.sha256(" ".join(DESKTOP_PACKAGES).encode()).hexdigest()[:8]
+    venv = (cache_dir or Path.home() / ".cache" / "roost") / f"osworld-desktop-venv-{tag}"
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / "osworld-desktop-venv.lock", "w") as lock:
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # desktops started at once make the venv once
         python = venv / "bin" / "python"
         if not _imports(str(python), "pyatspi, pyautogui"):
@@ -212,13 +240,19 @@ def desktop_python(cache_dir: Path | None = None) -> str:
 
 
 def _make_venv(venv: Path) -> None:
-    shutil.rmtree(venv, ignore_errors=True)
-    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
-             [str(venv / "bin" / "pip"), "install", "--quiet", *DESKTOP_PACKAGES])
+    """Made beside its place and moved in: desktops running on an older one never see it half made
+    (its python finds its packages relative to itself, so the move keeps it whole)."""
+    building = venv.with_name(f"{venv.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(building)],
+             [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", *DESKTOP_PACKAGES])
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode != 0:
+            shutil.rmtree(building, ignore_errors=True)
             raise DesktopError(f"making the desktop's python failed at `{' '.join(step)}`:\n{done.stderr[-2000:]}")
+    shutil.rmtree(venv, ignore_errors=True)
+    building.rename(venv)
 
 
 def _imports(python: str, modules: str) -> bool:

@@ -8,6 +8,7 @@ import io
 import time
 import xml.etree.ElementTree as ET
 
+import httpx
 from PIL import Image
 
 from roost.envs.osworld.desktop.a11y import NS
@@ -35,7 +36,10 @@ async def check_typing_into_mousepad(client: DesktopClient, width: int, height: 
     text = await poll_tree(client, lambda root: next(
         (el for el in root.iter("text") if typed in (el.text or "")), None))
     assert text.get(f"{{{NS['st']}}}editable") == "true"
+    width_px, height_px = await client.window_size("mousepad")
+    assert 0 < width_px <= width and 0 < height_px <= height
     await client.close_window("Mousepad")
+    assert await client.window_size("no-such-class") is None
 
 
 async def check_files(client: DesktopClient) -> None:
@@ -53,6 +57,23 @@ async def check_files(client: DesktopClient) -> None:
     assert (done.returncode, done.output.split()[0]) == (0, str(len(data)))
     done = await client.run_bash("cd ~/Desktop/sub && ls; echo oops >&2; exit 3")
     assert (done.returncode, done.output) == (3, "blob.bin\noops\n")
+
+
+async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -> None:
+    """`google-chrome` as OSWorld's tasks start it serves DevTools at the desktop's (host, port)."""
+    await client.launch(["google-chrome", "--remote-debugging-port=1337", "about:blank"])
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(timeout=5) as http:
+        while True:
+            try:
+                version = (await http.get(f"http://{host}:{port}/json/version")).json()
+                break
+            except (httpx.HTTPError, ValueError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+    assert "Chrome" in version["Browser"] and version["webSocketDebuggerUrl"]
+    await client.close_window("chromium", by_class=True)
 
 
 async def poll_tree(client: DesktopClient, pick, timeout_s: float = 30.0):

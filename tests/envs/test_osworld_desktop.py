@@ -17,7 +17,12 @@ import pytest
 from roost.envs.osworld.backends import DesktopConfig, DesktopPool, start_desktop
 from roost.envs.osworld.desktop.session import MARKER
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError, DesktopRequestError
-from roost.tests.envs.osworld_checks import check_files, check_screenshot, check_typing_into_mousepad
+from roost.tests.envs.osworld_checks import (
+    check_chromium_devtools,
+    check_files,
+    check_screenshot,
+    check_typing_into_mousepad,
+)
 
 WIDTH, HEIGHT = 1024, 640
 
@@ -44,6 +49,11 @@ async def test_pyautogui_types_into_mousepad_and_the_tree_shows_it(desktop):
 async def test_files_go_up_and_come_back(desktop):
     async with DesktopClient(desktop.url) as client:
         await check_files(client)
+
+
+async def test_chromium_devtools_answer_on_the_desktop_port(desktop):
+    async with DesktopClient(desktop.url) as client:
+        await check_chromium_devtools(client, desktop.host, desktop.chromium_port)
 
 
 async def test_an_endless_loop_is_killed_at_its_timeout(desktop):
@@ -81,6 +91,23 @@ async def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(desktop):
             await client.activate_window("no window has this title")
         assert refused.value.status == 404
         assert await client.health()
+
+
+async def test_a_dead_x_server_is_a_dead_desktop():
+    desktop = await start_desktop(DesktopConfig(width=640, height=480))
+    try:
+        assert await desktop.alive()
+        async with DesktopClient(desktop.url) as client:
+            killed = await client.execute('kill -9 $(pgrep -f "^Xvfb $DISPLAY ")', shell=True)
+            assert killed.returncode == 0, killed
+            deadline = time.monotonic() + 10
+            while await desktop.alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert not await desktop.alive()
+            with pytest.raises(DesktopError):
+                await client.screenshot()
+    finally:
+        await desktop.close()
 
 
 async def test_a_pool_bounds_desktops_and_closing_ends_every_process():

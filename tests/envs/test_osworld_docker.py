@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
-import httpx
 import pytest
 
 from roost.envs.osworld.backends import DesktopConfig, start_desktop
 from roost.envs.osworld.desktop_client import DesktopClient
-from roost.tests.envs.osworld_checks import check_files, check_screenshot, check_typing_into_mousepad
+from roost.tests.envs.osworld_checks import (
+    check_chromium_devtools,
+    check_files,
+    check_screenshot,
+    check_typing_into_mousepad,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 WIDTH, HEIGHT = 1024, 640
@@ -65,16 +68,4 @@ async def test_it_runs_as_user_with_no_route_out(desktop):
 
 async def test_chromium_devtools_answer_on_the_desktop_port(desktop):
     async with DesktopClient(desktop.url) as client:
-        # OSWorld's tasks start Chrome this way; the wrapper runs Chromium on the desktop's port.
-        await client.launch(["google-chrome", "--remote-debugging-port=1337"])
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient(timeout=5) as http:
-            while True:
-                try:
-                    version = (await http.get(f"http://{desktop.host}:{desktop.chromium_port}/json/version")).json()
-                    break
-                except (httpx.HTTPError, ValueError):
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.5)
-        assert "Chrome" in version["Browser"] and version["webSocketDebuggerUrl"]
+        await check_chromium_devtools(client, desktop.host, desktop.chromium_port)

@@ -44,6 +44,29 @@ def pointer(display: str) -> tuple[int, int]:
         conn.close()
 
 
+def window_size(display: str, app_class_name: str) -> tuple[int, int] | None:
+    """(width, height) of the first managed window whose WM_CLASS holds `app_class_name`
+    (any case), or None."""
+    from Xlib import X, error
+    from Xlib import display as xdisplay
+
+    conn = xdisplay.Display(display)
+    try:
+        root = conn.screen().root
+        listed = root.get_full_property(conn.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
+        for window_id in (listed.value if listed else []):
+            try:
+                window = conn.create_resource_object("window", window_id)
+                if app_class_name.lower() in [n.lower() for n in (window.get_wm_class() or ())]:
+                    geometry = window.get_geometry()
+                    return geometry.width, geometry.height
+            except error.XError:
+                continue  # closed while listed
+        return None
+    finally:
+        conn.close()
+
+
 def _cursor(display: str):
     """(RGBA sprite, left, top) of the pointer, or None where XFIXES is not there."""
     from PIL import Image

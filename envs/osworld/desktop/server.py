@@ -6,7 +6,7 @@
 Starts the X session (session.py), then serves. Same paths, methods, field names and answers
 as OSWorld's server: GET /screenshot, /accessibility, /terminal, /platform, /cursor_position;
 POST /file, /execute (= /setup/execute), /run_python, /run_bash_script, /screen_size,
-/list_directory, /desktop_path, /setup/upload, /setup/launch, /setup/open_file,
+/window_size, /list_directory, /desktop_path, /setup/upload, /setup/launch, /setup/open_file,
 /setup/activate_window, /setup/close_window; plus GET /health. Every command has a timeout
 (a request's `timeout` field where it has one); a command that runs past it is killed with its
 process group and answered 500 with `"timed_out": true`. Bad requests get a 4xx and the
@@ -59,6 +59,13 @@ def _timeout(body: dict, default: float) -> float:
     return float(value)
 
 
+def _text(body: dict, key: str, missing: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(missing)
+    return value
+
+
 def _command(body: dict) -> tuple[list[str] | str, bool]:
     shell = bool(body.get("shell", False))
     command = body.get("command", "" if shell else [])
@@ -104,6 +111,16 @@ def cursor_position(desktop: Desktop, request: Request) -> Reply:
 def screen_size(desktop: Desktop, request: Request) -> Reply:
     width, height = screen.screen_size(desktop.display)
     return Reply.json({"width": width, "height": height})
+
+
+def window_size(desktop: Desktop, request: Request) -> Reply:
+    fields, _ = request.form()
+    if "app_class_name" not in fields:
+        return Reply.json({"error": "app_class_name is required"}, 400)
+    size = screen.window_size(desktop.display, fields["app_class_name"])
+    if size is None:
+        return Reply.json({"error": f"no window of class {fields['app_class_name']!r}"}, 404)
+    return Reply.json({"width": size[0], "height": size[1]})
 
 
 def execute(desktop: Desktop, request: Request) -> Reply:
@@ -190,9 +207,7 @@ def launch(desktop: Desktop, request: Request) -> Reply:
 
 def open_file(desktop: Desktop, request: Request) -> Reply:
     body = request.json()
-    path = body.get("path")
-    if not isinstance(path, str) or not path:
-        return Reply.text("Path not supplied!", 400)
+    path = _text(body, "path", "Path not supplied!")
     try:
         timeout_s = float(body.get("timeout_seconds", OPEN_TIMEOUT_S))
     except (TypeError, ValueError):
@@ -210,9 +225,7 @@ def open_file(desktop: Desktop, request: Request) -> Reply:
 def _window_action(action: str, done: str):
     def route(desktop: Desktop, request: Request) -> Reply:
         body = request.json()
-        name = body.get("window_name")
-        if not isinstance(name, str) or not name:
-            return Reply.text("window_name required", 400)
+        name = _text(body, "window_name", "window_name required")
         try:
             windows.wmctrl_window(action, name, strict=bool(body.get("strict", False)),
                                   by_class=bool(body.get("by_class", False)), env=desktop.env)
@@ -257,6 +270,7 @@ ROUTES = {
     ("GET", "/platform"): platform_name,
     ("GET", "/cursor_position"): cursor_position,
     ("POST", "/screen_size"): screen_size,
+    ("POST", "/window_size"): window_size,
     ("POST", "/execute"): execute,
     ("POST", "/setup/execute"): execute,
     ("POST", "/run_python"): run_python,
@@ -329,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
                                            chromium_port=args.chromium_port, python=args.python))
     session.start()
     # pyatspi (in this process) finds the at-spi bus through the display and the session bus.
-    os.environ.update({k: session.env[k] for k in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY")})
+    for key in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY"):
+        os.environ[key] = session.env[key]
     server = ThreadingHTTPServer((args.host, args.port), make_handler(Desktop(session, args.python)))
     server.daemon_threads = True
     if args.forward_chromium:

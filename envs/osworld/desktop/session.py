@@ -51,12 +51,13 @@ class DesktopSession:
         self.display = ""
         self.env: dict[str, str] = {}
         self._procs: list[subprocess.Popen] = []
-        self._runtime = Path(tempfile.mkdtemp(prefix="roost-desktop-"))
+        self._runtime = Path(tempfile.mkdtemp(prefix="roost-xsession-"))
         self.marker = os.environ.get(MARKER) or self._runtime.name
 
     def start(self, attempts: int = 3) -> None:
         """Starts the session; a start that fails is cleaned up and tried again, `attempts` in all."""
         for attempt in range(attempts):
+            self._runtime.mkdir(exist_ok=True)  # a failed attempt's stop removed it
             try:
                 return self._start_once()
             except SessionError:
@@ -74,7 +75,6 @@ class DesktopSession:
             self._wait_for("openbox", ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], "window id")
         except BaseException:
             self.stop()
-            self._runtime.mkdir(exist_ok=True)
             raise
 
     def stop(self) -> None:
@@ -89,11 +89,13 @@ class DesktopSession:
         return bool(self._procs) and self._procs[0].poll() is None
 
     def _start_xvfb(self) -> str:
+        # -noreset: Xvfb resets when its last client leaves, and a client connecting in that
+        # moment (openbox, right after a probe) fails to open the display.
         read_fd, write_fd = os.pipe()
         size = f"{self.config.width}x{self.config.height}x24"
         proc = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", size, "-nolisten", "tcp", "-ac",
-             "+extension", "RANDR"],
+            ["Xvfb", f":{free_display()}", "-displayfd", str(write_fd), "-screen", "0", size, "-nolisten", "tcp",
+             "-ac", "-noreset", "+extension", "RANDR"],
             pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, MARKER: self.marker})
         os.close(write_fd)
@@ -184,6 +186,47 @@ def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+
+
+def free_display(first: int = 20, last: int = 2000) -> int:
+    """A display number no X server holds, by its socket file or its abstract socket. Xvfb's own
+    choice (-displayfd alone) is not enough here: it writes no lock file then, and X clients try
+    the abstract socket first, so they could reach another desktop's server (one in another
+    mount or PID namespace). A socket file nobody listens on is stale and is removed."""
+    import socket
+
+    for number in range(first, last):
+        path = f"/tmp/.X11-unix/X{number}"
+        if os.path.exists(f"/tmp/.X{number}-lock") or (os.path.exists(path) and not _remove_stale(path)):
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind("\0" + path)
+            except OSError:
+                continue
+        return number
+    raise SessionError(f"no free X display number in {first}..{last - 1}")
+
+
+def _remove_stale(path: str) -> bool:
+    """Removes the socket file if no server listens on it; whether it is gone."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+            return False
+        except (ConnectionRefusedError, FileNotFoundError):
+            pass
+        except OSError:
+            return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _write_xauthority(path: Path, display: str) -> None:
