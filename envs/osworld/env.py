@@ -207,12 +207,14 @@ class OSWorldEnv:
     async def _finish(self, episode: _Episode, action: DesktopAction, info: dict[str, Any], note: str) -> Step:
         episode.done = True
         terminated = action.kind in ("DONE", "FAIL")
-        evaluation = await episode.session.evaluate(episode.entry.task, episode.history)
+        try:
+            evaluation = await episode.session.evaluate(episode.entry.task, episode.history)
+        finally:  # scored or not (an evaluator that cannot run here), the desktop is done
+            await self.close()
         reason = action.kind.lower() if terminated else "step_limit"
         text = "\n\n".join(part for part in (f"Task: {episode.entry.task.instruction}", note,
                                              f"Episode over ({reason}); reward {evaluation.reward:g}.") if part)
         info = {**self._info(episode), **info, **evaluation.info(), "exit_reason": reason}
-        await self.close()
         return Step(Observation(text), evaluation.reward, terminated, not terminated, info)
 
     def _info(self, episode: _Episode) -> dict[str, Any]:

@@ -116,7 +116,12 @@ class RoostSession:
     async def open(cls, options: SessionOptions, task: OSWorldTask) -> RoostSession:
         from .backends import DesktopConfig, start_desktop
         from .desktop_client import DesktopClient
+        from .errors import UnsupportedTask
+        from .evaluator import unsupported_reason
 
+        reason = await asyncio.to_thread(unsupported_reason, task)  # before a desktop starts for nothing
+        if reason is not None:
+            raise UnsupportedTask(task.id, reason)
         config = DesktopConfig(backend=options.backend, width=options.width, height=options.height)
         try:
             desktop = await start_desktop(config)
@@ -131,7 +136,14 @@ class RoostSession:
         return session
 
     async def observe(self, instruction: str, note: str = "") -> Observation:
-        return await self._guard(observe(self.client, self.options.observation, instruction, note), "was observed")
+        # /health checks the X server too: an a11y-only observation would not notice it gone.
+        observation, healthy = await asyncio.gather(
+            self._guard(observe(self.client, self.options.observation, instruction, note), "was observed"),
+            self.client.health())
+        if not healthy:
+            raise EnvFaultError("the desktop's X server or control server is gone (GET /health failed); "
+                                "the episode is an infra error and its desktop is stopped")
+        return observation
 
     async def run(self, action: DesktopAction) -> ActionOutcome:
         timeout_s = self.options.step_timeout_s
@@ -143,7 +155,7 @@ class RoostSession:
 
         agent_failed = bool(history) and history[-1] == "FAIL"
         result = await self._guard(evaluate(task, self.context, agent_failed=agent_failed), "was evaluated")
-        return Evaluation(float(result.reward), {"scores": {s.func: s.score for s in result.scores}})
+        return Evaluation(float(result.reward), {"scores": [{"func": s.func, "score": s.score} for s in result.scores]})
 
     def describe(self) -> dict[str, Any]:
         return {"provider": "roost", "backend": self.options.backend,

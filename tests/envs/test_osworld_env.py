@@ -24,7 +24,6 @@ NOTES = {
     "config": [
         {"type": "execute", "parameters": {"command": ["bash", "-c", "printf 'first line\\n' > ~/notes.txt"]}},
         {"type": "launch", "parameters": {"command": ["mousepad", "~/notes.txt"]}},
-        {"type": "activate_window", "parameters": {"window_name": "notes.txt"}},
     ],
     "related_apps": ["mousepad"],
     "evaluator": {"func": "check_include_exclude",
@@ -37,6 +36,9 @@ DRIVE = {"id": "needs-drive", "instruction": "Open the sheet from Google Drive."
          "config": [{"type": "googledrive", "parameters": {"settings_file": "settings.json", "operation": ["delete"],
                                                            "args": [{}]}}],
          "evaluator": {"func": "infeasible"}}
+
+
+MAX_STEPS = 16
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +56,14 @@ def tasks_dir(tmp_path_factory):
 
 @pytest.fixture
 async def client(tasks_dir):
-    kwargs = {"tasks": str(tasks_dir), "step_timeout_s": 4, "max_steps": 6, "settle_s": 0.3}
+    kwargs = {"tasks": str(tasks_dir), "step_timeout_s": 4, "max_steps": MAX_STEPS, "settle_s": 0.2, "wait_s": 0.3}
     config = ServerConfig("osworld", kwargs, port=0, manager=ManagerConfig(workers=1, max_episodes=2))
     async with serving(config) as url:
         async with EnvClient(url) as env_client:
             yield env_client
 
 
-async def wait_for(client, episode, text: str, tries: int = 20):
+async def wait_for(client, episode, text: str, tries: int = 6):
     """Observe (WAIT) until the table shows `text`: windows appear when they are ready, not on a clock."""
     for _ in range(tries):
         step = await client.step(episode, TextAction("WAIT"))
@@ -88,7 +90,7 @@ async def test_type_into_mousepad_save_and_score(client):
     with pytest.raises(InvalidActionError, match="not valid Python: SyntaxError"):
         await client.step(episode, TextAction("pyautogui.hotkey('ctrl', 'end'"))
     step = await client.step(episode, TextAction("pyautogui.hotkey('ctrl', 'end')\npyautogui.typewrite('hello roost<3')"))
-    assert step.info["returncode"] == 0 and not step.done
+    assert step.info["returncode"] == 0 and not step.done, step.info
     step = await wait_for(client, episode, "hello roost<3")
     step = await client.step(episode, ToolCall("hotkey", {"keys": ["ctrl", "s"]}))
     step = await client.step(episode, ToolCall("done", "{}"))
@@ -127,30 +129,50 @@ async def test_a_task_that_needs_the_internet_is_reported_not_scored(client):
 
 async def test_out_of_steps_is_truncated_and_evaluated(client):
     episode, _ = await client.create(task_id=INFEASIBLE["id"])
-    for _ in range(5):
+    for _ in range(MAX_STEPS - 1):
         assert not (await client.step(episode, TextAction("WAIT"))).done
     step = await client.step(episode, TextAction("WAIT"))
     assert step.truncated and not step.terminated and step.reward == 0.0 and step.info["exit_reason"] == "step_limit"
 
 
+KILL_OWN_X_SERVER = """
+import os, signal
+def parent(pid):
+    return int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
+def argv(pid):
+    return open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')
+server = os.getpid()
+while b'roost.envs.osworld.desktop.server' not in argv(server):
+    server = parent(server)
+pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
+xvfb = [p for p in pids if parent(p) == server and os.path.basename(argv(p)[0]) == b'Xvfb']
+print(xvfb)
+os.kill(xvfb[0], signal.SIGKILL)
+"""
+
+
 async def test_a_dead_x_server_is_an_env_fault(client):
     episode, _ = await client.create(task_id=INFEASIBLE["id"])
-    kill = ("import os, signal\n"
-            "display = os.environ['DISPLAY'].lstrip(':').split('.')[0]\n"
-            "os.kill(int(open(f'/tmp/.X{display}-lock').read().strip()), signal.SIGKILL)")
-    with pytest.raises(EnvFaultError, match="desktop"):
-        await client.step(episode, TextAction(kill))
+    with pytest.raises(EnvFaultError, match="desktop"):  # the desktop's own X server, found from the action
+        await client.step(episode, TextAction(KILL_OWN_X_SERVER))
         await client.step(episode, TextAction("WAIT"))
     _, reset = await client.create(task_id=INFEASIBLE["id"])  # a fresh desktop
     assert reset.observation.text.startswith("Task: Send this file by fax.")
 
 
-async def test_screenshot_observations_in_process(tasks_dir):
-    env = make_factory(tasks=str(tasks_dir), observation_type="screenshot_a11y_tree", width=800, height=600)()
+async def test_screenshots_and_computer13_in_process(tasks_dir):
+    env = make_factory(tasks=str(tasks_dir), observation_type="screenshot_a11y_tree", width=800, height=600,
+                       action_space="computer_13")()
     try:
         reset = await env.reset(task_id=INFEASIBLE["id"])
         png = base64.b64decode(reset.observation.image)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (800, 600)
         assert "Accessibility tree:" in reset.observation.text
+        step = await env.step(TextAction('{"action_type": "MOVE_TO", "x": 400, "y": 300}'))
+        assert step.info["returncode"] == 0 and step.observation.image
+        with pytest.raises(InvalidActionError, match="not JSON"):  # code is no computer_13 action
+            await env.step(TextAction("pyautogui.moveTo(1, 1)"))
+        step = await env.step(ToolCall("pyautogui", {"code": "print(tuple(pyautogui.position()))"}))
+        assert "(400, 300)" in step.observation.text
     finally:
         await env.close()
