@@ -35,6 +35,7 @@ from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task
 
 from .actions import ActionSpace, DesktopAction, parse
 from .expert import ExpertPlanner, NoExpertSolution
+from .fixtures import ensure_fixtures
 from .observations import ObservationConfig, ObservationType
 from .official import OfficialOptions, check_official
 from .providers import DesktopSession, SessionOptions, open_session
@@ -52,7 +53,8 @@ class OSWorldEnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: str | None = None
-    """A task file, or a folder in OSWorld's layout (evaluation_examples/); None: roost's fixture set."""
+    """A task file, or a folder in OSWorld's layout (evaluation_examples/); None: roost's fixture set
+    (written to $ROOST_HOME/osworld on first use)."""
     cache_dir: str | None = None
     """Files the tasks' `download` steps and cache getters read; None: `<tasks folder>/cache`."""
     provider: Literal["roost", "osworld"] = "roost"
@@ -89,7 +91,7 @@ class OSWorldShared:
 def make_factory(**kwargs: Any):
     """Load the tasks once; the factory makes one env per episode (each with its own desktop)."""
     config = OSWorldEnvConfig(**kwargs)
-    source = Path(config.tasks).expanduser() if config.tasks else default_tasks_dir()
+    source = Path(config.tasks).expanduser() if config.tasks else ensure_fixtures(default_tasks_dir())
     if not source.exists():
         raise BadRequestError(f"no OSWorld tasks at {source}; pass tasks=PATH (a task file or an OSWorld "
                               "evaluation_examples folder) or write roost's fixture set there with "
