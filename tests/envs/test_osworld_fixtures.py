@@ -125,6 +125,7 @@ async def env_url(fixture_dir: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 47 episodes, two at a time: ~5 min on 2 cores, LibreOffice's ~30 s each the most
 async def test_the_expert_solves_the_set_through_the_env_server(env_url: str, fixture_dir: Path):
     count = len(TaskSet.load(fixture_dir).splits["all"])
     report = await evaluate(EvalConfig("osworld", agent="expert", env_url=env_url, episodes=count, split="all",
