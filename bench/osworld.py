@@ -1,7 +1,8 @@
 """OSWorld desktops: `roost bench env osworld --json`.
 
 Starts the env server (local desktops unless `--env-arg backend=docker`) and, at each
-concurrency level, runs that many episodes at once: each resets (desktop start plus the task's
+concurrency level, runs that many episodes of one task (a terminal task of the split where there
+is one) at once: each resets (desktop start plus the task's
 config steps), then steps `steps` times with a small pyautogui action (each step runs the
 action, then takes the screenshot and the accessibility tree the observation needs). Reports
 the median reset and step times, and the resident memory per desktop: the RSS of the server,
@@ -21,6 +22,7 @@ from roost.envs.client import EnvClient
 from roost.envs.protocol import TextAction
 
 STEP_ACTION = "import pyautogui; pyautogui.moveTo(20, 20)"
+BENCH_DOMAIN = "os"
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,16 @@ async def run_osworld_bench(config: BenchConfig, steps: int = 5) -> list[Desktop
     config = BenchConfig(config.env, env_args, config.concurrency, config.seconds, config.workers, config.split)
     async with _server(config) as (url, process):
         async with EnvClient(url, timeout_s=300) as client:
-            task_id = (await client.tasks(config.split))[0].id
+            task_id = _bench_task(await client.tasks(config.split))
             baseline = _rss_mb(process.pid)
             observation = dict(a.split("=", 1) for a in env_args)["observation_type"]
             return [await _level(client, process.pid, task_id, n, steps, baseline, observation)
                     for n in config.concurrency]
+
+
+def _bench_task(tasks: list) -> str:
+    """A terminal task where there is one (the desktop itself, one light app), else the first."""
+    return next((t.id for t in tasks if t.metadata.get("domain") == BENCH_DOMAIN), tasks[0].id)
 
 
 async def _level(client: EnvClient, pid: int, task_id: str, n: int, steps: int, baseline: float,

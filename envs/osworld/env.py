@@ -33,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from roost.envs.errors import BadRequestError, EnvFaultError, EpisodeFinishedError
 from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task
 
-from .expert import ExpertPlanner, NoExpertSolution
 from .actions import ActionSpace, DesktopAction, parse
 from .backends import DesktopConfig, DesktopPool
+from .expert import ExpertPlanner, NoExpertSolution
+from .fixtures import ensure_fixtures
 from .observations import ObservationConfig, ObservationType
 from .official import OfficialOptions, check_official
 from .providers import DesktopSession, SessionOptions, open_session
@@ -54,7 +55,8 @@ class OSWorldEnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: str | None = None
-    """A task file, or a folder in OSWorld's layout (evaluation_examples/); None: roost's fixture set."""
+    """A task file, or a folder in OSWorld's layout (evaluation_examples/); None: roost's fixture set
+    (written to $ROOST_HOME/osworld on first use)."""
     data_dir: str | None = None
     """The same as `tasks` (when `tasks` is unset): what `roost serve osworld --data-dir DIR` passes, and
     with `--docker` the folder mounted at /data."""
@@ -97,7 +99,7 @@ def make_factory(**kwargs: Any):
     """Load the tasks once; the factory makes one env per episode (each with its own desktop)."""
     config = OSWorldEnvConfig(**kwargs)
     tasks = config.tasks or config.data_dir
-    source = Path(tasks).expanduser() if tasks else default_tasks_dir()
+    source = Path(tasks).expanduser() if tasks else ensure_fixtures(default_tasks_dir())
     if not source.exists():
         raise BadRequestError(f"no OSWorld tasks at {source}; pass tasks=PATH (a task file or an OSWorld "
                               "evaluation_examples folder) or write roost's fixture set there with "

@@ -16,6 +16,9 @@ is scored by OSWorld's own metric functions. Every third task of a domain is in 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,3 +69,19 @@ def write_fixtures(out: Path) -> FixtureSet:
     for split, index in splits.items():
         (out / f"{split}.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     return FixtureSet(out, splits)
+
+
+def ensure_fixtures(out: Path) -> Path:
+    """`out`, holding the fixture set: written there first when the folder does not exist. Written
+    beside it and renamed into place, so processes starting at once never read a half-written set."""
+    out = Path(out).expanduser()
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    write_fixtures(staging)
+    try:
+        os.rename(staging, out)
+    except OSError:  # another process put its set there first
+        shutil.rmtree(staging, ignore_errors=True)
+    return out

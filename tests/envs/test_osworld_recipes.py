@@ -38,7 +38,7 @@ def test_the_cpu_recipe_trains_two_steps(tmp_path, local_ray):
     from roost.trainer.rl.loop import train
 
     run_dir = tmp_path / "run"
-    recipe = load_recipe(RECIPES / "cpu.yaml", ["steps=2", f"output_dir={run_dir}", "eval.episodes=0",
+    recipe = load_recipe(RECIPES / "cpu.yaml", ["steps=2", f"output_dir={run_dir}", "eval.split=null",
                                                 f"env.prepare_args={{out: {tmp_path / 'tasks'}}}"])
     summary = train(recipe)
     assert summary.steps == 2
