@@ -161,7 +161,8 @@ def public(stored: dict[str, Any]) -> dict[str, Any]:
 
 def usage(p: Prepared, output_tokens: int) -> dict[str, Any]:
     prompt = len(p.plan.prompt_ids)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": p.plan.shared_prefix_len},
+    cached = {"cached_tokens": p.plan.shared_prefix_len, "cache_write_tokens": 0}
+    return {"input_tokens": prompt, "input_tokens_details": cached,
             "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + output_tokens}
 
