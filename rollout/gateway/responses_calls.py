@@ -75,10 +75,6 @@ def _sampling(req: ResponsesRequest, max_tokens: int) -> dict[str, Any]:
     return params
 
 
-def _parse_tools(req: ResponsesRequest) -> bool:
-    return bool(req.tools) and req.tool_choice != "none"
-
-
 class ResponsesFront:
     """OpenAI Responses: items in; reasoning, message and function_call items out."""
 
@@ -94,14 +90,15 @@ class ResponsesFront:
         history = await chain_items(ctx, target, req.previous_response_id)
         items: list[InputItem] = stored_items(history, "previous_response_id") + input_items(req)
         dicts = to_template(items, len(history), req.instructions, ctx.served_model, self.signer)
+        tools = tool_dicts(req.tools)
         plan, chain_end = await plan_call(
-            ctx, target, dicts, tool_dicts(req.tools), None, prompt_limit(req, ctx.context_length), len(raw_body),
+            ctx, target, dicts, tools, None, prompt_limit(req, ctx.context_length), len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "input"))
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
         conversation = history + [i.model_dump(exclude_none=True) for i in input_items(req)]
         call = ResponsesCall(req, int(time.time()), conversation)
         return Prepared(call, target, req.model, plan, _sampling(req, limit), 1, req.stream, [], raw_body, received,
-                        chain_end=chain_end, parse_tools=_parse_tools(req))
+                        chain_end=chain_end, parse_tools=tools is not None and req.tool_choice != "none")
 
     def tool_id(self) -> str:
         return tool_call_id()

@@ -17,8 +17,8 @@ from .anthropic_messages import ThinkingSigner
 from .errors import InvalidRequest
 from .http_util import validation_error
 from .responses_wire import (
-    FunctionCallItem, FunctionCallOutputItem, FunctionTool, InputImage, InputItem, MessageItem,
-    ReasoningItem, Refusal, ResponsesRequest,
+    FunctionCallItem, FunctionCallOutputItem, FunctionTool, InputImage, InputItem, MessageItem, NamespaceTool,
+    ReasoningItem, Refusal, ResponsesRequest, Tool,
 )
 
 _ITEMS = TypeAdapter(list[InputItem])
@@ -40,19 +40,28 @@ def stored_items(raw: list[dict[str, Any]], where: str) -> list[InputItem]:
                              param="previous_response_id") from None
 
 
-def tool_dicts(tools: list[FunctionTool] | None) -> list[dict[str, Any]] | None:
-    """Responses function tools as the OpenAI tool dicts chat renders (the same header key)."""
-    if not tools:
-        return None
-    out = []
+def _functions(tools: list[Tool]) -> list[FunctionTool]:
+    """The function tools the model is offered: namespaces flattened, hosted tools left out."""
+    out: list[FunctionTool] = []
     for tool in tools:
+        if isinstance(tool, FunctionTool):
+            out.append(tool)
+        elif isinstance(tool, NamespaceTool):
+            out.extend(tool.tools)
+    return out
+
+
+def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
+    """Responses function tools as the OpenAI tool dicts chat renders (the same header key)."""
+    out = []
+    for tool in _functions(tools or []):
         function: dict[str, Any] = {"name": tool.name}
         if tool.description is not None:
             function["description"] = tool.description
         function["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object",
                                                                                          "properties": {}}
         out.append({"type": "function", "function": function})
-    return out
+    return out or None
 
 
 def _image(where: str, model: str) -> InvalidRequest:

@@ -4,8 +4,9 @@ names of the `openai` SDK's `openai.types.responses` params.
 Input items are a union tagged by `type` (a message may leave it out, as the SDK's
 `EasyInputMessageParam` does), so a malformed item is a 400 naming its place. Unknown fields
 are refused; fields that change nothing on this gateway's engines (`include`,
-`prompt_cache_key`, `parallel_tool_calls`, `service_tier`, `metadata`, `user`, `truncation`,
-`text` with a plain-text format, `reasoning` effort) are accepted.
+`prompt_cache_key`, `parallel_tool_calls`, `service_tier`, `metadata`, `user`,
+`client_metadata`, `truncation`, `text`, `reasoning` effort, a hosted `web_search` tool) are
+accepted.
 """
 
 from __future__ import annotations
@@ -101,6 +102,30 @@ class FunctionTool(Wire):
     strict: bool | None = None
 
 
+class NamespaceTool(Wire):
+    """A named group of function tools (Codex sends its sub-agent tools so); its functions are
+    rendered as plain tools."""
+
+    type: Literal["namespace"]
+    name: str = Field(min_length=1)
+    tools: list[FunctionTool]
+    description: str | None = None
+
+
+class WebSearchTool(Wire):
+    """OpenAI's hosted web search: accepted, as Codex always sends it, but never offered to the
+    model (the engine cannot search)."""
+
+    type: Literal["web_search", "web_search_preview"]
+    external_web_access: bool | None = None
+    filters: dict[str, Any] | None = None
+    search_context_size: Literal["low", "medium", "high"] | None = None
+    user_location: dict[str, Any] | None = None
+
+
+Tool = Annotated[FunctionTool | NamespaceTool | WebSearchTool, Field(discriminator="type")]
+
+
 class ToolChoiceFunction(Wire):
     type: Literal["function"]
     name: str
@@ -118,7 +143,7 @@ class ResponsesRequest(Wire):
     model: str
     input: str | list[InputItem]
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     previous_response_id: str | None = None
     store: bool = True
@@ -133,6 +158,7 @@ class ResponsesRequest(Wire):
     service_tier: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    client_metadata: dict[str, Any] | None = None  # Codex's thread and turn ids
     truncation: Literal["auto", "disabled"] | None = None
     text: dict[str, Any] | None = None
     # Scripted-sampler control for tests and benchmarks (embedded engine only; `extra_body`).
