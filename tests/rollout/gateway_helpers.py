@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +137,17 @@ def start_gateway(engine_url: str, store: Path, **overrides) -> GatewayThread:
     server = GatewayThread(gateway_config(engine_url, store, **overrides))
     server.start()
     return server
+
+
+@contextmanager
+def spied_gateway(engine_url: str, store: Path) -> Iterator[tuple[GatewayThread, Path, EngineSpy]]:
+    """A gateway on the engine behind a spy: (server, store, spy)."""
+    with EngineSpy(engine_url) as spy:
+        server = start_gateway(spy.url, store)
+        try:
+            yield server, store, spy
+        finally:
+            server.stop()
 
 
 def new_session(server: GatewayThread, **body) -> dict:

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from roost.rollout.engine.launch import EngineProcess
-from roost.tests.rollout.gateway_helpers import EngineSpy, assert_token_exact, new_session, start_gateway, stored_calls
+from roost.tests.rollout.gateway_helpers import (
+    EngineSpy, assert_token_exact, new_session, spied_gateway, stored_calls,
+)
 
 HARNESSES = Path(__file__).resolve().parents[2] / ".npm-harnesses"
 CLAUDE = HARNESSES / "node_modules/@anthropic-ai/claude-code/cli-wrapper.cjs"
@@ -44,12 +46,8 @@ def gateway(harnesses, tmp_path_factory):
     script.write_text(json.dumps({"rules": [{"match": None, "reply": "Done."}]}))
     engine = EngineProcess("tiny", scripted=True, script=script,
                            extra_args=["--context-length", "65536", "--max-running", "4"])
-    with engine, EngineSpy(engine.url) as spy:
-        server = start_gateway(spy.url, folder / "trajectories.sqlite")
-        try:
-            yield server, folder / "trajectories.sqlite", spy
-        finally:
-            server.stop()
+    with engine, spied_gateway(engine.url, folder / "trajectories.sqlite") as running:
+        yield running
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:

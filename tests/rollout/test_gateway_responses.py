@@ -10,25 +10,12 @@ import openai
 import pytest
 
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway,
-    stored_calls,
+    THINK, TOOL_CALL, WEATHER_TOOLS, assert_token_exact, misbehave, new_session, say, stored_calls,
 )
 
 SYSTEM = "You are a weather assistant. Use tools when needed."
 TOOLS = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
           "parameters": t["function"]["parameters"]} for t in WEATHER_TOOLS]
-
-
-@pytest.fixture(scope="module")
-def gateway(scripted_engine_url, tmp_path_factory):
-    """A gateway on the scripted engine behind a spy: (server, store, spy)."""
-    store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
-    with EngineSpy(scripted_engine_url) as spy:
-        server = start_gateway(spy.url, store)
-        try:
-            yield server, store, spy
-        finally:
-            server.stop()
 
 
 def client_for(session: dict) -> openai.OpenAI:
@@ -54,8 +41,8 @@ def _echo(response) -> list[dict]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_openai_client_tool_conversation(gateway, stream):
-    server, store, spy = gateway
+def test_openai_client_tool_conversation(spied_scripted_gateway, stream):
+    server, store, spy = spied_scripted_gateway
     session = new_session(server, group_id="g-responses")
     client = client_for(session)
     items: list[dict] = [{"role": "user", "content": "What's the weather in Paris?"}]
@@ -88,9 +75,9 @@ def test_openai_client_tool_conversation(gateway, stream):
     assert assert_token_exact(store, session["session_id"], spy) == 4
 
 
-def test_mixed_wires_grow_one_sample(gateway):
+def test_mixed_wires_grow_one_sample(spied_scripted_gateway):
     """A chat call, then a Messages call that continues it, then a Responses call: one path."""
-    server, store, spy = gateway
+    server, store, spy = spied_scripted_gateway
     session = new_session(server)
     chat = client_for(session)
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What's the weather in Paris?"}]
@@ -133,8 +120,8 @@ def _bad(session, body: dict, status: int = 400) -> dict:
     return error
 
 
-def test_bad_input_is_a_precise_400_and_records_nothing(gateway):
-    server, store, _ = gateway
+def test_bad_input_is_a_precise_400_and_records_nothing(spied_scripted_gateway):
+    server, store, _ = spied_scripted_gateway
     session = new_session(server)
     user = {"role": "user", "content": "What's the weather in Paris?"}
     base = {"model": "tiny", "tools": TOOLS}
@@ -171,8 +158,8 @@ def test_bad_input_is_a_precise_400_and_records_nothing(gateway):
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_engine_failure_is_a_503_and_the_session_goes_on(gateway, stream):
-    server, store, _ = gateway
+def test_engine_failure_is_a_503_and_the_session_goes_on(spied_scripted_gateway, stream):
+    server, store, _ = spied_scripted_gateway
     session = new_session(server)
     body = {"model": "tiny", "stream": stream, "input": "hi"}
     headers = {"Authorization": f"Bearer {session['key']}"}
