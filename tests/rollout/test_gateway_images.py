@@ -10,7 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import openai
-import pytest
 
 from roost.tests.rollout.gateway_helpers import new_session, start_gateway, stored_calls
 
@@ -72,16 +71,8 @@ def test_passthrough_forwards_and_records_image_parts(tmp_path):
     assert call.request["messages"][0]["content"] == content and call.backend == "openai"
 
 
-@pytest.fixture(scope="module")
-def gateway(scripted_engine_url, tmp_path_factory):
-    store = tmp_path_factory.mktemp("images") / "t.sqlite"
-    server = start_gateway(scripted_engine_url, store)
-    yield server, store
-    server.stop()
-
-
-def test_text_only_engine_refuses_images_on_every_wire_by_model_name(gateway):
-    server, store = gateway
+def test_text_only_engine_refuses_images_on_every_wire_by_model_name(spied_scripted_gateway):
+    server, store, _ = spied_scripted_gateway
     session = new_session(server)
     headers = {"Authorization": f"Bearer {session['key']}"}
     bodies = {

@@ -11,7 +11,7 @@ import pytest
 
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, assert_token_exact, misbehave, new_session, say, start_gateway,
+    THINK, TOOL_CALL, WEATHER_TOOLS, assert_one_path, assert_token_exact, misbehave, new_session, say, start_gateway,
     stored_calls,
 )
 
@@ -95,14 +95,7 @@ def test_mixed_wires_grow_one_sample(spied_scripted_gateway):
                 {"role": "user", "content": "Thanks"}]
     chat.chat.completions.create(model="tiny", messages=history, tools=WEATHER_TOOLS, extra_body=say("Bye."))
 
-    calls = stored_calls(store, session["session_id"])
-    assert [c.endpoint for c in calls] == ["chat", "messages", "chat"]
-    assert [c.kind for c in calls] == ["root", "extend", "extend"]
-    assert [c.reuse for c in calls] == ["none", "exact", "exact"]
-    for parent, child in zip(calls, calls[1:]):
-        path = list(parent.prompt_ids) + list(parent.sampled_ids)
-        assert child.parent_call_id == parent.call_id and list(child.prompt_ids[: len(path)]) == path
-    assert_token_exact(store, session["session_id"], spy)
+    assert_one_path(store, session["session_id"], spy, ["chat", "messages", "chat"])
 
 
 def test_count_tokens_and_prefixes(spied_scripted_gateway):

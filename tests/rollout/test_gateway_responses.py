@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, assert_token_exact, misbehave, new_session, say, stored_calls,
+    THINK, TOOL_CALL, WEATHER_TOOLS, assert_one_path, assert_token_exact, misbehave, new_session, say, stored_calls,
 )
 
 SYSTEM = "You are a weather assistant. Use tools when needed."
@@ -101,14 +101,7 @@ def test_mixed_wires_grow_one_sample(spied_scripted_gateway):
              {"role": "user", "content": "Thanks"}]
     chat.responses.create(model="tiny", instructions=SYSTEM, input=items, tools=TOOLS, extra_body=say("Bye."))
 
-    calls = stored_calls(store, session["session_id"])
-    assert [c.endpoint for c in calls] == ["chat", "messages", "responses"]
-    assert [c.kind for c in calls] == ["root", "extend", "extend"]
-    assert [c.reuse for c in calls] == ["none", "exact", "exact"]
-    for parent, child in zip(calls, calls[1:]):
-        path = list(parent.prompt_ids) + list(parent.sampled_ids)
-        assert child.parent_call_id == parent.call_id and list(child.prompt_ids[: len(path)]) == path
-    assert_token_exact(store, session["session_id"], spy)
+    assert_one_path(store, session["session_id"], spy, ["chat", "messages", "responses"])
 
 
 def _bad(session, body: dict, status: int = 400) -> dict:
