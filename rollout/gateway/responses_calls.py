@@ -61,7 +61,8 @@ async def chain_items(ctx: EngineContext, target: CallTarget, rid: str | None) -
     if stored is None:
         raise InvalidRequest(
             f"previous_response_id {rid!r} is no stored response of this session; send one this session's "
-            "/responses answered with store=true, or send the whole conversation as input", param="previous_response_id",
+            "/responses answered with store=true, or send the whole conversation as input",
+            param="previous_response_id",
             code="previous_response_not_found")
     return stored.get("conversation", []) + stored["output"]
 
@@ -127,7 +128,8 @@ class ResponsesFront:
             incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         tool_choice = req.tool_choice or "auto"
         return {
-            "id": response_id(call_id), "object": "response", "created_at": call.created_at, "status": status, "error": None,
+            "id": response_id(call_id), "object": "response", "created_at": call.created_at, "status": status,
+            "error": None,
             "incomplete_details": incomplete, "instructions": req.instructions, "model": p.model, "output": output,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
             "previous_response_id": req.previous_response_id, "store": req.store,

@@ -57,7 +57,8 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 
 def _check(done: subprocess.CompletedProcess, store: Path, session: dict, spy: EngineSpy, endpoint: str) -> None:
-    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    output = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"exit {done.returncode}\n{output}"
     calls = stored_calls(store, session["session_id"])
     assert calls and {c.endpoint for c in calls} == {endpoint}
     assert max(len(c.prompt_ids) for c in calls) > 4096  # the harness's own system prompt and tools

@@ -13,7 +13,8 @@ import openai
 
 from roost.tests.rollout.gateway_helpers import new_session, start_gateway, stored_calls
 
-PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0g"
+         "AAAABJRU5ErkJggg==")
 ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "vision",
           "choices": [{"index": 0, "message": {"role": "assistant", "content": "A red pixel."},
                        "finish_reason": "stop"}],
