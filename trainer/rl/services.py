@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -37,19 +38,24 @@ def _roost(*args: str) -> list[str]:
 
 
 def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None) -> list[str]:
-    """roost's engine reads its key from ROOST_ENGINE_KEY in its environment; SGLang only from
-    its command line."""
+    """roost's engine (and the vLLM server it supervises) reads its key from ROOST_ENGINE_KEY in its
+    environment; SGLang only from its command line."""
     engine = recipe.engine
     if engine.backend == "sglang":
         key = ["--api-key", api_key] if api_key else []
         return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
                 "--port", str(port), "--dtype", engine.dtype, *key, *engine.args]
+    if engine.backend == "vllm":
+        return _roost("engine", "--backend", "vllm", "--model", model, "--host", host, "--port", str(port),
+                      "--dtype", engine.dtype, "--vllm-args", shlex.join(["--max-num-seqs", str(engine.max_running),
+                                                                          *engine.args]))
     return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
                   "--max-running", str(engine.max_running), *engine.args)
 
 
 def gateway_command(recipe: Recipe, engine_url: str, model: str, store: Path, host: str, port: int) -> list[str]:
-    return _roost("gateway", "--backend", "sglang" if recipe.engine.backend == "sglang" else "embedded",
+    # embedded and sglang engines speak one API; vLLM its own
+    return _roost("gateway", "--backend", recipe.engine.backend,
                   "--engine-url", engine_url, "--model", model, "--store", str(store), "--host", host,
                   "--port", str(port), "--reasoning", recipe.gateway.reasoning_policy)
 
