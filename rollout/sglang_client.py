@@ -167,6 +167,27 @@ class EngineHTTP:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
         return _decode_json(raw, url)
 
+    async def _stream(self, path: str, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST `payload` and yield the decoded `data:` chunks of the server-sent-event answer."""
+        url = f"{self.base_url}{path}"
+        try:
+            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
+                if resp.status >= 400:
+                    _raise_for_status(resp.status, await resp.read(), url)
+                async for line in resp.content:
+                    chunk = _sse_data(line)
+                    if chunk is not None:
+                        yield chunk
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
+
+    async def health(self) -> bool:
+        try:
+            await self._request("GET", "/health")
+        except EngineError:
+            return False
+        return True
+
 
 class SGLangClient(EngineHTTP):
     """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
@@ -196,28 +217,11 @@ class SGLangClient(EngineHTTP):
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
         cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
-        url = f"{self.base_url}/generate"
-        try:
-            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
-                if resp.status >= 400:
-                    _raise_for_status(resp.status, await resp.read(), url)
-                seen = 0
-                async for line in resp.content:
-                    chunk = _sse_data(line)
-                    if chunk is None:
-                        continue
-                    delta = _stream_delta(chunk, seen)
-                    seen += len(delta.output_ids)
-                    yield delta
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
-
-    async def health(self) -> bool:
-        try:
-            await self._request("GET", "/health")
-        except EngineError:
-            return False
-        return True
+        seen = 0
+        async for chunk in self._stream("/generate", payload):
+            delta = _stream_delta(chunk, seen)
+            seen += len(delta.output_ids)
+            yield delta
 
     async def model_info(self) -> dict[str, Any]:
         return await self._request("GET", "/get_model_info")

@@ -17,12 +17,9 @@ requests with those classes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
-import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .engine.wire import UpdateWeightsAnswer
@@ -31,11 +28,8 @@ from .sglang_client import (
     EngineHTTP,
     EngineProtocolError,
     EngineRejected,
-    EngineUnavailable,
     Generation,
     GenerationDelta,
-    _raise_for_status,
-    _sse_data,
 )
 
 GENERATE_PATH = "/inference/v1/generate"
@@ -186,30 +180,14 @@ class VLLMClient(EngineHTTP):
                               rid: str | None = None) -> AsyncIterator[GenerationDelta]:
         """Stream a generation; each vLLM chunk carries the new ids and their logprobs."""
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
-        url = f"{self.base_url}{GENERATE_PATH}"
-        try:
-            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
-                if resp.status >= 400:
-                    _raise_for_status(resp.status, await resp.read(), url)
-                async for line in resp.content:
-                    chunk = _sse_data(line)
-                    if chunk is not None:
-                        yield self._delta(_choice(chunk, "stream chunk"))
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
+        async for chunk in self._stream(GENERATE_PATH, payload):
+            yield self._delta(_choice(chunk, "stream chunk"))
 
     def _delta(self, choice: VLLMChoice) -> GenerationDelta:
         ids = choice.token_ids or []
         reason = _finish_reason(choice, ids) if choice.finish_reason is not None else None
         return GenerationDelta(output_ids=ids, output_logprobs=_logprobs(choice, ids), finish_reason=reason,
                                weight_version=self._version(choice))
-
-    async def health(self) -> bool:
-        try:
-            await self._request("GET", "/health")
-        except EngineError:
-            return False
-        return True
 
     async def model_info(self) -> dict[str, Any]:
         """SGLang's `/get_model_info` fields, from vLLM's `/v1/models` and `/weight_info`."""
