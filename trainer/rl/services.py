@@ -37,18 +37,20 @@ def _roost(*args: str) -> list[str]:
     return [sys.executable, "-m", "roost.cli.main", *args]
 
 
-def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None) -> list[str]:
+def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None,
+                   log_dir: Path | None = None) -> list[str]:
     """roost's engine (and the vLLM server it supervises) reads its key from ROOST_ENGINE_KEY in its
-    environment; SGLang only from its command line."""
+    environment; SGLang only from its command line. vLLM's own output goes to `log_dir`/vllm.log."""
     engine = recipe.engine
     if engine.backend == "sglang":
         key = ["--api-key", api_key] if api_key else []
         return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
                 "--port", str(port), "--dtype", engine.dtype, *key, *engine.args]
     if engine.backend == "vllm":
+        log = ["--vllm-log", str(log_dir / "vllm.log")] if log_dir else []
         return _roost("engine", "--backend", "vllm", "--model", model, "--host", host, "--port", str(port),
-                      "--dtype", engine.dtype, "--vllm-args", shlex.join(["--max-num-seqs", str(engine.max_running),
-                                                                          *engine.args]))
+                      "--dtype", engine.dtype, *log, "--vllm-args", shlex.join(["--max-num-seqs",
+                                                                                 str(engine.max_running), *engine.args]))
     return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
                   "--max-running", str(engine.max_running), *engine.args)
 
