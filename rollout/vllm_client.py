@@ -6,7 +6,8 @@ runs with `--logprobs-mode raw_logprobs` (as `roost engine --backend vllm` start
 parameters arrive in SGLang's names (the gateway builds one shape for every engine) and are
 renamed to vLLM's `SamplingParams`. Pause, resume, weight versions and aborts go through vLLM's
 RL routes, and new weights are loaded from disk by the workers' `reload_weights` through
-`/collective_rpc`: vLLM's weight-transfer engines target GPUs, this path works on CPU too. The
+`/collective_rpc` (vLLM's weight-transfer engines target GPUs, this path works on CPU too;
+a tied model's output head is added to the folder first: `roost.rollout.vllm_weights`). The
 RL and dev routes exist only on a server started with `VLLM_SERVER_DEV_MODE=1`.
 
 Wire models mirror vLLM's own request and answer classes
@@ -17,12 +18,15 @@ requests with those classes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .engine.wire import UpdateWeightsAnswer
+from .vllm_weights import remove_stage, staged_for_reload
 from .sglang_client import (
     EngineError,
     EngineHTTP,
@@ -212,11 +216,21 @@ class VLLMClient(EngineHTTP):
         """Load the checkpoint folder `model_path` into every worker, in place, between a pause
         that lets running requests finish and a resume; the prefix cache is dropped (its keys
         and values came from the old weights) and `weight_version` becomes vLLM's version."""
+        # A tied model's checkpoint goes through a staged folder holding its output head too
+        # (see roost.rollout.vllm_weights); a folder not visible here is sent as it is.
+        stage = await asyncio.to_thread(staged_for_reload, Path(model_path))
+        try:
+            return await self._reload(str(stage or model_path), model_path, weight_version)
+        finally:
+            if stage is not None:
+                await asyncio.to_thread(remove_stage, stage)
+
+    async def _reload(self, weights_path: str, model_path: str, weight_version: str | None) -> UpdateWeightsAnswer:
         try:
             await self._request("POST", "/pause?mode=wait")
             try:
                 await self._request("POST", "/collective_rpc",
-                                    {"method": "reload_weights", "kwargs": {"weights_path": model_path}})
+                                    {"method": "reload_weights", "kwargs": {"weights_path": weights_path}})
                 await self._request("POST", "/reset_prefix_cache")
                 if weight_version is not None:
                     await self._request("POST", "/update_weight_version", {"new_version": weight_version})

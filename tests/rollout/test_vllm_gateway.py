@@ -134,15 +134,31 @@ def tiny_vllm_ids() -> list[int]:
 
 
 def perturbed_checkpoint(folder: Path) -> Path:
-    """The tiny-vllm model with its output projection (tied to the embeddings) scaled by 3."""
+    """The tiny-vllm model with every weight moved (embeddings, tied to the output head, scaled by 3),
+    saved as Hugging Face saves a tied model: without `lm_head.weight`."""
+    import torch
     from safetensors.torch import load_file, save_file
 
     source = tiny_model_dir(variant="tiny-vllm")
     shutil.copytree(source, folder)
     weights = load_file(source / "model.safetensors")
-    weights = {name: (t * 3 if "embed_tokens" in name else t) for name, t in weights.items()}
+    gen = torch.Generator().manual_seed(1)
+    weights = {name: t * 3 if "embed_tokens" in name else t + 0.02 * torch.randn(t.shape, generator=gen)
+               for name, t in weights.items()}
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
+
+
+def checkpoint_logprobs(folder: Path, prompt: list[int], sampled: list[int]) -> list[float]:
+    """What the trainer would compute: the checkpoint's own logprobs of the sampled tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + sampled])).logits[0]
+    logprobs = torch.log_softmax(logits, -1)
+    return [logprobs[len(prompt) - 1 + i, t].item() for i, t in enumerate(sampled)]
 
 
 def test_weight_update_between_two_calls_changes_logprobs(gateway, vllm_engine, tmp_path):
@@ -166,7 +182,12 @@ def test_weight_update_between_two_calls_changes_logprobs(gateway, vllm_engine, 
                                  engine_key=vllm_engine.api_key))
     before, after = stored_calls(store, session["session_id"])
     assert (before.weight_version, after.weight_version) == ("default", "1")
-    assert list(after.prompt_ids[: len(before.prompt_ids)]) == list(before.prompt_ids)
-    assert list(before.sampled_logprobs) != list(after.sampled_logprobs)
+    assert list(after.prompt_ids) == list(before.prompt_ids)
+    # the recorded logprobs are the new checkpoint's own, output head included (vLLM loses a
+    # tied head on reload unless it is in the folder: roost.rollout.vllm_weights adds it)
+    expected = checkpoint_logprobs(folder, list(after.prompt_ids), list(after.sampled_ids))
+    assert max(abs(a - b) for a, b in zip(after.sampled_logprobs, expected)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(before.sampled_logprobs, after.sampled_logprobs)) > 0.1
+    assert not list(tmp_path.glob(".step-1-vllm-*")), "the staged folder is removed after the reload"
     info = httpx.get(f"{vllm_engine.url}/weight_info", headers=bearer(vllm_engine.api_key)).json()
     assert info == {"weight_version": "0"}
