@@ -6,12 +6,10 @@ finish reason and weight version. vLLM is imported in its own virtualenv (a subp
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from roost.rollout.engine.vllm_launch import VLLMLaunchError, vllm_python
 from roost.rollout.sglang_client import EngineRejected
 from roost.rollout.vllm_client import VLLMClient, _choice, _finish_reason, _logprobs, vllm_sampling_params
 
@@ -28,16 +26,6 @@ print(json.dumps({"max_tokens": sp.max_tokens, "seed": sp.seed, "min_tokens": sp
                   "stop": sp.stop, "include_stop_str_in_output": sp.include_stop_str_in_output,
                   "answer": answer.model_dump(mode="json")}))
 """
-
-
-@pytest.fixture(scope="module")
-def vllm_py():
-    try:
-        return vllm_python()
-    except VLLMLaunchError as exc:
-        if os.environ.get("ROOST_REQUIRE_VLLM") == "1":
-            pytest.fail(f"ROOST_REQUIRE_VLLM=1 but {exc}")
-        pytest.skip(str(exc))
 
 
 @pytest.mark.vllm

@@ -10,7 +10,6 @@ vLLM virtualenv is found, except with ROOST_REQUIRE_VLLM=1 (CI), where that fail
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from pathlib import Path
 
@@ -20,7 +19,6 @@ import pytest
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import tiny_model_dir
-from roost.rollout.engine.vllm_launch import VLLMLaunchError, vllm_python
 from roost.rollout.engine_client import detect_backend
 from roost.rollout.keys import bearer
 from roost.rollout.vllm_client import VLLMClient
@@ -36,13 +34,7 @@ VLLM_ARGS = "--optimization-level 0 --enforce-eager --max-model-len 4096"
 
 
 @pytest.fixture(scope="module")
-def vllm_engine():
-    try:
-        vllm_python()
-    except VLLMLaunchError as exc:
-        if os.environ.get("ROOST_REQUIRE_VLLM") == "1":
-            pytest.fail(f"ROOST_REQUIRE_VLLM=1 but {exc}")
-        pytest.skip(str(exc))
+def vllm_engine(vllm_py):
     process = EngineProcess("tiny-vllm", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS],
                             startup_timeout_s=900)
     with process:
