@@ -17,8 +17,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 def test_two_grpo_steps_with_vllm_as_the_engine(tmp_path, local_ray, vllm_py):  # noqa: F811
     run_dir = tmp_path / "run"
-    recipe = tiny_recipe(run_dir, eval__split=None,
-                         engine__backend="vllm", engine__args=["--optimization-level", "0", "--enforce-eager"])
+    recipe = tiny_recipe(run_dir, eval__split=None)
+    recipe["engine"] = {"backend": "vllm", "args": ["--optimization-level", "0", "--enforce-eager"]}
     # vLLM's CPU attention needs heads of 32 dimensions or more
     recipe["model"]["small_vocab"]["head_dim"] = 32
     summary = train(validate_recipe(recipe))
