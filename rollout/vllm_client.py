@@ -26,7 +26,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .engine.wire import UpdateWeightsAnswer
-from .vllm_weights import remove_stage, staged_for_reload
 from .sglang_client import (
     EngineError,
     EngineHTTP,
@@ -35,6 +34,7 @@ from .sglang_client import (
     Generation,
     GenerationDelta,
 )
+from .vllm_weights import remove_stage, staged_for_reload
 
 GENERATE_PATH = "/inference/v1/generate"
 # SGLang's sampling parameter names → vLLM's (`vllm.SamplingParams`).
@@ -218,7 +218,10 @@ class VLLMClient(EngineHTTP):
         and values came from the old weights) and `weight_version` becomes vLLM's version."""
         # A tied model's checkpoint goes through a staged folder holding its output head too
         # (see roost.rollout.vllm_weights); a folder not visible here is sent as it is.
-        stage = await asyncio.to_thread(staged_for_reload, Path(model_path))
+        try:
+            stage = await asyncio.to_thread(staged_for_reload, Path(model_path))
+        except (OSError, ValueError) as exc:  # unreadable config or weights: nothing was sent
+            return UpdateWeightsAnswer(success=False, message=f"could not read the checkpoint {model_path}: {exc}")
         try:
             return await self._reload(str(stage or model_path), model_path, weight_version)
         finally:

@@ -5,6 +5,7 @@ finish reason and weight version. vLLM is imported in its own virtualenv (a subp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 
@@ -51,3 +52,10 @@ def test_requests_validate_as_vllms_and_its_answers_read_back(vllm_py):
 def test_a_sampling_parameter_vllm_has_not_is_refused_by_name():
     with pytest.raises(EngineRejected, match=r"\['json_schema'\] have no vLLM counterpart"):
         vllm_sampling_params({"max_new_tokens": 4, "json_schema": "{}"})
+
+
+def test_an_unreadable_checkpoint_is_refused_before_the_engine_is_touched(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    # nothing listens at this address: an answer means the engine was never called
+    answer = asyncio.run(VLLMClient("http://127.0.0.1:1").update_weights_from_disk(str(tmp_path)))
+    assert not answer.success and f"could not read the checkpoint {tmp_path}" in answer.message
