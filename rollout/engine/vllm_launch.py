@@ -44,10 +44,14 @@ def checkout_dir() -> Path:
 def vllm_python() -> Path:
     """The python of vLLM's virtualenv, or `VLLMLaunchError` naming where it was looked for."""
     given = os.environ.get(VLLM_PYTHON_ENV)
-    python = Path(given) if given else checkout_dir() / ".venv-vllm" / "bin" / "python"
+    venv = checkout_dir() / ".venv-vllm"
+    python = Path(given) if given else venv / "bin" / "python"
     if not python.is_file():
         where = f"${VLLM_PYTHON_ENV}={given}" if given else f"{python} (no ${VLLM_PYTHON_ENV} set)"
         raise VLLMLaunchError(f"no vLLM python at {where}; {INSTALL_HINT}")
+    if not given and not (venv / ".stamp-install").is_file():
+        # make writes the stamp last: without it the build stopped before vLLM was in
+        raise VLLMLaunchError(f"{venv} is not finished (no .stamp-install); {INSTALL_HINT}")
     return python
 
 
