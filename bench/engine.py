@@ -23,7 +23,7 @@ from roost.rollout.engine.tiny_model import resolve_model
 from roost.rollout.engine_client import engine_client
 
 # No graph compilation for vLLM: minutes of CPU at startup on a small machine.
-VLLM_BENCH_ARGS = "--optimization-level 0 --max-num-seqs 64"
+VLLM_BENCH_ARGS = "--optimization-level 0"
 
 
 @dataclass
@@ -69,8 +69,8 @@ def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int, temperature: flo
 
 def _engine_process(backend: str, model: str, levels: list[int]) -> EngineProcess:
     if backend == "vllm":
-        return EngineProcess(model, extra_args=["--backend", "vllm", "--vllm-args", VLLM_BENCH_ARGS],
-                             startup_timeout_s=900)
+        return EngineProcess(model, extra_args=["--backend", "vllm", "--max-running", str(max(levels)),
+                                                "--vllm-args", VLLM_BENCH_ARGS], startup_timeout_s=900)
     return EngineProcess(model, extra_args=["--max-running", str(max(levels))])
 
 

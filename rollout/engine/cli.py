@@ -36,7 +36,7 @@ def engine(
                                 help="Key of the control routes (weights, pause, cache), as SGLang's --api-key "
                                      "(default: generated and printed)."),
     context_length: int = typer.Option(None, help="Longest prompt + completion (default: model's, capped at 4096)."),
-    max_running: int = typer.Option(64, help="Requests decoded together in one batch."),
+    max_running: int = typer.Option(64, help="Requests decoded together in one batch (vLLM's --max-num-seqs)."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
     sampler: Sampler = typer.Option(Sampler.model, help="'scripted' forces replies from --script (tests, benchmarks)."),
     script: Path = typer.Option(None, help="Scripted sampler rules: JSON {\"rules\": [{\"match\": regex|null, \"reply\": text}]}."),
@@ -63,7 +63,8 @@ def engine(
         from .vllm_serve import serve_vllm
 
         raise typer.Exit(serve_vllm(model, host=host, port=port, api_key=api_key, dtype=dtype,
-                                    context_length=context_length, vllm_args=vllm_args, log_path=vllm_log))
+                                    context_length=context_length, max_running=max_running, vllm_args=vllm_args,
+                                    log_path=vllm_log))
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
                            reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)

@@ -49,8 +49,8 @@ def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: st
     if engine.backend == "vllm":
         log = ["--vllm-log", str(log_dir / "vllm.log")] if log_dir else []
         return _roost("engine", "--backend", "vllm", "--model", model, "--host", host, "--port", str(port),
-                      "--dtype", engine.dtype, *log, "--vllm-args", shlex.join(["--max-num-seqs",
-                                                                                 str(engine.max_running), *engine.args]))
+                      "--dtype", engine.dtype, "--max-running", str(engine.max_running), *log,
+                      "--vllm-args", shlex.join(engine.args))
     return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
                   "--max-running", str(engine.max_running), *engine.args)
 
