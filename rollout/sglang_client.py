@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import orjson
@@ -119,12 +119,10 @@ def _body(request: BaseModel) -> dict[str, Any]:
             if name in given and (value := getattr(request, name)) is not None}
 
 
-class SGLangClient:
-    """Async client for `/generate` and the control endpoints of an SGLang-API server.
-
-    `api_key` (the engine's `--api-key`) goes with every request as a bearer token: roost's
-    engine asks for it on its control routes, SGLang on every route but `/health`.
-    """
+class EngineHTTP:
+    """The HTTP plumbing of an engine client: one pooled aiohttp session, JSON requests, errors
+    mapped to `EngineError`s. `api_key` (the engine's `--api-key`) goes with every request as a
+    bearer token."""
 
     def __init__(
         self,
@@ -141,7 +139,7 @@ class SGLangClient:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> SGLangClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -169,6 +167,33 @@ class SGLangClient:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
         return _decode_json(raw, url)
 
+    async def _stream(self, path: str, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST `payload` and yield the decoded `data:` chunks of the server-sent-event answer."""
+        url = f"{self.base_url}{path}"
+        try:
+            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
+                if resp.status >= 400:
+                    _raise_for_status(resp.status, await resp.read(), url)
+                async for line in resp.content:
+                    chunk = _sse_data(line)
+                    if chunk is not None:
+                        yield chunk
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
+
+    async def health(self) -> bool:
+        try:
+            await self._request("GET", "/health")
+        except EngineError:
+            return False
+        return True
+
+
+class SGLangClient(EngineHTTP):
+    """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
+    engine asks for the key on its control routes, SGLang on every route but `/health`.
+    """
+
     @staticmethod
     def generate_payload(
         input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
@@ -192,28 +217,11 @@ class SGLangClient:
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
         cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
-        url = f"{self.base_url}/generate"
-        try:
-            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
-                if resp.status >= 400:
-                    _raise_for_status(resp.status, await resp.read(), url)
-                seen = 0
-                async for line in resp.content:
-                    chunk = _sse_data(line)
-                    if chunk is None:
-                        continue
-                    delta = _stream_delta(chunk, seen)
-                    seen += len(delta.output_ids)
-                    yield delta
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
-
-    async def health(self) -> bool:
-        try:
-            await self._request("GET", "/health")
-        except EngineError:
-            return False
-        return True
+        seen = 0
+        async for chunk in self._stream("/generate", payload):
+            delta = _stream_delta(chunk, seen)
+            seen += len(delta.output_ids)
+            yield delta
 
     async def model_info(self) -> dict[str, Any]:
         return await self._request("GET", "/get_model_info")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import tiny_model_dir
+from roost.rollout.engine.vllm_launch import VLLMLaunchError, vllm_python
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +50,15 @@ def scripted_engine(tiny_model_path: Path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def scripted_engine_url(scripted_engine: EngineProcess) -> str:
     return scripted_engine.url
+
+
+@pytest.fixture(scope="session")
+def vllm_py() -> Path:
+    """The python of vLLM's virtualenv; the test is skipped without one, except with
+    ROOST_REQUIRE_VLLM=1 (CI), where it fails."""
+    try:
+        return vllm_python()
+    except VLLMLaunchError as exc:
+        if os.environ.get("ROOST_REQUIRE_VLLM") == "1":
+            pytest.fail(f"ROOST_REQUIRE_VLLM=1 but {exc}")
+        pytest.skip(str(exc))

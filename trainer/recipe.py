@@ -99,13 +99,16 @@ class ModelConfig(_Section):
 
 
 class EngineConfig(_Section):
-    backend: Literal["embedded", "sglang"] = "embedded"
-    """embedded: roost's CPU/GPU torch engine; sglang: `python -m sglang.launch_server`."""
+    backend: Literal["embedded", "sglang", "vllm"] = "embedded"
+    """embedded: roost's CPU/GPU torch engine; sglang: `python -m sglang.launch_server`; vllm: a vLLM
+    server from its own virtualenv (`roost engine --backend vllm`; the model's attention heads must have
+    32 dimensions or more on CPU: `tiny-vllm`, not `tiny`)."""
     url: str | None = None
     """A running engine (its key, if any, in ROOST_ENGINE_KEY); null starts one for the run (and restarts
     it with the latest weights if it dies)."""
     args: list[str] = []
-    """Extra command-line flags passed through to the engine unchanged (e.g. SGLang's --mem-fraction-static)."""
+    """Extra command-line flags passed through to the engine unchanged (e.g. SGLang's --mem-fraction-static,
+    vLLM's --optimization-level 0)."""
     dtype: str = "float32"
     max_running: int = Field(64, ge=1)
 

@@ -4,11 +4,13 @@
     await sync_weights(engine_url, folder, weight_version="3", engine_key=..., gateway_url=gateway, admin_key=...)
 
 The gateway is paused around the swap (new calls wait, in-flight calls finish), the
-engine loads the folder through SGLang's `/update_weights_from_disk`, and the new weight
-version is what later calls report. Before anything is paused the checkpoint is checked
-against the engine: same vocabulary size, same tokenizer (when the engine's tokenizer
-folder is readable here). A failed load leaves the engine on its old weights, the
-gateway resumed, and raises `WeightSyncError` with the engine's message.
+engine loads the folder (SGLang's `/update_weights_from_disk`; on vLLM a pause, an in-place
+reload through `/collective_rpc` and a new weight version), and the new weight version is
+what later calls report; the engine's kind is `engine_backend`, or asked of the server.
+Before anything is paused the checkpoint is checked against the engine: same vocabulary
+size, same tokenizer (when the engine's tokenizer folder is readable here). A failed load
+leaves the engine on its old weights, the gateway resumed, and raises `WeightSyncError`
+with the engine's message.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 from roost.agents.gateway_session import GatewayClient, GatewayError
 from roost.rollout.engine.model_spec import read_config
 from roost.rollout.engine.wire import UpdateWeightsAnswer
-from roost.rollout.sglang_client import EngineError, SGLangClient
+from roost.rollout.engine_client import detect_backend, engine_client
+from roost.rollout.sglang_client import EngineError
 
 from .hf_checkpoint import CheckpointMismatch, tokenizer_fingerprint
 
@@ -89,12 +92,15 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float) -> A
 async def sync_weights(
     engine_url: str, folder: str | Path, *, weight_version: str | None = None, engine_key: str | None = None,
     gateway_url: str | None = None, admin_key: str | None = None, timeout_s: float = 600.0,
+    engine_backend: str | None = None,
 ) -> SyncResult:
-    """Load the checkpoint at `folder` into the engine (its key: `engine_key`), pausing the gateway
-    (its key: `admin_key`) around it."""
+    """Load the checkpoint at `folder` into the engine (its key: `engine_key`; its kind:
+    `engine_backend`, asked of the server when None), pausing the gateway (its key: `admin_key`)
+    around it."""
     started = time.perf_counter()
     folder = Path(folder).resolve()
-    async with SGLangClient(engine_url, api_key=engine_key, timeout_s=timeout_s) as engine:
+    backend = engine_backend or await detect_backend(engine_url)
+    async with engine_client(backend, engine_url, api_key=engine_key, timeout_s=timeout_s) as engine:
         check_compatible(folder, await engine.model_info())
         async with _paused(gateway_url, admin_key, timeout_s):
             paused = time.perf_counter()

@@ -1,4 +1,4 @@
-"""`roost engine`: serve the embedded engine."""
+"""`roost engine`: serve the embedded engine, or supervise a vLLM server (`--backend vllm`)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,32 @@ import typer
 from ..keys import ENGINE_KEY, KeysRequired, serving_key
 
 
+class EngineBackend(str, Enum):
+    embedded = "embedded"
+    vllm = "vllm"
+
+
 class Sampler(str, Enum):
     model = "model"
     scripted = "scripted"
 
 
 def engine(
-    model: str = typer.Option("tiny", help="'tiny' or a local Hugging Face Qwen2/Qwen3/Llama checkpoint folder."),
+    model: str = typer.Option("tiny", help="'tiny', 'tiny-vllm' (attention heads vLLM can serve on CPU) or a "
+                                           "local Hugging Face Qwen2/Qwen3/Llama checkpoint folder."),
+    backend: EngineBackend = typer.Option(EngineBackend.embedded,
+                                          help="embedded: roost's engine; vllm: a vLLM server from its own "
+                                               "virtualenv ($ROOST_VLLM_PYTHON or .venv-vllm/), supervised here."),
+    vllm_args: str = typer.Option(None, help="vllm backend: further flags for vLLM, as one string "
+                                             "(e.g. \"--optimization-level 0 --max-num-seqs 64\")."),
+    vllm_log: Path = typer.Option(Path(".roost/vllm.log"), help="vllm backend: where vLLM's output goes."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --api-key."),
     port: int = typer.Option(30000, help="Port to bind (SGLang's default)."),
     api_key: str = typer.Option(None, envvar=ENGINE_KEY.env, show_envvar=True,
                                 help="Key of the control routes (weights, pause, cache), as SGLang's --api-key "
                                      "(default: generated and printed)."),
     context_length: int = typer.Option(None, help="Longest prompt + completion (default: model's, capped at 4096)."),
-    max_running: int = typer.Option(64, help="Requests decoded together in one batch."),
+    max_running: int = typer.Option(64, help="Requests decoded together in one batch (vLLM's --max-num-seqs)."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
     sampler: Sampler = typer.Option(Sampler.model, help="'scripted' forces replies from --script (tests, benchmarks)."),
     script: Path = typer.Option(None, help="Scripted sampler rules: JSON {\"rules\": [{\"match\": regex|null, \"reply\": text}]}."),
@@ -36,7 +48,7 @@ def engine(
                                                        "may take it past this)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
-    """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT."""
+    """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT, or a vLLM server there."""
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
     # to be set before torch loads its OpenMP runtime.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -47,6 +59,12 @@ def engine(
     except KeysRequired as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if backend is EngineBackend.vllm:
+        from .vllm_serve import serve_vllm
+
+        raise typer.Exit(serve_vllm(model, host=host, port=port, api_key=api_key, dtype=dtype,
+                                    context_length=context_length, max_running=max_running, vllm_args=vllm_args,
+                                    log_path=vllm_log))
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
                            reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)

@@ -14,6 +14,7 @@ from ..keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
 class Backend(str, Enum):
     embedded = "embedded"
     sglang = "sglang"
+    vllm = "vllm"
     openai = "openai"
 
 
@@ -28,7 +29,7 @@ class Sessionless(str, Enum):
 
 
 def gateway(
-    backend: Backend = typer.Option(Backend.embedded, help="embedded/sglang: SGLang-API engine (token-exact); openai: pass-through."),
+    backend: Backend = typer.Option(Backend.embedded, help="embedded/sglang: SGLang-API engine; vllm: vLLM (roost engine --backend vllm); all three token-exact; openai: pass-through."),
     engine_url: str = typer.Option(None, help="Engine base URL (openai backend: upstream base URL incl. /v1). "
                                    "embedded without it: start an embedded engine for --model."),
     model: str = typer.Option(None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."),

@@ -13,8 +13,9 @@ from ..keys import ADMIN_KEY, new_key
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["embedded", "sglang", "openai"] = Field(
-        "embedded", description="embedded/sglang: an SGLang-API engine, token-exact; openai: pass-through")
+    backend: Literal["embedded", "sglang", "vllm", "openai"] = Field(
+        "embedded", description="embedded/sglang: an SGLang-API engine; vllm: vLLM's token-in API (all three "
+                                "token-exact); openai: pass-through")
     engine_url: str | None = Field(None, description="The engine's (or upstream OpenAI server's) base URL")
     model: str | None = Field(None, description="Tokenizer + chat template: 'tiny' or a checkpoint folder "
                               "(default: the engine's tokenizer_path)")

@@ -17,7 +17,8 @@ from starlette.types import Receive
 from ..chat.reply_parser import ReplyFormat
 from ..chat.tokenizer import ChatTokenizer
 from ..hangup import ClientGone, cancelled_on_hangup
-from ..sglang_client import Generation, SGLangClient
+from ..engine_client import EngineClient
+from ..sglang_client import Generation
 from ..store.records import CallRecord, logprob_array, ids_array
 from ..store.trajectory_store import TrajectoryStore
 from ..store.writer import StoreClosed
@@ -37,7 +38,7 @@ ABORT_TIMEOUT_S = 5.0
 @dataclass
 class EngineContext:
     config: GatewayConfig
-    client: SGLangClient
+    client: EngineClient
     tokenizer: ChatTokenizer
     builder: PromptBuilder
     store: TrajectoryStore

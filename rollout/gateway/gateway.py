@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..chat.reply_parser import HERMES
-from ..sglang_client import EngineError, EngineRejected, SGLangClient
+from ..engine_client import EngineClient, engine_client
+from ..sglang_client import EngineError, EngineRejected
 from ..store.trajectory_store import TrajectoryStore
 from .backend import Backend
 from .call_pipeline import TokenBackend
@@ -47,7 +48,7 @@ class Gateway:
 
     @property
     def token_exact(self) -> bool:
-        return self.config.backend in ("embedded", "sglang")
+        return self.config.backend in ("embedded", "sglang", "vllm")
 
     async def start(self) -> None:
         config = self.config
@@ -85,7 +86,8 @@ class Gateway:
         config = self.config
         if not config.engine_url:
             raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
-        client = SGLangClient(config.engine_url, api_key=config.engine_key, timeout_s=config.engine_timeout_s)
+        client = engine_client(config.backend, config.engine_url, api_key=config.engine_key,
+                               timeout_s=config.engine_timeout_s)
         try:
             info = await self._model_info(client)
         except GatewayStartupError:
@@ -107,7 +109,7 @@ class Gateway:
             preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
         )
 
-    async def _model_info(self, client: SGLangClient) -> dict[str, Any]:
+    async def _model_info(self, client: EngineClient) -> dict[str, Any]:
         # With --model given the engine may come up later; without it we must ask the engine.
         deadline = asyncio.get_running_loop().time() + (2.0 if self.config.model else self.config.startup_timeout_s)
         while True:
@@ -128,9 +130,12 @@ class Gateway:
     def _not_sglang(self, answer: str) -> str:
         url = self.config.engine_url.rstrip("/")
         upstream = url if url.endswith("/v1") else f"{url}/v1"
+        if self.config.backend == "vllm":
+            return (f"--backend vllm needs a vLLM server (0.32 or later), but the server at {url} is not one "
+                    f"({answer}); start one with `roost engine --backend vllm`")
         return (f"--backend {self.config.backend} needs an SGLang-API engine, but the server at {url} is not one "
-                f"({answer}). For an OpenAI-compatible server (vLLM, llama.cpp, a hosted API) use "
-                f"--backend openai --engine-url {upstream}")
+                f"({answer}). For vLLM use --backend vllm; for another OpenAI-compatible server (llama.cpp, "
+                f"a hosted API) use --backend openai --engine-url {upstream}")
 
 
 def _no_nodes(call: Any) -> Any:

@@ -42,7 +42,8 @@ class Seen:
 
 
 class EngineSpy:
-    """A pass-through proxy in front of the engine that remembers what crossed it."""
+    """A pass-through proxy in front of the engine (roost's, SGLang's or vLLM's) that remembers
+    what crossed it."""
 
     def __init__(self, engine_url: str):
         self.engine_url = engine_url
@@ -83,7 +84,7 @@ class EngineSpy:
         body = await request.read()
         url = f"{self.engine_url}{request.path_qs}"
         seen = None
-        if request.path == "/generate" and body:
+        if request.path in GENERATE_PATHS and body:
             payload = orjson.loads(body)
             custom = (payload.get("sampling_params") or {}).get("custom_params") or {}
             mode = custom.pop("spy_mode", None)
@@ -92,22 +93,36 @@ class EngineSpy:
                 misbehaved = await _misbehave(mode)
                 if misbehaved is not None:
                     return misbehaved
-            seen = Seen(list(payload.get("input_ids") or []))
-            self.seen[payload.get("rid", "")] = seen
-        async with self._http.request(request.method, url, data=body, headers={"content-type": "application/json"}) as up:
+            seen = Seen(list(payload.get("input_ids") or payload.get("token_ids") or []))
+            self.seen[payload.get("rid") or payload.get("request_id") or ""] = seen
+        headers = {"content-type": "application/json"}
+        if "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        async with self._http.request(request.method, url, data=body, headers=headers) as up:
             if up.headers.get("content-type", "").startswith("text/event-stream"):
                 out = web.StreamResponse(status=up.status, headers={"content-type": "text/event-stream"})
                 await out.prepare(request)
                 async for line in up.content:
                     if seen is not None and line.startswith(b"data:") and line.strip() != b"data: [DONE]":
-                        seen.output_ids.extend(orjson.loads(line[5:])["output_ids"])
+                        seen.output_ids.extend(_output_ids(orjson.loads(line[5:])))
                     await out.write(line)
                 await out.write_eof()
                 return out
             raw = await up.read()
             if seen is not None and up.status == 200:
-                seen.output_ids = list(orjson.loads(raw)["output_ids"])
+                seen.output_ids = _output_ids(orjson.loads(raw))
             return web.Response(body=raw, status=up.status, content_type=up.content_type)
+
+
+# SGLang's (and roost's engine's) generate route, and vLLM's token-in one.
+GENERATE_PATHS = ("/generate", "/inference/v1/generate")
+
+
+def _output_ids(answer: dict) -> list[int]:
+    """The sampled ids of a generate answer or stream chunk, SGLang's or vLLM's."""
+    if "choices" in answer:
+        return list(answer["choices"][0].get("token_ids") or [])
+    return list(answer["output_ids"])
 
 
 async def _misbehave(mode: str) -> web.Response | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -36,20 +37,27 @@ def _roost(*args: str) -> list[str]:
     return [sys.executable, "-m", "roost.cli.main", *args]
 
 
-def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None) -> list[str]:
-    """roost's engine reads its key from ROOST_ENGINE_KEY in its environment; SGLang only from
-    its command line."""
+def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None,
+                   log_dir: Path | None = None) -> list[str]:
+    """roost's engine (and the vLLM server it supervises) reads its key from ROOST_ENGINE_KEY in its
+    environment; SGLang only from its command line. vLLM's own output goes to `log_dir`/vllm.log."""
     engine = recipe.engine
     if engine.backend == "sglang":
         key = ["--api-key", api_key] if api_key else []
         return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
                 "--port", str(port), "--dtype", engine.dtype, *key, *engine.args]
+    if engine.backend == "vllm":
+        log = ["--vllm-log", str(log_dir / "vllm.log")] if log_dir else []
+        return _roost("engine", "--backend", "vllm", "--model", model, "--host", host, "--port", str(port),
+                      "--dtype", engine.dtype, "--max-running", str(engine.max_running), *log,
+                      "--vllm-args", shlex.join(engine.args))
     return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
                   "--max-running", str(engine.max_running), *engine.args)
 
 
 def gateway_command(recipe: Recipe, engine_url: str, model: str, store: Path, host: str, port: int) -> list[str]:
-    return _roost("gateway", "--backend", "sglang" if recipe.engine.backend == "sglang" else "embedded",
+    # embedded and sglang engines speak one API; vLLM its own
+    return _roost("gateway", "--backend", recipe.engine.backend,
                   "--engine-url", engine_url, "--model", model, "--store", str(store), "--host", host,
                   "--port", str(port), "--reasoning", recipe.gateway.reasoning_policy)
 
@@ -162,13 +170,14 @@ class ServiceActor:
     def _reload(self) -> None:
         if self.weights is None:
             return
+        from roost.rollout.engine_client import detect_backend, engine_client
         from roost.rollout.keys import ENGINE_KEY
-        from roost.rollout.sglang_client import SGLangClient
 
         folder, version = self.weights
 
         async def load() -> None:
-            async with SGLangClient(self.server.url, api_key=self.server.env.get(ENGINE_KEY.env)) as client:
+            url, key = self.server.url, self.server.env.get(ENGINE_KEY.env)
+            async with engine_client(await detect_backend(url), url, api_key=key) as client:
                 await client.update_weights_from_disk(folder, weight_version=version)
 
         asyncio.run(load())

@@ -157,8 +157,8 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
         engine, engine_url = None, recipe.engine.url
         if engine_url is None:
             port = free_port(host)
-            engine, engine_url = _service("engine", engine_command(recipe, model, host, port, engine_key), host, port,
-                                          log_dir, engine_env, **where.engine)
+            command = engine_command(recipe, model, host, port, engine_key, log_dir)
+            engine, engine_url = _service("engine", command, host, port, log_dir, engine_env, **where.engine)
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:

@@ -1,0 +1,29 @@
+"""`roost engine --backend vllm` refuses clearly what it cannot start, before starting anything:
+no vLLM virtualenv, or a model whose attention heads vLLM's CPU kernels cannot serve."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from roost.rollout.server_process import free_port
+
+
+def run_engine(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "roost.cli.main", "engine", "--backend", "vllm", "--port", str(free_port()), *args]
+    return subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_a_missing_vllm_is_named_with_how_to_install_it(tmp_path):
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    done = run_engine("--model", "tiny-vllm", env={"ROOST_VLLM_PYTHON": str(missing)})
+    assert done.returncode == 2
+    assert f"no vLLM python at $ROOST_VLLM_PYTHON={missing}" in done.stderr
+    assert "make vllm" in done.stderr
+
+
+def test_a_head_size_below_32_is_refused_with_the_fix(tmp_path):
+    done = run_engine("--model", "tiny", env={"ROOST_VLLM_PYTHON": sys.executable})
+    assert done.returncode == 2
+    assert "attention heads of 16 dimensions" in done.stderr and "--model tiny-vllm" in done.stderr
