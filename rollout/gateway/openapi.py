@@ -156,8 +156,11 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-_NAMED_EVENT = {"type": "object", "required": ["event", "data"],
-                "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
+# A server-sent event as schemathesis reads one: OpenAI's wires send `data:` lines only (the
+# event type defaults to "message"); Anthropic's and Responses' name each event.
+_EVENT = {"type": "object", "required": ["data"],
+          "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
+_NAMED_EVENT = {**_EVENT, "required": ["event", "data"]}
 
 
 def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
@@ -167,7 +170,7 @@ def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
         return {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}
     content = _json(schemas.ref(op.answer))
     if op.streams:
-        content["text/event-stream"] = {"schema": _NAMED_EVENT if op.named_events else {"type": "string"}}
+        content["text/event-stream"] = {"schema": _NAMED_EVENT if op.named_events else _EVENT}
     return {"description": "OK", "content": content}
 
 
