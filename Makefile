@@ -1,4 +1,5 @@
 # make demo: roost's main job on its embedded defaults.  make test: the whole suite.
+# make harnesses: Claude Code and Codex from npm (make test installs them first).
 # Both install what they need into .venv first (re-run only when pyproject.toml changes).
 PY       ?= python3
 VENV     := .venv
@@ -20,8 +21,12 @@ EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar
 SGLANG   := sglang==0.5.3
 HERMES   := hermes-agent==0.19.0
 OSWORLD  := desktop-env==1.0.2
+# Claude Code and Codex, run unchanged against the gateway by tests/rollout/test_gateway_harnesses.py.
+# npm skips Claude Code's postinstall; its cli-wrapper.cjs runs the platform binary itself.
+HARNESSES := .npm-harnesses
+HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
 
-.PHONY: install demo test clean
+.PHONY: install harnesses demo test clean
 
 install: $(STAMP)
 
@@ -32,11 +37,18 @@ $(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)" "$(OSWORLD)"
 	touch $(STAMP)
 
+harnesses: $(HARNESSES)/.stamp
+
+$(HARNESSES)/.stamp: Makefile
+	mkdir -p $(HARNESSES)
+	npm install --prefix $(HARNESSES) --no-audit --no-fund --loglevel=error $(HARNESS_PACKAGES)
+	touch $@
+
 demo: install
 	$(BIN)/roost demo
 
-test: install
+test: install harnesses
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .roost
+	rm -rf $(VENV) .roost $(HARNESSES)

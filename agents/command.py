@@ -6,6 +6,8 @@ through the environment:
     ROOST_BASE_URL, OPENAI_BASE_URL   the episode's OpenAI base URL (a gateway session: recorded)
     OPENAI_API_KEY                    the session key ('EMPTY' without a gateway; the gateway's and
                                       the engine's keys are taken out of the command's environment)
+    ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY  the same session for Anthropic clients (Claude Code):
+                                      the base URL without its `/v1`, the session key
     ROOST_SESSION_ID                  the gateway session id ('' without a gateway)
     ROOST_TASK_JSON                   {"id", "split", "metadata", "observation", "tools", "info"}
     ROOST_ENV_STEP_URL                POST an action here (the env wire format: {"type": "text",
@@ -125,6 +127,7 @@ def command_environment(ctx: EpisodeContext, step_url: str, reward_file: Path) -
     return {"ROOST_BASE_URL": base_url, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": ctx.api_key or "EMPTY",
             "ROOST_SESSION_ID": match.group(1) if match else "", "ROOST_TASK_JSON": json.dumps(task, default=str),
             "ROOST_ENV_STEP_URL": step_url, "ROOST_REWARD_FILE": str(reward_file),
+            "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": ctx.api_key or "EMPTY",
             **({"ROOST_MODEL": ctx.model} if ctx.model else {})}
 
 

@@ -65,7 +65,7 @@ def bench_gateway(
     concurrency: str = typer.Option("1,16,256", help="Comma-separated concurrency levels."),
     seconds: float = typer.Option(4.0, help="Measuring time per level and path."),
     engine_url: str = typer.Option(None, help="Use this running scripted engine instead of starting one."),
-    wire: str = typer.Option("chat", help="The gateway wire the load goes through: chat or messages."),
+    wire: str = typer.Option("chat", help="The gateway wire the load goes through: chat, messages or responses."),
 ) -> None:
     """Same chat load straight to the engine's scripted sampler and through the gateway."""
     from roost.bench.gateway import run_bench

@@ -3,7 +3,8 @@
 The same chat load (a system prompt, several turns of a few hundred words, two tool
 definitions; the scripted sampler answers with a tool call) is sent straight to the engine as
 token ids (`/generate`) and through the gateway on one wire (`/v1/chat/completions`, or the
-same conversation as Anthropic Messages on `/v1/messages`: `wire="messages"`), at
+same conversation as Anthropic Messages on `/v1/messages`: `wire="messages"`, or as OpenAI
+Responses items on `/v1/responses`: `wire="responses"`), at
 each concurrency for a fixed time, with the same aiohttp client. Reported per
 concurrency: throughput of both paths, latency percentiles, and the latency the gateway
 adds. The engine's own latency varies by more than the gateway adds, so the added latency
@@ -97,11 +98,11 @@ def _direct_sender(engine_url: str, input_ids: list[int]):
     return send
 
 
-WIRES = ("chat", "messages")
+WIRES = ("chat", "messages", "responses")
 
 
 def _wire_request(wire: str, model: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any], bytes]:
-    """The path, body and answer marker of the load on `wire` (the same prompt on both)."""
+    """The path, body and answer marker of the load on `wire` (the same prompt on each)."""
     scripted = {"custom_params": {"scripted_reply": REPLY}, "max_tokens": MAX_TOKENS, "model": model}
     if wire == "chat":
         return "/v1/chat/completions", {"messages": messages, "tools": TOOLS, **scripted}, b'"tool_calls"'
@@ -110,6 +111,11 @@ def _wire_request(wire: str, model: str, messages: list[dict[str, Any]]) -> tupl
                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
         body = {"system": messages[0]["content"], "messages": messages[1:], "tools": tools, **scripted}
         return "/v1/messages", body, b'"tool_use"'
+    if wire == "responses":
+        tools = [{"type": "function", **t["function"]} for t in TOOLS]
+        body = {"instructions": messages[0]["content"], "input": messages[1:], "tools": tools,
+                "max_output_tokens": MAX_TOKENS, "model": model, "custom_params": scripted["custom_params"]}
+        return "/v1/responses", body, b'"function_call"'
     raise ValueError(f"unknown wire {wire!r}; choose one of {', '.join(WIRES)}")
 
 

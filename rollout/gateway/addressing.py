@@ -14,10 +14,12 @@ from ..keys import presented_key
 from .auth import session_on_path
 from .errors import InvalidSessionKey
 from .recording import CallTarget
-from .sessions import DEFAULT_AGENT, KEY_PREFIX, SessionRegistry, check_agent_id
+from .sessions import DEFAULT_AGENT, KEY_PREFIX, SessionRegistry, SessionState, check_agent_id
 
 
-async def resolve_target(request: Request, registry: SessionRegistry, sessionless: str) -> CallTarget:
+async def resolve_session(request: Request, registry: SessionRegistry, sessionless: str) -> SessionState:
+    """The session a request's path or key names (the anonymous one if allowed), not yet
+    checked to be open."""
     key = presented_key(request.headers)
     if "sid" in request.path_params:
         state = await session_on_path(request, registry)
@@ -30,6 +32,11 @@ async def resolve_target(request: Request, registry: SessionRegistry, sessionles
             "no session: send the session key from POST /sessions as 'Authorization: Bearer <key>', "
             "or use the session's base_url (/sessions/{id}/v1)"
         )
+    return state
+
+
+async def resolve_target(request: Request, registry: SessionRegistry, sessionless: str) -> CallTarget:
+    state = await resolve_session(request, registry, sessionless)
     registry.check_open(state)
     agent = request.path_params.get("agent")
     where = "path"

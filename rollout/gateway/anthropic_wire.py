@@ -3,7 +3,8 @@
 
 Blocks are a union tagged by `type`, so a malformed block is a 400 naming its place and what
 its type needs. Unknown fields are refused, as Anthropic's API does; fields that change
-nothing here (`cache_control`, `metadata`, `service_tier`, citations) are accepted.
+nothing here (`cache_control`, `metadata`, `service_tier`, citations, Claude Code's
+`context_management`, `output_config` and `defer_loading`) are accepted.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class ToolParam(Wire):
     type: Literal["custom"] | None = None
     cache_control: dict[str, Any] | None = None
     strict: bool | None = None
+    defer_loading: bool | None = None  # Claude Code's tool search; every tool is rendered here
 
 
 class ToolChoice(Wire):
@@ -120,6 +122,10 @@ class MessagesRequest(PromptFields):
     top_k: int | None = Field(None, ge=0)
     metadata: Metadata | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
+    # Sent by Claude Code; they steer Anthropic's servers (thinking clean-up, effort) and change
+    # nothing on a token engine, whose reasoning follows the gateway's keep/drop policy.
+    context_management: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
     # Scripted-sampler control for tests and benchmarks (embedded engine only; `extra_body`).
     custom_params: dict[str, Any] | None = None
 

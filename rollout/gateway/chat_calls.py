@@ -102,7 +102,7 @@ class ChatFront(OpenAIFront):
     async def plan(self, ctx: EngineContext, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes,
                    received: float) -> Prepared:
         plan, chain_end = await plan_call(
-            ctx, target, to_template(req.messages), tool_dicts(req.tools), req.chat_template_kwargs,
+            ctx, target, to_template(req.messages, ctx.served_model), tool_dicts(req.tools), req.chat_template_kwargs,
             prompt_limit(req, ctx.context_length), len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)

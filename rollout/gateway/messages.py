@@ -22,7 +22,10 @@ from .wire import ChatMessage, Tool
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def _text(content: str | list[dict[str, Any]] | None, where: str) -> str | None:
+def _text(content: str | list[dict[str, Any]] | None, where: str,
+          model: str | None) -> str | list[dict[str, Any]] | None:
+    """The content as text; with `model` None, content with non-text parts is kept as sent
+    (the pass-through forwards it unchanged, and keys it so)."""
     if content is None or isinstance(content, str):
         return content
     parts = []
@@ -30,12 +33,12 @@ def _text(content: str | list[dict[str, Any]] | None, where: str) -> str | None:
         kind = part.get("type")
         if kind in ("text", "input_text") and isinstance(part.get("text"), str):
             parts.append(part["text"])
+        elif model is None:
+            return content
         else:
             raise InvalidRequest(
-                f"{where}.content[{i}] is a {kind!r} part; this gateway serves a text model, "
-                "so only text parts are accepted",
-                param=f"{where}.content",
-            )
+                f"{where}.content[{i}] is a {kind!r} part, but model {model!r} reads text only; send text parts, "
+                "or serve a vision model", param=f"{where}.content")
     return "\n".join(parts)
 
 
@@ -54,15 +57,16 @@ def _canonical_arguments(arguments: str | dict[str, Any]) -> Any:
     return value if nesting(value) <= MAX_ARGUMENT_DEPTH else {"__raw__": arguments}
 
 
-def to_template(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Template dicts: no None values (templates test for presence), `developer` → `system`."""
+def to_template(messages: list[ChatMessage], model: str | None = "the served model") -> list[dict[str, Any]]:
+    """Template dicts: no None values (templates test for presence), `developer` → `system`.
+    A non-text part (an image) is a 400 naming `model`, or with `model` None kept as sent."""
     if not messages:
         raise InvalidRequest("messages is empty; send at least one message", param="messages")
     out = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         role = "system" if m.role == "developer" else m.role
-        content = _text(m.content, where)
+        content = _text(m.content, where, model)
         d: dict[str, Any] = {"role": role}
         if role == "assistant":
             d["content"] = content or ""

@@ -3,7 +3,7 @@
 The gateway routes with plain Starlette (no per-request validation layer), so nothing writes
 this document for it: each operation below names the pydantic model that parses its body and
 the model its answer follows, and the schemas come from those models. Answers of the OpenAI
-endpoints use the `openai` package's own types, those of the Anthropic Messages endpoints the
+endpoints (chat, completions, Responses) use the `openai` package's own types, those of the Anthropic Messages endpoints the
 `anthropic` package's. `tests/rollout/test_gateway_openapi.py` checks
 that every route is documented and runs schemathesis against the document.
 """
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from . import anthropic_wire, wire
+from . import anthropic_wire, responses_wire, wire
 
 Auth = Literal["none", "session", "admin"]
 ERROR = "ErrorBody"
@@ -75,6 +75,19 @@ def _messages_ops(prefix: str) -> list[Operation]:
     ]
 
 
+def _responses_ops(prefix: str) -> list[Operation]:
+    from openai.types.responses import Response
+
+    auth: Auth = "none" if prefix == "/v1" else "session"
+    return [
+        Operation("post", f"{prefix}/responses", "OpenAI Responses call, recorded token by token", Response,
+                  body=responses_wire.ResponsesRequest, streams=True, named_events=True, auth=auth,
+                  errors=(400, 401, 404, 409, 413, 503)),
+        Operation("get", f"{prefix}/responses/{{response_id}}", "A stored response of the caller's session", Response,
+                  auth=auth, errors=(401, 404)),
+    ]
+
+
 def _probe_ops(root: str) -> list[Operation]:
     auth: Auth = "none" if root == "" else "session"
     return [
@@ -114,7 +127,7 @@ def _control_ops() -> list[Operation]:
 def operations() -> list[Operation]:
     ops = _control_ops()
     for prefix in OPENAI_PREFIXES:
-        ops += _openai_ops(prefix) + _messages_ops(prefix)
+        ops += _openai_ops(prefix) + _messages_ops(prefix) + _responses_ops(prefix)
     for root in PROBE_ROOTS:
         ops += _probe_ops(root)
     return ops

@@ -290,6 +290,7 @@ class _StreamAccumulator:
 
 
 def template_messages(req: Any) -> tuple[list | None, list | None]:
-    """The messages and tools of a chat request as dicts, for keys (no rendering here)."""
-    messages = to_template(req.messages) if getattr(req, "messages", None) is not None else None
+    """The messages and tools of a chat request as dicts, for keys (no rendering here); image
+    parts are kept: the upstream model reads them."""
+    messages = to_template(req.messages, model=None) if getattr(req, "messages", None) is not None else None
     return messages, tool_dicts(getattr(req, "tools", None))

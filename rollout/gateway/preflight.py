@@ -9,6 +9,11 @@ where it does not, what the gateway does under each reasoning policy. It also ch
 the tool-call parser recovers every call from the model's own format, that
 tokenizing by segments equals tokenizing whole texts, and that control-token spellings in
 message content are tokenized as the text they are.
+
+Every scenario is played on each wire (chat, Anthropic Messages, OpenAI Responses): the
+conversation is sent as that wire's request and read back by the wire's own parser
+(wire_roundtrip.py), and a turn that forks on a wire where chat extends is a problem.
+Responses cannot pass template arguments, so it skips the thinking-disabled scenario.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from typing import Any
 
 from ..chat.reply_parser import HERMES, ReplyFormat, ReplyParser
 from ..chat.tokenizer import ChatTokenizer
-from .chat_calls import plan_chat
+from .anthropic_messages import ThinkingSigner
+from .chat_calls import plan_chat, plan_template
 from .prompt_builder import POLICIES, PromptBuilder
 from .recording import Sampled, build_reply, node_for
 from .token_tree import AgentTree
-from .wire import ChatMessage, Tool
+from .wire import ChatMessage
+from .wire_roundtrip import WireRoundTrip, wires
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
@@ -87,6 +94,7 @@ def _scenarios(fmt: ReplyFormat) -> dict[str, tuple[list[Step], dict[str, Any] |
 
 @dataclass
 class TurnCheck:
+    wire: str
     scenario: str
     turn: int
     exact: bool
@@ -127,10 +135,10 @@ def _action(plan, policy: str) -> str:
 
 
 def _play(name: str, steps: list[Step], template_kwargs: dict | None, policy: str, builder: PromptBuilder,
-          tokenizer: ChatTokenizer, fmt: ReplyFormat, problems: list[str]) -> list[tuple[Any, bool]]:
+          tokenizer: ChatTokenizer, fmt: ReplyFormat, problems: list[str],
+          wire: WireRoundTrip) -> list[tuple[Any, bool]]:
     tree = AgentTree()
-    messages: list[ChatMessage] = []
-    tools = [Tool.model_validate(t) for t in TOOLS]
+    messages: list[dict[str, Any]] = []
     last_ids: list[str] = []
     out = []
     for turn, step in enumerate(steps):
@@ -139,8 +147,9 @@ def _play(name: str, steps: list[Step], template_kwargs: dict | None, policy: st
             m = dict(m)
             if m["role"] == "tool" and pending:
                 m["tool_call_id"] = pending.pop(0)
-            messages.append(ChatMessage.model_validate(m))
-        plan, chain_end, rendered = plan_chat(builder, tree, messages, tools, template_kwargs, policy)
+            messages.append(m)
+        dicts, tools = wire(messages, TOOLS, template_kwargs)
+        plan, chain_end, rendered = plan_template(builder, tree, dicts, tools, template_kwargs, policy)
         whole = tokenizer.encode_whole(rendered)
         out.append((plan, list(plan.prompt_ids) == whole))
         sampled = Sampled(array("i", tokenizer.encode(step.reply) + [tokenizer.eos_id]), array("d"), {"type": "stop"})
@@ -152,7 +161,7 @@ def _play(name: str, steps: list[Step], template_kwargs: dict | None, policy: st
             problems.append(f"{name}, turn {turn + 1}: the tool-call parser found {len(reply.tool_calls)} of "
                             f"{step.calls} calls in the model's own format ({reply.failures or 'no failure'})")
         tree.add(node_for(f"c{turn}", plan, sampled, tokenizer, reply_key))
-        messages.append(ChatMessage.model_validate(message))
+        messages.append({k: v for k, v in message.items() if v is not None})
     return out
 
 
@@ -190,19 +199,37 @@ def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightRe
     report.control_text_as_text = control_problem is None
     if control_problem is not None:
         report.problems.append(control_problem)
-    for name, (steps, kwargs) in _scenarios(fmt).items():
-        runs = {p: _play(name, steps, kwargs, p, PromptBuilder(template, tokenizer), tokenizer, fmt, report.problems)
-                for p in POLICIES}
-        for turn in range(len(steps)):
-            keep_plan, _ = runs["keep"][turn]
-            drop_plan, drop_equal = runs["drop"][turn]
-            exact = keep_plan.kind == "root" or keep_plan.reuse == "exact"
-            report.checks.append(TurnCheck(
-                scenario=name, turn=turn + 1, exact=exact, detail=keep_plan.mismatch,
-                keep=_action(keep_plan, "keep"), drop=_action(drop_plan, "drop"),
-                retokenizes_equal=drop_equal,
-            ))
+    signer = ThinkingSigner("preflight")
+    for wire_name, wire in wires(signer).items():
+        for name, (steps, kwargs) in _scenarios(fmt).items():
+            if kwargs and wire_name == "responses":
+                continue  # Responses has no chat_template_kwargs
+            report.checks += _checks(wire_name, name, steps, kwargs, wire, PromptBuilder(template, tokenizer),
+                                     tokenizer, fmt, report.problems)
+    report.problems += _wire_forks(report.checks)
     return report
+
+
+def _checks(wire_name: str, name: str, steps: list[Step], kwargs: dict | None, wire: WireRoundTrip,
+            builder: PromptBuilder, tokenizer: ChatTokenizer, fmt: ReplyFormat, problems: list[str]) -> list[TurnCheck]:
+    found = problems if wire_name == "chat" else []  # parser problems are the model's, reported once
+    runs = {p: _play(name, steps, kwargs, p, builder, tokenizer, fmt, found, wire) for p in POLICIES}
+    out = []
+    for turn in range(len(steps)):
+        keep_plan, _ = runs["keep"][turn]
+        drop_plan, drop_equal = runs["drop"][turn]
+        exact = keep_plan.kind == "root" or keep_plan.reuse == "exact"
+        out.append(TurnCheck(wire=wire_name, scenario=name, turn=turn + 1, exact=exact, detail=keep_plan.mismatch,
+                             keep=_action(keep_plan, "keep"), drop=_action(drop_plan, "drop"),
+                             retokenizes_equal=drop_equal))
+    return out
+
+
+def _wire_forks(checks: list[TurnCheck]) -> list[str]:
+    """A turn that extends exactly on chat but not on another wire: that wire's mapping forks."""
+    chat = {(c.scenario, c.turn): c.exact for c in checks if c.wire == "chat"}
+    return [f"{c.wire}: {c.scenario}, turn {c.turn} extends on chat but not on {c.wire} ({c.detail})"
+            for c in checks if c.wire != "chat" and chat.get((c.scenario, c.turn)) and not c.exact]
 
 
 def format_report(report: PreflightReport) -> str:
@@ -213,9 +240,9 @@ def format_report(report: PreflightReport) -> str:
              f"{'tokenized as text' if report.control_text_as_text else 'NOT tokenized as text'}"]
     current = None
     for c in report.checks:
-        if c.scenario != current:
-            current = c.scenario
-            lines.append(f"\n{c.scenario}")
+        if (c.wire, c.scenario) != current:
+            current = (c.wire, c.scenario)
+            lines.append(f"\n{c.wire}: {c.scenario}")
         mark = "exact" if c.exact else "NOT an exact extension"
         lines.append(f"  turn {c.turn}: {mark}")
         if not c.retokenizes_equal:

@@ -41,7 +41,7 @@ AGENT = textwrap.dedent('''
                 raise SystemExit(0)
 ''')
 ECHO_ENV = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in ['ROOST_BASE_URL', 'OPENAI_BASE_URL', "
-            "'OPENAI_API_KEY', 'ROOST_SESSION_ID', 'ROOST_ENV_STEP_URL']})); "
+            "'OPENAI_API_KEY', 'ROOST_SESSION_ID', 'ROOST_ENV_STEP_URL', 'ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY']})); "
             "print(json.loads(os.environ['ROOST_TASK_JSON'])['id'])")
 
 
@@ -117,6 +117,8 @@ async def test_command_environment(fixtures_dir, gateway):
     seen = json.loads(result.output_tail.splitlines()[0])
     assert seen["ROOST_BASE_URL"] == seen["OPENAI_BASE_URL"] == f"{url}/sessions/{result.session_id}/v1"
     assert seen["ROOST_SESSION_ID"] == result.session_id and seen["OPENAI_API_KEY"]
+    assert seen["ANTHROPIC_BASE_URL"] == f"{url}/sessions/{result.session_id}"
+    assert seen["ANTHROPIC_API_KEY"] == seen["OPENAI_API_KEY"]
     assert seen["ROOST_ENV_STEP_URL"].startswith("http://127.0.0.1:")
     assert result.output_tail.splitlines()[1] == "roost-fixtures__calc-1"
     assert result.reward is None and result.reward_source == "none"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,6 +139,17 @@ def start_gateway(engine_url: str, store: Path, **overrides) -> GatewayThread:
     return server
 
 
+@contextmanager
+def spied_gateway(engine_url: str, store: Path) -> Iterator[tuple[GatewayThread, Path, EngineSpy]]:
+    """A gateway on the engine behind a spy: (server, store, spy)."""
+    with EngineSpy(engine_url) as spy:
+        server = start_gateway(spy.url, store)
+        try:
+            yield server, store, spy
+        finally:
+            server.stop()
+
+
 def new_session(server: GatewayThread, **body) -> dict:
     """POST /sessions with the gateway's admin key; the answer holds the session's key."""
     resp = httpx.post(f"{server.url}/sessions", json=body, headers=bearer(server.admin_key))
@@ -160,3 +173,16 @@ def assert_token_exact(store: Path, session_id: str, spy: EngineSpy) -> int:
         assert list(call.sampled_ids) == seen.output_ids, f"call {call.seq}: sampled ids differ from the engine's"
         assert len(call.sampled_logprobs) == len(call.sampled_ids)
     return len(calls)
+
+
+def assert_one_path(store: Path, session_id: str, spy: EngineSpy, endpoints: list[str]) -> None:
+    """The session's calls, on these endpoints in turn, each extend the previous one's path
+    exactly (the template re-renders every reply as sampled), token-exact."""
+    calls = stored_calls(store, session_id)
+    assert [c.endpoint for c in calls] == endpoints
+    assert [c.kind for c in calls] == ["root"] + ["extend"] * (len(calls) - 1)
+    assert [c.reuse for c in calls] == ["none"] + ["exact"] * (len(calls) - 1)
+    for parent, child in zip(calls, calls[1:]):
+        path = list(parent.prompt_ids) + list(parent.sampled_ids)
+        assert child.parent_call_id == parent.call_id and list(child.prompt_ids[: len(path)]) == path
+    assert_token_exact(store, session_id, spy)

@@ -11,24 +11,13 @@ import pytest
 
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
+    THINK, TOOL_CALL, WEATHER_TOOLS, assert_one_path, assert_token_exact, misbehave, new_session, say, start_gateway,
+    stored_calls,
 )
 
 SYSTEM = "You are a weather assistant. Use tools when needed."
 TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
           "input_schema": t["function"]["parameters"]} for t in WEATHER_TOOLS]
-
-
-@pytest.fixture(scope="module")
-def gateway(scripted_engine_url, tmp_path_factory):
-    """A gateway on the scripted engine behind a spy: (server, store, spy)."""
-    store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
-    with EngineSpy(scripted_engine_url) as spy:
-        server = start_gateway(spy.url, store)
-        try:
-            yield server, store, spy
-        finally:
-            server.stop()
 
 
 def anthropic_client(session: dict) -> anthropic.Anthropic:
@@ -56,8 +45,8 @@ def _echo(message) -> dict:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_anthropic_client_tool_conversation(gateway, stream):
-    server, store, spy = gateway
+def test_anthropic_client_tool_conversation(spied_scripted_gateway, stream):
+    server, store, spy = spied_scripted_gateway
     session = new_session(server, group_id="g-messages")
     client = anthropic_client(session)
     messages: list[dict] = [{"role": "user", "content": "What's the weather in Paris?"}]
@@ -86,9 +75,9 @@ def test_anthropic_client_tool_conversation(gateway, stream):
     assert assert_token_exact(store, session["session_id"], spy) == 3
 
 
-def test_mixed_wires_grow_one_sample(gateway):
+def test_mixed_wires_grow_one_sample(spied_scripted_gateway):
     """A chat call, then a Messages call that continues it, then chat again: one path."""
-    server, store, spy = gateway
+    server, store, spy = spied_scripted_gateway
     session = new_session(server)
     chat = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What's the weather in Paris?"}]
@@ -106,20 +95,13 @@ def test_mixed_wires_grow_one_sample(gateway):
                 {"role": "user", "content": "Thanks"}]
     chat.chat.completions.create(model="tiny", messages=history, tools=WEATHER_TOOLS, extra_body=say("Bye."))
 
-    calls = stored_calls(store, session["session_id"])
-    assert [c.endpoint for c in calls] == ["chat", "messages", "chat"]
-    assert [c.kind for c in calls] == ["root", "extend", "extend"]
-    assert [c.reuse for c in calls] == ["none", "exact", "exact"]
-    for parent, child in zip(calls, calls[1:]):
-        path = list(parent.prompt_ids) + list(parent.sampled_ids)
-        assert child.parent_call_id == parent.call_id and list(child.prompt_ids[: len(path)]) == path
-    assert_token_exact(store, session["session_id"], spy)
+    assert_one_path(store, session["session_id"], spy, ["chat", "messages", "chat"])
 
 
-def test_count_tokens_and_prefixes(gateway):
+def test_count_tokens_and_prefixes(spied_scripted_gateway):
     """count_tokens matches the prompt a call then sends; the agent prefix and a key on plain
     /v1 (`x-api-key`) reach the same session."""
-    server, store, _ = gateway
+    server, store, _ = spied_scripted_gateway
     session = new_session(server)
     base = session["base_url"].removesuffix("/v1")
     kwargs = dict(model="tiny", system=SYSTEM, tools=TOOLS, messages=[{"role": "user", "content": "hi"}])
@@ -142,8 +124,8 @@ def _bad(server, session, body: dict) -> dict:
     return answer["error"]
 
 
-def test_bad_input_is_a_precise_400_and_records_nothing(gateway):
-    server, store, _ = gateway
+def test_bad_input_is_a_precise_400_and_records_nothing(spied_scripted_gateway):
+    server, store, _ = spied_scripted_gateway
     session = new_session(server)
     user = {"role": "user", "content": "What's the weather in Paris?"}
     base = {"model": "tiny", "max_tokens": 32, "tools": TOOLS}
@@ -180,8 +162,8 @@ def test_bad_input_is_a_precise_400_and_records_nothing(gateway):
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_engine_failure_is_an_anthropic_503_and_the_session_goes_on(gateway, stream):
-    server, store, _ = gateway
+def test_engine_failure_is_an_anthropic_503_and_the_session_goes_on(spied_scripted_gateway, stream):
+    server, store, _ = spied_scripted_gateway
     session = new_session(server)
     body = {"model": "tiny", "max_tokens": 16, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
     failed = httpx.post(f"{session['base_url']}/messages", json={**body, **misbehave("error500")},

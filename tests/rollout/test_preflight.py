@@ -14,7 +14,8 @@ def test_preflight_reports_reasoning_turns():
     assert report.ok and report.segmented_tokenization and report.control_text_as_text
     by_scenario: dict[str, list] = {}
     for check in report.checks:
-        by_scenario.setdefault(check.scenario, []).append(check)
+        if check.wire == "chat":
+            by_scenario.setdefault(check.scenario, []).append(check)
     assert all(c.exact for c in by_scenario["plain multi-turn"])
     assert all(c.exact for c in by_scenario["tool call and result"])
     assert all(c.exact for c in by_scenario["parallel tool calls"])
@@ -27,6 +28,19 @@ def test_preflight_reports_reasoning_turns():
     for check in report.checks:
         if check.exact:
             assert check.retokenizes_equal, check
+
+
+def test_preflight_plays_every_wire_alike():
+    """Messages and Responses carry each scenario to the same plans as chat: every turn that
+    extends on chat extends on them (Responses has no template arguments: it skips one)."""
+    report = run_preflight("tiny")
+    by_wire: dict[str, dict] = {}
+    for check in report.checks:
+        by_wire.setdefault(check.wire, {})[(check.scenario, check.turn)] = (check.exact, check.keep, check.drop)
+    assert set(by_wire) == {"chat", "messages", "responses"}
+    assert by_wire["messages"] == by_wire["chat"]
+    assert ("thinking disabled", 1) not in by_wire["responses"]
+    assert by_wire["responses"] == {k: v for k, v in by_wire["chat"].items() if k[0] != "thinking disabled"}
 
 
 def test_preflight_cli_json():

@@ -1,0 +1,103 @@
+"""A chat conversation sent as each wire's request and read back through that wire's own
+parser: what `roost preflight` plays per wire. Each function answers the template dicts and
+tool dicts the gateway would plan from the conversation arriving on that wire, so a turn that
+extends on chat but forks on another wire shows where the wire's mapping differs.
+
+The model's replies carry their reasoning back signed, as a client echoing the gateway's
+`thinking` blocks or `reasoning` items would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from . import anthropic_messages, messages, responses_items
+from .anthropic_messages import ThinkingSigner
+from .anthropic_wire import PromptFields
+from .responses_wire import ResponsesRequest
+from .wire import ChatMessage, Tool
+
+Dicts = list[dict[str, Any]]
+WireRoundTrip = Callable[[Dicts, Dicts, "dict[str, Any] | None"], tuple[Dicts, "Dicts | None"]]
+
+
+def via_chat(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
+    parsed = [ChatMessage.model_validate(m) for m in conversation]
+    return messages.to_template(parsed), messages.tool_dicts([Tool.model_validate(t) for t in tools])
+
+
+def _anthropic_assistant(m: dict[str, Any], signer: ThinkingSigner) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if m.get("reasoning_content"):
+        thinking = m["reasoning_content"]
+        blocks.append({"type": "thinking", "thinking": thinking, "signature": signer.sign(thinking)})
+    if m.get("content"):
+        blocks.append({"type": "text", "text": m["content"]})
+    for call in m.get("tool_calls") or ():
+        blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
+                       "input": json.loads(call["function"]["arguments"])})
+    return blocks
+
+
+def via_messages(signer: ThinkingSigner) -> WireRoundTrip:
+    def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
+        system = "\n".join(m["content"] for m in conversation if m["role"] == "system")
+        turns: list[dict[str, Any]] = []
+        for m in conversation:
+            if m["role"] == "assistant":
+                turns.append({"role": "assistant", "content": _anthropic_assistant(m, signer)})
+                continue
+            if m["role"] == "system":
+                continue
+            block = ({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+                     if m["role"] == "tool" else {"type": "text", "text": m["content"]})
+            if turns and turns[-1]["role"] == "user":
+                turns[-1]["content"].append(block)
+            else:
+                turns.append({"role": "user", "content": [block]})
+        thinking = {"type": "disabled"} if template_kwargs == {"enable_thinking": False} else None
+        req = PromptFields.model_validate({
+            "model": "preflight", "system": system or None, "messages": turns, "thinking": thinking,
+            "tools": [{"name": t["function"]["name"], "description": t["function"].get("description"),
+                       "input_schema": t["function"]["parameters"]} for t in tools]})
+        return (anthropic_messages.to_template(req, "preflight", signer), anthropic_messages.tool_dicts(req))
+
+    return run
+
+
+def _items(m: dict[str, Any], signer: ThinkingSigner) -> list[dict[str, Any]]:
+    if m["role"] == "tool":
+        return [{"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]}]
+    if m["role"] != "assistant":
+        return [{"role": m["role"], "content": m["content"]}]
+    items: list[dict[str, Any]] = []
+    if m.get("reasoning_content"):
+        text = m["reasoning_content"]
+        items.append({"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}],
+                      "encrypted_content": signer.sign(text)})
+    if m.get("content"):
+        items.append({"role": "assistant", "content": m["content"]})
+    for call in m.get("tool_calls") or ():
+        items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
+                      "arguments": call["function"]["arguments"]})
+    return items
+
+
+def via_responses(signer: ThinkingSigner) -> WireRoundTrip:
+    """Responses has no `chat_template_kwargs`: a conversation that needs them is not sent."""
+
+    def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
+        items = [item for m in conversation for item in _items(m, signer)]
+        req = ResponsesRequest.model_validate({
+            "model": "preflight", "input": items,
+            "tools": [{"type": "function", **t["function"]} for t in tools]})
+        return (responses_items.to_template(responses_items.input_items(req), 0, None, "preflight", signer),
+                responses_items.tool_dicts(req.tools))
+
+    return run
+
+
+def wires(signer: ThinkingSigner) -> dict[str, WireRoundTrip]:
+    return {"chat": via_chat, "messages": via_messages(signer), "responses": via_responses(signer)}
