@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..chat.reply_parser import ReplyFormat
 from ..engine.wire import choice_regex
 from .errors import InvalidRequest
@@ -108,12 +110,19 @@ def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | None:
     return name
 
 
+def tool_choice_constraint(tools: list[dict[str, Any]] | None, choice: str | None, fmt: ReplyFormat,
+                           prompt_tail: str, parallel: bool) -> Constraint | None:
+    """The grammar of an enforced tool choice (`choice`: required, auto, none, a function's name
+    or None; `prompt_tail`: the rendered prompt's last characters)."""
+    wanted = enforced_tools(tools, choice, "tool_choice")
+    return from_tools(wanted, fmt, thinking_at(prompt_tail, fmt), parallel)
+
+
 def chat_constraint(req: ChatCompletionRequest, fmt: ReplyFormat, prompt_tail: str) -> Constraint | None:
-    """A chat completion's constraint (`prompt_tail`: the rendered prompt's last characters)."""
-    tools = enforced_tools(tool_dicts(req.tools), chat_tool_choice(req.tool_choice), "tool_choice")
-    return only_one(
-        from_response_format(req.response_format), from_allowed_replies(req.allowed_replies),
-        from_tools(tools, fmt, thinking_at(prompt_tail, fmt), req.parallel_tool_calls is not False))
+    """A chat completion's constraint."""
+    tools = tool_choice_constraint(tool_dicts(req.tools), chat_tool_choice(req.tool_choice), fmt, prompt_tail,
+                                   req.parallel_tool_calls is not False)
+    return only_one(from_response_format(req.response_format), from_allowed_replies(req.allowed_replies), tools)
 
 
 def messages_constraint(tools: list[dict[str, Any]] | None, choice: ToolChoice | None, fmt: ReplyFormat,
@@ -123,8 +132,24 @@ def messages_constraint(tools: list[dict[str, Any]] | None, choice: ToolChoice |
         return None
     if choice.type == "tool" and not choice.name:
         raise InvalidRequest('tool_choice {"type": "tool"} needs the tool\'s "name"', param="tool_choice")
-    wanted = enforced_tools(tools, "required" if choice.type == "any" else choice.name, "tool_choice")
-    return from_tools(wanted, fmt, thinking_at(prompt_tail, fmt), not choice.disable_parallel_tool_use)
+    return tool_choice_constraint(tools, "required" if choice.type == "any" else choice.name, fmt, prompt_tail,
+                                  not choice.disable_parallel_tool_use)
+
+
+def from_text_format(text: dict[str, Any] | None) -> Constraint | None:
+    """The Responses wire's `text.format` (`{"type": "json_schema", "name", "schema", "strict"}`,
+    chat's `response_format` with the schema's fields inline)."""
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    fields = {k: v for k, v in fmt.items() if k != "type"}
+    try:
+        parsed = ResponseFormat.model_validate(
+            {"type": fmt.get("type"), "json_schema": fields} if fmt.get("type") == "json_schema" else fmt)
+    except ValidationError as exc:
+        raise InvalidRequest(f"text.format is not a text, json_object or json_schema format: {exc.errors()[0]['msg']}",
+                             param="text.format") from None
+    return from_response_format(parsed)
 
 
 def constrained(params: dict[str, Any], constraint: Constraint | None) -> dict[str, Any]:

@@ -232,3 +232,42 @@ def test_scripted_thought_then_call_fits_the_tool_grammar(scripted_engine_url, t
     assert message["reasoning_content"].strip() == "Look first."
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["look"]
     assert plain.status_code == 400
+
+
+async def test_responses_text_format_and_tool_choice(gateway):
+    """The Responses wire maps its `text.format` and `tool_choice` onto the same constraints."""
+    server, store = gateway
+    session = new_session(server)
+    tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+             for t in TOOLS]
+    fmt = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
+    base = {"model": "tiny", "input": "Who?", "temperature": 1.0, "max_output_tokens": 64}
+    bodies = [{**base, "text": fmt}] * 3 + [{**base, "tools": tools, "tool_choice": {"type": "function",
+                                            "name": "move"}, "parallel_tool_calls": False, "max_output_tokens": 128}] * 8
+    answers = await post_all(f"{session['base_url']}/responses", session["key"], bodies)
+    calls = 0
+    for body, answer in zip(bodies, answers):
+        assert answer.status_code == 200, answer.text
+        output = answer.json()["output"]
+        if "text" in body:
+            [message] = [o for o in output if o["type"] == "message"]
+            jsonschema.validate(json.loads(message["content"][0]["text"]), PERSON)
+            continue
+        if answer.json()["status"] == "incomplete":
+            continue  # the template leaves reasoning to the model here: it may think up to max_output_tokens
+        assert [o["type"] for o in output] in (["reasoning", "function_call"], ["function_call"]), output
+        for call in (o for o in output if o["type"] == "function_call"):
+            calls += 1
+            assert call["name"] == "move"
+            jsonschema.validate(json.loads(call["arguments"]), MOVE)
+    assert calls
+    sources = {c.response["constraint"]["source"] for c in stored_calls(store, session["session_id"])}
+    assert sources == {"response_format", "tool_choice"}
+
+
+def test_responses_bad_text_format_is_a_400(gateway):
+    server, _ = gateway
+    session = new_session(server)
+    resp = httpx.post(f"{session['base_url']}/responses", headers=bearer(session["key"]), timeout=60,
+                      json={"model": "tiny", "input": "Who?", "text": {"format": {"type": "yaml"}}})
+    assert resp.status_code == 400 and "text.format" in resp.json()["error"]["message"], resp.text
