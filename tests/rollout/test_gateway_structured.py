@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway, stored_calls
+from roost.tests.rollout.gateway_helpers import new_session, running_gateway, say, start_gateway, stored_calls
 from roost.rollout.keys import bearer
 
 SEEDS = range(12)
@@ -41,10 +41,8 @@ NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}  # the templa
 
 @pytest.fixture(scope="module")
 def gateway(engine_url, tmp_path_factory):
-    store = tmp_path_factory.mktemp("structured") / "trajectories.sqlite"
-    server = start_gateway(engine_url, store)
-    yield server, store
-    server.stop()
+    with running_gateway(engine_url, tmp_path_factory.mktemp("structured") / "trajectories.sqlite") as running:
+        yield running
 
 
 def messages(text: str = "Where now?") -> list[dict]:
