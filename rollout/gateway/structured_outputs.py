@@ -83,7 +83,8 @@ def enforced_tools(tools: list[dict[str, Any]] | None, choice: str | None, param
     return named
 
 
-def from_tools(tools: list[dict[str, Any]] | None, fmt: ReplyFormat, thinking: Thinking, parallel: bool) -> Constraint | None:
+def from_tools(tools: list[dict[str, Any]] | None, fmt: ReplyFormat, thinking: Thinking,
+               parallel: bool) -> Constraint | None:
     if tools is None:
         return None
     return Constraint("tool_choice", "ebnf", tool_call_ebnf(fmt, tools, thinking, parallel))

@@ -30,10 +30,10 @@ PERSON = {
 }
 MOVE = {"type": "object", "properties": {"direction": {"enum": ["north", "south"]}, "steps": {"type": "integer",
         "minimum": 1, "maximum": 9}}, "required": ["direction", "steps"], "additionalProperties": False}
+NOTHING = {"type": "object", "properties": {}, "additionalProperties": False}
 TOOLS = [
     {"type": "function", "function": {"name": "move", "description": "Walk.", "parameters": MOVE}},
-    {"type": "function", "function": {"name": "look", "description": "Look around.",
-                                      "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "look", "description": "Look around.", "parameters": NOTHING}},
 ]
 ACTIONS = ["go north", "take key (brass)", "open door.", "look|around"]
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}  # the template closes the block
@@ -240,8 +240,9 @@ async def test_responses_text_format_and_tool_choice(gateway):
              for t in TOOLS]
     fmt = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
     base = {"model": "tiny", "input": "Who?", "temperature": 1.0, "max_output_tokens": 64}
-    bodies = [{**base, "text": fmt}] * 3 + [{**base, "tools": tools, "tool_choice": {"type": "function",
-                                            "name": "move"}, "parallel_tool_calls": False, "max_output_tokens": 128}] * 8
+    move = {"type": "function", "name": "move"}
+    bodies = [{**base, "text": fmt}] * 3 + [
+        {**base, "tools": tools, "tool_choice": move, "parallel_tool_calls": False, "max_output_tokens": 128}] * 8
     answers = await post_all(f"{session['base_url']}/responses", session["key"], bodies)
     calls = 0
     for body, answer in zip(bodies, answers):
