@@ -270,3 +270,21 @@ def test_responses_bad_text_format_is_a_400(gateway):
     resp = httpx.post(f"{session['base_url']}/responses", headers=bearer(session["key"]), timeout=60,
                       json={"model": "tiny", "input": "Who?", "text": {"format": {"type": "yaml"}}})
     assert resp.status_code == 400 and "text.format" in resp.json()["error"]["message"], resp.text
+
+
+async def test_streamed_allowed_replies(gateway):
+    server, _ = gateway
+    session = new_session(server)
+    texts = []
+    async with httpx.AsyncClient(timeout=120, headers=bearer(session["key"])) as client:
+        for seed in range(4):
+            body = {"model": "tiny", "messages": messages(), "temperature": 1.0, "seed": seed, "max_tokens": 32,
+                    "allowed_replies": ACTIONS, "stream": True}
+            parts = []
+            async with client.stream("POST", f"{session['base_url']}/chat/completions", json=body) as resp:
+                assert resp.status_code == 200
+                async for line in resp.aiter_lines():
+                    if line.startswith("data: {"):
+                        parts += [c["delta"].get("content") or "" for c in json.loads(line[6:])["choices"]]
+            texts.append("".join(parts))
+    assert set(texts) <= set(ACTIONS)
