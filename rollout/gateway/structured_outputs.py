@@ -15,14 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..chat.reply_parser import ReplyFormat
+from ..engine.grammar import ANY_JSON
 from ..engine.wire import choice_regex
-from .errors import InvalidRequest
 from .anthropic_wire import ToolChoice
+from .errors import InvalidRequest
 from .messages import tool_dicts
 from .tool_grammar import Thinking, thinking_at, tool_call_ebnf
 from .wire import ChatCompletionRequest, ResponseFormat
-
-ANY_JSON = "$$ANY$$"  # SGLang's json_schema for any JSON value: what it sends for json_object
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Constraint:
     """One call's grammar: the request field it came from and the engine's sampling param."""
 
     source: str
-    """response_format, tool_choice or allowed_replies."""
+    """response_format (also a Responses call's text.format), tool_choice or allowed_replies."""
     param: str
     """The SGLang sampling param that carries it: json_schema, regex or ebnf."""
     value: str
