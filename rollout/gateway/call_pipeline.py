@@ -54,6 +54,8 @@ class Prepared:
     """Split the reply into reasoning, content and tool calls; False: all of it is content."""
     parse_tools: bool = False
     skip_special_tokens: bool = True
+    constraint: dict[str, str] | None = None
+    """What held the reply to a grammar (structured_outputs.Constraint.record), for the stored call."""
 
 
 @dataclass
@@ -64,6 +66,13 @@ class Outcome:
     sampled: Sampled
     reply: ParsedReply
     tool_ids: list[str]
+
+
+def recorded_response(front: Front, p: Prepared, outcome: Outcome) -> dict[str, Any]:
+    """The reply as stored, with the constraint that held it (its grammar is in the stored
+    sampling params)."""
+    response = front.record_response(p, outcome)
+    return response if p.constraint is None else {**response, "constraint": p.constraint}
 
 
 class PlainText:
@@ -151,7 +160,7 @@ class TokenBackend:
         record = call_record(
             call_id=call_id, target=p.target, endpoint=front.endpoint, backend=ctx.config.backend, model=p.model,
             plan=p.plan, sampled=sampled, sampling_params=p.params, request=orjson.Fragment(p.raw_body),
-            response=front.record_response(p, outcome),
+            response=recorded_response(front, p, outcome),
             timings=timings(p.received, started, engine_done, time.perf_counter()), reply_key=reply_key,
         )
         await ctx.record(record)

@@ -23,8 +23,11 @@ from .prompt_builder import PromptBuilder, PromptPlan
 from .recording import CallTarget, new_id
 from .responses import assistant_message, chat_logprobs, finish_reason, tool_call_dict
 from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long, stop_strings, to_sglang
+from .structured_outputs import chat_constraint, constrained
 from .token_tree import AgentTree
 from .wire import ChatCompletionRequest, ChatMessage, Tool
+
+TAIL_TOKENS = 8  # enough for Qwen3's closed reasoning block, "<think>\n\n</think>\n\n"
 
 
 def plan_chat(builder: PromptBuilder, tree: AgentTree, messages: list[ChatMessage], tools: list[Tool] | None,
@@ -79,6 +82,11 @@ async def plan_call(ctx: EngineContext, target: CallTarget, dicts: list[dict[str
     return plan, chain_end
 
 
+def prompt_tail(ctx: EngineContext, plan: PromptPlan) -> str:
+    """The planned prompt's last characters: where they leave the reasoning block."""
+    return ctx.tokenizer.decode(plan.prompt_ids[-TAIL_TOKENS:])
+
+
 def tool_call_id() -> str:
     return f"call_{new_id()[:24]}"
 
@@ -98,9 +106,11 @@ class ChatFront(OpenAIFront):
             prompt_limit(req, ctx.context_length), len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
-        return Prepared(req, target, req.model, plan, to_sglang(req, max_tokens=limit), req.n, req.stream,
-                        stop_strings(req), raw_body, received, chain_end=chain_end,
-                        parse_tools=bool(req.tools) and req.tool_choice != "none")
+        constraint = chat_constraint(req, ctx.reply_format, prompt_tail(ctx, plan))
+        return Prepared(req, target, req.model, plan, constrained(to_sglang(req, max_tokens=limit), constraint),
+                        req.n, req.stream, stop_strings(req), raw_body, received, chain_end=chain_end,
+                        parse_tools=bool(req.tools) and req.tool_choice != "none",
+                        constraint=constraint.record() if constraint else None)
 
     def tool_id(self) -> str:
         return tool_call_id()

@@ -17,13 +17,14 @@ from ..chat.reply_parser import ParsedToolCall, ReplyEvent
 from .anthropic_messages import ThinkingSigner, template_kwargs, to_template, tool_dicts
 from .anthropic_wire import MessagesRequest, PromptFields
 from .call_pipeline import Outcome, Prepared
-from .chat_calls import plan_call
+from .chat_calls import plan_call, prompt_tail
 from .engine_context import EngineContext
 from .errors import GatewayError, anthropic_body
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, new_id
 from .responses import assistant_message
 from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long
+from .structured_outputs import constrained, messages_constraint
 
 
 def _input(call: ParsedToolCall) -> dict[str, Any]:
@@ -82,9 +83,10 @@ class MessagesFront:
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, None)
         parse_tools = bool(req.tools) and (req.tool_choice is None or req.tool_choice.type != "none")
-        return Prepared(req, target, req.model, plan, _sampling(req, limit), 1, req.stream,
+        constraint = messages_constraint(tool_dicts(req), req.tool_choice, ctx.reply_format, prompt_tail(ctx, plan))
+        return Prepared(req, target, req.model, plan, constrained(_sampling(req, limit), constraint), 1, req.stream,
                         list(req.stop_sequences or ()), raw_body, received, chain_end=chain_end,
-                        parse_tools=parse_tools)
+                        parse_tools=parse_tools, constraint=constraint.record() if constraint else None)
 
     async def count(self, ctx: EngineContext, target: CallTarget, req: PromptFields, raw_body: bytes) -> int:
         """The prompt tokens a Messages call with this prompt would send the engine."""

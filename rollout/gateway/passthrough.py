@@ -89,6 +89,10 @@ class PassthroughBackend:
     async def call(self, front: Any, target: CallTarget, req: Any, raw_body: bytes, received: float,
                    receive: Receive) -> Response:
         path = self._forwardable(front)
+        if getattr(req, "allowed_replies", None) is not None:
+            raise InvalidRequest("allowed_replies is roost's extension, which an OpenAI upstream cannot honour; "
+                                 "run the gateway on a token engine (--backend embedded or sglang) for it",
+                                 param="allowed_replies")
         messages, tools = front.key_messages(req)
         return await self._forward(path, target, raw_body, messages, tools, req.stream)
 

@@ -18,13 +18,14 @@ from ..chat.reply_parser import ParsedToolCall, ReplyEvent
 from ..store.reader import TrajectoryReader
 from .anthropic_messages import ThinkingSigner
 from .call_pipeline import Outcome, Prepared
-from .chat_calls import plan_call, tool_call_id
+from .chat_calls import plan_call, prompt_tail, tool_call_id
 from .engine_context import EngineContext
 from .errors import GatewayError, InvalidRequest
 from .recording import CallTarget
 from .responses_items import input_items, stored_items, to_template, tool_dicts
-from .responses_wire import InputItem, ResponsesRequest
+from .responses_wire import InputItem, ResponsesRequest, ToolChoiceFunction
 from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long
+from .structured_outputs import constrained, from_text_format, only_one, tool_choice_constraint
 
 ENDPOINT = "responses"
 
@@ -98,8 +99,13 @@ class ResponsesFront:
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
         conversation = history + [i.model_dump(exclude_none=True) for i in input_items(req)]
         call = ResponsesCall(req, int(time.time()), conversation)
-        return Prepared(call, target, req.model, plan, _sampling(req, limit), 1, req.stream, [], raw_body, received,
-                        chain_end=chain_end, parse_tools=tools is not None and req.tool_choice != "none")
+        choice = req.tool_choice.name if isinstance(req.tool_choice, ToolChoiceFunction) else req.tool_choice
+        constraint = only_one(from_text_format(req.text), tool_choice_constraint(
+            tools, choice, ctx.reply_format, prompt_tail(ctx, plan), req.parallel_tool_calls is not False))
+        return Prepared(call, target, req.model, plan, constrained(_sampling(req, limit), constraint), 1, req.stream,
+                        [], raw_body, received, chain_end=chain_end,
+                        parse_tools=tools is not None and req.tool_choice != "none",
+                        constraint=constraint.record() if constraint else None)
 
     def tool_id(self) -> str:
         return tool_call_id()
@@ -136,7 +142,7 @@ class ResponsesFront:
             "temperature": req.temperature, "top_p": req.top_p, "max_output_tokens": req.max_output_tokens,
             "tool_choice": tool_choice if isinstance(tool_choice, str) else tool_choice.model_dump(),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or ()], "metadata": req.metadata or {},
-            "text": {"format": {"type": "text"}}, "truncation": req.truncation or "disabled",
+            "text": req.text or {"format": {"type": "text"}}, "truncation": req.truncation or "disabled",
             "usage": usage(p, len(o.sampled.ids)) if o else None,
         }
 

@@ -28,12 +28,6 @@ def refuse_unsupported(req: SamplingFields) -> None:
     if req.n > 1 and req.stream:
         raise InvalidRequest("n > 1 cannot be streamed; send n separate streamed requests or stream=false", param="n")
     if isinstance(req, ChatCompletionRequest):
-        fmt = (req.response_format or {}).get("type", "text")
-        if fmt != "text":
-            raise InvalidRequest(
-                f"response_format {fmt!r} is not supported (no constrained decoding); ask for JSON in the prompt",
-                param="response_format",
-            )
         if req.functions or req.function_call is not None:
             raise InvalidRequest("the legacy functions/function_call fields are not supported; use tools",
                                  param="functions")

@@ -19,6 +19,7 @@ from .openai_front import OpenAIFront, OpenAIStreamer
 from .recording import CallTarget
 from .responses import completion_logprobs
 from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long, stop_strings, to_sglang
+from .structured_outputs import constrained, from_allowed_replies
 from .wire import CompletionRequest
 
 
@@ -59,8 +60,10 @@ class TextFront(OpenAIFront):
         plan = ctx.builder.build_text(target.session.tree(target.agent), ids)
         limit = max_new_tokens(req, len(ids), ctx.context_length, ctx.config.default_max_tokens)
         skip = req.skip_special_tokens if req.skip_special_tokens is not None else True
-        return Prepared(req, target, req.model, plan, to_sglang(req, max_tokens=limit), req.n, req.stream,
-                        stop_strings(req), raw_body, received, parse_reply=False, skip_special_tokens=skip)
+        constraint = from_allowed_replies(req.allowed_replies)
+        return Prepared(req, target, req.model, plan, constrained(to_sglang(req, max_tokens=limit), constraint),
+                        req.n, req.stream, stop_strings(req), raw_body, received, parse_reply=False,
+                        skip_special_tokens=skip, constraint=constraint.record() if constraint else None)
 
     def tool_id(self) -> str:
         raise RuntimeError("a raw prompt's reply is not parsed, so it has no tool calls to name")

@@ -68,6 +68,22 @@ class StreamOptions(Wire):
     continuous_usage_stats: bool = False
 
 
+class JsonSchemaFormat(Wire):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(Wire):
+    """OpenAI's `response_format`; json_object and json_schema are enforced by the engine's grammar."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class SamplingFields(Wire):
     """Sampling fields shared by chat and text completions (OpenAI names, plus the
     SGLang/vLLM extensions harnesses pass through `extra_body`)."""
@@ -95,6 +111,8 @@ class SamplingFields(Wire):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
     return_token_ids: bool = False
+    allowed_replies: list[str] | None = None
+    """roost's extension: the reply must be exactly one of these (e.g. an env's admissible actions)."""
     # Scripted-sampler control for tests and benchmarks (embedded engine only).
     custom_params: dict[str, Any] | None = None
 
@@ -106,7 +124,7 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     max_completion_tokens: int | None = Field(None, ge=0)
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None

@@ -155,6 +155,16 @@ def start_gateway(engine_url: str, store: Path, **overrides) -> GatewayThread:
 
 
 @contextmanager
+def running_gateway(engine_url: str, store: Path) -> Iterator[tuple[GatewayThread, Path]]:
+    """A gateway on the engine: (server, store)."""
+    server = start_gateway(engine_url, store)
+    try:
+        yield server, store
+    finally:
+        server.stop()
+
+
+@contextmanager
 def spied_gateway(engine_url: str, store: Path) -> Iterator[tuple[GatewayThread, Path, EngineSpy]]:
     """A gateway on the engine behind a spy: (server, store, spy)."""
     with EngineSpy(engine_url) as spy:

@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from roost.tests.rollout.gateway_helpers import say, start_gateway, stored_calls
+from roost.tests.rollout.gateway_helpers import running_gateway, say, stored_calls
 from roost.rollout.keys import bearer
 from roost.rollout.server_process import free_port, stop_process, wait_healthy
 from roost.rollout.store.reader import TrajectoryReader
@@ -23,10 +23,8 @@ TEXT = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
 
 @pytest.fixture(scope="module")
 def gateway(scripted_engine_url, tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
-    server = start_gateway(scripted_engine_url, store)
-    yield server, store
-    server.stop()
+    with running_gateway(scripted_engine_url, tmp_path_factory.mktemp("store") / "trajectories.sqlite") as running:
+        yield running
 
 
 def open_session(server, **body) -> dict:
