@@ -15,6 +15,7 @@ function whose module needs any other missing package is `UnavailableFunction`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -94,7 +95,10 @@ def import_module(dotted: str) -> types.ModuleType:
         _register_bare(f"desktop_env.evaluators.{kind}")
     _register_stand_ins()
     try:
-        return importlib.import_module(dotted)
+        # what imports print goes to stderr: PyMuPDF's `fitz` prints a deprecation warning on
+        # stdout, which would break `roost eval osworld --json`
+        with contextlib.redirect_stdout(sys.stderr):
+            return importlib.import_module(dotted)
     except ModuleNotFoundError as exc:
         raise UnavailableFunction(f"OSWorld's {dotted} needs the Python package {exc.name!r}, "
                                   "which is not installed here") from exc

@@ -187,3 +187,16 @@ def test_unavailable_functions_and_steps_make_a_task_unsupported(tmp_path):
     assert "no function 'no_such_metric'" in unsupported_reason(parse_task(unknown, "unknown"))
     website = {**CALC_TASK, "evaluator": {**CALC_TASK["evaluator"], "result": {"type": "info_from_website"}}}
     assert "live website" in unsupported_reason(parse_task(website, "website"))
+
+
+def test_loading_osworld_metrics_prints_nothing_on_stdout():
+    """`roost eval osworld --json` prints JSON on stdout: what OSWorld's imports print (PyMuPDF's
+    `fitz` warns on stdout) must not land there."""
+    import subprocess
+    import sys
+
+    code = ("from roost.envs.osworld import osworld_package as p; "
+            "p.load_function('metrics', 'is_expected_tabs'); p.load_function('metrics', 'compare_pdfs')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == ""
