@@ -27,7 +27,7 @@ osworld_app = typer.Typer(help="OSWorld: check task folders, linearize accessibi
 def check(
     tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
 ) -> None:
-    """Load tasks as the env does; print how many each split and domain holds."""
+    """Load tasks as the env does; print how many each split and domain holds, and the malformed files left out."""
     from .errors import TaskFormatError
     from .task_set import TaskSet
 
@@ -38,7 +38,8 @@ def check(
         raise typer.Exit(1) from None
     domains = Counter(entry.domain or "-" for entry in task_set.entries.values())
     typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": {s: len(ids) for s, ids in task_set.splits.items()},
-                           "domains": dict(sorted(domains.items()))}))
+                           "domains": dict(sorted(domains.items())),
+                           "skipped": [str(exc) for exc in task_set.skipped]}))
 
 
 @osworld_app.command("linearize")
