@@ -1,6 +1,7 @@
-"""`roost envs osworld ...`: check task folders, show OSWorld's text table of a tree, list the tools.
+"""`roost envs osworld ...`: check and survey task folders, show OSWorld's text table of a tree, list the tools.
 
     roost envs osworld check ~/OSWorld/evaluation_examples     # tasks per split and domain
+    roost envs osworld survey ~/OSWorld/evaluation_examples    # which tasks run here, per domain
     roost envs osworld linearize tree.xml                       # OSWorld's a11y table of a tree's XML
     roost envs osworld tools                                    # the action tools as OpenAI schemas
 
@@ -17,7 +18,7 @@ from typing import Optional
 
 import typer
 
-osworld_app = typer.Typer(help="OSWorld: check task folders, linearize accessibility trees, list the action tools. "
+osworld_app = typer.Typer(help="OSWorld: check and survey task folders, linearize accessibility trees, list the action tools. "
                                "Episodes: `roost serve osworld` (roost's desktops run here; OSWorld's own VM "
                                "providers need its VM image: --env-arg provider=osworld).",
                           no_args_is_help=True)
@@ -40,6 +41,38 @@ def check(
     typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": {s: len(ids) for s, ids in task_set.splits.items()},
                            "domains": dict(sorted(domains.items())),
                            "skipped": [str(exc) for exc in task_set.skipped]}))
+
+
+@osworld_app.command("survey")
+def survey_command(
+    tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
+    cache_dir: Optional[Path] = typer.Option(None, help="The files download steps read (default: TASKS/cache)."),
+    run: bool = typer.Option(True, help="Run a do-nothing episode (reset, DONE, evaluate) for each task that "
+                                        "can run here; --no-run only sorts them (no desktop)."),
+    domain: Optional[list[str]] = typer.Option(None, help="Survey only this domain (repeatable)."),
+    timeout_s: float = typer.Option(120.0, help="Time limit of one episode."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Per domain: tasks loaded, unsupported here by reason, run without an env fault, faulted."""
+    import asyncio
+
+    from .errors import TaskFormatError
+    from .survey import survey
+
+    try:
+        result = asyncio.run(survey(tasks, cache_dir=cache_dir, run=run, timeout_s=timeout_s,
+                                    domains=set(domain) if domain else None))
+    except TaskFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps({name: counts.as_json() for name, counts in result.items()}, indent=2))
+        return
+    typer.echo("domain\tloaded\tunsupported\trunnable\tran\tfaulted\treasons")
+    for name, counts in result.items():
+        reasons = "; ".join(f"{n} {why}" for why, n in counts.unsupported.most_common())
+        typer.echo(f"{name}\t{counts.loaded}\t{sum(counts.unsupported.values())}\t{counts.runnable}\t{counts.ran}\t"
+                   f"{len(counts.faulted)}\t{reasons}")
 
 
 @osworld_app.command("linearize")

@@ -43,6 +43,8 @@ class DomainSurvey:
 
     loaded: int = 0
     unsupported: Counter[str] = field(default_factory=Counter)
+    runnable: int = 0
+    """Passed the checks without a desktop (what `run` then tries)."""
     ran: int = 0
     rewarded: int = 0
     """Of those that ran, how many scored above 0 (a do-nothing episode: infeasible tasks, mostly)."""
@@ -51,7 +53,7 @@ class DomainSurvey:
 
     def as_json(self) -> dict[str, Any]:
         return {"loaded": self.loaded, "unsupported": dict(self.unsupported.most_common()),
-                "ran": self.ran, "rewarded": self.rewarded, "faulted": len(self.faulted),
+                "runnable": self.runnable, "ran": self.ran, "rewarded": self.rewarded, "faulted": len(self.faulted),
                 "faults": self.faulted}
 
 
@@ -136,6 +138,7 @@ async def survey(source: Path, *, cache_dir: Path | None = None, run: bool = Tru
         if reason:
             counts.unsupported[reason] += 1
         else:
+            counts.runnable += 1
             runnable.append((domain, key))
     if run and runnable:
         factory = make_factory(tasks=str(source), cache_dir=str(cache.root), max_steps=1, settle_s=0.2)
