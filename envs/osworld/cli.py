@@ -55,13 +55,15 @@ def survey_command(
 ) -> None:
     """Per domain: tasks loaded, unsupported here by reason, run without an env fault, faulted."""
     import asyncio
+    import contextlib
 
     from .errors import TaskFormatError
     from .survey import survey
 
-    try:
-        result = asyncio.run(survey(tasks, cache_dir=cache_dir, run=run, timeout_s=timeout_s,
-                                    domains=set(domain) if domain else None))
+    try:  # OSWorld's getters print as they fetch: keep stdout for the report
+        with contextlib.redirect_stdout(sys.stderr):
+            result = asyncio.run(survey(tasks, cache_dir=cache_dir, run=run, timeout_s=timeout_s,
+                                        domains=set(domain) if domain else None))
     except TaskFormatError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -22,6 +22,16 @@ ECHO = {"id": "os-echo", "snapshot": "os", "instruction": "Write hi to ~/hi.txt.
                       "expected": {"type": "rule", "rules": {"include": ["hi"], "exclude": []}}}}
 INFEASIBLE = {"id": "no-fax", "snapshot": "os", "instruction": "Send a fax.", "config": [],
               "evaluator": {"func": "infeasible"}}
+PAGE = "file:///home/user/page.html"
+FORWARDED_TABS = {  # OSWorld's Chrome tasks: Chrome on 1337, socat forwarding 9222 to it, getters on DevTools
+    "id": "chrome-tabs", "snapshot": "chrome", "instruction": "Keep this page open.", "related_apps": ["chrome"],
+    "config": [{"type": "execute", "parameters": {"command": "printf '<title>Page</title>' > ~/page.html",
+                                                  "shell": True}},
+               {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337", PAGE]}},
+               {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}},
+               {"type": "sleep", "parameters": {"seconds": 3}}],
+    "evaluator": {"func": "is_expected_tabs", "result": {"type": "open_tabs_info"},
+                  "expected": {"type": "rule", "rules": {"type": "url", "urls": [PAGE]}}}}
 UNCACHED = {"id": "calc-uncached", "snapshot": "libreoffice_calc", "instruction": "Sum column A.",
             "config": [{"type": "download", "parameters": {"files": [
                 {"url": "https://files.example/nowhere.xlsx", "path": "/home/user/nowhere.xlsx"}]}}],
@@ -48,7 +58,7 @@ def _official_like(tmp_path: Path) -> Path:
     examples = root / "examples"
     files = {"os/os-echo.json": ECHO, "os/no-fax.json": INFEASIBLE, "os/unfinished.json": UNFINISHED,
              "libreoffice_calc/calc-uncached.json": UNCACHED, "chrome/chrome-live.json": LIVE,
-             "chrome/drive.json": DRIVE, "chrome/no-fax.json": INFEASIBLE, "vlc/placeholder.json": NOT_A_TASK,
+             "chrome/drive.json": DRIVE, "chrome/chrome-tabs.json": FORWARDED_TABS, "chrome/no-fax.json": INFEASIBLE, "vlc/placeholder.json": NOT_A_TASK,
              "Windows/excel/calc-uncached.json": {**UNCACHED, "id": "calc-win"}, "template.json": TEMPLATE}
     for name, task in files.items():
         (examples / name).parent.mkdir(parents=True, exist_ok=True)
@@ -60,19 +70,19 @@ def _official_like(tmp_path: Path) -> Path:
 def _cli(*args: str):
     result = CliRunner().invoke(build_app(), ["envs", "osworld", *args])
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout  # OSWorld's getters and imports write to stderr
 
 
 def test_an_official_like_folder_loads_and_reports_its_malformed_files(tmp_path):
     root = _official_like(tmp_path)
     task_set = TaskSet.load(root)
-    assert sorted(task_set.entries) == ["calc-uncached", "calc-win", "chrome-live", "chrome/no-fax", "drive",
+    assert sorted(task_set.entries) == ["calc-uncached", "calc-win", "chrome-live", "chrome-tabs", "chrome/no-fax", "drive",
                                         "os-echo", "os/no-fax", "unfinished"]
     assert task_set.splits["test_all"] == ("chrome/no-fax", "os/no-fax", "os-echo")
     skipped, = task_set.skipped
     assert str(skipped).startswith(f"{root / 'examples' / 'vlc' / 'placeholder.json'}: not an OSWorld task (evaluator")
     report = json.loads(_cli("check", str(root)))
-    assert report["tasks"] == 8 and report["splits"]["test_all"] == 3 and len(report["skipped"]) == 1
+    assert report["tasks"] == 9 and report["splits"]["test_all"] == 3 and len(report["skipped"]) == 1
 
 
 def test_survey_sorts_without_a_desktop(tmp_path):
@@ -83,7 +93,7 @@ def test_survey_sorts_without_a_desktop(tmp_path):
                                                "config step 'googledrive' (an account or the internet)": 1}
     assert report["os"]["unsupported"] == {"no evaluator (an empty func: an unfinished task)": 1}
     assert (report["os"]["loaded"], report["os"]["runnable"], report["os"]["ran"]) == (3, 2, 0)
-    assert report["chrome"]["runnable"] == 1
+    assert report["chrome"]["runnable"] == 2
 
 
 @pytest.fixture
@@ -98,6 +108,13 @@ def test_survey_runs_do_nothing_episodes_for_the_rest(tmp_path, desktop):
     assert report["os"] | {"faults": []} == {"loaded": 3, "unsupported": {
         "no evaluator (an empty func: an unfinished task)": 1}, "runnable": 2, "ran": 2, "rewarded": 0,
         "faulted": 0, "faults": []}, report["os"]["faults"]
+
+
+def test_a_chrome_task_with_osworlds_socat_forward_runs_and_its_getter_reads_the_tabs(tmp_path, desktop):
+    report = json.loads(_cli("survey", str(_official_like(tmp_path)), "--domain", "chrome", "--json"))
+    assert (report["chrome"]["runnable"], report["chrome"]["faults"]) == (2, [])
+    # the do-nothing episode keeps the one tab config opened: is_expected_tabs scores 1
+    assert (report["chrome"]["ran"], report["chrome"]["rewarded"]) == (2, 1)
 
 
 def test_survey_of_roosts_fixture_set(tmp_path, desktop):
