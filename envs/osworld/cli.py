@@ -50,6 +50,7 @@ def survey_command(
     run: bool = typer.Option(True, help="Run a do-nothing episode (reset, DONE, evaluate) for each task that "
                                         "can run here; --no-run only sorts them (no desktop)."),
     domain: Optional[list[str]] = typer.Option(None, help="Survey only this domain (repeatable)."),
+    split: str = typer.Option("all", help="Survey only this split's tasks (test_all: those OSWorld's index lists)."),
     timeout_s: float = typer.Option(120.0, help="Time limit of one episode."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -63,7 +64,7 @@ def survey_command(
     try:  # OSWorld's getters print as they fetch: keep stdout for the report
         with contextlib.redirect_stdout(sys.stderr):
             result = asyncio.run(survey(tasks, cache_dir=cache_dir, run=run, timeout_s=timeout_s,
-                                        domains=set(domain) if domain else None))
+                                        domains=set(domain) if domain else None, split=split))
     except TaskFormatError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

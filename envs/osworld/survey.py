@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from roost.envs.protocol import TextAction
 
 from .config_steps import unsupported_step
-from .errors import UnsupportedTask
+from .errors import TaskFormatError, UnsupportedTask
 from .evaluator import unsupported_reason
 from .file_cache import FileCache
 from .task_set import TaskSet
@@ -118,17 +118,21 @@ def _live_tabs(step: ConfigStep) -> bool:
 
 
 async def survey(source: Path, *, cache_dir: Path | None = None, run: bool = True, timeout_s: float = 120.0,
-                 domains: set[str] | None = None) -> dict[str, DomainSurvey]:
+                 domains: set[str] | None = None, split: str = "all") -> dict[str, DomainSurvey]:
     """Per domain: loaded, unsupported by reason, ran and faulted (`run`: do-nothing episodes for
-    the rest; else they count as neither). `domains`: survey only these."""
+    the rest; else they count as neither). `domains`: survey only these; `split`: only its tasks
+    (`test_all`: those OSWorld's index lists)."""
     from .env import make_factory
 
     task_set = TaskSet.load(source)
+    if split not in task_set.splits:
+        raise TaskFormatError(f"{source}: no split {split!r}; its splits: {', '.join(task_set.splits)}")
     folder = source if source.is_dir() else source.parent
     cache = FileCache(cache_dir or folder / "cache")
     out: dict[str, DomainSurvey] = {}
     runnable: list[tuple[str, str]] = []
-    for key, entry in task_set.entries.items():
+    for key in task_set.splits[split]:
+        entry = task_set.entries[key]
         domain = domain_of(entry)
         if domains is not None and domain not in domains:
             continue

@@ -94,6 +94,11 @@ def test_survey_sorts_without_a_desktop(tmp_path):
     assert report["os"]["unsupported"] == {"no evaluator (an empty func: an unfinished task)": 1}
     assert (report["os"]["loaded"], report["os"]["runnable"], report["os"]["ran"]) == (3, 2, 0)
     assert report["chrome"]["runnable"] == 2
+    listed = json.loads(_cli("survey", str(_official_like(tmp_path)), "--no-run", "--json", "--split", "test_all"))
+    assert {name: counts["runnable"] for name, counts in listed.items()} == {"chrome": 1, "os": 2}
+    wrong = CliRunner().invoke(build_app(), ["envs", "osworld", "survey", str(tmp_path / "evaluation_examples"),
+                                             "--no-run", "--split", "nope"])
+    assert wrong.exit_code == 1 and "no split 'nope'" in wrong.output
 
 
 @pytest.fixture
