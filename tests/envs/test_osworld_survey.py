@@ -20,6 +20,10 @@ ECHO = {"id": "os-echo", "snapshot": "os", "instruction": "Write hi to ~/hi.txt.
         "evaluator": {"func": "check_include_exclude",
                       "result": {"type": "vm_command_line", "command": "cat ~/hi.txt || true", "shell": True},
                       "expected": {"type": "rule", "rules": {"include": ["hi"], "exclude": []}}}}
+CTRL_ALT_T = {"id": "os-terminal", "snapshot": "os", "instruction": "Copy the folder tree.", "config": [
+    {"type": "execute", "parameters": {"command": ["python", "-c", "import pyautogui; pyautogui.hotkey('ctrl', 'alt', 't')"]}},
+    {"type": "sleep", "parameters": {"seconds": 2}},
+    {"type": "activate_window", "parameters": {"window_name": "Terminal"}}], "evaluator": {"func": "infeasible"}}
 INFEASIBLE = {"id": "no-fax", "snapshot": "os", "instruction": "Send a fax.", "config": [],
               "evaluator": {"func": "infeasible"}}
 PAGE = "file:///home/user/page.html"
@@ -56,7 +60,7 @@ def _official_like(tmp_path: Path) -> Path:
     id repeated in two domains, an unfinished task and one whose evaluator is not an object."""
     root = tmp_path / "evaluation_examples"
     examples = root / "examples"
-    files = {"os/os-echo.json": ECHO, "os/no-fax.json": INFEASIBLE, "os/unfinished.json": UNFINISHED,
+    files = {"os/os-echo.json": ECHO, "os/os-terminal.json": CTRL_ALT_T, "os/no-fax.json": INFEASIBLE, "os/unfinished.json": UNFINISHED,
              "libreoffice_calc/calc-uncached.json": UNCACHED, "chrome/chrome-live.json": LIVE,
              "chrome/drive.json": DRIVE, "chrome/chrome-tabs.json": FORWARDED_TABS, "chrome/no-fax.json": INFEASIBLE, "vlc/placeholder.json": NOT_A_TASK,
              "Windows/excel/calc-uncached.json": {**UNCACHED, "id": "calc-win"}, "template.json": TEMPLATE}
@@ -77,12 +81,12 @@ def test_an_official_like_folder_loads_and_reports_its_malformed_files(tmp_path)
     root = _official_like(tmp_path)
     task_set = TaskSet.load(root)
     assert sorted(task_set.entries) == ["calc-uncached", "calc-win", "chrome-live", "chrome-tabs", "chrome/no-fax", "drive",
-                                        "os-echo", "os/no-fax", "unfinished"]
+                                        "os-echo", "os-terminal", "os/no-fax", "unfinished"]
     assert task_set.splits["test_all"] == ("chrome/no-fax", "os/no-fax", "os-echo")
     skipped, = task_set.skipped
     assert str(skipped).startswith(f"{root / 'examples' / 'vlc' / 'placeholder.json'}: not an OSWorld task (evaluator")
     report = json.loads(_cli("check", str(root)))
-    assert report["tasks"] == 9 and report["splits"]["test_all"] == 3 and len(report["skipped"]) == 1
+    assert report["tasks"] == 10 and report["splits"]["test_all"] == 3 and len(report["skipped"]) == 1
 
 
 def test_survey_sorts_without_a_desktop(tmp_path):
@@ -92,7 +96,7 @@ def test_survey_sorts_without_a_desktop(tmp_path):
     assert report["chrome"]["unsupported"] == {"opens a live website": 1,
                                                "config step 'googledrive' (an account or the internet)": 1}
     assert report["os"]["unsupported"] == {"no evaluator (an empty func: an unfinished task)": 1}
-    assert (report["os"]["loaded"], report["os"]["runnable"], report["os"]["ran"]) == (3, 2, 0)
+    assert (report["os"]["loaded"], report["os"]["runnable"], report["os"]["ran"]) == (4, 3, 0)
     assert report["chrome"]["runnable"] == 2
     listed = json.loads(_cli("survey", str(_official_like(tmp_path)), "--no-run", "--json", "--split", "test_all"))
     assert {name: counts["runnable"] for name, counts in listed.items()} == {"chrome": 1, "os": 2}
@@ -110,8 +114,9 @@ def desktop():
 def test_survey_runs_do_nothing_episodes_for_the_rest(tmp_path, desktop):
     report = json.loads(_cli("survey", str(_official_like(tmp_path)), "--domain", "os", "--json"))
     assert list(report) == ["os"]
-    assert report["os"] | {"faults": []} == {"loaded": 3, "unsupported": {
-        "no evaluator (an empty func: an unfinished task)": 1}, "runnable": 2, "ran": 2, "rewarded": 0,
+    # os-terminal: OSWorld's Ctrl+Alt+T opens a window "Terminal" that its config activates
+    assert report["os"] | {"faults": []} == {"loaded": 4, "unsupported": {
+        "no evaluator (an empty func: an unfinished task)": 1}, "runnable": 3, "ran": 3, "rewarded": 0,
         "faulted": 0, "faults": []}, report["os"]["faults"]
 
 
