@@ -18,7 +18,8 @@ from typing import Optional
 
 import typer
 
-osworld_app = typer.Typer(help="OSWorld: check and survey task folders, linearize accessibility trees, list the action tools. "
+osworld_app = typer.Typer(help="OSWorld: check and survey task folders, linearize accessibility trees, "
+                               "list the action tools. "
                                "Episodes: `roost serve osworld` (roost's desktops run here; OSWorld's own VM "
                                "providers need its VM image: --env-arg provider=osworld).",
                           no_args_is_help=True)
@@ -38,7 +39,8 @@ def check(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     domains = Counter(entry.domain or "-" for entry in task_set.entries.values())
-    typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": {s: len(ids) for s, ids in task_set.splits.items()},
+    splits = {s: len(ids) for s, ids in task_set.splits.items()}
+    typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": splits,
                            "domains": dict(sorted(domains.items())),
                            "skipped": [str(exc) for exc in task_set.skipped]}))
 

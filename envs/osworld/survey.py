@@ -1,13 +1,14 @@
 """Which tasks of a folder run here: `roost envs osworld survey PATH`.
 
 Each task is first checked without a desktop, in this order, and the first reason found is its
-group: a task for OSWorld's Windows VM (under `examples/Windows/`), an application that is not
-installed here, an empty `func` (an unfinished task), a config step that cannot run here (an account, the internet), a `download` or
-`cloud_file` whose file is not in the cache folder, a tab opened on a live website, a metric or
-getter this install cannot import. The rest run a do-nothing episode through the env (reset,
-`DONE`, evaluate) on roost's local desktops: it proves that config and evaluation run (the
-reward is 0 mostly). Each ends `ran`, `unsupported` (found at reset or evaluation) or
-`faulted` (an env fault, a timeout, any other error), with the message kept.
+group: a task for OSWorld's Windows VM (under `examples/Windows/`), an empty `func` (an
+unfinished task), an application that is not installed here, a config step that cannot run
+here (an account, the internet), a `download` or `cloud_file` whose file is not in the cache
+folder, a tab opened on a live website, a metric or getter this install cannot import. The
+rest run a do-nothing episode through the env (reset, `DONE`, evaluate) on roost's local
+desktops: it proves that config and evaluation run (the reward is 0 mostly). Each ends `ran`,
+`unsupported` (found at reset or evaluation) or `faulted` (an env fault, a timeout, any other
+error), with the message kept.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ ECHO = {"id": "os-echo", "snapshot": "os", "instruction": "Write hi to ~/hi.txt.
                       "result": {"type": "vm_command_line", "command": "cat ~/hi.txt || true", "shell": True},
                       "expected": {"type": "rule", "rules": {"include": ["hi"], "exclude": []}}}}
 CTRL_ALT_T = {"id": "os-terminal", "snapshot": "os", "instruction": "Copy the folder tree.", "config": [
-    {"type": "execute", "parameters": {"command": ["python", "-c", "import pyautogui; pyautogui.hotkey('ctrl', 'alt', 't')"]}},
+    {"type": "execute", "parameters": {"command": ["python", "-c",
+                                                   "import pyautogui; pyautogui.hotkey('ctrl', 'alt', 't')"]}},
     {"type": "sleep", "parameters": {"seconds": 2}},
     {"type": "activate_window", "parameters": {"window_name": "Terminal"}}], "evaluator": {"func": "infeasible"}}
 INFEASIBLE = {"id": "no-fax", "snapshot": "os", "instruction": "Send a fax.", "config": [],
@@ -60,9 +61,11 @@ def _official_like(tmp_path: Path) -> Path:
     id repeated in two domains, an unfinished task and one whose evaluator is not an object."""
     root = tmp_path / "evaluation_examples"
     examples = root / "examples"
-    files = {"os/os-echo.json": ECHO, "os/os-terminal.json": CTRL_ALT_T, "os/no-fax.json": INFEASIBLE, "os/unfinished.json": UNFINISHED,
+    files = {"os/os-echo.json": ECHO, "os/os-terminal.json": CTRL_ALT_T, "os/no-fax.json": INFEASIBLE,
+             "os/unfinished.json": UNFINISHED,
              "libreoffice_calc/calc-uncached.json": UNCACHED, "chrome/chrome-live.json": LIVE,
-             "chrome/drive.json": DRIVE, "chrome/chrome-tabs.json": FORWARDED_TABS, "chrome/no-fax.json": INFEASIBLE, "vlc/placeholder.json": NOT_A_TASK,
+             "chrome/drive.json": DRIVE, "chrome/chrome-tabs.json": FORWARDED_TABS, "chrome/no-fax.json": INFEASIBLE,
+             "vlc/placeholder.json": NOT_A_TASK,
              "Windows/excel/calc-uncached.json": {**UNCACHED, "id": "calc-win"}, "template.json": TEMPLATE}
     for name, task in files.items():
         (examples / name).parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +83,8 @@ def _cli(*args: str):
 def test_an_official_like_folder_loads_and_reports_its_malformed_files(tmp_path):
     root = _official_like(tmp_path)
     task_set = TaskSet.load(root)
-    assert sorted(task_set.entries) == ["calc-uncached", "calc-win", "chrome-live", "chrome-tabs", "chrome/no-fax", "drive",
+    assert sorted(task_set.entries) == ["calc-uncached", "calc-win", "chrome-live", "chrome-tabs", "chrome/no-fax",
+                                        "drive",
                                         "os-echo", "os-terminal", "os/no-fax", "unfinished"]
     assert task_set.splits["test_all"] == ("chrome/no-fax", "os/no-fax", "os-echo")
     skipped, = task_set.skipped
