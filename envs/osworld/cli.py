@@ -29,7 +29,8 @@ osworld_app = typer.Typer(help="OSWorld: check and survey task folders, lineariz
 def check(
     tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
 ) -> None:
-    """Load tasks as the env does; print how many each split and domain holds, and the malformed files left out."""
+    """Load tasks as the env does; print how many each split and domain holds, and the malformed files left out
+    (each also an error on stderr, and exit status 1)."""
     from .errors import TaskFormatError
     from .task_set import TaskSet
 
@@ -43,6 +44,10 @@ def check(
     typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": splits,
                            "domains": dict(sorted(domains.items())),
                            "skipped": [str(exc) for exc in task_set.skipped]}))
+    for exc in task_set.skipped:
+        typer.echo(f"error: {exc}", err=True)
+    if task_set.skipped:  # the env serves the rest, but a malformed file is still an error
+        raise typer.Exit(1)
 
 
 @osworld_app.command("survey")

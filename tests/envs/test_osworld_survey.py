@@ -89,8 +89,10 @@ def test_an_official_like_folder_loads_and_reports_its_malformed_files(tmp_path)
     assert task_set.splits["test_all"] == ("chrome/no-fax", "os/no-fax", "os-echo")
     skipped, = task_set.skipped
     assert str(skipped).startswith(f"{root / 'examples' / 'vlc' / 'placeholder.json'}: not an OSWorld task (evaluator")
-    report = json.loads(_cli("check", str(root)))
+    check = CliRunner().invoke(build_app(), ["envs", "osworld", "check", str(root)])
+    report = json.loads(check.stdout)
     assert report["tasks"] == 10 and report["splits"]["test_all"] == 3 and len(report["skipped"]) == 1
+    assert check.exit_code == 1 and "error: " in check.stderr and "placeholder.json" in check.stderr
 
 
 def test_survey_sorts_without_a_desktop(tmp_path):
