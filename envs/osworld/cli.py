@@ -1,6 +1,7 @@
-"""`roost envs osworld ...`: check task folders, show OSWorld's text table of a tree, list the tools.
+"""`roost envs osworld ...`: check and survey task folders, show OSWorld's text table of a tree, list the tools.
 
     roost envs osworld check ~/OSWorld/evaluation_examples     # tasks per split and domain
+    roost envs osworld survey ~/OSWorld/evaluation_examples    # which tasks run here, per domain
     roost envs osworld linearize tree.xml                       # OSWorld's a11y table of a tree's XML
     roost envs osworld tools                                    # the action tools as OpenAI schemas
 
@@ -17,7 +18,8 @@ from typing import Optional
 
 import typer
 
-osworld_app = typer.Typer(help="OSWorld: check task folders, linearize accessibility trees, list the action tools. "
+osworld_app = typer.Typer(help="OSWorld: check and survey task folders, linearize accessibility trees, "
+                               "list the action tools. "
                                "Episodes: `roost serve osworld` (roost's desktops run here; OSWorld's own VM "
                                "providers need its VM image: --env-arg provider=osworld).",
                           no_args_is_help=True)
@@ -27,7 +29,8 @@ osworld_app = typer.Typer(help="OSWorld: check task folders, linearize accessibi
 def check(
     tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
 ) -> None:
-    """Load tasks as the env does; print how many each split and domain holds."""
+    """Load tasks as the env does; print how many each split and domain holds, and the malformed files left out
+    (each also an error on stderr, and exit status 1)."""
     from .errors import TaskFormatError
     from .task_set import TaskSet
 
@@ -37,8 +40,49 @@ def check(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     domains = Counter(entry.domain or "-" for entry in task_set.entries.values())
-    typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": {s: len(ids) for s, ids in task_set.splits.items()},
-                           "domains": dict(sorted(domains.items()))}))
+    splits = {s: len(ids) for s, ids in task_set.splits.items()}
+    typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": splits,
+                           "domains": dict(sorted(domains.items())),
+                           "skipped": [str(exc) for exc in task_set.skipped]}))
+    for exc in task_set.skipped:
+        typer.echo(f"error: {exc}", err=True)
+    if task_set.skipped:  # the env serves the rest, but a malformed file is still an error
+        raise typer.Exit(1)
+
+
+@osworld_app.command("survey")
+def survey_command(
+    tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
+    cache_dir: Optional[Path] = typer.Option(None, help="The files download steps read (default: TASKS/cache)."),
+    run: bool = typer.Option(True, help="Run a do-nothing episode (reset, DONE, evaluate) for each task that "
+                                        "can run here; --no-run only sorts them (no desktop)."),
+    domain: Optional[list[str]] = typer.Option(None, help="Survey only this domain (repeatable)."),
+    split: str = typer.Option("all", help="Survey only this split's tasks (test_all: those OSWorld's index lists)."),
+    timeout_s: float = typer.Option(120.0, help="Time limit of one episode."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Per domain: tasks loaded, unsupported here by reason, run without an env fault, faulted."""
+    import asyncio
+    import contextlib
+
+    from .errors import TaskFormatError
+    from .survey import survey
+
+    try:  # OSWorld's getters print as they fetch: keep stdout for the report
+        with contextlib.redirect_stdout(sys.stderr):
+            result = asyncio.run(survey(tasks, cache_dir=cache_dir, run=run, timeout_s=timeout_s,
+                                        domains=set(domain) if domain else None, split=split))
+    except TaskFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps({name: counts.as_json() for name, counts in result.items()}, indent=2))
+        return
+    typer.echo("domain\tloaded\tunsupported\trunnable\tran\tfaulted\treasons")
+    for name, counts in result.items():
+        reasons = "; ".join(f"{n} {why}" for why, n in counts.unsupported.most_common())
+        typer.echo(f"{name}\t{counts.loaded}\t{sum(counts.unsupported.values())}\t{counts.runnable}\t{counts.ran}\t"
+                   f"{len(counts.faulted)}\t{reasons}")
 
 
 @osworld_app.command("linearize")

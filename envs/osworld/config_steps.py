@@ -3,9 +3,10 @@
 Each step is `{"type": T, "parameters": {...}}`, as OSWorld's `SetupController._<T>_setup`
 takes them. Supported: launch, open, execute, command, sleep, activate_window, close_window,
 chrome_open_tabs, chrome_close_tabs (Chrome's DevTools HTTP endpoints on the desktop's
-Chromium), download (from the cache folder, see `file_cache`), upload_file. Steps that need the
-internet or an account, and those roost's desktop does not serve, raise `UnsupportedTask` with
-the reason, before anything runs when checked with `unsupported_step`.
+Chromium; OSWorld's `socat` launch that forwards port 9222 to them is skipped), download (from
+the cache folder, see `file_cache`), upload_file. Steps that need the internet or an account,
+and those roost's desktop does not serve, raise `UnsupportedTask` with the reason, before
+anything runs when checked with `unsupported_step`.
 """
 
 from __future__ import annotations
@@ -92,7 +93,18 @@ async def _launch(ctx: TaskContext, command: str | list[str], shell: bool = Fals
         raise ValueError("launch: an empty command")
     if not shell and isinstance(command, str):
         command = command.split()  # as OSWorld's SetupController does
+    if _forwards_devtools(command):
+        return
     await ctx.client.launch(command, shell=shell)
+
+
+def _forwards_devtools(command: str | list[str]) -> bool:
+    """OSWorld's Chrome tasks launch `socat tcp-listen:9222,fork tcp:localhost:1337` so its getters
+    reach Chrome's DevTools at 9222. Here the getters and tab steps are given the port Chromium
+    really listens on (`chromium_port`), so that forward is not needed (and socat not installed)."""
+    words = command.split() if isinstance(command, str) else command
+    return bool(words) and Path(words[0]).name == "socat" and any(
+        w.startswith("tcp-listen:9222") for w in words[1:])
 
 
 async def _open(ctx: TaskContext, path: str) -> None:

@@ -4,19 +4,24 @@ A task folder in OSWorld's layout (`evaluation_examples/`: `examples/<domain>/<i
 beside index files such as `test_all.json`) gives one split per index file, named by its
 stem (`test_all`, `test_small`; roost's fixture set: `train`, `test`), and the split `all`
 holding every task. A single task file, or a folder without index files, is one split,
-`test` (and `all`).
+`test` (and `all`). In a folder, a malformed task file is left out and kept in `skipped` (its
+error names the file and the field): OSWorld's own folder holds unfinished tasks that no index
+lists; a single malformed file raises. A task is known by its id, or by `<domain>/<file name
+without .json>` where its id is not unique in the folder (OSWorld repeats a few across domains).
 """
 
 from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from roost.envs.errors import BadRequestError, UnknownTaskError
 from roost.envs.protocol import Task
 
+from .errors import TaskFormatError
 from .tasks import TaskEntry, _is_index_file, load_tasks
 
 ALL = "all"
@@ -33,18 +38,23 @@ class TaskSet:
     entries: dict[str, TaskEntry]
     splits: dict[str, tuple[str, ...]]
     """Split name → task ids, in the order the index lists them."""
+    skipped: tuple[TaskFormatError, ...] = ()
+    """The folder's malformed task files, left out."""
 
     @classmethod
     def load(cls, source: Path) -> TaskSet:
         indexes = sorted(p for p in source.glob("*.json") if _is_index_file(p, source)) if source.is_dir() else []
-        everything = load_tasks(source)
-        entries = {e.task.id: e for e in everything}
+        skipped: list[TaskFormatError] = []
+        everything = load_tasks(source, skipped=skipped if source.is_dir() else None)
+        keys = _keys(everything)
+        entries = {keys[e.path]: e for e in everything}
         splits = {ALL: tuple(entries)}
         for index in indexes:
-            splits[index.stem] = tuple(e.task.id for e in load_tasks(source, index=index.name))
+            listed = load_tasks(source, index=index.name, skipped=[])
+            splits[index.stem] = tuple(keys[e.path] for e in listed if e.path in keys)
         if not indexes:
             splits["test"] = tuple(entries)
-        return cls(source, entries, splits)
+        return cls(source, entries, splits, tuple(skipped))
 
     def tasks(self, split: str) -> list[Task]:
         return [self._task(task_id, split) for task_id in self.splits.get(split, ())]
@@ -68,5 +78,10 @@ class TaskSet:
     def _task(self, task_id: str, split: str) -> Task:
         entry = self.entries[task_id]
         task = entry.task
-        return Task(task_id, split, {"domain": entry.domain, "instruction": task.instruction,
+        return Task(task_id, split, {"id": task.id, "domain": entry.domain, "instruction": task.instruction,
                                      "related_apps": task.related_apps, "infeasible": task.infeasible})
+
+
+def _keys(entries: list[TaskEntry]) -> dict[Path, str]:
+    counts = Counter(e.task.id for e in entries)
+    return {e.path: e.task.id if counts[e.task.id] == 1 else f"{e.domain}/{e.path.stem}" for e in entries}

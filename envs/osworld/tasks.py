@@ -161,13 +161,17 @@ def _read_json(path: Path, what: str) -> Any:
         raise TaskFormatError(f"{path}: not valid JSON ({exc})") from None
 
 
-def load_tasks(path: str | Path, *, index: str | Path | None = None) -> list[TaskEntry]:
+def load_tasks(path: str | Path, *, index: str | Path | None = None,
+               skipped: list[TaskFormatError] | None = None) -> list[TaskEntry]:
     """Every task in a file or folder, sorted by domain then id.
 
     `path`: a task JSON file, or a folder in OSWorld's layout (`evaluation_examples/`, holding
-    `examples/<domain>/<id>.json`; or the `examples/` folder itself). `index`: an index file
+    `examples/<domain>/<id>.json`; or the `examples/` folder itself). JSON files beside the domain
+    folders are not tasks (OSWorld's `template.json`, index files). `index`: an index file
     (`{"<domain>": ["<id>", ...]}`, as OSWorld's `test_all.json`), relative to `path` or absolute;
-    only the tasks it lists load, and a listed task that is absent is an error.
+    only the tasks it lists load, and a listed task that is absent is an error. `skipped`: given,
+    a malformed task file is appended to it and left out instead of raising, and ids need not be
+    unique (OSWorld's folder repeats some across domains); otherwise a repeated id is an error.
     """
     path = Path(path)
     if path.is_file():
@@ -178,10 +182,25 @@ def load_tasks(path: str | Path, *, index: str | Path | None = None) -> list[Tas
     if index is not None:
         files = _indexed(root, _read_index(path / index), path / index)
     else:
-        files = [p for p in sorted(root.rglob("*.json")) if not _is_index_file(p, root)]
-    entries = [TaskEntry(load_task(p), "" if p.parent == root else p.parent.name, p) for p in files]
-    _check_unique(entries)
+        files = [p for p in sorted(root.rglob("*.json")) if not _beside_domains(p, root)]
+    entries = []
+    for p in files:
+        try:
+            entries.append(TaskEntry(load_task(p), "" if p.parent == root else p.parent.name, p))
+        except TaskFormatError as exc:
+            if skipped is None:
+                raise
+            skipped.append(exc)
+    if skipped is None:
+        _check_unique(entries)
     return sorted(entries, key=lambda e: (e.domain, e.task.id))
+
+
+def _beside_domains(p: Path, root: Path) -> bool:
+    # OSWorld's examples/ holds template.json (a blank task) beside the domain folders.
+    if p.parent != root:
+        return False
+    return _is_index_file(p, root) or any(child.is_dir() for child in root.iterdir())
 
 
 def _is_index_file(p: Path, root: Path) -> bool:

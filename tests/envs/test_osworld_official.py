@@ -91,7 +91,7 @@ def test_registered_and_on_the_cli(tasks_dir):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"tasks": 3, "splits": {"all": 3, "test": 1, "train": 2},
-                                      "domains": {"calc": 1, "os": 2}}
+                                      "domains": {"calc": 1, "os": 2}, "skipped": []}
     (tasks_dir / "examples" / "os" / "a.json").write_text('{"id": "a"}')
     run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "check", str(tasks_dir)],
                          capture_output=True, text=True, timeout=120)

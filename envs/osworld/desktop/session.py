@@ -142,10 +142,14 @@ class DesktopSession:
         self.env.update(found)
 
     def _openbox_config(self) -> Path:
-        # No desktop menu or dock: a plain window manager that maximises nothing by itself.
+        # No desktop menu or dock: a plain window manager that maximises nothing by itself. Ctrl+Alt+T
+        # opens a terminal titled "Terminal", as on OSWorld's Ubuntu (its tasks press it, then
+        # activate the window "Terminal").
         path = self._runtime / "openbox-rc.xml"
         path.write_text('<?xml version="1.0"?>\n<openbox_config xmlns="http://openbox.org/3.4/rc">'
-                        "<desktops><number>1</number></desktops></openbox_config>\n")
+                        "<desktops><number>1</number></desktops><keyboard><keybind key=\"C-A-t\">"
+                        "<action name=\"Execute\"><command>lxterminal --title=Terminal</command></action>"
+                        "</keybind></keyboard></openbox_config>\n")
         return path
 
     def _wait_for(self, what: str, probe: list[str], expect: str) -> None:
