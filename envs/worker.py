@@ -159,8 +159,10 @@ class WorkerHandle:
         ours, theirs = socket.socketpair()
         self._heartbeat, heartbeat = socket.socketpair()
         fds = [theirs.fileno(), heartbeat.fileno()]
+        # stdout=2: what env code prints (OSWorld's getters do) goes to the server's stderr, never
+        # into the stdout of a CLI that runs the server in-process (`roost eval --json`)
         self.process = subprocess.Popen([sys.executable, "-m", "roost.envs.worker", *map(str, fds)], pass_fds=fds,
-                                        stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
+                                        stdin=subprocess.DEVNULL, stdout=2, preexec_fn=die_with_parent())
         theirs.close()
         heartbeat.close()
         self._heartbeat.setblocking(False)

@@ -60,3 +60,13 @@ def test_run_plays_each_task_once_with_the_command_and_its_reward_file():
                      "roost.tests.agents.faulty_envs:make_factory", "--split", "train", "--no-submit", "--json")
     assert [(r["task_id"], r["status"], r["reward"], r["reward_source"], r["exit_code"], r["output_tail"])
             for r in results] == [("t0", "ok", 0.5, "file", 0, "bye\n"), ("t1", "ok", 0.5, "file", 0, "bye\n")]
+
+
+def test_what_env_code_prints_stays_out_of_the_json():
+    """The toy env prints on its stdout at every reset (as OSWorld's getters do); `--json` output
+    still parses, and the print lands on stderr."""
+    done = subprocess.run([*ROOST, "run", "--command", "true", "--env", "roost.tests.envs.toy_envs:make_factory",
+                           "--split", "train", "--episodes", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r["task_id"] for r in json.loads(done.stdout)] == ["count-0"]
+    assert "the toy env prints on its stdout" in done.stderr

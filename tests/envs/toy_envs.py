@@ -20,7 +20,7 @@ TOOLS = [{"type": "function", "function": {"name": "act", "description": ", ".jo
 
 class CounterEnv:
     """Count to `target` with `inc`; `crash` kills the worker process, `boom` raises, `hang` hangs.
-    Its reset says which worker process hosts it (`info["pid"]`); with `closed_dir`, `close`
+    Its reset prints a line on stdout and says which worker process hosts it (`info["pid"]`); with `closed_dir`, `close`
     leaves a file there named for its task."""
 
     def __init__(self, target: int, closed_dir: str | None = None) -> None:
@@ -39,6 +39,7 @@ class CounterEnv:
     async def reset(self, *, task_id=None, seed=None, split=None, options=None) -> Reset:
         self.n = 0
         self.task_id = task_id or "count-0"
+        print("the toy env prints on its stdout")  # as OSWorld's getters do: must not reach a CLI's --json
         return Reset(self.task_id, Observation("n=0"), TOOLS,
                      {"admissible_commands": list(COMMANDS), "pid": os.getpid()})
 
