@@ -18,7 +18,7 @@ OWNER_FILE = "owner.json"
 
 
 def write_owner(root: Path, group: LimitGroup | None) -> None:
-    owner = {"pid": os.getpid(), "start": _start_time(os.getpid()),
+    owner = {"pid": os.getpid(), "start": process_start_time(os.getpid()),
              "cgroups": None if group is None else {"version": group.version,
                                                     "dirs": {k: str(v) for k, v in group.dirs.items()}}}
     (root / OWNER_FILE).write_text(json.dumps(owner))
@@ -34,7 +34,7 @@ def sweep(prefix: str) -> int:
             owner = json.loads((root / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # still being set up, or not ours
-        if _start_time(owner.get("pid", -1)) == owner.get("start"):
+        if process_start_time(owner.get("pid", -1)) == owner.get("start"):
             continue
         groups = owner.get("cgroups")
         if groups:
@@ -44,9 +44,10 @@ def sweep(prefix: str) -> int:
     return removed
 
 
-def _start_time(pid: int) -> str | None:
+def process_start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, as text), or None where it is gone: with
+    the pid, it names an owner process even after pids are reused."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
         return None
-    return stat.rsplit(")", 1)[1].split()[19]

@@ -134,15 +134,6 @@ class _Pooled:
         return getattr(self._desktop, name)  # backend-specific fields (a container's id, ...)
 
 
-def process_start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, as text), or None where it is gone: with
-    the pid, it names an owner process even after pids are reused."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 async def serving_or_closed(desktop: Desktop, timeout_s: float, gone: Callable[[], str | None]) -> Desktop:
     """`desktop` once GET /health answers 200. At the timeout, or when `gone()` says its process
     or container ended (its text is the reason), the desktop is closed and DesktopError raised."""

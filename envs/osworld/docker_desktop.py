@@ -20,10 +20,10 @@ from roost.envs.osworld.backends import (
     DESKTOP_HOME,
     SERVER_PORT,
     DesktopConfig,
-    process_start_time,
     serving_or_closed,
 )
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
+from roost.sandboxes.stale import process_start_time
 
 LABEL = "roost.osworld.desktop"
 OWNER_LABEL = "roost.osworld.owner"

@@ -23,9 +23,10 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, process_start_time, serving_or_closed
+from roost.envs.osworld.backends import DESKTOP_HOME, DesktopConfig, serving_or_closed
 from roost.envs.osworld.desktop.session import MARKER, kill_marked
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
+from roost.sandboxes.stale import process_start_time
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 RUN_PREFIX, HOME_PREFIX = "roost-desktop-run-", "roost-desktop-home-"
