@@ -19,6 +19,7 @@ from .anthropic_wire import (
     ToolUseBlock,
 )
 from .errors import InvalidRequest
+from .messages import function_tool
 
 
 class ThinkingSigner:
@@ -38,14 +39,7 @@ def tool_dicts(req: PromptFields) -> list[dict[str, Any]] | None:
     """Anthropic tools as the OpenAI tool dicts chat renders (the same header key for both wires)."""
     if not req.tools:
         return None
-    out = []
-    for tool in req.tools:
-        function: dict[str, Any] = {"name": tool.name}
-        if tool.description is not None:
-            function["description"] = tool.description
-        function["parameters"] = tool.input_schema
-        out.append({"type": "function", "function": function})
-    return out
+    return [function_tool(tool.name, tool.description, tool.input_schema) for tool in req.tools]
 
 
 def template_kwargs(req: PromptFields) -> dict[str, Any] | None:

@@ -126,6 +126,16 @@ def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
     return [t.model_dump(exclude_none=True) for t in tools] if tools else None
 
 
+def function_tool(name: str, description: str | None, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A function tool as a chat request carries it: what the other wires' tools become, built in
+    one place so that a tool renders (and keys the token tree) the same whatever wire declared it."""
+    function: dict[str, Any] = {"name": name}
+    if description is not None:
+        function["description"] = description
+    function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
 def header_key(tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None) -> bytes:
     """What besides the messages changes a rendered prompt: tools and template kwargs."""
     return orjson.dumps([tools or [], template_kwargs or {}], option=_SORTED)

@@ -15,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .anthropic_messages import ThinkingSigner
 from .errors import InvalidRequest
+from .messages import function_tool
 from .http_util import validation_error
 from .responses_wire import (
     FunctionCallItem, FunctionCallOutputItem, FunctionTool, InputImage, InputItem, MessageItem, NamespaceTool,
@@ -53,14 +54,9 @@ def _functions(tools: list[Tool]) -> list[FunctionTool]:
 
 def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
     """Responses function tools as the OpenAI tool dicts chat renders (the same header key)."""
-    out = []
-    for tool in _functions(tools or []):
-        function: dict[str, Any] = {"name": tool.name}
-        if tool.description is not None:
-            function["description"] = tool.description
-        function["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object",
-                                                                                         "properties": {}}
-        out.append({"type": "function", "function": function})
+    out = [function_tool(tool.name, tool.description,
+                         tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}})
+           for tool in _functions(tools or [])]
     return out or None
 
 
