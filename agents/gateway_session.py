@@ -35,6 +35,7 @@ from roost.rollout.gateway.wire import (
     SessionSummary,
 )
 from roost.rollout.keys import ADMIN_KEY, bearer
+from roost.tracing import Tracing
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -46,9 +47,12 @@ class GatewayError(RuntimeError):
 class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     """`async with GatewayClient(url, admin_key=...) as gateway:` closes its connections at the end."""
 
-    def __init__(self, url: str, *, admin_key: str | None, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, *, admin_key: str | None, timeout_s: float = 30.0,
+                 tracing: Tracing | None = None) -> None:
         self.url = url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, headers=bearer(admin_key))
+        if tracing is not None:
+            tracing.instrument_httpx(self._http)  # traceparent on every control-plane call
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -56,9 +60,10 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def create_session(self, group_id: str, task: dict[str, Any],
-                             metadata: dict[str, Any] | None = None) -> SessionCreated:
-        body = CreateSession(group_id=group_id, task=task, metadata=metadata or {})
+    async def create_session(self, group_id: str, task: dict[str, Any], metadata: dict[str, Any] | None = None,
+                             traceparent: str | None = None) -> SessionCreated:
+        """`traceparent`: the span the session's model calls are parented on (the episode's)."""
+        body = CreateSession(group_id=group_id, task=task, metadata=metadata or {}, traceparent=traceparent)
         return await self._request("POST", "/sessions", SessionCreated, body)
 
     async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None,

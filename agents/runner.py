@@ -30,6 +30,7 @@ from roost.agents.results import EpisodeResult, EpisodeStatus, RewardSource
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 from roost.rollout.gateway.wire import SessionCreated
+from roost.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class RunConfig:
     reward on the call that chose the action where the harness says which (`AgentOutcome.
     invalid_calls`), else off the episode's reward. The env reward, success and the session's
     finish info stay as the env gave them."""
+    tracing: Tracing = field(default_factory=Tracing, compare=False, repr=False)
+    """A span per episode (`roost.tracing`; off by default), the parent of the gateway session's calls."""
 
 
 class _Tracker:
@@ -86,6 +89,20 @@ class _Tracker:
 
 async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
                       gateway: GatewayClient | None = None) -> EpisodeResult:
+    """One episode, in an `episode` span: a child of the current span if any, else a trace's root."""
+    attributes = {"roost.task_id": task.id, "roost.split": task.split, "roost.run_id": config.run_id,
+                  "roost.agent": agent.name}
+    with config.tracing.span("episode", attributes) as span:
+        result = await _run_episode(task, host, agent, tools, config, gateway)
+        if span is not None:
+            ended = {"roost.status": result.status.value, "roost.session_id": result.session_id,
+                     "roost.reward": result.reward, "roost.steps": result.steps}
+            span.set_attributes({k: v for k, v in ended.items() if v is not None})
+    return result
+
+
+async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
+                       gateway: GatewayClient | None) -> EpisodeResult:
     started = time.perf_counter()
     session: SessionCreated | None = None
     episode_id: str | None = None
@@ -93,7 +110,8 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
     try:
         if gateway is not None:
             session = await gateway.create_session(f"{config.run_id}/{task.id}", _task_meta(task),
-                                                   {"run_id": config.run_id, "agent": agent.name})
+                                                   {"run_id": config.run_id, "agent": agent.name},
+                                                   traceparent=config.tracing.current().traceparent)
         episode_id, reset = await _create(host, task, agent, config)
         tracker = _Tracker(host, episode_id)
         ctx = EpisodeContext(task, reset, tools, tracker.step,
@@ -119,7 +137,8 @@ async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[T
     result = replace(result, session_id=session.session_id if session else None,
                      seconds=round(time.perf_counter() - started, 3))
     if gateway is not None and session is not None:
-        result = await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
+        with config.tracing.span("episode.report", {"roost.session_id": session.session_id}):
+            result = await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
     return result
 
 

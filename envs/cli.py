@@ -48,6 +48,8 @@ def serve(
     data_dir: Optional[Path] = typer.Option(None, help="The env's data (ALFWorld: the folder holding json_2.1.1; OSWorld: the task folder)."),
     docker: bool = typer.Option(False, "--docker", help="Build the env's image once and serve from a container."),
     base_image: Optional[str] = typer.Option(None, help="BASE_IMAGE of the Docker build (default: $ROOST_BASE_IMAGE)."),
+    trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
+                                                      "variables; docs/observability.md)."),
 ) -> None:
     """Serve an env over HTTP (POST /episodes, /episodes/{id}/step, GET /tasks, /info, /health, /metrics)."""
     import asyncio
@@ -64,7 +66,7 @@ def serve(
     if data_dir is not None:
         kwargs["data_dir"] = str(data_dir)
     manager = ManagerConfig(workers=workers, max_episodes=max_episodes, lease_s=lease_s)
-    config = ServerConfig(env, kwargs, host, port, manager)
+    config = ServerConfig(env, kwargs, host, port, manager, trace=trace)
     from roost.envs.errors import EnvError
 
     _err(f"starting {env} on http://{host}:{port} ({workers} workers, max {max_episodes} episodes)")

@@ -15,13 +15,17 @@ from typing import Any
 import httpx
 from roost.envs import errors, wire
 from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task, check_action
+from roost.tracing import Tracing
 
 
 class EnvClient:
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.AsyncClient | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s,
                                                    limits=httpx.Limits(max_connections=256))
+        if tracing is not None:
+            tracing.instrument_httpx(self._client)  # traceparent on every episode request
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -17,6 +17,7 @@ from roost.envs import action_limits, errors, wire
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from roost.envs.episodes import EpisodeManager, EpisodeRecord
 from roost.envs.limits import BodySizeLimit
+from roost.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,10 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
-def create_app(manager: EpisodeManager, *, max_body_bytes: int = 1 << 20) -> FastAPI:
+def create_app(manager: EpisodeManager, *, max_body_bytes: int = 1 << 20, tracing: Tracing | None = None) -> FastAPI:
+    """`tracing`: a server span per request, `env.reset` and `env.step` spans (stopped with the app)."""
+    tracing = tracing or Tracing()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await manager.start()  # a no-op when the caller started it
@@ -57,12 +61,13 @@ def create_app(manager: EpisodeManager, *, max_body_bytes: int = 1 << 20) -> Fas
             yield
         finally:
             await manager.stop()
+            tracing.shutdown()
 
     app = FastAPI(title="roost env server", lifespan=lifespan)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     _add_error_handlers(app)
-    _add_routes(app, manager)
-    return app
+    _add_routes(app, manager, tracing)
+    return tracing.instrument_app(app)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -111,11 +116,14 @@ def _status(manager: EpisodeManager, record: EpisodeRecord) -> wire.EpisodeStatu
     )
 
 
-def _add_routes(app: FastAPI, manager: EpisodeManager) -> None:
+def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None:
     @app.post("/episodes", response_model=wire.EpisodeCreated, responses=_errors(400, 404, 413, 422, 429, 500))
     async def create_episode(request: wire.ResetRequest) -> wire.EpisodeCreated:
-        episode_id, reset = await manager.create(task_id=request.task_id, seed=request.seed,
-                                                 split=request.split, options=request.options)
+        with tracing.span("env.reset", {"roost.task_id": request.task_id, "roost.split": request.split}) as span:
+            episode_id, reset = await manager.create(task_id=request.task_id, seed=request.seed,
+                                                     split=request.split, options=request.options)
+            if span is not None:
+                span.set_attributes({"roost.episode_id": episode_id, "roost.task_id": reset.task_id})
         return wire.EpisodeCreated(episode_id=episode_id, task_id=reset.task_id,
                                    observation=wire.ObservationWire.of(reset.observation),
                                    tools=reset.tools, info=reset.info)
@@ -123,11 +131,15 @@ def _add_routes(app: FastAPI, manager: EpisodeManager) -> None:
     @app.post("/episodes/{episode_id}/step", response_model=wire.StepResponse,
               responses=_errors(400, 404, 409, 413, 422, 500), openapi_extra=STEP_BODY)
     async def step_episode(episode_id: str, request: Request) -> wire.StepResponse:
-        try:
-            action = step_request(await request.body()).to_protocol()
-        except errors.InvalidActionError as exc:
-            await manager.refuse(episode_id, exc)
-        step = await manager.step(episode_id, action)
+        with tracing.span("env.step", {"roost.episode_id": episode_id}) as span:
+            try:
+                action = step_request(await request.body()).to_protocol()
+            except errors.InvalidActionError as exc:
+                await manager.refuse(episode_id, exc)
+            step = await manager.step(episode_id, action)
+            if span is not None:
+                span.set_attributes({"roost.reward": step.reward, "roost.terminated": step.terminated,
+                                     "roost.truncated": step.truncated})
         return wire.StepResponse(episode_id=episode_id, observation=wire.ObservationWire.of(step.observation),
                                  reward=step.reward, terminated=step.terminated, truncated=step.truncated,
                                  info=step.info, tools=step.tools)

@@ -38,6 +38,8 @@ class ServerConfig:
     default: the env's own `EnvSpec.call_timeout_s`."""
     hang_timeout_s: float = WorkerConfig.hang_timeout_s
     """A worker silent this long (no heartbeat) is killed, even mid-request."""
+    trace: bool = False
+    """OpenTelemetry spans (`roost.tracing`; also on with the OTEL_* variables)."""
 
 
 def _spec(config: ServerConfig):
@@ -55,8 +57,10 @@ def build_manager(config: ServerConfig) -> EpisodeManager:
 def build_app(config: ServerConfig, manager: EpisodeManager | None = None):
     from roost.envs.http_app import create_app
 
+    from roost.tracing import Tracing
+
     manager = manager or build_manager(config)
-    app = create_app(manager, max_body_bytes=config.max_body_bytes)
+    app = create_app(manager, max_body_bytes=config.max_body_bytes, tracing=Tracing.start("env", flag=config.trace))
     routes = _spec(config).load_routes()
     if routes is not None:  # the env's own pages (e.g. WebShop's web mode)
         app.include_router(routes(manager))
@@ -134,9 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-episodes", type=int, default=ManagerConfig.max_episodes)
     parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
     parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--trace", action="store_true", help="OpenTelemetry spans (also on with OTEL_* variables)")
     args = parser.parse_args(argv)
     config = ServerConfig(args.env, parse_env_args(args.env_arg), args.host, args.port,
-                          ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s))
+                          ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
+                          trace=args.trace)
     try:
         with stop_on_sigterm():  # the workers stop, closing their episodes, before the server exits
             asyncio.run(serve(config))

@@ -132,8 +132,10 @@ class EngineHTTP:
         timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 1024,
+        trace_configs: list[aiohttp.TraceConfig] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        self._trace_configs = trace_configs  # roost.tracing: client spans, traceparent to the engine
         self._headers = {**JSON_HEADERS, **bearer(api_key)}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
         self._max_connections = max_connections
@@ -148,7 +150,8 @@ class EngineHTTP:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                  trace_configs=self._trace_configs)
         return self._session
 
     async def close(self) -> None:

@@ -42,7 +42,7 @@ def connect(path: Path) -> sqlite3.Connection:
 def check(conn: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
     """The columns of each table; raises `StoreUnreadable` when a needed one is missing."""
     try:
-        version = _version(conn)
+        version = schema.stored_version(conn)
         columns = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in NEEDED}
     except sqlite3.DatabaseError as exc:
         raise StoreUnreadable(f"{path} is not a trajectory store ({exc})") from exc
@@ -62,10 +62,3 @@ def _lacks(table: str, absent: list[str], exists: bool) -> str:
         return f"it has no {table} table"
     return f"{table} lacks {', '.join(f'{table}.{c}' for c in absent)}" if absent else ""
 
-
-def _version(conn: sqlite3.Connection) -> int | None:
-    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-    if not has_meta:
-        return None
-    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    return int(row[0]) if row and str(row[0]).isdigit() else None

@@ -47,6 +47,8 @@ def engine(
                                                        "batch (SGLang's flag; the last request admitted "
                                                        "may take it past this)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
+    trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the "
+                                                      "OTEL_* variables; docs/observability.md)."),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT, or a vLLM server there."""
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
@@ -68,7 +70,7 @@ def engine(
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
                            reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)
-    serve(engine_, host=host, port=port, api_key=api_key, log_level=log_level)
+    serve(engine_, host=host, port=port, api_key=api_key, log_level=log_level, trace=trace)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

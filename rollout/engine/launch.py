@@ -6,6 +6,7 @@ from pathlib import Path
 
 from roost.rollout.keys import ENGINE_KEY, new_key
 from roost.rollout.server_process import ServerProcess
+from roost.tracing import Tracing
 
 from .engine import Engine, EngineConfig
 from .scripted_sampler import Script, ScriptedSampler
@@ -24,16 +25,19 @@ def build_engine(
     return Engine(config)
 
 
-def serve(engine: Engine, *, host: str, port: int, api_key: str, log_level: str = "warning") -> None:
+def serve(engine: Engine, *, host: str, port: int, api_key: str, log_level: str = "warning",
+          trace: bool = False) -> None:
     import uvicorn
 
     from .server import create_app
 
+    tracing = Tracing.start("engine", flag=trace)
     engine.start()
     try:
-        uvicorn.run(create_app(engine, api_key), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(create_app(engine, api_key, tracing), host=host, port=port, log_level=log_level, access_log=False)
     finally:
         engine.stop()
+        tracing.shutdown()
 
 
 class EngineProcess(ServerProcess):

@@ -17,6 +17,7 @@ from ..keys import presented_key, same_key
 from .engine import Completion, Engine
 from .scripted_sampler import Script, ScriptedSampler, ScriptError
 from .weights import WeightMismatch
+from roost.tracing import Tracing
 from .wire import (
     AbortRequest,
     PauseRequest,
@@ -86,11 +87,13 @@ def _answer_text(engine: Engine, done: Completion, params) -> str:
     return text
 
 
-def create_app(engine: Engine, api_key: str) -> FastAPI:
+def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> FastAPI:
     """The routes that change the engine (weights, pause, cache, script, aborting every request)
     take `api_key` as a bearer token or `x-api-key`; `/generate`, aborting one request by its
-    rid, the info routes and `/health` are open."""
-    app = FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None)
+    rid, the info routes and `/health` are open. `tracing`: a server span per request and an
+    `engine.generate` span per generation."""
+    tracing = tracing or Tracing()
+    app = tracing.instrument_app(FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None))
 
     async def control(request: Request) -> None:
         if not same_key(presented_key(request.headers), api_key):
@@ -158,11 +161,14 @@ def create_app(engine: Engine, api_key: str) -> FastAPI:
         plan = await engine.prepare(ids, params)
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
-            chunks = _stream(engine, ids, plan, params, req, rid, started)
+            # The stream is sent after this handler returns: its span is parented explicitly.
+            chunks = _stream(engine, ids, plan, params, req, rid, started, tracing, tracing.current().traceparent)
             return StreamingResponse(chunks, media_type="text/event-stream")
         try:
             async with cancelled_on_hangup(request.receive):
-                done = await engine.generate(ids, params, rid, plan)
+                with tracing.span("engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids)}) as span:
+                    done = await engine.generate(ids, params, rid, plan)
+                    _describe(span, done)
         except ClientGone:
             # Cancelling the wait took the request out of the scheduler; no one reads this.
             return Response(status_code=499)
@@ -240,14 +246,25 @@ async def _on_engine_thread(engine: Engine, fn) -> Any:
     return await asyncio.wrap_future(engine.scheduler.call(fn))
 
 
-async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float):
+def _describe(span: Any, done: Completion) -> None:
+    if span is not None:
+        span.set_attributes({"roost.completion_tokens": len(done.output_ids), "roost.cached_tokens": done.cached_tokens,
+                             "roost.weight_version": done.weight_version})
+
+
+async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float, tracing: Tracing,
+                  parent: str | None):
     done = Completion(constraint=plan.constraint_meta())
-    async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
-        new_ids = done.add(outputs)
-        chunk = {
-            "text": _answer_text(engine, done, params),
-            "output_ids": new_ids,  # SGLang streams output_ids incrementally
-            "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started),
-        }
-        yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+    with tracing.span("engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids), "roost.stream": True},
+                      parent=parent) as span:
+        async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
+            new_ids = done.add(outputs)
+            chunk = {
+                "text": _answer_text(engine, done, params),
+                "output_ids": new_ids,  # SGLang streams output_ids incrementally
+                "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs,
+                                   started),
+            }
+            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+        _describe(span, done)
     yield b"data: [DONE]\n\n"

@@ -19,6 +19,7 @@ from .errors import MethodNotAllowed, NotFound
 from .gateway import Gateway
 from .http_util import error_response, guarded
 from .openapi import build_openapi
+from .routes_openai import MODEL_CALL_PATHS
 from .routes_probes import roost_version
 
 
@@ -54,4 +55,6 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
         lifespan=lifespan,
     )
     app.state.gateway = gw
-    return app
+    # Model calls get their own server span (routes_openai.call_span), parented on the session's
+    # episode when the harness sends no traceparent.
+    return gw.tracing.instrument_app(app, untraced=MODEL_CALL_PATHS)

@@ -30,6 +30,7 @@ from .pause import PauseGate
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, Sampled, call_record, new_id, node_for, timings
 from .stop_strings import StopTrimmer, trim_stop
+from roost.tracing import TraceIds
 
 ENGINE_PROBE_S = 5.0  # an engine slower than this to answer /health counts as unreachable
 
@@ -56,6 +57,8 @@ class Prepared:
     skip_special_tokens: bool = True
     constraint: dict[str, str] | None = None
     """What held the reply to a grammar (structured_outputs.Constraint.record), for the stored call."""
+    trace: TraceIds = TraceIds()
+    """The call's `gateway.call` span (tracing on), stored with the call."""
 
 
 @dataclass
@@ -107,8 +110,11 @@ class TokenBackend:
                 self.gate.exit()
 
         handed_over = False
+        tracing = self.ctx.tracing
         try:
-            p = await front.prepare(self.ctx, target, req, raw_body, received)
+            with tracing.span("gateway.plan"):
+                p = await front.prepare(self.ctx, target, req, raw_body, received)
+            p.trace = tracing.current()
             if p.stream:
                 response = await self._stream(front, p, release)
                 handed_over = True
@@ -162,8 +168,11 @@ class TokenBackend:
             plan=p.plan, sampled=sampled, sampling_params=p.params, request=orjson.Fragment(p.raw_body),
             response=recorded_response(front, p, outcome),
             timings=timings(p.received, started, engine_done, time.perf_counter()), reply_key=reply_key,
+            trace=p.trace,
         )
-        await ctx.record(record)
+        # A stream records after its call span ended: its record span is still that span's child.
+        with ctx.tracing.span("gateway.record", {"roost.call_id": call_id}, parent=p.trace.traceparent):
+            await ctx.record(record)
         p.target.session.tree(p.target.agent).add(node_for(call_id, p.plan, sampled, ctx.tokenizer, reply_key))
         ctx.count_call(front.endpoint, p.plan, sampled)
         return outcome
@@ -173,7 +182,9 @@ class TokenBackend:
         call_ids = [new_id() for _ in range(p.n)]
         started = time.perf_counter()
         try:
-            generations = await ctx.generate(front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids, receive)
+            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.n": p.n}):
+                generations = await ctx.generate(front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids,
+                                                 receive)
         except EngineError as exc:
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         engine_done = time.perf_counter()
@@ -201,7 +212,8 @@ class TokenBackend:
         started = time.perf_counter()
         engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id)
         try:
-            first = await anext(engine_stream)
+            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.stream": True}):
+                first = await anext(engine_stream)
         except StopAsyncIteration:
             await engine_stream.aclose()
             raise BackendUnavailable("the engine closed the stream without a token; retry",

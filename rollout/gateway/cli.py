@@ -55,6 +55,9 @@ def gateway(
     upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
     upstream_token_ids: bool = typer.Option(False, help="openai backend: ask upstream for token ids."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
+    trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP from the gateway and "
+                                                      "the engine it starts (also on with the OTEL_* variables; "
+                                                      "docs/observability.md)."),
 ) -> None:
     """Serve the OpenAI-compatible gateway that records token-exact trajectories."""
     from .config import GatewayConfig
@@ -71,13 +74,14 @@ def gateway(
         reasoning_policy=reasoning.value, served_model_name=served_model_name, public_url=public_url,
         sessionless=sessionless.value, pause_wait_s=pause_wait_s, engine_timeout_s=engine_timeout_s,
         upstream_api_key=upstream_api_key, upstream_model=upstream_model, upstream_token_ids=upstream_token_ids,
-        context_length=context_length,
+        context_length=context_length, trace=trace,
     )
     if backend is Backend.embedded and engine_url is None:
         from ..engine.launch import EngineProcess
 
         # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
         engine_args = ["--context-length", str(context_length)] if context_length else []
+        engine_args += ["--trace"] if trace else []
         engine = EngineProcess(model or "tiny", extra_args=engine_args, api_key=engine_key)
         with engine as url:
             serve(config.model_copy(update={"engine_url": url, "model": model or "tiny",

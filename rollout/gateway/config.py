@@ -47,3 +47,5 @@ class GatewayConfig(BaseModel):
     upstream_token_ids: bool = Field(False, description="openai backend: ask upstream for token ids "
                                      "(return_token_ids, vLLM/roost extension)")
     startup_timeout_s: float = Field(60.0, description="How long to wait for the engine at startup")
+    trace: bool = Field(False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
+                        "variables; docs/observability.md)")

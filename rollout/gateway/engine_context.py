@@ -27,6 +27,7 @@ from .errors import ClientDisconnected, ModelNotFound, StoreUnavailable
 from .metrics import GatewayMetrics
 from .prompt_builder import PromptBuilder, PromptPlan
 from .recording import CallTarget, Sampled
+from roost.tracing import Tracing
 
 T = TypeVar("T")
 # Requests smaller than this are prepared on the event loop: rendering and tokenizing them
@@ -47,6 +48,7 @@ class EngineContext:
     context_length: int
     reply_format: ReplyFormat
     preparers: ThreadPoolExecutor
+    tracing: Tracing
 
     async def off_loop(self, body_bytes: int, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (rendering, tokenizing), on a prepare thread when the request is big, so

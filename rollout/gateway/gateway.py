@@ -25,6 +25,7 @@ from .pause import PauseGate
 from .prompt_builder import PromptBuilder
 from .recording import node_from_call
 from .sessions import SessionRegistry
+from roost.tracing import Tracing
 
 log = logging.getLogger("roost.gateway")
 
@@ -37,6 +38,7 @@ class Gateway:
     def __init__(self, config: GatewayConfig):
         self.config = config
         self.metrics = GatewayMetrics()
+        self.tracing = Tracing.start("gateway", flag=config.trace)
         self.store = TrajectoryStore(config.store_path)
         self.gate: PauseGate | None = None
         self.registry: SessionRegistry | None = None
@@ -81,13 +83,14 @@ class Gateway:
         if self.backend is not None:
             await self.backend.close()
         await asyncio.to_thread(self.store.close)
+        await asyncio.to_thread(self.tracing.shutdown)
 
     async def _engine_context(self) -> EngineContext:
         config = self.config
         if not config.engine_url:
             raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
         client = engine_client(config.backend, config.engine_url, api_key=config.engine_key,
-                               timeout_s=config.engine_timeout_s)
+                               timeout_s=config.engine_timeout_s, trace_configs=self.tracing.aiohttp_trace_configs())
         try:
             info = await self._model_info(client)
         except GatewayStartupError:
@@ -105,7 +108,7 @@ class Gateway:
         return EngineContext(
             config=config, client=client, tokenizer=builder.tokenizer, builder=builder,
             store=self.store, metrics=self.metrics, served_model=served, context_length=int(context_length),
-            reply_format=HERMES,
+            reply_format=HERMES, tracing=self.tracing,
             preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
         )
 

@@ -16,6 +16,7 @@ from .prompt_builder import PromptPlan
 from .responses import assistant_message
 from .sessions import SessionState
 from .token_tree import Node
+from roost.tracing import TraceIds
 
 
 def new_id() -> str:
@@ -80,7 +81,7 @@ def node_from_call(call: CallRecord, tokenizer: ChatTokenizer) -> Node:
 def call_record(
     *, call_id: str, target: CallTarget, endpoint: str, backend: str, model: str, plan: PromptPlan,
     sampled: Sampled, sampling_params: dict[str, Any], request: Any, response: dict[str, Any],
-    timings: dict[str, float], reply_key: bytes | None,
+    timings: dict[str, float], reply_key: bytes | None, trace: TraceIds = TraceIds(),
 ) -> CallRecord:
     return CallRecord(
         call_id=call_id,
@@ -110,6 +111,8 @@ def call_record(
         render_len=plan.render_len,
         render_digest=plan.render_digest.hex(),
         turns_before=plan.turns_before,
+        trace_id=trace.trace_id,
+        span_id=trace.span_id,
     )
 
 

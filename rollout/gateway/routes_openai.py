@@ -11,16 +11,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from roost.tracing import Tracing
+
 from .addressing import resolve_target
 from .auth import session_keyed
 from .backend import Front
 from .chat_calls import ChatFront
 from .gateway import Gateway
 from .http_util import Handler, guarded, parse, read_body
+from .recording import CallTarget
 from .text_calls import TextFront
 from .wire import ChatCompletionRequest, CompletionRequest
 
 PREFIXES = ("/v1", "/sessions/{sid}/v1", "/sessions/{sid}/agents/{agent}/v1")
+# The URLs of model calls (every wire), which `call_span` traces instead of the ASGI middleware.
+MODEL_CALL_PATHS = "/v1/(chat/completions|completions|messages|responses)$"
 
 
 def model_call(gw: Gateway, front: Front, model: type[BaseModel]) -> Handler:
@@ -31,9 +36,21 @@ def model_call(gw: Gateway, front: Front, model: type[BaseModel]) -> Handler:
         body = await read_body(request, gw.config.max_body_bytes)
         req = parse(model, body)
         target = await resolve_target(request, gw.registry, gw.config.sessionless)
-        return await gw.backend.call(front, target, req, body, received, request.receive)
+        with call_span(gw.tracing, request, target, front.endpoint):
+            return await gw.backend.call(front, target, req, body, received, request.receive)
 
     return handle
+
+
+def call_span(tracing: Tracing, request: Request, target: CallTarget, endpoint: str):
+    """The `gateway.call` span of one model call: a child of the traceparent the harness sent
+    (linked to the session's episode), else of the session's episode, else a trace's root."""
+    sent = tracing.incoming(request.headers)
+    episode = target.session.trace_parent
+    attributes = {"roost.session_id": target.session.session_id, "roost.agent": target.agent,
+                  "roost.endpoint": endpoint, "http.request.method": request.method, "url.path": request.url.path}
+    return tracing.span("gateway.call", attributes, parent=sent or episode, link=episode if sent else None,
+                        server=True)
 
 
 def routes(gw: Gateway) -> list[Route]:

@@ -48,6 +48,8 @@ class SessionState:
     trees: dict[str, AgentTree] = field(default_factory=dict)
     next_seq: int = 0
     max_nodes: int = 4096
+    trace_parent: str | None = None
+    """The W3C traceparent its model calls are parented on when they bring none (kept in memory only)."""
 
     @property
     def session_id(self) -> str:

@@ -150,6 +150,9 @@ class CreateSession(Wire):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else to keep with the session")
     session_id: str | None = Field(None, description="Choose the id (default: random)")
     reasoning_policy: Literal["keep", "drop"] | None = Field(None, description="Override the gateway's policy")
+    traceparent: str | None = Field(None, max_length=128, description=(
+        "W3C traceparent of the episode's span (tracing on): the session's model calls that bring no "
+        "traceparent of their own are its children (default: this request's own traceparent)"))
 
     @field_validator("session_id")
     @classmethod

@@ -38,6 +38,7 @@ class TrajectoryReader:
             )
         self.path = path
         self._conn: sqlite3.Connection = schema.connect(str(path), readonly=True)
+        self._calls = schema.call_columns(self._conn, CALL_COLUMNS)  # an older store: its columns as it has them
 
     def __enter__(self) -> TrajectoryReader:
         return self
@@ -83,16 +84,16 @@ class TrajectoryReader:
 
     def calls(self, session_id: str) -> list[CallRecord]:
         rows = self._conn.execute(
-            f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE session_id=? ORDER BY seq", (session_id,)
+            f"SELECT {self._calls} FROM calls WHERE session_id=? ORDER BY seq", (session_id,)
         )
         return [call_from_row(r) for r in rows]
 
     def call(self, call_id: str) -> CallRecord | None:
-        row = self._conn.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE call_id=?", (call_id,)).fetchone()
+        row = self._conn.execute(f"SELECT {self._calls} FROM calls WHERE call_id=?", (call_id,)).fetchone()
         return call_from_row(row) if row else None
 
     def iter_calls(self) -> Iterator[CallRecord]:
-        for row in self._conn.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls ORDER BY session_id, seq"):
+        for row in self._conn.execute(f"SELECT {self._calls} FROM calls ORDER BY session_id, seq"):
             yield call_from_row(row)
 
     def call_count(self, session_id: str | None = None) -> int:

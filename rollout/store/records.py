@@ -90,6 +90,9 @@ class CallRecord:
     render_len: int = 0
     render_digest: str = ""
     turns_before: int = 0
+    # The call's span when tracing was on (W3C hex ids; "" when off, or in a store older than them).
+    trace_id: str = ""
+    span_id: str = ""
 
     @property
     def path_len(self) -> int:

@@ -15,7 +15,7 @@ CALL_COLUMNS = (
     "parent_call_id", "shared_prefix_len", "kind", "reuse", "prompt_ids", "sampled_ids",
     "sampled_logprobs", "finish_reason", "sampling_params", "weight_version", "timings",
     "request", "response", "created_at", "prompt_key", "reply_key", "render_len",
-    "render_digest", "turns_before",
+    "render_digest", "turns_before", "trace_id", "span_id",
 )
 SESSION_COLUMNS = (
     "session_id", "key_hash", "group_id", "task", "metadata", "reasoning_policy", "status",
@@ -50,7 +50,7 @@ def call_row(c: CallRecord) -> tuple:
         c.sampled_ids.tobytes(), c.sampled_logprobs.tobytes(), _json(c.finish_reason),
         _json(c.sampling_params), c.weight_version, _json(c.timings), _json(c.request),
         _json(c.response), c.created_at, c.prompt_key, c.reply_key, c.render_len,
-        c.render_digest, c.turns_before,
+        c.render_digest, c.turns_before, c.trace_id, c.span_id,
     )
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 import sqlite3
 import sys
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each version adds to the one before; `create` applies the missing steps to an older store.
+MIGRATIONS = {
+    2: ("ALTER TABLE calls ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''",  # the call's span (tracing)
+        "ALTER TABLE calls ADD COLUMN span_id TEXT NOT NULL DEFAULT ''"),
+}
 
 if sys.byteorder != "little":  # blobs are written in native order; say so instead of corrupting
     raise ImportError("roost's trajectory store assumes a little-endian machine")
@@ -64,7 +69,9 @@ CREATE TABLE IF NOT EXISTS calls (
     reply_key TEXT NOT NULL,
     render_len INTEGER NOT NULL,
     render_digest TEXT NOT NULL,
-    turns_before INTEGER NOT NULL
+    turns_before INTEGER NOT NULL,
+    trace_id TEXT NOT NULL DEFAULT '',
+    span_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (
@@ -106,12 +113,46 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 def create(conn: sqlite3.Connection) -> None:
-    conn.executescript(DDL)
-    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    if row is None:
-        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-    elif int(row[0]) != SCHEMA_VERSION:
+    """Create the tables, or bring a store of an older version up to this one (older roosts
+    cannot write to it afterwards; they can still read it)."""
+    version = stored_version(conn) or SCHEMA_VERSION
+    if version > SCHEMA_VERSION:
         raise RuntimeError(
-            f"trajectory store has schema version {row[0]}, this roost reads version {SCHEMA_VERSION}; "
+            f"trajectory store has schema version {version}, this roost reads up to version {SCHEMA_VERSION}; "
             "export it with the roost that wrote it, or point the gateway at a new --store file"
         )
+    if version < SCHEMA_VERSION:
+        _migrate(conn, version)
+    conn.executescript(DDL)
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
+def stored_version(conn: sqlite3.Connection) -> int | None:
+    """The schema version a store says it has; None for a new file (or one that says nothing)."""
+    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    if not has_meta:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return int(row[0]) if row and str(row[0]).isdigit() else None
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+        conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def call_columns(conn: sqlite3.Connection, wanted: tuple[str, ...]) -> str:
+    """`wanted` as a SELECT list over this store's calls table: a column an older store lacks
+    reads as its default ('')."""
+    present = {r[1] for r in conn.execute("PRAGMA table_info(calls)")}
+    if not present:  # no table yet (the writer creates it): name the columns as they will be
+        return ", ".join(wanted)
+    return ", ".join(c if c in present else f"'' AS {c}" for c in wanted)

@@ -183,3 +183,45 @@ def test_exported_samples_keep_their_format(store, tmp_path):
         {"call_id": "c", "start": 5, "end": 6, "weight_version": "3", "reward": 1.0}]
     assert rows["c"]["finish_reason"] == {"type": "stop", "matched": 2} and rows["c"]["task"] == {"id": 1}
     assert rows["d"]["group_id"] is None and rows["d"]["session_id"] == "s2" and rows["d"]["call_ids"] == ["d"]
+
+
+def _as_version_1(path) -> None:
+    """Turn a store into one an older roost wrote: schema version 1, no trace columns."""
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE calls DROP COLUMN trace_id")
+    conn.execute("ALTER TABLE calls DROP COLUMN span_id")
+    conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+
+
+def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path):
+    path = tmp_path / "old.sqlite"
+    old = TrajectoryStore(path).open()
+    _fill(old)
+    old.close()
+    _as_version_1(path)
+    with TrajectoryReader(path) as reader:  # read-only: left as it is
+        assert [(c.call_id, c.trace_id, c.span_id) for c in reader.calls("s1")] == [("a", "", ""), ("b", "", ""),
+                                                                                 ("c", "", "")]
+    store = TrajectoryStore(path).open()
+    traced = dataclasses.replace(call("d", 3, [1], [2]), trace_id="ab" * 16, span_id="cd" * 8)
+    asyncio.run(store.record_call(traced))
+    store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    conn.close()
+    with TrajectoryReader(path) as reader:
+        assert {c.call_id: c.trace_id for c in reader.calls("s1")} == {"a": "", "b": "", "c": "", "d": "ab" * 16}
+        assert reader.call("d").span_id == "cd" * 8
+
+
+def test_a_store_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "new.sqlite"
+    TrajectoryStore(path).open().close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(RuntimeError, match="schema version 99.*new --store file"):
+        TrajectoryStore(path).open()
