@@ -142,6 +142,11 @@ class Tracing:
 
         return [create_trace_config(tracer_provider=self.provider)]
 
+    def flush(self) -> None:
+        """Export what is queued now (a process about to be killed)."""
+        if self.provider is not None:
+            self.provider.force_flush()
+
     def shutdown(self) -> None:
         """Export what is queued and stop the exporter."""
         if self.provider is not None:

@@ -39,6 +39,8 @@ def eval_command(
     run_id: Optional[str] = typer.Option(None, help="Run id; sessions are grouped as RUN_ID/TASK_ID."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary and per-episode results as JSON."),
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
+    trace: bool = typer.Option(False, "--trace", help="A trace per episode over OTLP/HTTP (also on with the OTEL_* "
+                                                      "variables; docs/observability.md)."),
 ) -> None:
     """Evaluate an agent: success rate and mean reward over N episodes (env faults are not scored)."""
     import json
@@ -50,7 +52,7 @@ def eval_command(
                         admin_key=admin_key,
                         episodes=episodes, split=split, concurrency=concurrency, max_turns=max_turns,
                         env_kwargs=parse_env_args(env_arg), agent_kwargs=parse_env_args(agent_arg),
-                        workers=workers, run_id=run_id, progress=progress, task_ids=tuple(task_id))
+                        workers=workers, run_id=run_id, progress=progress, task_ids=tuple(task_id), trace=trace)
     report = _played(config).report()
     if as_json:
         typer.echo(json.dumps(report, indent=1))

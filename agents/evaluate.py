@@ -9,6 +9,7 @@ recorded as trajectories, with the episode's reward posted to the session.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -21,6 +22,7 @@ from roost.agents.registry import load_agent
 from roost.agents.results import EpisodeResult
 from roost.agents.runner import EpisodeHost, RunConfig, run_episodes, summarize
 from roost.envs.protocol import Task, ToolSchema
+from roost.tracing import Tracing
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class EvalConfig:
     progress: bool = True
     task_ids: tuple[str, ...] = ()
     """Play these tasks (cycled) instead of the split's tasks in order."""
+    trace: bool = False
+    """A trace per episode (`roost.tracing`; also on with the OTEL_* variables)."""
 
 
 @dataclass(frozen=True)
@@ -76,18 +80,20 @@ async def play(config: EvalConfig) -> Evaluation:
     if agent.needs_model and not config.base_url:
         raise ValueError(f"agent {agent.name!r} needs a model: pass --base-url (an OpenAI-compatible endpoint "
                          "or a roost gateway)")
-    gateway = await recording_gateway(config.base_url, config.admin_key)
+    tracing = Tracing.start("runner", flag=config.trace)
+    gateway = await recording_gateway(config.base_url, config.admin_key, tracing)
     run = RunConfig(concurrency=config.concurrency, max_turns=config.max_turns, model=config.model,
                     base_url=None if gateway else config.base_url, api_key=config.api_key,
-                    run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", progress=config.progress)
+                    run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", progress=config.progress, tracing=tracing)
     started = time.perf_counter()
     try:
-        async with _episode_host(config) as (host, tools):
+        async with _episode_host(config, tracing) as (host, tools):
             tasks = _episode_tasks(config, await host.tasks(config.split))
             results = await run_episodes(tasks, host, agent, tools, run, gateway)
     finally:
         if gateway is not None:
             await gateway.aclose()
+        await asyncio.to_thread(tracing.shutdown)
     return Evaluation(config, agent.name, run.run_id, gateway is not None, results,
                       round(time.perf_counter() - started, 2))
 
@@ -107,11 +113,11 @@ def _episode_tasks(config: EvalConfig, available: list[Task]) -> list[Task]:
 
 
 @contextlib.asynccontextmanager
-async def _episode_host(config: EvalConfig) -> AsyncIterator[tuple[EpisodeHost, list[ToolSchema]]]:
+async def _episode_host(config: EvalConfig, tracing: Tracing) -> AsyncIterator[tuple[EpisodeHost, list[ToolSchema]]]:
     if config.env_url:
         from roost.envs.client import EnvClient
 
-        async with EnvClient(config.env_url) as client:
+        async with EnvClient(config.env_url, tracing=tracing) as client:
             yield client, (await client.info()).tools
         return
     from roost.envs.episodes import EpisodeManager, ManagerConfig

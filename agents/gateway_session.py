@@ -116,7 +116,8 @@ async def is_gateway(url: str) -> bool:
     return response.status_code == 200
 
 
-async def recording_gateway(base_url: str | None, admin_key: str | None) -> GatewayClient | None:
+async def recording_gateway(base_url: str | None, admin_key: str | None,
+                            tracing: Tracing | None = None) -> GatewayClient | None:
     """A client of the gateway at `base_url`, or None when `base_url` is a plain OpenAI endpoint.
     Raises `ValueError` for a gateway without its admin key."""
     if not base_url or not await is_gateway(base_url):
@@ -124,4 +125,4 @@ async def recording_gateway(base_url: str | None, admin_key: str | None) -> Gate
     if not admin_key:
         raise ValueError(f"{base_url} is a roost gateway: pass its admin key (--admin-key or {ADMIN_KEY.env}) "
                          f"to record the episodes, or use {base_url.rstrip('/')}/v1 to run them unrecorded")
-    return GatewayClient(base_url, admin_key=admin_key)
+    return GatewayClient(base_url, admin_key=admin_key, tracing=tracing)

@@ -29,6 +29,7 @@ from roost.rollout.engine.model_spec import read_config
 from roost.rollout.engine.wire import UpdateWeightsAnswer
 from roost.rollout.engine_client import detect_backend, engine_client
 from roost.rollout.sglang_client import EngineError
+from roost.tracing import Tracing
 
 from .hf_checkpoint import CheckpointMismatch, tokenizer_fingerprint
 
@@ -67,12 +68,12 @@ def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _paused(url: str | None, admin_key: str | None, timeout_s: float) -> AsyncIterator[None]:
+async def _paused(url: str | None, admin_key: str | None, timeout_s: float, tracing: Tracing) -> AsyncIterator[None]:
     """The gateway at `url` (if any) paused for the body, and resumed after it whatever happens."""
     if not url:
         yield
         return
-    async with GatewayClient(url, admin_key=admin_key, timeout_s=timeout_s) as gateway:
+    async with GatewayClient(url, admin_key=admin_key, timeout_s=timeout_s, tracing=tracing) as gateway:
         try:
             state = await gateway.pause()
         except GatewayError as exc:
@@ -92,17 +93,27 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float) -> A
 async def sync_weights(
     engine_url: str, folder: str | Path, *, weight_version: str | None = None, engine_key: str | None = None,
     gateway_url: str | None = None, admin_key: str | None = None, timeout_s: float = 600.0,
-    engine_backend: str | None = None,
+    engine_backend: str | None = None, tracing: Tracing | None = None,
 ) -> SyncResult:
     """Load the checkpoint at `folder` into the engine (its key: `engine_key`; its kind:
     `engine_backend`, asked of the server when None), pausing the gateway (its key: `admin_key`)
-    around it."""
+    around it; in a `weight_sync` span when `tracing` is on."""
+    tracing = tracing or Tracing()
+    with tracing.span("weight_sync", {"roost.weight_version": weight_version, "roost.folder": str(folder)}):
+        return await _sync_weights(engine_url, folder, weight_version, engine_key, gateway_url, admin_key, timeout_s,
+                                   engine_backend, tracing)
+
+
+async def _sync_weights(engine_url: str, folder: str | Path, weight_version: str | None, engine_key: str | None,
+                        gateway_url: str | None, admin_key: str | None, timeout_s: float,
+                        engine_backend: str | None, tracing: Tracing) -> SyncResult:
     started = time.perf_counter()
     folder = Path(folder).resolve()
     backend = engine_backend or await detect_backend(engine_url)
-    async with engine_client(backend, engine_url, api_key=engine_key, timeout_s=timeout_s) as engine:
+    async with engine_client(backend, engine_url, api_key=engine_key, timeout_s=timeout_s,
+                             trace_configs=tracing.aiohttp_trace_configs()) as engine:
         check_compatible(folder, await engine.model_info())
-        async with _paused(gateway_url, admin_key, timeout_s):
+        async with _paused(gateway_url, admin_key, timeout_s, tracing):
             paused = time.perf_counter()
             try:
                 answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)

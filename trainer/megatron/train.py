@@ -24,6 +24,7 @@ import torch
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.rope import inverse_frequencies
 from roost.rollout.store.samples import Sample
+from roost.tracing import Tracing
 
 from .. import hf_checkpoint
 from ..advantages import Scored
@@ -155,14 +156,35 @@ class MegatronPolicy:
                 out[index] = lp
         return [lp for lp in out if lp is not None]
 
-    def train_step(self, scored: list[Scored]) -> StepStats:
-        """One optimizer step on a batch of scored samples (the same list on every rank)."""
+    def train_step(self, scored: list[Scored], tracing: Tracing | None = None) -> StepStats:
+        """One optimizer step on a batch of scored samples (the same list on every rank); `tracing`:
+        `train.pack`, `train.forward_backward` and `train.optimizer` spans."""
+        tracing = tracing or Tracing()
         started = time.perf_counter()
         samples = [item.sample for item in scored]
-        microbatches = self.microbatches(samples)
+        with tracing.span("train.pack", {"roost.samples": len(samples)}):
+            microbatches = self.microbatches(samples)
         positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
         weights = token_weights([len(p) for p in positions], self.config.loss.aggregation)
         mine = self.my_microbatches(microbatches)
+        with tracing.span("train.forward_backward", {"roost.microbatches": len(mine)}):
+            total_loss, sums = self._forward_backward(scored, samples, mine, positions, weights)
+        with tracing.span("train.optimizer"):
+            from megatron.core.distributed import finalize_model_grads
+
+            finalize_model_grads([self.model])
+            updated, grad_norm, _ = self.optimizer.step()
+        self.steps += int(bool(updated))
+        return StepStats(
+            loss=_dp_sum(total_loss), grad_norm=float(grad_norm or 0.0), updated=bool(updated),
+            samples=len(samples), sampled_tokens=sum(len(p) for p in positions),
+            microbatches=len(microbatches), tree_tokens=sum(mb.num_tokens for mb in microbatches),
+            seconds=time.perf_counter() - started, extra=sums,
+        )
+
+    def _forward_backward(self, scored: list[Scored], samples: list[Sample], mine: list[Microbatch],
+                          positions: list[list[int]], weights: list[float]) -> tuple[float, dict[str, float]]:
+        """The loss of this rank's microbatches, its gradients accumulated; (loss, summed statistics)."""
         old = self._old_logprobs(mine) if self.config.old_logprobs == "recompute" else {}
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -190,17 +212,7 @@ class MegatronPolicy:
             total_loss += float(loss.detach())
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value
-        from megatron.core.distributed import finalize_model_grads
-
-        finalize_model_grads([self.model])
-        updated, grad_norm, _ = self.optimizer.step()
-        self.steps += int(bool(updated))
-        return StepStats(
-            loss=_dp_sum(total_loss), grad_norm=float(grad_norm or 0.0), updated=bool(updated),
-            samples=len(samples), sampled_tokens=sum(len(p) for p in positions),
-            microbatches=len(microbatches), tree_tokens=sum(mb.num_tokens for mb in microbatches),
-            seconds=time.perf_counter() - started, extra=sums,
-        )
+        return total_loss, sums
 
     @torch.no_grad()
     def _old_logprobs(self, microbatches: list[Microbatch]) -> dict[int, torch.Tensor]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost.agents.results import UNSCORED
 from roost.envs.protocol import Task, ToolSchema
+from roost.tracing import Tracing
 
 from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advantages
 from ..checkpoint import RunState, checkpoint_dir, load_evals, prune_checkpoints, save_evals
@@ -82,12 +84,17 @@ class Run:
     evals: dict[str, dict[str, Any]]
     last: dict[str, Any] = field(default_factory=dict)
     """The newest RL step's metrics."""
+    tracing: Tracing = field(default_factory=Tracing)
+    """A `train.step` span per RL step, with its stages and the weight sync."""
 
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     from .setup import placement, prepare_env, ray_session, services, start_env, stop_services
 
     hooks = hooks or Hooks()
+    if recipe.trace:
+        # The standard variable reaches every process of the run (Ray's workers, the servers).
+        os.environ.setdefault("OTEL_TRACES_EXPORTER", "otlp")
     run_dir = recipe.output_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.yaml").write_text(dump_recipe(recipe))
@@ -177,17 +184,20 @@ def _rl(run: Run) -> None:
     run.hooks.stage("rl", recipe.schedule.steps)
     while state.step < recipe.schedule.steps:
         started = time.perf_counter()
-        group_ids, rollout = run.rollouts.next_groups()
-        batch = collect_batch(run.services.store, group_ids, current_version=state.weight_version,
-                              max_staleness=max_staleness)
-        scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
-        lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
-        if recipe.trainer.warmup_steps:
-            run.trainer.set_lr(lr)
-        stats = _train(run.trainer, scored, algo.updates_per_batch)
-        state.step += 1
-        state.consumed_groups += group_ids
-        sync_s = _publish(run, f"step-{state.step}") if stats else 0.0
+        with run.tracing.span("train.step", {"roost.step": state.step + 1}):
+            with run.tracing.span("train.collect"):
+                group_ids, rollout = run.rollouts.next_groups()
+                batch = collect_batch(run.services.store, group_ids, current_version=state.weight_version,
+                                      max_staleness=max_staleness)
+            with run.tracing.span("train.advantages"):
+                scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
+            lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
+            if recipe.trainer.warmup_steps:
+                run.trainer.set_lr(lr)
+            stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing)
+            state.step += 1
+            state.consumed_groups += group_ids
+            sync_s = _publish(run, f"step-{state.step}") if stats else 0.0
         run.last = {**step_metrics(batch, rollout, stats, counts, scored), "lr": lr,
                     "weight_version": state.weight_version, "weight_sync_s": sync_s,
                     "step_s": time.perf_counter() - started}
@@ -202,12 +212,13 @@ def _advantage_config(algo: AlgorithmConfig) -> AdvantageConfig:
                            {a: EstimatorConfig(e.name, e.options) for a, e in algo.per_agent.items()})
 
 
-def _train(trainer: TrainerGroup, scored: list[Scored], updates: int) -> StepStats | None:
+def _train(trainer: TrainerGroup, scored: list[Scored], updates: int, tracing: Tracing) -> StepStats | None:
     """`updates` optimizer steps on the batch (none on an empty one): the first's statistics
     measure the engine/trainer mismatch, the last's clip fraction how much is clipped."""
     stats = None
     for _ in range(updates if scored else 0):
-        last = trainer.train_step(scored)
+        with tracing.span("train.update", {"roost.samples": len(scored)}):
+            last = trainer.train_step(scored, tracing.current().traceparent)
         stats = last if stats is None else replace(stats, extra={**stats.extra,
                                                                  "clip_fraction": last.extra["clip_fraction"]})
     return stats
@@ -259,7 +270,7 @@ def _publish(run: Run, label: str) -> float:
     run.trainer.export(str(folder))
     started = time.perf_counter()
     state.weight_version += 1
-    _sync(run.services, run.hooks, str(folder), state.weight_version)
+    _sync(run.services, run.hooks, str(folder), state.weight_version, run.tracing)
     if due:
         _save(run, checkpoint_dir(run.run_dir, label))
     return time.perf_counter() - started
@@ -281,7 +292,8 @@ def _save(run: Run, folder: Path) -> None:
     prune_checkpoints(run.run_dir, run.recipe.schedule.keep_checkpoints, state.checkpoint, state.reference)
 
 
-def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tries: int = 5) -> None:
+def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tracing: Tracing | None = None,
+          tries: int = 5) -> None:
     """Load `folder` into the engine as `version` (the gateway paused around it); retried while a
     restarting engine comes back."""
     import ray
@@ -291,7 +303,7 @@ def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tries: int = 5
     for attempt in range(tries):
         try:
             asyncio.run(sync_weights(svc.engine_url, folder, weight_version=str(version), engine_key=svc.engine_key,
-                                     gateway_url=svc.gateway_url, admin_key=svc.admin_key))
+                                     gateway_url=svc.gateway_url, admin_key=svc.admin_key, tracing=tracing))
             break
         except Exception as exc:  # noqa: BLE001 - an engine mid-restart; retried, then raised
             if attempt + 1 == tries:
@@ -342,17 +354,19 @@ def _handles(recipe: Recipe, run_dir: Path, state: RunState, svc: Services, wher
                              concurrency=max(1, r.concurrency // r.workers), admin_key=svc.admin_key,
                              invalid_action_penalty=r.invalid_action_penalty)
                for _ in range(r.workers)]
+    tracing = Tracing.start("trainer", flag=recipe.trace)
     try:
         if state.checkpoint:
             trainer.load(str(Path(state.checkpoint) / "trainer"))
             _sync(svc, hooks, start, state.weight_version)
         tasks = task_pool(_tasks(svc, recipe.env.split, recipe.env.name), recipe.env.max_tasks, recipe.schedule.seed)
         yield Run(recipe, run_dir, state, svc, trainer, workers, Rollouts(recipe, workers, tasks, state, svc.store),
-                  metrics, hooks, load_evals(run_dir))
+                  metrics, hooks, load_evals(run_dir), tracing=tracing)
     finally:
         for handle in workers:
             ray.kill(handle)
         trainer.shutdown()
+        tracing.shutdown()
 
 
 def _tasks(svc: Services, split: str, env_name: str) -> list[Task]:

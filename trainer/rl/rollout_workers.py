@@ -22,6 +22,7 @@ from typing import Any
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext
 from roost.agents.results import EpisodeResult, EpisodeStatus
 from roost.envs.protocol import Task
+from roost.tracing import Tracing
 
 
 class HarnessTimeout(AgentError):
@@ -77,6 +78,7 @@ class RolloutWorker:
         self._done: list[GroupOutcome] = []
         self._tasks: set[asyncio.Task] = set()
         self._agents: dict[str, TimeoutAgent] = {}
+        self.tracing = Tracing.start("runner")  # on with the OTEL_* variables the run set (recipe `trace`)
 
     def _agent(self, args: dict[str, Any] | None) -> TimeoutAgent:
         """The harness for these arguments, built once: a harness plays any number of episodes
@@ -123,11 +125,12 @@ class RolloutWorker:
             self._limit = asyncio.Semaphore(self.concurrency)
         agent = self._agent(args)
         config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
-                           progress=False, invalid_action_penalty=self.invalid_action_penalty)
+                           progress=False, invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
         started = time.perf_counter()
-        async with EnvClient(self.env_url) as host:
+        async with EnvClient(self.env_url, tracing=self.tracing) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []
-            gateway = GatewayClient(self.gateway_url, admin_key=self.admin_key) if self.gateway_url else None
+            gateway = (GatewayClient(self.gateway_url, admin_key=self.admin_key, tracing=self.tracing)
+                       if self.gateway_url else None)
 
             async def one() -> EpisodeResult:
                 async with self._limit:
@@ -138,4 +141,5 @@ class RolloutWorker:
             finally:
                 if gateway is not None:
                     await gateway.aclose()
+                await asyncio.to_thread(self.tracing.flush)  # the worker is killed at the end of the run
         return GroupOutcome(spec.group_id, list(results), time.perf_counter() - started)

@@ -18,6 +18,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from roost.tracing import Tracing
+
 from ..recipe import Recipe
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ class TrainerRank:
         self.rank, self.world_size, self.tp = rank, world_size, tp
         self.threads = threads
         self.policy: MegatronPolicy | None = None
+        self.tracing = Tracing.start("trainer")  # on with the OTEL_* variables the run set (recipe `trace`)
 
     def address(self) -> str:
         import ray
@@ -71,9 +74,13 @@ class TrainerRank:
         self.policy = MegatronPolicy(config)
         return asdict(info)
 
-    def train_step(self, scored: list[Scored]) -> tuple[StepStats, int]:
-        """The step's statistics, and this rank's tensor-parallel rank."""
-        return self.policy.train_step(scored), self.policy.info.tp_rank
+    def train_step(self, scored: list[Scored], traceparent: str | None = None) -> tuple[StepStats, int]:
+        """The step's statistics, and this rank's tensor-parallel rank; its spans are children of
+        `traceparent` (the driver's `train.update`)."""
+        with self.tracing.span("trainer.rank_step", {"roost.rank": self.rank}, parent=traceparent):
+            stats = self.policy.train_step(scored, self.tracing)
+        self.tracing.flush()  # a rank is killed at the end of the run, its queue with it
+        return stats, self.policy.info.tp_rank
 
     def set_loss(self, loss: LossConfig, lr: float, reference: str | None = None) -> None:
         self.policy.config.loss = loss
@@ -144,9 +151,9 @@ class TrainerGroup:
         refs = [ray.put(a) if isinstance(a, list) else a for a in args]
         return ray.get([getattr(r, method).remote(*refs) for r in self.ranks])
 
-    def train_step(self, scored: list[Scored]) -> StepStats:
+    def train_step(self, scored: list[Scored], traceparent: str | None = None) -> StepStats:
         """One optimizer step; `extra` summed over data-parallel ranks (tensor-parallel ranks agree)."""
-        per_rank = self._all("train_step", scored)
+        per_rank = self._all("train_step", scored, traceparent)
         extra: dict[str, float] = {}
         for stats, tp_rank in per_rank:
             if tp_rank == 0:
