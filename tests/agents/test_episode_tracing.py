@@ -1,6 +1,7 @@
-"""Tracing an episode into a real OTLP receiver (Arize Phoenix): the runner's episode, the env
-server's reset and step, the gateway's call and the engine's generation arrive as one trace,
-each span under the one that caused it, and the stored call names its span."""
+"""Tracing into a real OTLP receiver (Arize Phoenix): the runner's episode, the env server's
+reset and step, the gateway's call and the engine's generation arrive as one trace, each span
+under the one that caused it, and the stored call names its span; a trainer's weight sync
+reaches into the engine the same way."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.phoenix import PhoenixServer, Span
 from roost.tracing import Tracing
+from roost.trainer.weight_sync import sync_weights
 
 pytestmark = pytest.mark.slow  # Phoenix takes ~30 s to start
 
@@ -48,8 +50,9 @@ def traced_env(phoenix):
 def traced_engine(traced_env, tiny_model_path, tmp_path_factory):
     script = tmp_path_factory.mktemp("script") / "script.json"
     script.write_text(json.dumps({"rules": [{"match": None, "reply": "OK."}]}))
-    with EngineProcess("tiny", scripted=True, script=script) as url:
-        yield url
+    process = EngineProcess("tiny", scripted=True, script=script)
+    with process:
+        yield process
 
 
 def traced_gateway(engine_url: str, store: Path, admin_key: str) -> GatewayThread:
@@ -67,12 +70,12 @@ def lineage(span: Span, spans: list[Span]) -> list[str]:
     return names
 
 
-async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced_engine: str, alfworld_data: Path,
+async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced_engine: EngineProcess, alfworld_data: Path,
                                                admin_key: str, tmp_path: Path):
     store = tmp_path / "trajectories.sqlite"
     runner = Tracing.start("runner")
     env_config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
-    with traced_gateway(traced_engine, store, admin_key) as gateway_url:
+    with traced_gateway(traced_engine.url, store, admin_key) as gateway_url:
         async with (serving(env_config) as env_url, EnvClient(env_url, tracing=runner) as env,
                     GatewayClient(gateway_url, admin_key=admin_key, tracing=runner) as gateway):
             tasks = (await env.tasks("train"))[:1]
@@ -98,11 +101,11 @@ async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced
 
 
 async def test_a_harness_that_sends_a_traceparent_gets_the_call_in_its_trace(traced_env: PhoenixServer,
-                                                                           traced_engine: str, admin_key: str,
+                                                                           traced_engine: EngineProcess, admin_key: str,
                                                                            tmp_path: Path):
     store = tmp_path / "trajectories.sqlite"
     harness_trace, harness_span = secrets.token_hex(16), secrets.token_hex(8)
-    with traced_gateway(traced_engine, store, admin_key) as gateway_url:
+    with traced_gateway(traced_engine.url, store, admin_key) as gateway_url:
         async with GatewayClient(gateway_url, admin_key=admin_key) as gateway:
             session = await gateway.create_session("harness", {"id": "t0"})
         async with httpx.AsyncClient(timeout=60) as http:
@@ -119,3 +122,18 @@ async def test_a_harness_that_sends_a_traceparent_gets_the_call_in_its_trace(tra
     one = {s.name: s for s in spans}
     assert one["gateway.call"].parent_id == harness_span and one["gateway.call"].span_id == call.span_id
     assert "gateway.call" in lineage(one["engine.generate"], spans)
+
+
+async def test_a_weight_sync_reaches_into_the_engine_s_trace(traced_env: PhoenixServer, traced_engine: EngineProcess,
+                                                           tiny_model_path: Path):
+    trainer = Tracing.start("trainer")
+    with trainer.span("train.step"):
+        result = await sync_weights(traced_engine.url, tiny_model_path, weight_version="traced-1",
+                                    engine_key=traced_engine.api_key, tracing=trainer)
+        trace_id = trainer.current().trace_id
+    trainer.shutdown()
+    assert result.weight_version == "traced-1"
+    load = "POST /update_weights_from_disk"  # the engine's server span, named by its route
+    spans = traced_env.trace(trace_id, {"train.step", "weight_sync", load})
+    one = {s.name: s for s in spans}
+    assert lineage(one[load], spans)[-2:] == ["weight_sync", "train.step"]
