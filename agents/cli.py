@@ -40,7 +40,7 @@ def eval_command(
     as_json: bool = typer.Option(False, "--json", help="Print the summary and per-episode results as JSON."),
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
     trace: bool = typer.Option(False, "--trace", help="A trace per episode over OTLP/HTTP (also on with the OTEL_* "
-                                                      "variables; docs/observability.md)."),
+                                                      "variables; docs/tracing.md)."),
 ) -> None:
     """Evaluate an agent: success rate and mean reward over N episodes (env faults are not scored)."""
     import json

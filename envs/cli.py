@@ -49,7 +49,7 @@ def serve(
     docker: bool = typer.Option(False, "--docker", help="Build the env's image once and serve from a container."),
     base_image: Optional[str] = typer.Option(None, help="BASE_IMAGE of the Docker build (default: $ROOST_BASE_IMAGE)."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
-                                                      "variables; docs/observability.md)."),
+                                                      "variables; docs/tracing.md)."),
 ) -> None:
     """Serve an env over HTTP (POST /episodes, /episodes/{id}/step, GET /tasks, /info, /health, /metrics)."""
     import asyncio

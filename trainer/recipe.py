@@ -303,7 +303,7 @@ class Recipe(_Section):
     metrics: MetricsConfig = MetricsConfig()
     trace: bool = False
     """OpenTelemetry spans from every part of the run over OTLP/HTTP (also on with the OTEL_*
-    variables; docs/observability.md)."""
+    variables; docs/tracing.md)."""
     python_path: list[str] = []
     """Folders (relative to the recipe file) put on the import path of the run, so a recipe's own
     hooks (`algorithm.advantage.name: my_credit:split`, a harness) load by dotted path."""

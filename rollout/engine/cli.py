@@ -48,7 +48,7 @@ def engine(
                                                        "may take it past this)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the "
-                                                      "OTEL_* variables; docs/observability.md)."),
+                                                      "OTEL_* variables; docs/tracing.md)."),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT, or a vLLM server there."""
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has

@@ -57,7 +57,7 @@ def gateway(
     log_level: str = typer.Option("warning", help="uvicorn log level."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP from the gateway and "
                                                       "the engine it starts (also on with the OTEL_* variables; "
-                                                      "docs/observability.md)."),
+                                                      "docs/tracing.md)."),
 ) -> None:
     """Serve the OpenAI-compatible gateway that records token-exact trajectories."""
     from .config import GatewayConfig

@@ -48,4 +48,4 @@ class GatewayConfig(BaseModel):
                                      "(return_token_ids, vLLM/roost extension)")
     startup_timeout_s: float = Field(60.0, description="How long to wait for the engine at startup")
     trace: bool = Field(False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
-                        "variables; docs/observability.md)")
+                        "variables; docs/tracing.md)")
