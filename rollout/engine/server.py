@@ -12,12 +12,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from roost.tracing import Tracing
+
 from ..hangup import ClientGone, cancelled_on_hangup
 from ..keys import presented_key, same_key
 from .engine import Completion, Engine
 from .scripted_sampler import Script, ScriptedSampler, ScriptError
 from .weights import WeightMismatch
-from roost.tracing import Tracing
 from .wire import (
     AbortRequest,
     PauseRequest,

@@ -19,6 +19,8 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive
 
+from roost.tracing import TraceIds
+
 from ..chat.detokenize import IncrementalDecoder
 from ..chat.reply_parser import ParsedReply, ReplyEvent, ReplyParser, collect
 from ..sglang_client import EngineError
@@ -30,7 +32,6 @@ from .pause import PauseGate
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, Sampled, call_record, new_id, node_for, timings
 from .stop_strings import StopTrimmer, trim_stop
-from roost.tracing import TraceIds
 
 ENGINE_PROBE_S = 5.0  # an engine slower than this to answer /health counts as unreachable
 
@@ -212,7 +213,8 @@ class TokenBackend:
         started = time.perf_counter()
         engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id)
         try:
-            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.stream": True}):
+            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids),
+                                                     "roost.stream": True}):
                 first = await anext(engine_stream)
         except StopAsyncIteration:
             await engine_stream.aclose()

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from starlette.types import Receive
 
+from roost.tracing import Tracing
+
 from ..chat.reply_parser import ReplyFormat
 from ..chat.tokenizer import ChatTokenizer
 from ..hangup import ClientGone, cancelled_on_hangup
@@ -27,7 +29,6 @@ from .errors import ClientDisconnected, ModelNotFound, StoreUnavailable
 from .metrics import GatewayMetrics
 from .prompt_builder import PromptBuilder, PromptPlan
 from .recording import CallTarget, Sampled
-from roost.tracing import Tracing
 
 T = TypeVar("T")
 # Requests smaller than this are prepared on the event loop: rendering and tokenizing them

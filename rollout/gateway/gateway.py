@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from roost.tracing import Tracing
+
 from ..chat.reply_parser import HERMES
 from ..engine_client import EngineClient, engine_client
 from ..sglang_client import EngineError, EngineRejected
@@ -25,7 +27,6 @@ from .pause import PauseGate
 from .prompt_builder import PromptBuilder
 from .recording import node_from_call
 from .sessions import SessionRegistry
-from roost.tracing import Tracing
 
 log = logging.getLogger("roost.gateway")
 
@@ -62,7 +63,7 @@ class Gateway:
             tokenizer = self.ctx.tokenizer
             self.backend = TokenBackend(self.ctx, self.gate)
         else:
-            self.backend = PassthroughBackend(config, self.store.record_call, self.metrics)
+            self.backend = PassthroughBackend(config, self.store.record_call, self.metrics, self.tracing)
         self.served_model = self.backend.served_model
         self.registry = SessionRegistry(
             self.store, default_policy=config.reasoning_policy, max_nodes_per_agent=config.max_nodes_per_agent,

@@ -22,6 +22,8 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive
 
+from roost.tracing import Tracing
+
 from ..store.records import CallRecord
 from .config import GatewayConfig
 from .errors import BackendUnavailable, GatewayError, InvalidRequest
@@ -43,13 +45,14 @@ class UpstreamError(GatewayError):
 
 
 class PassthroughBackend:
-    def __init__(self, config: GatewayConfig, record: Any, metrics: GatewayMetrics):
+    def __init__(self, config: GatewayConfig, record: Any, metrics: GatewayMetrics, tracing: Tracing | None = None):
         if not config.engine_url:
             raise ValueError("--backend openai needs --engine-url: the upstream's base URL, e.g. http://host:8000/v1")
         self.config = config
         self.base = config.engine_url.rstrip("/")
         self.record_call = record
         self.metrics = metrics
+        self.tracing = tracing or Tracing()
         self.served_model = config.served_model_name or config.upstream_model or "upstream"
         self._http: aiohttp.ClientSession | None = None
 
@@ -58,7 +61,7 @@ class PassthroughBackend:
             headers = {"Authorization": f"Bearer {self.config.upstream_api_key}"} if self.config.upstream_api_key else {}
             self._http = aiohttp.ClientSession(
                 headers=headers, timeout=aiohttp.ClientTimeout(total=self.config.engine_timeout_s, sock_connect=5),
-                connector=aiohttp.TCPConnector(limit=1024),
+                connector=aiohttp.TCPConnector(limit=1024), trace_configs=self.tracing.aiohttp_trace_configs(),
             )
         return self._http
 
@@ -201,6 +204,7 @@ class PassthroughBackend:
             reply_key = extend_chain(chain[-1], reply_message_key(message.get("content"), calls))
         call_id = new_id()
         now = time.perf_counter()
+        trace = self.tracing.current()  # the call's `gateway.call` span
         record = CallRecord(
             call_id=call_id, session_id=target.session.session_id, agent_id=target.agent,
             parent_agent=target.parent_agent, seq=target.session.take_seq(), endpoint=path.split("/")[-1],
@@ -212,7 +216,7 @@ class PassthroughBackend:
             timings={"total_ms": (now - started) * 1e3}, request=orjson.Fragment(raw),
             response={"message": message, "finish_reason": choice.get("finish_reason"), "id": answer.get("id")},
             created_at=time.time(), prompt_key=chain[-1].hex() if chain else "",
-            reply_key=reply_key.hex() if reply_key else "",
+            reply_key=reply_key.hex() if reply_key else "", trace_id=trace.trace_id, span_id=trace.span_id,
         )
         node = None
         if kind != "text":

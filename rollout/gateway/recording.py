@@ -8,6 +8,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from roost.tracing import TraceIds
+
 from ..chat.reply_parser import ParsedReply, ReplyEvent, collect
 from ..chat.tokenizer import ChatTokenizer
 from ..store.records import CallRecord
@@ -16,7 +18,6 @@ from .prompt_builder import PromptPlan
 from .responses import assistant_message
 from .sessions import SessionState
 from .token_tree import Node
-from roost.tracing import TraceIds
 
 
 def new_id() -> str:

@@ -85,7 +85,9 @@ def routes(gw: Gateway) -> list[Route]:
             group_id=req.group_id, task=req.task, metadata=req.metadata, session_id=req.session_id,
             policy=req.reasoning_policy,
         )
-        state.trace_parent = gw.tracing.incoming({"traceparent": req.traceparent or ""}) or gw.tracing.current().traceparent
+        # The calls' parent: the span the body names (the runner's episode), else this request's own.
+        body_parent = gw.tracing.incoming({"traceparent": req.traceparent or ""})
+        state.trace_parent = body_parent or gw.tracing.current().traceparent
         base = f"{_base_url(gw, request)}/sessions/{state.session_id}/v1"
         return _json(SessionCreated(session_id=state.session_id, key=key, base_url=base, group_id=req.group_id,
                                     reasoning_policy=state.record.reasoning_policy,

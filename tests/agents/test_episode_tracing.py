@@ -70,8 +70,8 @@ def lineage(span: Span, spans: list[Span]) -> list[str]:
     return names
 
 
-async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced_engine: EngineProcess, alfworld_data: Path,
-                                               admin_key: str, tmp_path: Path):
+async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced_engine: EngineProcess,
+                                               alfworld_data: Path, admin_key: str, tmp_path: Path):
     store = tmp_path / "trajectories.sqlite"
     runner = Tracing.start("runner")
     env_config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
@@ -100,7 +100,7 @@ async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced
     assert one["env.step"].attributes["roost.episode_id"] == one["env.reset"].attributes["roost.episode_id"]
 
 
-async def test_a_harness_that_sends_a_traceparent_gets_the_call_in_its_trace(traced_env: PhoenixServer,
+async def test_a_harness_that_sends_a_traceparent_gets_its_streamed_call_in_its_trace(traced_env: PhoenixServer,
                                                                            traced_engine: EngineProcess, admin_key: str,
                                                                            tmp_path: Path):
     store = tmp_path / "trajectories.sqlite"
@@ -112,16 +112,18 @@ async def test_a_harness_that_sends_a_traceparent_gets_the_call_in_its_trace(tra
             answer = await http.post(f"{session.base_url}/chat/completions",
                                      headers={"Authorization": f"Bearer {session.key}",
                                               "traceparent": f"00-{harness_trace}-{harness_span}-01"},
-                                     json={"model": "tiny", "max_tokens": 4,
+                                     json={"model": "tiny", "max_tokens": 4, "stream": True,
                                            "messages": [{"role": "user", "content": "hi"}]})
     assert answer.status_code == 200, answer.text
     with TrajectoryReader(store) as reader:
         [call] = reader.calls(session.session_id)
     assert call.trace_id == harness_trace
-    spans = traced_env.trace(harness_trace, {"gateway.call", "engine.generate"})
+    spans = traced_env.trace(harness_trace, {"gateway.call", "gateway.record", "engine.generate"})
     one = {s.name: s for s in spans}
     assert one["gateway.call"].parent_id == harness_span and one["gateway.call"].span_id == call.span_id
-    assert "gateway.call" in lineage(one["engine.generate"], spans)
+    # a stream is recorded after its handler returned: still under its call
+    assert one["gateway.record"].parent_id == call.span_id
+    assert lineage(one["engine.generate"], spans)[-2:] == ["gateway.engine", "gateway.call"]
 
 
 async def test_a_weight_sync_reaches_into_the_engine_s_trace(traced_env: PhoenixServer, traced_engine: EngineProcess,
