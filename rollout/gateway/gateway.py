@@ -13,7 +13,8 @@ from typing import Any
 
 from ..chat.reply_parser import HERMES
 from ..engine_client import EngineClient, engine_client
-from ..sglang_client import EngineError, EngineRejected
+from ..sglang_client import EngineError, EngineRejected, SGLangClient
+from ..sglang_logprobs import TemperatureScaledLogprobs, check_original_logprobs
 from ..store.trajectory_store import TrajectoryStore
 from .backend import Backend
 from .call_pipeline import TokenBackend
@@ -90,6 +91,11 @@ class Gateway:
                                timeout_s=config.engine_timeout_s)
         try:
             info = await self._model_info(client)
+            if info and isinstance(client, SGLangClient):
+                await check_original_logprobs(client)
+        except TemperatureScaledLogprobs as exc:
+            await client.close()
+            raise GatewayStartupError(str(exc)) from None
         except GatewayStartupError:
             await client.close()
             raise
