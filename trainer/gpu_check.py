@@ -62,7 +62,10 @@ def run_checks(sglang_timeout_s: float) -> list[dict[str, Any]]:
     parallel.init(tp=1)
     try:
         model = tiny_model_dir()
-        policy, samples, step = _trained_policy(model)
+        try:
+            policy, samples, step = _trained_policy(model)
+        except Exception as exc:  # noqa: BLE001 - reported; the other checks need the trained policy
+            return [report({"check": "tree_vs_flat_bf16", "status": "fail", "error": f"{type(exc).__name__}: {exc}"})]
         checks: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("tree_vs_flat_bf16", lambda: _tree_vs_flat(policy, samples, step)),
             ("te_tree_mask", lambda: _te_tree_mask(policy, samples)),
@@ -94,7 +97,10 @@ def _batch(vocab: int, seed: int = 0) -> list:
     from roost.rollout.store.samples import Sample
 
     rng = random.Random(seed)
-    tokens = lambda n: [rng.randrange(vocab) for _ in range(n)]  # noqa: E731
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(vocab) for _ in range(n)]
+
     samples = []
     for group in range(2):
         prompt, shared = tokens(24), tokens(3)
@@ -141,22 +147,34 @@ def _te_tree_mask(policy, samples) -> dict[str, Any]:
 
 
 def _sglang_sync(policy, model: Path, timeout_s: float) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from roost.rollout.store.samples import Sample
+
     if not torch.cuda.is_available():
         return {"status": "skip", "reason": "SGLang serves on a GPU only"}
     if importlib.util.find_spec("sgl_kernel") is None:
         return {"status": "skip", "reason": "SGLang's serving dependencies are missing (sgl_kernel): "
                 "pip install sglang==0.5.3 with its dependencies"}
-    with tempfile.TemporaryDirectory(prefix="roost-gpu-check-") as folder:
-        return asyncio.run(_sync_and_compare(policy, model, Path(folder), timeout_s))
+    folder = Path(tempfile.mkdtemp(prefix="roost-gpu-check-"))  # kept: SGLang's log is there
+    checkpoint = policy.export_hf(folder / "step-1")
+    prompt = AutoTokenizer.from_pretrained(model)("The weather today")["input_ids"]
+    generation = asyncio.run(_served_generation(model, checkpoint, prompt, timeout_s))
+    probe = Sample.from_turns([(prompt, generation.output_ids, generation.output_logprobs)],
+                              session_id="probe", group_id="probe")
+    ours = policy.logprobs([probe])[0]
+    result = _verdict(_max_diff([ours], [torch.tensor(generation.output_logprobs)]), BF16_TOLERANCE)
+    if generation.weight_version != "gpu-check-1":
+        result.update(status="fail", weight_version=generation.weight_version)
+    return {**result, "temperature": SGLANG_TEMPERATURE, "tokens": len(generation.output_ids),
+            "log": str(folder / "sglang.log")}
 
 
-async def _sync_and_compare(policy, model: Path, folder: Path, timeout_s: float) -> dict[str, Any]:
-    from transformers import AutoTokenizer
-
+async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], timeout_s: float):
+    """Start SGLang as a recipe does, load `checkpoint` into it, sample a continuation of `prompt`."""
     from roost.rollout.keys import ENGINE_KEY, new_key
     from roost.rollout.server_process import free_port
     from roost.rollout.sglang_client import SGLangClient
-    from roost.rollout.store.samples import Sample
 
     from .recipe import validate_recipe
     from .rl.services import SupervisedServer, engine_command, engine_env
@@ -169,25 +187,17 @@ async def _sync_and_compare(policy, model: Path, folder: Path, timeout_s: float)
                                   "--mem-fraction-static", "0.3"]}})
     key, port = new_key(ENGINE_KEY), free_port()
     server = SupervisedServer("sglang", engine_command(recipe, str(model), "127.0.0.1", port, key), "127.0.0.1",
-                              port, log_dir=folder, startup_timeout_s=timeout_s, env=engine_env(recipe, key))
+                              port, log_dir=checkpoint.parent, startup_timeout_s=timeout_s,
+                              env=engine_env(recipe, key))
     await asyncio.to_thread(server.start)
     try:
-        checkpoint = await asyncio.to_thread(policy.export_hf, folder / "step-1")
         await sync_weights(server.url, checkpoint, weight_version="gpu-check-1", engine_key=key,
                            engine_backend="sglang")
-        prompt = AutoTokenizer.from_pretrained(model)("The weather today")["input_ids"]
         async with SGLangClient(server.url, api_key=key) as client:
-            generation = await client.generate(prompt, {"max_new_tokens": 16, "temperature": SGLANG_TEMPERATURE,
-                                                        "ignore_eos": True})
+            return await client.generate(prompt, {"max_new_tokens": 16, "temperature": SGLANG_TEMPERATURE,
+                                                  "ignore_eos": True})
     finally:
         await asyncio.to_thread(server.stop)
-    probe = Sample.from_turns([(prompt, generation.output_ids, generation.output_logprobs)],
-                              session_id="probe", group_id="probe")
-    ours = policy.logprobs([probe])[0]
-    result = _verdict(_max_diff([ours], [torch.tensor(generation.output_logprobs)]), BF16_TOLERANCE)
-    if generation.weight_version != "gpu-check-1":
-        result.update(status="fail", weight_version=generation.weight_version)
-    return {**result, "temperature": SGLANG_TEMPERATURE, "tokens": len(generation.output_ids)}
 
 
 if __name__ == "__main__":
