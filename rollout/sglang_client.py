@@ -229,6 +229,10 @@ class SGLangClient(EngineHTTP):
     async def model_info(self) -> dict[str, Any]:
         return await self._request("GET", "/get_model_info")
 
+    async def server_info(self) -> dict[str, Any]:
+        """SGLang's `/get_server_info`: its server arguments and scheduler state."""
+        return await self._request("GET", "/get_server_info")
+
     async def update_weights_from_disk(
         self, model_path: str, *, weight_version: str | None = None
     ) -> UpdateWeightsAnswer:

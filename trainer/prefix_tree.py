@@ -53,8 +53,9 @@ class TreeLayout:
         return TreeLayout(self.subtree_end.to(device), segments)
 
     def dense_mask(self) -> torch.Tensor:
-        """[1, 1, n, n] bool in Megatron's convention: True = may NOT attend."""
-        index = torch.arange(len(self.subtree_end))
+        """[1, 1, n, n] bool in Megatron's convention: True = may NOT attend. Built on the device
+        the layout is on (`Microbatch.to` moves it to the model's), never on the CPU first."""
+        index = torch.arange(len(self.subtree_end), device=self.subtree_end.device)
         # node i may attend to node j iff j is i's ancestor or i itself: j <= i < end[j]
         may_attend = (index[None, :] <= index[:, None]) & (index[:, None] < self.subtree_end[None, :])
         return ~may_attend[None, None]

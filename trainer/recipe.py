@@ -148,6 +148,9 @@ class TrainerConfig(_Section):
     token_budget: int = Field(8192, ge=16)
     """Most tokens in one microbatch (prefix-tree tokens)."""
     layout: Literal["tree", "flat"] = "tree"
+    attention: Literal["sdpa", "local", "te"] = "sdpa"
+    """Core attention, each applying the prefix tree's mask: sdpa (chain by chain, no [n, n] matrix),
+    local (Megatron's, dense), te (Transformer Engine's layer spec, arbitrary mask, needs TE and CUDA)."""
     old_logprobs: Literal["current", "recompute", "rollout"] = "current"
     use_distributed_optimizer: bool = False
     threads: int | None = None

@@ -151,6 +151,7 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             "decode_steps": s.steps,
             "prefill_batches": s.prefill_batches,
             "weight_version": engine.weight_version,
+            "return_original_logprob": True,  # logprobs of the raw logits, before temperature
         }
 
     @app.post("/generate")

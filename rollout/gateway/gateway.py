@@ -15,7 +15,8 @@ from roost.tracing import Tracing
 
 from ..chat.reply_parser import HERMES
 from ..engine_client import EngineClient, engine_client
-from ..sglang_client import EngineError, EngineRejected
+from ..sglang_client import EngineError, EngineRejected, SGLangClient
+from ..sglang_logprobs import TemperatureScaledLogprobs, check_original_logprobs
 from ..store.trajectory_store import TrajectoryStore
 from .backend import Backend
 from .call_pipeline import TokenBackend
@@ -94,6 +95,11 @@ class Gateway:
                                timeout_s=config.engine_timeout_s, trace_configs=self.tracing.aiohttp_trace_configs())
         try:
             info = await self._model_info(client)
+            if info and isinstance(client, SGLangClient):
+                await check_original_logprobs(client)
+        except TemperatureScaledLogprobs as exc:
+            await client.close()
+            raise GatewayStartupError(str(exc)) from None
         except GatewayStartupError:
             await client.close()
             raise

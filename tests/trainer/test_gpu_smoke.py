@@ -1,8 +1,9 @@
 """On a CUDA device: one tree-packed training step and one weight sync into the engine.
 
-The CPU tests' path with the policy on the GPU (Transformer Engine's layer spec where it is
-installed, else the local spec with SDPA; NCCL as the process group). The embedded engine runs
-on the CPU, so the sync also checks that GPU-trained weights serve what the trainer scores.
+The CPU tests' path with the policy on the GPU (the local layer spec with SDPA, the default;
+NCCL as the process group; `make gpu-check` covers bf16, Transformer Engine and SGLang). The
+embedded engine runs on the CPU, so the sync also checks that GPU-trained weights serve what
+the trainer scores.
 Skipped without CUDA; `pytest -m gpu` runs only this.
 """
 
@@ -38,12 +39,11 @@ def engine(tiny_model_path):
 async def test_a_tree_packed_step_on_the_gpu_then_the_engine_serves_its_weights(
     megatron_world, engine, tiny_model_path, tmp_path
 ):
-    from roost.trainer.megatron.model import transformer_engine_available
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
     policy = MegatronPolicy(TrainConfig(checkpoint=str(tiny_model_path), lr=1e-3, token_budget=4096))
     assert next(policy.model.parameters()).is_cuda
-    assert policy.model.module.roost_attention == ("te" if transformer_engine_available() else "sdpa")
+    assert policy.model.module.roost_attention == "sdpa"  # the default on a GPU too
 
     batch = grpo_batch(groups=2, size=4)
     scored, _ = compute_advantages([Group("g0", batch[:4]), Group("g1", batch[4:])], AdvantageConfig())

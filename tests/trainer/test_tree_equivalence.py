@@ -1,6 +1,8 @@
 """The prefix tree changes nothing but cost: per-token logprobs and gradients of a packed
 tree equal those of running each sample alone (fp32: logprobs within 1e-5 of Hugging
-Face's own model, gradients within 1e-4 relative of the one-sample-at-a-time run)."""
+Face's own model, gradients within 1e-4 relative of the one-sample-at-a-time run). The
+tree's masks are built on the model's device, and an attention that would ignore them is
+refused."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import torch
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.rope import inverse_frequencies
 from roost.trainer.megatron import convert
-from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
+from roost.trainer.megatron.attention import TreeMaskIgnored
+from roost.trainer.megatron.model import build_gpt_model, layer_spec, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import build_microbatches, flat_microbatch
 from roost.trainer import hf_checkpoint
 
@@ -109,3 +112,81 @@ def test_small_budget_splits_groups_without_changing_logprobs(tiny):
         split, many = tree_logprobs(model, inv_freq, samples, budget=40)
     assert len(one) == 1 and len(many) > 1
     assert max(float((x - y).abs().max()) for x, y in zip(whole, split)) <= 1e-5
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "local"])
+@pytest.mark.parametrize("layout", ["tree", "flat"])
+def test_the_forward_builds_its_masks_on_the_models_device(megatron_world, tiny_model_path, attention, layout):
+    """On "meta" (a device that is not the CPU, as a GPU is not), any mask or index built on
+    the CPU and met with the model's tensors raises."""
+    spec = ModelSpec.from_folder(tiny_model_path)
+    model = build_gpt_model(spec, transformer_config(spec), attention).to("meta")
+    samples = agentic_batch()
+    for mb in build_microbatches([s.tokens for s in samples], scored_positions(samples),
+                                 [s.group_id for s in samples], 4096, layout):
+        values = scored_logprobs(model, mb, inverse_frequencies(spec))
+        assert values.device.type == "meta" and values.shape == mb.score_targets.shape
+
+
+class MaskTypeAttention(torch.nn.Module):
+    """Core attention with Transformer Engine's contract: it applies the mask it is given only
+    under the `arbitrary` mask type, and is causal under `causal` (whatever the mask)."""
+
+    def __init__(self, config, layer_number, attn_mask_type, attention_type, **_: object) -> None:
+        super().__init__()
+        self.attn_mask_type = attn_mask_type
+        self.scale = config.kv_channels ** -0.5
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None, **_: object):
+        from megatron.core.transformer.enums import AttnMaskType
+
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        arbitrary = (attn_mask_type or self.attn_mask_type) == AttnMaskType.arbitrary
+        context = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=~attention_mask if arbitrary else None, is_causal=not arbitrary, scale=self.scale,
+            enable_gqa=q.shape[1] != k.shape[1])
+        s, b = query.shape[:2]
+        return context.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+
+def mask_type_model(tiny_model_path, sdpa_model, mask_type: str):
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.enums import AttnMaskType
+
+    spec = ModelSpec.from_folder(tiny_model_path)
+    layers = layer_spec(spec, "local")
+    layers.submodules.self_attention.submodules.core_attention = MaskTypeAttention
+    layers.submodules.self_attention.params = {"attn_mask_type": AttnMaskType[mask_type]}
+    model = GPTModel(transformer_config(spec), layers, vocab_size=spec.vocab_size,
+                     max_sequence_length=spec.max_position_embeddings, position_embedding_type="rope",
+                     rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=spec.tie_word_embeddings)
+    convert.load_into(model, convert.model_state(sdpa_model))
+    return model
+
+
+def test_an_attention_that_would_ignore_the_tree_mask_is_refused(megatron_world, tiny_model_path, tiny):
+    samples = agentic_batch()
+    causal = mask_type_model(tiny_model_path, tiny[0], "causal")
+    with torch.no_grad(), pytest.raises(TreeMaskIgnored, match="set trainer.attention to sdpa"):
+        tree_logprobs(causal, tiny[1], samples)
+    # flat rows are causal anyway: allowed, and the same as SDPA's
+    with torch.no_grad():
+        flat, reference = alone_logprobs(causal, tiny[1], samples), alone_logprobs(tiny[0], tiny[1], samples)
+    assert max(float((x - y).abs().max()) for x, y in zip(flat, reference)) <= 1e-5
+
+
+def test_an_attention_under_the_arbitrary_mask_type_takes_the_tree(megatron_world, tiny_model_path, tiny):
+    """What roost's `te` spec sets: the tree's dense mask applies, logprobs equal SDPA's."""
+    samples = agentic_batch()
+    arbitrary = mask_type_model(tiny_model_path, tiny[0], "arbitrary")
+    with torch.no_grad():
+        a, _ = tree_logprobs(arbitrary, tiny[1], samples)
+        b, _ = tree_logprobs(tiny[0], tiny[1], samples)
+    assert max(float((x - y).abs().max()) for x, y in zip(a, b)) <= 1e-5
+
+
+def test_te_attention_without_transformer_engine_says_what_to_use(tiny_model_path):
+    if torch.cuda.is_available():
+        pytest.skip("Transformer Engine may run here")
+    with pytest.raises(ValueError, match="use sdpa"):
+        layer_spec(ModelSpec.from_folder(tiny_model_path), "te")

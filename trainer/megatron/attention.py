@@ -5,6 +5,8 @@ layout). Given a prefix tree's `TreeLayout` as the attention mask it attends cha
 chain: each chain's queries see only their ancestors' keys and their own (causally), so
 the cost is that of the unique tokens, not of a dense [s, s] mask. A tensor mask is taken
 as given (Megatron's convention, True = masked); no mask means causal.
+
+`check_tree_attention` refuses a model whose core attention would ignore a tree's mask.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.dot_product_attention import DotProductAttention
+from megatron.core.transformer.enums import AttnMaskType
 
 from ..prefix_tree import TreeLayout
 
@@ -46,3 +49,34 @@ class SDPAttention(DotProductAttention):
             queries, keys, values, attn_mask=segment.mask, is_causal=segment.mask is None,
             scale=self.softmax_scale, enable_gqa=gqa,
         )
+
+
+def chain_wise(model) -> bool:
+    """True when every layer attends through `SDPAttention`, which takes the `TreeLayout` itself
+    (and no mask as causal); other core attentions take dense masks."""
+    return all(isinstance(layer.self_attention.core_attention, SDPAttention) for layer in model.decoder.layers)
+
+
+class TreeMaskIgnored(ValueError):
+    """The model's attention would attend causally over a prefix tree, across its branches."""
+
+
+def check_tree_attention(model) -> None:
+    """Raise `TreeMaskIgnored` unless every layer's core attention applies the tree's mask.
+
+    Megatron's own `DotProductAttention` (and `SDPAttention`) take the mask they are given
+    whatever the mask type; any other core attention (Transformer Engine's) applies it only
+    under the `arbitrary` mask type, and under `causal` would let each token see its siblings'
+    branches: logprobs silently wrong.
+    """
+    for number, layer in enumerate(model.decoder.layers):
+        attention = layer.self_attention
+        if isinstance(attention.core_attention, DotProductAttention):
+            continue
+        if attention.attn_mask_type != AttnMaskType.arbitrary:
+            raise TreeMaskIgnored(
+                f"layer {number}'s core attention ({type(attention.core_attention).__name__}) runs with mask type "
+                f"{attention.attn_mask_type.name}, which ignores the prefix tree's mask and would give wrong "
+                "logprobs; set trainer.attention to sdpa (or local, or te, whose spec roost builds with the "
+                "arbitrary mask type), or trainer.layout to flat"
+            )

@@ -52,32 +52,45 @@ def transformer_engine_available() -> bool:
     return torch.cuda.is_available()
 
 
-def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
-    """The layer spec: Transformer Engine's where it runs, else Megatron's local one.
+ATTENTIONS = ("sdpa", "local", "te")
 
-    `attention` picks the local core attention: `sdpa` (`SDPAttention`, the default) or
-    `local` (Megatron's `DotProductAttention`, which materialises the score matrix).
+
+def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
+    """The layer spec for `attention`, each honouring a tree's mask:
+
+    `sdpa` (the default): Megatron's local spec with `SDPAttention`, which attends chain by chain;
+    `local`: the local spec with Megatron's `DotProductAttention` (materialises the [n, n] scores);
+    `te`: Transformer Engine's spec (needs TE and CUDA) with the `arbitrary` mask type, the one
+    under which TE applies the dense tree mask (its causal type ignores any mask; TE runs an
+    arbitrary mask unfused, materialising the scores too).
     """
     from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.transformer.enums import AttnMaskType
 
     if attention == "te":
-        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
+        if not transformer_engine_available():
+            raise ValueError("trainer.attention te needs Transformer Engine and a CUDA device; "
+                             "use sdpa (the default) or local")
+        te = gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
+        te.submodules.self_attention.params = {**te.submodules.self_attention.params,
+                                               "attn_mask_type": AttnMaskType.arbitrary}
+        return te
     local = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
     if attention == "sdpa":
         from .attention import SDPAttention
 
         local.submodules.self_attention.submodules.core_attention = SDPAttention
     elif attention != "local":
-        raise ValueError(f"attention must be sdpa, local or te, not {attention!r}")
+        raise ValueError(f"trainer.attention must be one of {', '.join(ATTENTIONS)}, not {attention!r}")
     return local
 
 
 def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
-    """A GPTModel for `spec` (weights uninitialised: load them with `convert`)."""
+    """A GPTModel for `spec` (weights uninitialised: load them with `convert`); `attention`
+    None is `sdpa`, the one that never materialises an [n, n] matrix."""
     from megatron.core.models.gpt.gpt_model import GPTModel
 
-    if attention is None:
-        attention = "te" if transformer_engine_available() else "sdpa"
+    attention = attention or "sdpa"
     if spec.vocab_size % config.tensor_model_parallel_size:
         raise UnsupportedModel(
             f"vocab size {spec.vocab_size} is not divisible by tensor-parallel size {config.tensor_model_parallel_size}"
@@ -99,12 +112,15 @@ def scored_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> to
     """
     from megatron.core import tensor_parallel
 
+    from .attention import check_tree_attention, chain_wise
+
     model = getattr(model, "module", model)  # unwrap Megatron DDP
     microbatch = microbatch.to(next(model.parameters()).device)
     input_ids, position_ids = microbatch.input_ids, microbatch.position_ids
     hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # [s, b, h]
-    sparse = getattr(model, "roost_attention", "sdpa") == "sdpa"
+    sparse = chain_wise(model)
     if microbatch.tree is not None:
+        check_tree_attention(model)
         mask = microbatch.tree if sparse else microbatch.tree.dense_mask()
     elif sparse:
         mask = None  # causal rows

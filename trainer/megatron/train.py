@@ -46,7 +46,7 @@ class TrainConfig:
     """Checkpoint of the reference model for the KL term (needed when loss.kl_coef > 0)."""
     dtype: str = "float32"
     attention: str | None = None
-    """Core attention: `sdpa`, `local` or `te`; None picks te on GPU with TE, else sdpa."""
+    """Core attention: `sdpa` (None), `local` or `te` (Transformer Engine, arbitrary mask type)."""
     lr: float = 1e-6
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.999)
@@ -82,6 +82,8 @@ class MegatronPolicy:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
+        from .attention import check_tree_attention
+
         self.config = config
         self.info = parallel.info()
         self.source = Path(config.checkpoint)
@@ -92,6 +94,8 @@ class MegatronPolicy:
             self.spec, tp=self.info.tp_size, dtype=dtype, calculate_per_token_loss=True
         )
         model = build_gpt_model(self.spec, self.mcore_config, config.attention)
+        if config.layout == "tree":
+            check_tree_attention(model)
         self.te_names = model.roost_attention == "te"
         self._load(model, self.source)
         if torch.cuda.is_available():
@@ -147,10 +151,11 @@ class MegatronPolicy:
         return microbatches[self.info.dp_rank :: self.info.dp_size]
 
     @torch.no_grad()
-    def logprobs(self, samples: list[Sample], model: Any = None) -> list[torch.Tensor]:
-        """Logprobs of every sample's sampled tokens (all samples, on every rank)."""
+    def logprobs(self, samples: list[Sample], model: Any = None, layout: str | None = None) -> list[torch.Tensor]:
+        """Logprobs of every sample's sampled tokens (all samples, on every rank), in the configured
+        layout or `layout`."""
         out: list[torch.Tensor | None] = [None] * len(samples)
-        for microbatch in self.microbatches(samples):
+        for microbatch in self.microbatches(samples, layout):
             values = scored_logprobs(model or self.model, microbatch, self.inv_freq)
             for index, lp in zip(microbatch.sample_index, microbatch.sample_logprobs(values)):
                 out[index] = lp

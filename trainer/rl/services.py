@@ -13,6 +13,7 @@ Each server's output goes to `run_dir/logs/<name>.log`.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import shlex
@@ -24,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from roost.lifetime import die_with_parent, stop_process
+from roost.rollout.keys import ENGINE_KEY
 from roost.rollout.server_process import ServerStartError, is_healthy, wait_healthy
+from roost.rollout.sglang_logprobs import ORIGINAL_LOGPROBS_ENV
 
 from ..recipe import Recipe
 
@@ -40,9 +43,11 @@ def _roost(*args: str) -> list[str]:
 def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None,
                    log_dir: Path | None = None) -> list[str]:
     """roost's engine (and the vLLM server it supervises) reads its key from ROOST_ENGINE_KEY in its
-    environment; SGLang only from its command line. vLLM's own output goes to `log_dir`/vllm.log."""
+    environment (`engine_env`); SGLang only from its command line. vLLM's own output goes to
+    `log_dir`/vllm.log."""
     engine = recipe.engine
     if engine.backend == "sglang":
+        _check_sglang_gpus(recipe)
         key = ["--api-key", api_key] if api_key else []
         return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
                 "--port", str(port), "--dtype", engine.dtype, *key, *engine.args]
@@ -53,6 +58,39 @@ def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: st
                       "--vllm-args", shlex.join(engine.args))
     return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
                   "--max-running", str(engine.max_running), *engine.args)
+
+
+def engine_env(recipe: Recipe, api_key: str | None) -> dict[str, str]:
+    """The engine's environment on top of the run's: its key, and for SGLang the setting that
+    makes its logprobs the model's own distribution, as the trainer's are."""
+    env = {ENGINE_KEY.env: api_key} if api_key else {}
+    if recipe.engine.backend == "sglang":
+        env.update(ORIGINAL_LOGPROBS_ENV)
+    return env
+
+
+def sglang_gpus(args: list[str]) -> int:
+    """GPUs an SGLang server started with `args` uses: its tensor x data x pipeline parallel sizes
+    (SGLang's flag names; its parser also takes any unambiguous prefix, such as --tp and --dp)."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("--tensor-parallel-size", "--tp-size", type=int, default=1)
+    parser.add_argument("--data-parallel-size", "--dp-size", type=int, default=1)
+    parser.add_argument("--pipeline-parallel-size", "--pp-size", type=int, default=1)
+    known, _ = parser.parse_known_args(args)
+    return known.tensor_parallel_size * known.data_parallel_size * known.pipeline_parallel_size
+
+
+def _check_sglang_gpus(recipe: Recipe) -> None:
+    reserved = recipe.placement.engine_gpus
+    if reserved <= 0:  # no GPUs reserved through Ray: nothing to match
+        return
+    expected = max(1, int(reserved))  # a fraction of a GPU is one shared GPU
+    used = sglang_gpus(recipe.engine.args)
+    if used != expected:
+        raise ValueError(
+            f"placement.engine_gpus reserves {reserved:g} GPUs for SGLang, but engine.args start it on {used} "
+            f"(--tp x --dp x --pp); add --tp {expected} (or --dp {expected}) to engine.args, or set "
+            f"placement.engine_gpus to {used}")
 
 
 def gateway_command(recipe: Recipe, engine_url: str, model: str, store: Path, host: str, port: int) -> list[str]:
@@ -171,7 +209,6 @@ class ServiceActor:
         if self.weights is None:
             return
         from roost.rollout.engine_client import detect_backend, engine_client
-        from roost.rollout.keys import ENGINE_KEY
 
         folder, version = self.weights
 

@@ -18,7 +18,7 @@ from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 from roost.rollout.server_process import free_port
 
 from ..recipe import Recipe
-from .services import ServiceActor, env_command, gateway_command, engine_command
+from .services import ServiceActor, engine_command, engine_env, env_command, gateway_command
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -152,19 +152,20 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
     store = run_dir / "trajectories.sqlite"
     started = [env.actor]
     engine_key, admin_key = _keys(recipe)
-    engine_env = {ENGINE_KEY.env: engine_key} if engine_key else {}
+    key_env = {ENGINE_KEY.env: engine_key} if engine_key else {}
     try:
         engine, engine_url = None, recipe.engine.url
         if engine_url is None:
             port = free_port(host)
             command = engine_command(recipe, model, host, port, engine_key, log_dir)
-            engine, engine_url = _service("engine", command, host, port, log_dir, engine_env, **where.engine)
+            engine, engine_url = _service("engine", command, host, port, log_dir, engine_env(recipe, engine_key),
+                                          **where.engine)
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
             port = free_port(host)
             gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, port),
-                                            host, port, log_dir, {**engine_env, ADMIN_KEY.env: admin_key})
+                                            host, port, log_dir, {**key_env, ADMIN_KEY.env: admin_key})
             started.append(gateway)
         yield Services(env.actor, engine, gateway, env.url, engine_url, gateway_url, store, engine_key, admin_key)
     finally:
