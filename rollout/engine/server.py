@@ -12,9 +12,12 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from roost.metrics_http import metrics_response
+
 from ..hangup import ClientGone, cancelled_on_hangup
 from ..keys import presented_key, same_key
 from .engine import Completion, Engine
+from .metrics import EngineMetrics
 from .scripted_sampler import Script, ScriptedSampler, ScriptError
 from .weights import WeightMismatch
 from .wire import (
@@ -89,8 +92,9 @@ def _answer_text(engine: Engine, done: Completion, params) -> str:
 def create_app(engine: Engine, api_key: str) -> FastAPI:
     """The routes that change the engine (weights, pause, cache, script, aborting every request)
     take `api_key` as a bearer token or `x-api-key`; `/generate`, aborting one request by its
-    rid, the info routes and `/health` are open."""
+    rid, the info routes, `/health` and `/metrics` are open."""
     app = FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None)
+    metrics = EngineMetrics(engine)
 
     async def control(request: Request) -> None:
         if not same_key(presented_key(request.headers), api_key):
@@ -113,6 +117,10 @@ def create_app(engine: Engine, api_key: str) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        return metrics_response(metrics.registry, request)
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
@@ -158,7 +166,7 @@ def create_app(engine: Engine, api_key: str) -> FastAPI:
         plan = await engine.prepare(ids, params)
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
-            chunks = _stream(engine, ids, plan, params, req, rid, started)
+            chunks = _stream(engine, metrics, ids, plan, params, req, rid, started)
             return StreamingResponse(chunks, media_type="text/event-stream")
         try:
             async with cancelled_on_hangup(request.receive):
@@ -166,6 +174,7 @@ def create_app(engine: Engine, api_key: str) -> FastAPI:
         except ClientGone:
             # Cancelling the wait took the request out of the scheduler; no one reads this.
             return Response(status_code=499)
+        metrics.answered(len(ids), done, started)
         body = {
             "text": _answer_text(engine, done, params),
             "output_ids": done.output_ids,
@@ -240,7 +249,7 @@ async def _on_engine_thread(engine: Engine, fn) -> Any:
     return await asyncio.wrap_future(engine.scheduler.call(fn))
 
 
-async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float):
+async def _stream(engine: Engine, metrics: EngineMetrics, ids, plan, params, req, rid: str, started: float):
     done = Completion(constraint=plan.constraint_meta())
     async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
         new_ids = done.add(outputs)
@@ -250,4 +259,5 @@ async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: flo
             "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started),
         }
         yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+    metrics.answered(len(ids), done, started)
     yield b"data: [DONE]\n\n"
