@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from roost.rollout.keys import ENGINE_KEY, new_key
@@ -10,6 +11,8 @@ from roost.rollout.server_process import ServerProcess
 from .engine import Engine, EngineConfig
 from .scripted_sampler import Script, ScriptedSampler
 from .tiny_model import resolve_model
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(
@@ -24,14 +27,18 @@ def build_engine(
     return Engine(config)
 
 
-def serve(engine: Engine, *, host: str, port: int, api_key: str, log_level: str = "warning") -> None:
+def serve(engine: Engine, *, host: str, port: int, api_key: str) -> None:
+    """Serve until stopped; logs go where the process's logging sends them (`roost.logging_setup`)."""
     import uvicorn
 
     from .server import create_app
 
     engine.start()
+    log.info("engine serving %s (%s, context %d tokens, %d requests at once)", engine.config.model_path,
+             engine.spec.family, engine.context_length, engine.config.max_running,
+             extra={"model": str(engine.config.model_path), "weight_version": engine.weight_version})
     try:
-        uvicorn.run(create_app(engine, api_key), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(create_app(engine, api_key), host=host, port=port, log_config=None, access_log=False)
     finally:
         engine.stop()
 
