@@ -33,7 +33,10 @@ def progress_hooks(console: Any) -> Iterator[Hooks]:
         def advance(name: str, step: int, values: dict[str, Any]) -> None:
             progress.update(bars[name], completed=step, info=_info(name, values))
 
-        yield Hooks(stage=stage, advance=advance, echo=progress.console.print)
+        def echo(text: str) -> None:  # as written: "[rl 3] reward ..." is no rich markup
+            progress.console.print(text, markup=False, highlight=False)
+
+        yield Hooks(stage=stage, advance=advance, echo=echo)
 
 
 def _info(stage: str, values: dict[str, Any]) -> str:
