@@ -14,7 +14,7 @@ PIP      := $(BIN)/pip install --constraint .ci/constraints.txt
 # Source-only dependencies (fast-downward-textworld, under alfworld) build by running
 # `python` from PATH: it must be the venv's, not a pyenv shim.
 export PATH := $(abspath $(BIN)):$(PATH)
-EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar,tracing
+EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar,tracing,tracking
 # Installed without their dependencies: sglang is needed only for its protocol classes
 # (GenerateReqInput, SamplingParams) and its full dependency set needs a GPU; hermes-agent
 # pins exact versions of openai, pydantic, rich, ... that conflict with roost's, and runs

@@ -148,39 +148,16 @@ def run_demo(config: DemoConfig, run_dir: Path, console: Any) -> DemoResult:
     """Run the pipeline with progress bars on `console` (a rich Console)."""
     import time
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from roost.trainer.rl.loop import Hooks, train
+    from roost.trainer.progress import progress_hooks
+    from roost.trainer.rl.loop import train
 
     started = time.perf_counter()
     home = Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()
     shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run each time; games and transcripts stay cached
     recipe = demo_recipe(config, run_dir, home / "demo")
-    columns = (SpinnerColumn(), TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        bars: dict[str, Any] = {}
-
-        def stage(name: str, total: int) -> None:
-            for task in bars.values():
-                progress.update(task, completed=progress.tasks[task].total or 1, total=progress.tasks[task].total or 1)
-            bars[name] = progress.add_task(name, total=total or None, info="")
-
-        def advance(name: str, step: int, values: dict[str, Any]) -> None:
-            progress.update(bars[name], completed=step, info=_info(name, values))
-
-        summary = train(recipe, Hooks(stage=stage, advance=advance, echo=progress.console.print))
+    with progress_hooks(console) as hooks:
+        summary = train(recipe, hooks)
     return DemoResult(summary.evals, summary.run_dir, summary.store, time.perf_counter() - started)
-
-
-def _info(stage: str, values: dict[str, Any]) -> str:
-    if stage == "sft":
-        return f"loss {values['loss']:.3f}"
-    if stage == "rl":
-        success = values.get("success")
-        return f"success {success:.2f}" if success is not None else ""
-    rate = values.get("success_rate")
-    return f"success {rate:.2f}" if rate is not None else ""
 
 
 def table(result: DemoResult) -> Any:

@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+
 envs_app = typer.Typer(help="Environments: list them and prepare their data.", no_args_is_help=True)
 alfworld_app = typer.Typer(help="ALFWorld games: offline fixtures or the official download.", no_args_is_help=True)
 envs_app.add_typer(alfworld_app, name="alfworld")
@@ -50,6 +52,8 @@ def serve(
     base_image: Optional[str] = typer.Option(None, help="BASE_IMAGE of the Docker build (default: $ROOST_BASE_IMAGE)."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
                                                       "variables; docs/tracing.md)."),
+    log_level: LogLevel = level_option(),
+    log_json: bool = json_option(),
 ) -> None:
     """Serve an env over HTTP (POST /episodes, /episodes/{id}/step, GET /tasks, /info, /health, /metrics)."""
     import asyncio
@@ -58,7 +62,9 @@ def serve(
     from roost.envs.serve import ServerConfig, parse_env_args
     from roost.envs.serve import serve as run_server
 
-    server_args = ["--workers", str(workers), "--max-episodes", str(max_episodes), "--lease-s", str(lease_s)]
+    configure_logging(log_level, json=log_json)
+    server_args = ["--workers", str(workers), "--max-episodes", str(max_episodes), "--lease-s", str(lease_s),
+                   "--log-level", log_level.value, *(["--log-json"] if log_json else [])]
     if docker:
         _serve_docker(env, port, data_dir, base_image, server_args + [a for p in env_arg for a in ("--env-arg", p)])
         return

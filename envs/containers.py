@@ -45,10 +45,13 @@ class ContainerConfig:
 def build_context(spec: EnvSpec, into: Path) -> Path:
     """Lay out the build context: the env's Dockerfile and requirements, `roost/envs`,
     `roost/sandboxes` (envs that run commands, such as SWE and Hermes, use it in the container)
-    and `roost/lifetime.py` (how the server's worker processes end)."""
+    and the top-level modules the server imports: `lifetime` (how its worker processes end),
+    `metrics_http` (its /metrics) and `logging_setup` (its --log-level, --log-json)."""
     import roost
     import roost.envs
     import roost.lifetime
+    import roost.logging_setup
+    import roost.metrics_http
     import roost.sandboxes
 
     package = spec.package_dir
@@ -59,7 +62,8 @@ def build_context(spec: EnvSpec, into: Path) -> Path:
             shutil.copy2(package / name, into / name)
     (into / "roost").mkdir()
     shutil.copy2(Path(roost.__file__), into / "roost" / "__init__.py")
-    shutil.copy2(Path(roost.lifetime.__file__), into / "roost" / "lifetime.py")
+    for module in (roost.lifetime, roost.metrics_http, roost.logging_setup):
+        shutil.copy2(Path(module.__file__), into / "roost" / Path(module.__file__).name)
     for package in (roost.envs, roost.sandboxes):
         name = Path(package.__file__).parent.name
         shutil.copytree(Path(package.__file__).parent, into / "roost" / name,

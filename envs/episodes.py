@@ -35,6 +35,7 @@ from roost.envs.errors import (
 from roost.envs.metrics import EnvMetrics
 from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task, check_action
 from roost.envs.worker import WorkerConfig, WorkerCrashed, WorkerHandle
+from roost.metrics_http import Reading
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class EpisodeManager:
         self.worker_config = worker_config
         self.config = config
         self.metrics = metrics or EnvMetrics()
+        self.metrics.read_at_scrape(self._readings())
         self.workers: list[WorkerHandle] = []
         self.episodes: OrderedDict[str, EpisodeRecord] = OrderedDict()
         self._info: EnvInfo | None = None
@@ -137,7 +139,7 @@ class EpisodeManager:
                      split: str | None = None, options: dict[str, Any] | None = None) -> tuple[str, Reset]:
         await self._heal()
         if self._reserved >= self.config.max_episodes:
-            self.metrics.inc("roost_env_capacity_rejections_total")
+            self.metrics.capacity_rejections.inc()
             raise CapacityError(f"all {self.config.max_episodes} episode slots are in use; retry shortly",
                                 retry_after=1.0)
         self._reserved += 1
@@ -154,8 +156,8 @@ class EpisodeManager:
             self._end(record, "closed" if record.state == "running" else record.state)
             self.episodes.pop(record.id, None)
             raise
-        self.metrics.observe("reset", time.perf_counter() - started)
-        self.metrics.inc("roost_env_episodes_started_total")
+        self.metrics.op_seconds.labels("reset").observe(time.perf_counter() - started)
+        self.metrics.episodes_started.inc()
         record.task_id = reset.task_id
         return record.id, reset
 
@@ -171,8 +173,8 @@ class EpisodeManager:
             except InvalidActionError:
                 self._invalid(record)
                 raise
-            self.metrics.observe("step", time.perf_counter() - started)
-            self.metrics.inc("roost_env_steps_total")
+            self.metrics.op_seconds.labels("step").observe(time.perf_counter() - started)
+            self.metrics.steps.inc()
             record.steps += 1
             record.total_reward += step.reward
             record.last_active_at = time.time()
@@ -190,7 +192,7 @@ class EpisodeManager:
         raise error
 
     def _invalid(self, record: EpisodeRecord) -> None:
-        self.metrics.inc("roost_env_invalid_actions_total")
+        self.metrics.invalid_actions.inc()
         record.last_active_at = time.time()
 
     def get(self, episode_id: str) -> EpisodeRecord:
@@ -213,14 +215,13 @@ class EpisodeManager:
         """(workers serving, workers wanted): fewer while a replacement loads its env."""
         return sum(w.serving for w in self.workers), self.config.workers
 
-    def gauges(self) -> dict[str, float]:
-        serving, wanted = self.capacity()
-        return {
-            "roost_env_live_episodes": self.live,
-            "roost_env_max_episodes": self.config.max_episodes,
-            "roost_env_workers_alive": serving,
-            "roost_env_workers_wanted": wanted,
-        }
+    def _readings(self) -> list[Reading]:
+        return [
+            Reading("roost_env_live_episodes", "Episodes running", lambda: self.live),
+            Reading("roost_env_max_episodes", "Live episodes before 429", lambda: self.config.max_episodes),
+            Reading("roost_env_workers_alive", "Env workers serving", lambda: self.capacity()[0]),
+            Reading("roost_env_workers_wanted", "Env workers configured", lambda: self.config.workers),
+        ]
 
     def _pick_worker(self) -> WorkerHandle:
         alive = [w for w in self.workers if w.alive] or self.workers
@@ -245,7 +246,7 @@ class EpisodeManager:
             await self._replace(worker, str(exc))
             raise
         except EnvFaultError as exc:
-            self.metrics.inc("roost_env_errors_total", 'type="env_error"')
+            self.metrics.errors.labels("env_error").inc()
             record.error = str(exc)
             await self._close(record, "failed")
             raise
@@ -262,7 +263,7 @@ class EpisodeManager:
     def _end(self, record: EpisodeRecord, state: str) -> None:
         if record.state == "running":
             self._reserved -= 1
-            self.metrics.inc("roost_env_episodes_ended_total", f'state="{state}"')
+            self.metrics.episodes_ended.labels(state).inc()
         record.state = state
         if record.worker is not None:
             record.worker.episodes.discard(record.id)
@@ -288,8 +289,8 @@ class EpisodeManager:
         fresh = WorkerHandle(self.worker_config, worker.index)
         self.workers[self.workers.index(worker)] = fresh
         log.warning("replacing a worker: %s", reason)
-        self.metrics.inc("roost_env_worker_restarts_total")
-        self.metrics.inc("roost_env_errors_total", 'type="worker_crashed"')
+        self.metrics.worker_restarts.inc()
+        self.metrics.errors.labels("worker_crashed").inc()
         for episode_id in list(worker.episodes):
             record = self.episodes[episode_id]
             record.error = reason
@@ -320,5 +321,5 @@ class EpisodeManager:
                 continue
             async with record.lock:
                 if record.state == "running" and record.last_active_at < deadline:
-                    self.metrics.inc("roost_env_reaped_total")
+                    self.metrics.reaped.inc()
                     await self._close(record, "reaped")

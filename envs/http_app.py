@@ -11,12 +11,13 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from roost.envs import action_limits, errors, wire
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from roost.envs.episodes import EpisodeManager, EpisodeRecord
 from roost.envs.limits import BodySizeLimit
+from roost.metrics_http import metrics_response
 from roost.tracing import Tracing
 
 log = logging.getLogger(__name__)
@@ -173,5 +174,5 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
         return JSONResponse(body.model_dump(), status_code=200 if body.status == "ok" else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    async def metrics() -> str:
-        return manager.metrics.render(manager.gauges())
+    async def metrics(request: Request) -> Response:
+        return metrics_response(manager.metrics.registry, request)

@@ -1,38 +1,33 @@
-"""Counters of one env server, rendered in the Prometheus text format for `GET /metrics`."""
+"""The env server's Prometheus metrics, in one registry per server (`roost.metrics_http`):
+`EpisodeManager` counts into them and `GET /metrics` exposes them."""
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from roost.metrics_http import Reading, ReadAtScrape
+
+OP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-@dataclass
 class EnvMetrics:
-    counters: Counter = field(default_factory=Counter)
-    """(metric name, label string) → value."""
-    seconds: Counter = field(default_factory=Counter)
-    calls: Counter = field(default_factory=Counter)
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
 
-    def inc(self, name: str, labels: str = "", value: float = 1) -> None:
-        self.counters[(name, labels)] += value
+        def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, help, labels, registry=r)
 
-    def observe(self, op: str, seconds: float) -> None:
-        self.seconds[op] += seconds
-        self.calls[op] += 1
+        self.episodes_started = counter("roost_env_episodes_started_total", "Episodes reset")
+        self.episodes_ended = counter("roost_env_episodes_ended_total", "Episodes ended, by final state", ("state",))
+        self.steps = counter("roost_env_steps_total", "Steps taken")
+        self.invalid_actions = counter("roost_env_invalid_actions_total", "Actions refused as invalid")
+        self.errors = counter("roost_env_errors_total", "Env faults, by kind (env_error, worker_crashed)", ("type",))
+        self.capacity_rejections = counter("roost_env_capacity_rejections_total", "Resets refused at max_episodes")
+        self.reaped = counter("roost_env_reaped_total", "Episodes closed after their lease expired")
+        self.worker_restarts = counter("roost_env_worker_restarts_total", "Env workers replaced")
+        self.op_seconds = Histogram("roost_env_op_seconds", "Time of one env operation (reset, step)", ("op",),
+                                    buckets=OP_BUCKETS, registry=r)
 
-    def render(self, gauges: dict[str, float]) -> str:
-        lines = []
-        for name, value in sorted(gauges.items()):
-            lines += [f"# TYPE {name} gauge", f"{name} {value}"]
-        typed = set()
-        for (name, labels), value in sorted(self.counters.items()):
-            if name not in typed:
-                lines.append(f"# TYPE {name} counter")
-                typed.add(name)
-            lines.append(f"{name}{{{labels}}} {value}" if labels else f"{name} {value}")
-        if self.calls:
-            lines.append("# TYPE roost_env_op_seconds summary")
-            for op in sorted(self.calls):
-                lines.append(f'roost_env_op_seconds_sum{{op="{op}"}} {self.seconds[op]:.6f}')
-                lines.append(f'roost_env_op_seconds_count{{op="{op}"}} {self.calls[op]}')
-        return "\n".join(lines) + "\n"
+    def read_at_scrape(self, readings: list[Reading]) -> None:
+        """Values the manager owns (live episodes, workers), read when scraped."""
+        self.registry.register(ReadAtScrape(readings))

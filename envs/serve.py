@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -23,6 +24,9 @@ from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.errors import EnvError
 from roost.envs.worker import WorkerConfig
 from roost.lifetime import stop_on_sigterm
+from roost.logging_setup import LogLevel, configure_logging
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ def _bind(host: str, port: int) -> socket.socket:
 def _server(config: ServerConfig, manager: EpisodeManager | None = None):
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(build_app(config, manager), log_level="warning", access_log=False,
+    # log_config=None: uvicorn logs through the process's logging (`roost.logging_setup`)
+    return uvicorn.Server(uvicorn.Config(build_app(config, manager), log_config=None, access_log=False,
                                          timeout_graceful_shutdown=5))
 
 
@@ -91,6 +96,9 @@ async def serve(config: ServerConfig) -> None:
     manager = build_manager(config)
     await manager.start()
     sock = _bind(config.host, config.port)
+    log.info("env server for %s on http://%s:%d (%d workers, at most %d episodes)", config.env, config.host,
+             config.port, config.manager.workers, config.manager.max_episodes,
+             extra={"env": config.env, "workers": config.manager.workers})
     await _server(config, manager).serve(sockets=[sock])
 
 
@@ -139,7 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
     parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--trace", action="store_true", help="OpenTelemetry spans (also on with OTEL_* variables)")
+    parser.add_argument("--log-level", choices=[level.value for level in LogLevel], default=LogLevel.info.value)
+    parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
     args = parser.parse_args(argv)
+    configure_logging(args.log_level, json=args.log_json)
     config = ServerConfig(args.env, parse_env_args(args.env_arg), args.host, args.port,
                           ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
                           trace=args.trace)

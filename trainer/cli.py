@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import typer
 
+from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+
 
 def train(
     recipe: str = typer.Argument(..., help="Recipe YAML, e.g. recipes/alfworld/cpu.yaml."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set trainer.lr=1e-5 (repeatable; "
                                    "`steps` is schedule.steps)."),
     show: bool = typer.Option(False, "--show", help="Print the validated recipe and exit."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress bars per stage, as "
+                                  "`roost demo` shows them (--no-progress: plain lines, e.g. for a log file)."),
+    log_level: LogLevel = level_option(),
+    log_json: bool = json_option(),
 ) -> None:
     """Train on a recipe: (SFT →) RL on Ray, with checkpoints, metrics and resume."""
     from .recipe import RecipeError, dump_recipe, load_recipe
+
+    configure_logging(log_level, json=log_json)
 
     try:
         loaded = load_recipe(recipe, set_)
@@ -24,7 +32,15 @@ def train(
         return
     from .rl.loop import train as run
 
-    summary = run(loaded)
+    if progress:
+        from rich.console import Console
+
+        from .progress import progress_hooks
+
+        with progress_hooks(Console()) as hooks:
+            summary = run(loaded, hooks)
+    else:
+        summary = run(loaded)
     typer.echo(f"done: {summary.steps} RL steps; run folder {summary.run_dir}")
     for label, result in summary.evals.items():
         rate = result.get("success_rate")

@@ -5,8 +5,9 @@
     logger.close()
 
 One JSON object per line in `run_dir/metrics.jsonl` (`{"stage", "step", "time", ...}`),
-appended across resumes. TensorBoard and W&B are optional packages: asking for one that is
-not installed is an error that says what to install.
+appended across resumes. TensorBoard (`run_dir/tensorboard`) and W&B (online, or offline under
+`run_dir/wandb`) get the numbers as `<stage>/<name>` scalars; both come with roost's `tracking`
+extra, and asking for one that is not installed is an error that says what to install.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class MetricsLogger:
         self.path = run_dir / "metrics.jsonl"
         self._jsonl = self.path.open("a") if config.jsonl else None
         self._tb = _tensorboard(run_dir / "tensorboard") if config.tensorboard else None
-        self._wandb = _wandb(config.wandb_project, run_name, run_dir) if config.wandb_project else None
+        self._wandb = _wandb(config, run_name, run_dir) if config.wandb_project else None
+        self._wandb_stages: set[str] = set()
 
     def log(self, step: int, metrics: dict[str, Any], *, stage: str = "rl") -> None:
         values = {k: v for k, v in metrics.items() if _is_number(v)}
@@ -54,9 +56,19 @@ class MetricsLogger:
                 self._tb.add_scalar(f"{stage}/{key}", value, step)
             self._tb.flush()
         if self._wandb is not None:
-            self._wandb.log({f"{stage}/{k}": v for k, v in values.items()}, step=step)
+            self._wandb_log(stage, step, values)
         if self.config.console:
             self.echo(console_line(stage, step, values))
+
+    def _wandb_log(self, stage: str, step: int, values: dict[str, float]) -> None:
+        # Each stage counts its own steps (SFT 1..N, then RL from 1), but W&B's own step only
+        # grows: a row logged at a smaller one is dropped. So each stage's numbers are plotted
+        # against `<stage>/step`, and W&B numbers the rows itself.
+        if stage not in self._wandb_stages:
+            self._wandb.define_metric(f"{stage}/step")
+            self._wandb.define_metric(f"{stage}/*", step_metric=f"{stage}/step")
+            self._wandb_stages.add(stage)
+        self._wandb.log({f"{stage}/step": step, **{f"{stage}/{k}": v for k, v in values.items()}})
 
     def close(self) -> None:
         if self._jsonl is not None:
@@ -84,15 +96,17 @@ def _tensorboard(folder: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
-        raise RuntimeError("metrics.tensorboard is on but the `tensorboard` package is missing; "
-                           "pip install tensorboard, or set metrics.tensorboard: false") from exc
+        raise RuntimeError("metrics.tensorboard is on but the `tensorboard` package is missing; install "
+                           "roost's tracking extra (pip install -e '.[tracking]'), or set metrics.tensorboard: "
+                           "false") from exc
     return SummaryWriter(str(folder))
 
 
-def _wandb(project: str, name: str, folder: Path) -> Any:
+def _wandb(config: MetricsConfig, name: str, folder: Path) -> Any:
     try:
         import wandb
     except ImportError as exc:
-        raise RuntimeError("metrics.wandb_project is set but the `wandb` package is missing; "
-                           "pip install wandb, or remove metrics.wandb_project") from exc
-    return wandb.init(project=project, name=name, dir=str(folder), resume="allow")
+        raise RuntimeError("metrics.wandb_project is set but the `wandb` package is missing; install roost's "
+                           "tracking extra (pip install -e '.[tracking]'), or remove metrics.wandb_project") from exc
+    return wandb.init(project=config.wandb_project, name=name, dir=str(folder), mode=config.wandb_mode,
+                      resume="allow")

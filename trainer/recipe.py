@@ -282,9 +282,15 @@ class PlacementConfig(_Section):
 
 class MetricsConfig(_Section):
     console: bool = True
+    """One line of metrics per step (above the progress bars)."""
     jsonl: bool = True
+    """`metrics.jsonl` in the run folder (what `roost view` plots)."""
     tensorboard: bool = False
+    """Event files in `<run folder>/tensorboard` (the `tracking` extra)."""
     wandb_project: str | None = None
+    """Log to this Weights & Biases project (the `tracking` extra)."""
+    wandb_mode: Literal["online", "offline"] = "online"
+    """offline: W&B writes the run under `<run folder>/wandb` only (`wandb sync` uploads it later)."""
 
 
 class Recipe(_Section):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+
 
 def view(
     run_dir: Path = typer.Argument(None, help="Run folder of `roost train` or `roost demo` (runs/demo)."),
@@ -14,6 +16,8 @@ def view(
                                                              "(default: the run's model)."),
     host: str = typer.Option("127.0.0.1", help="Loopback only: trajectories are private (ssh -L to view remotely)."),
     port: int = typer.Option(8950, help="Port to serve on."),
+    log_level: LogLevel = level_option(),
+    log_json: bool = json_option(),
 ) -> None:
     """Serve the trajectory viewer: runs → steps → groups → sessions → calls, token by token."""
     import uvicorn
@@ -28,10 +32,11 @@ def view(
     if not is_loopback(host):
         raise typer.BadParameter(f"the viewer serves trajectories without keys and binds loopback only, not {host}; "
                                  f"forward the port instead (ssh -L {port}:127.0.0.1:{port} HOST)")
+    configure_logging(log_level, json=log_json)
     app = build_app(ViewerConfig(run_dir=run_dir.resolve() if run_dir else None,
                                  store=store.resolve() if store else None, tokenizer=tokenizer))
     typer.echo(f"roost view: http://{host}:{port}/")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_config=None)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

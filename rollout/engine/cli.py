@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+
 from ..keys import ENGINE_KEY, KeysRequired, serving_key
 
 
@@ -46,11 +48,13 @@ def engine(
     max_prefill_tokens: int = typer.Option(8192, help="New prompt tokens prefilled together in one "
                                                        "batch (SGLang's flag; the last request admitted "
                                                        "may take it past this)."),
-    log_level: str = typer.Option("warning", help="uvicorn log level."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the "
                                                       "OTEL_* variables; docs/tracing.md)."),
+    log_level: LogLevel = level_option(),
+    log_json: bool = json_option(),
 ) -> None:
     """Serve the embedded rollout engine (SGLang native API subset) on HOST:PORT, or a vLLM server there."""
+    configure_logging(log_level, json=log_json)
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
     # to be set before torch loads its OpenMP runtime.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -70,7 +74,7 @@ def engine(
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
                            reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)
-    serve(engine_, host=host, port=port, api_key=api_key, log_level=log_level, trace=trace)
+    serve(engine_, host=host, port=port, api_key=api_key, trace=trace)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from roost.rollout.keys import ENGINE_KEY, new_key
@@ -11,6 +12,8 @@ from roost.tracing import Tracing
 from .engine import Engine, EngineConfig
 from .scripted_sampler import Script, ScriptedSampler
 from .tiny_model import resolve_model
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(
@@ -25,16 +28,19 @@ def build_engine(
     return Engine(config)
 
 
-def serve(engine: Engine, *, host: str, port: int, api_key: str, log_level: str = "warning",
-          trace: bool = False) -> None:
+def serve(engine: Engine, *, host: str, port: int, api_key: str, trace: bool = False) -> None:
+    """Serve until stopped; logs go where the process's logging sends them (`roost.logging_setup`)."""
     import uvicorn
 
     from .server import create_app
 
     tracing = Tracing.start("engine", flag=trace)
     engine.start()
+    log.info("engine serving %s (%s, context %d tokens, %d requests at once)", engine.config.model_path,
+             engine.spec.family, engine.context_length, engine.config.max_running,
+             extra={"model": str(engine.config.model_path), "weight_version": engine.weight_version})
     try:
-        uvicorn.run(create_app(engine, api_key, tracing), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(create_app(engine, api_key, tracing), host=host, port=port, log_config=None, access_log=False)
     finally:
         engine.stop()
         tracing.shutdown()

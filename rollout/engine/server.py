@@ -12,11 +12,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from roost.metrics_http import metrics_response
 from roost.tracing import Tracing
 
 from ..hangup import ClientGone, cancelled_on_hangup
 from ..keys import presented_key, same_key
 from .engine import Completion, Engine
+from .metrics import EngineMetrics
 from .scripted_sampler import Script, ScriptedSampler, ScriptError
 from .weights import WeightMismatch
 from .wire import (
@@ -91,10 +93,11 @@ def _answer_text(engine: Engine, done: Completion, params) -> str:
 def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> FastAPI:
     """The routes that change the engine (weights, pause, cache, script, aborting every request)
     take `api_key` as a bearer token or `x-api-key`; `/generate`, aborting one request by its
-    rid, the info routes and `/health` are open. `tracing`: a server span per request and an
-    `engine.generate` span per generation."""
+    rid, the info routes, `/health` and `/metrics` are open. `tracing`: a server span per request
+    and an `engine.generate` span per generation."""
     tracing = tracing or Tracing()
     app = tracing.instrument_app(FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None))
+    metrics = EngineMetrics(engine)
 
     async def control(request: Request) -> None:
         if not same_key(presented_key(request.headers), api_key):
@@ -117,6 +120,10 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
     @app.get("/health")
     async def health() -> Response:
         return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        return metrics_response(metrics.registry, request)
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
@@ -164,7 +171,8 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
             # The stream is sent after this handler returns: its span is parented explicitly.
-            chunks = _stream(engine, ids, plan, params, req, rid, started, tracing, tracing.current().traceparent)
+            chunks = _stream(engine, metrics, ids, plan, params, req, rid, started, tracing,
+                             tracing.current().traceparent)
             return StreamingResponse(chunks, media_type="text/event-stream")
         try:
             async with cancelled_on_hangup(request.receive):
@@ -174,6 +182,7 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         except ClientGone:
             # Cancelling the wait took the request out of the scheduler; no one reads this.
             return Response(status_code=499)
+        metrics.answered(len(ids), done, started)
         body = {
             "text": _answer_text(engine, done, params),
             "output_ids": done.output_ids,
@@ -254,8 +263,8 @@ def _describe(span: Any, done: Completion) -> None:
                              "roost.weight_version": done.weight_version})
 
 
-async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: float, tracing: Tracing,
-                  parent: str | None):
+async def _stream(engine: Engine, metrics: EngineMetrics, ids, plan, params, req, rid: str, started: float,
+                  tracing: Tracing, parent: str | None):
     done = Completion(constraint=plan.constraint_meta())
     with tracing.span("engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids), "roost.stream": True},
                       parent=parent) as span:
@@ -269,4 +278,5 @@ async def _stream(engine: Engine, ids, plan, params, req, rid: str, started: flo
             }
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
         _describe(span, done)
+    metrics.answered(len(ids), done, started)
     yield b"data: [DONE]\n\n"

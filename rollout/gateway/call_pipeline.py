@@ -159,7 +159,7 @@ class TokenBackend:
         outcome = Outcome(call_id, sampled, collect(events), tool_ids)
         reply = outcome.reply
         if reply.failures:
-            ctx.metrics.tool_parse_failures.inc(amount=len(reply.failures))
+            ctx.metrics.tool_parse_failures.inc(len(reply.failures))
         reply_key = None
         if p.chain_end is not None:
             calls = [(c.name, c.arguments) for c in reply.tool_calls]
@@ -278,10 +278,10 @@ class TokenBackend:
             # is not recorded, as no complete reply was returned.
             yield out.failure(engine_failure(exc, ctx.metrics, ctx.config.retry_after_s))
         except BackendUnavailable as error:
-            ctx.metrics.engine_errors.inc(error.code)
+            ctx.metrics.engine_errors.labels(error.code).inc()
             yield out.failure(error)
         except (asyncio.CancelledError, GeneratorExit):
-            ctx.metrics.calls_aborted.inc(front.endpoint)  # the client left mid-stream: nothing recorded
+            ctx.metrics.calls_aborted.labels(front.endpoint).inc()  # the client left mid-stream: nothing recorded
             raise
         finally:
             release()

@@ -78,7 +78,7 @@ async def plan_call(ctx: EngineContext, target: CallTarget, dicts: list[dict[str
     except TooManyTokens as exc:
         raise too_long(exc.at_least) from None
     if plan.mismatch is not None:
-        ctx.metrics.reasoning_mismatches.inc(policy)
+        ctx.metrics.reasoning_mismatches.labels(policy).inc()
     return plan, chain_end
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+
 from ..keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
 
 
@@ -54,12 +56,14 @@ def gateway(
     upstream_api_key: str = typer.Option(None, envvar="ROOST_UPSTREAM_API_KEY", help="openai backend: API key."),
     upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
     upstream_token_ids: bool = typer.Option(False, help="openai backend: ask upstream for token ids."),
-    log_level: str = typer.Option("warning", help="uvicorn log level."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP from the gateway and "
                                                       "the engine it starts (also on with the OTEL_* variables; "
                                                       "docs/tracing.md)."),
+    log_level: LogLevel = level_option(),
+    log_json: bool = json_option(),
 ) -> None:
     """Serve the OpenAI-compatible gateway that records token-exact trajectories."""
+    configure_logging(log_level, json=log_json)
     from .config import GatewayConfig
     from .launch import serve
 
@@ -82,12 +86,13 @@ def gateway(
         # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
         engine_args = ["--context-length", str(context_length)] if context_length else []
         engine_args += ["--trace"] if trace else []
+        engine_args += ["--log-level", log_level.value] + (["--log-json"] if log_json else [])
         engine = EngineProcess(model or "tiny", extra_args=engine_args, api_key=engine_key)
         with engine as url:
             serve(config.model_copy(update={"engine_url": url, "model": model or "tiny",
-                                            "engine_key": engine.api_key}), log_level)
+                                            "engine_key": engine.api_key}))
         return
-    serve(config, log_level)
+    serve(config)
 
 
 def preflight(

@@ -76,7 +76,7 @@ class EngineContext:
                     return [await self.client.generate(prompt, params, rid=call_ids[0])]
                 return list(await asyncio.gather(*(self.client.generate(prompt, params, rid=c) for c in call_ids)))
         except ClientGone:
-            self.metrics.calls_aborted.inc(endpoint)
+            self.metrics.calls_aborted.labels(endpoint).inc()
             await self._abort(call_ids)
             raise ClientDisconnected("the client disconnected before the answer; the call was aborted") from None
 
@@ -110,16 +110,16 @@ class EngineContext:
 
     def count_call(self, endpoint: str, plan: PromptPlan, sampled: Sampled) -> None:
         m = self.metrics
-        m.calls.inc(endpoint, plan.kind, plan.reuse)
-        m.prompt_tokens.inc(amount=len(plan.prompt_ids))
-        m.reused_tokens.inc(amount=plan.shared_prefix_len)
-        m.completion_tokens.inc(amount=len(sampled.ids))
+        m.calls.labels(endpoint, plan.kind, plan.reuse).inc()
+        m.prompt_tokens.inc(len(plan.prompt_ids))
+        m.reused_tokens.inc(plan.shared_prefix_len)
+        m.completion_tokens.inc(len(sampled.ids))
 
     def observe(self, endpoint: str, received: float, engine_s: float) -> None:
         total = time.perf_counter() - received
-        self.metrics.latency.observe(total, endpoint)
-        self.metrics.engine_latency.observe(engine_s, endpoint)
-        self.metrics.overhead.observe(max(total - engine_s, 0.0), endpoint)
+        self.metrics.latency.labels(endpoint).observe(total)
+        self.metrics.engine_latency.labels(endpoint).observe(engine_s)
+        self.metrics.overhead.labels(endpoint).observe(max(total - engine_s, 0.0))
 
     @staticmethod
     def call_headers(target: CallTarget, call_ids: list[str], engine_s: float | None = None) -> dict[str, str]:

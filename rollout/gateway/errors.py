@@ -154,16 +154,16 @@ def anthropic_body(error: GatewayError) -> bytes:
 def engine_failure(exc: EngineError, metrics: GatewayMetrics, retry_after_s: int) -> GatewayError:
     """Map an engine error to the gateway's answer; the session is untouched either way."""
     if isinstance(exc, EngineRejected):
-        metrics.engine_errors.inc("engine_rejected")
+        metrics.engine_errors.labels("engine_rejected").inc()
         return InvalidRequest(f"the engine refused this request: {exc}", code="engine_rejected")
     if isinstance(exc, EngineProtocolError):
-        metrics.engine_errors.inc("engine_protocol_error")
+        metrics.engine_errors.labels("engine_protocol_error").inc()
         return BackendUnavailable(
             f"the engine answered something that is not an SGLang /generate answer ({exc}); "
             "check that --engine-url points at an SGLang-API engine; the session is kept, retry",
             retry_after_s=retry_after_s, code="engine_protocol_error",
         )
-    metrics.engine_errors.inc("engine_unavailable")
+    metrics.engine_errors.labels("engine_unavailable").inc()
     return BackendUnavailable(
         f"the engine is unavailable ({exc}); the session is kept, retry after a moment",
         retry_after_s=retry_after_s,

@@ -80,6 +80,9 @@ class Gateway:
         # transformers, tokenizers and jinja leave millions of long-lived objects; freezing
         # them keeps the collector from rescanning them all in the middle of a call.
         gc.freeze()
+        log.info("gateway serving %s through the %s backend at %s; recording to %s", self.served_model,
+                 config.backend, config.engine_url, config.store_path,
+                 extra={"model": self.served_model, "backend": config.backend, "store": str(config.store_path)})
 
     async def stop(self) -> None:
         if self.backend is not None:

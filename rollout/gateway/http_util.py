@@ -94,7 +94,7 @@ def guarded(endpoint: str, metrics: GatewayMetrics, handler: Handler,
             log.exception("unhandled error on %s", endpoint)
             response = respond(GatewayError(
                 "the gateway failed on this request (a bug: see its log); other sessions are unaffected"))
-        metrics.requests.inc(endpoint, str(response.status_code))
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
     return run

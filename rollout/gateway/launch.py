@@ -13,7 +13,7 @@ from roost.rollout.server_process import ServerProcess, free_port
 from .config import GatewayConfig
 
 
-def _uvicorn_config(config: GatewayConfig, log_level: str):
+def _uvicorn_config(config: GatewayConfig):
     import uvicorn
 
     from .app import create_app
@@ -21,7 +21,7 @@ def _uvicorn_config(config: GatewayConfig, log_level: str):
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     return uvicorn.Config(create_app(config), host=config.host, port=config.port, loop=loop, http=http,
-                          log_level=log_level, access_log=False, backlog=4096, timeout_keep_alive=30)
+                          log_config=None, access_log=False, backlog=4096, timeout_keep_alive=30)
 
 
 def _has(module: str) -> bool:
@@ -30,10 +30,11 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def serve(config: GatewayConfig, log_level: str = "warning") -> None:
+def serve(config: GatewayConfig) -> None:
+    """Serve until stopped; logs go where the process's logging sends them (`roost.logging_setup`)."""
     import uvicorn
 
-    uvicorn.Server(_uvicorn_config(config, log_level)).run()
+    uvicorn.Server(_uvicorn_config(config)).run()
 
 
 class GatewayThread:
@@ -60,7 +61,7 @@ class GatewayThread:
     def start(self) -> str:
         import uvicorn
 
-        self._server = uvicorn.Server(_uvicorn_config(self.config, "warning"))
+        self._server = uvicorn.Server(_uvicorn_config(self.config))
         self._server.config.loop = "asyncio"  # the thread runs its own plain asyncio loop
         self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve()), daemon=True)
         self._thread.start()

@@ -70,7 +70,7 @@ class PassthroughBackend:
             await self._http.close()
 
     def _unavailable(self, detail: str) -> BackendUnavailable:
-        self.metrics.engine_errors.inc("upstream_unavailable")
+        self.metrics.engine_errors.labels("upstream_unavailable").inc()
         return BackendUnavailable(f"the upstream server {self.base} is unavailable ({detail}); the session is kept, retry",
                                   retry_after_s=self.config.retry_after_s, code="upstream_unavailable")
 
@@ -187,7 +187,7 @@ class PassthroughBackend:
         for record, node in records:
             if node is not None:
                 tree.add(node)
-            self.metrics.calls.inc(path, record.kind, record.reuse)
+            self.metrics.calls.labels(path, record.kind, record.reuse).inc()
 
     def _call(self, path, target, tree, chain, raw, answer, choice, prompt_ids, started) -> tuple[CallRecord, Node | None]:
         sampled = array("i", choice.get("token_ids") or [])

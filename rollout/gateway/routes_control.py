@@ -12,6 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from roost.metrics_http import metrics_response
+
 from ..store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
 from .auth import admin_only
 from .errors import InvalidRequest, NotFound
@@ -176,7 +178,7 @@ def routes(gw: Gateway) -> list[Route]:
                      200 if up else 503)
 
     async def metrics(request: Request) -> Response:
-        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return metrics_response(gw.metrics.registry, request)
 
     m = gw.metrics
 

@@ -16,6 +16,7 @@ from roost.envs.errors import EnvFaultError
 from roost.envs.protocol import TextAction
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
+from roost.tests.prometheus_samples import sample
 
 TOY = "roost.tests.envs.toy_envs:make_factory"
 
@@ -43,7 +44,7 @@ async def test_a_crashed_worker_fails_its_episodes_and_frees_their_slots(server:
         fresh = [(await client.create())[0] for _ in range(2)]  # both slots are free again
         steps = [await client.step(e, TextAction("inc")) for e in fresh]
         assert [s.observation.text for s in steps] == ["n=1", "n=1"]
-        assert "roost_env_worker_restarts_total 1" in (await raw.get("/metrics")).text
+        assert sample((await raw.get("/metrics")).text, "roost_env_worker_restarts_total") == 1
 
 
 async def test_an_env_exception_is_an_env_error_and_frees_the_slot(server: str):
@@ -106,7 +107,7 @@ async def test_an_idle_worker_that_dies_is_replaced_and_health_is_degraded_meanw
         assert (await client.health()).status == "degraded"
         healthy = await _wait_for_health(raw, 200)
         assert healthy.json() == {"status": "ok", "live_episodes": 0, "workers": {"alive": 2, "wanted": 2}}
-        assert "roost_env_worker_restarts_total 1" in (await raw.get("/metrics")).text
+        assert sample((await raw.get("/metrics")).text, "roost_env_worker_restarts_total") == 1
         after = await _hosts(client, 2)
         assert len(set(after)) == 2 and before[0] not in after  # spread over the survivor and the new one
 
@@ -120,6 +121,6 @@ async def test_a_silent_worker_is_killed_and_its_call_fails_fast():
             await client.step(episode, TextAction("inc"))
         assert (await client.status(episode)).state == "failed"
         await _wait_for_health(raw, 200)
-        assert "roost_env_worker_restarts_total 1" in (await raw.get("/metrics")).text
+        assert sample((await raw.get("/metrics")).text, "roost_env_worker_restarts_total") == 1
         fresh, _ = await client.create()
         assert (await client.step(fresh, TextAction("inc"))).observation.text == "n=1"

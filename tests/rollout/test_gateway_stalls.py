@@ -14,6 +14,7 @@ import httpx
 import orjson
 import pytest
 
+from roost.tests.prometheus_samples import sample
 from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway, stored_calls
 
 MIB = 1024 * 1024
@@ -48,11 +49,8 @@ def request_head(path: str, headers: dict[str, str]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def metric(url: str, line_start: str) -> float:
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
-        if line.startswith(line_start + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+def metric(url: str, name: str, **labels: str) -> float:
+    return sample(httpx.get(f"{url}/metrics").text, name, **labels) or 0.0
 
 
 def test_chunked_body_past_the_limit_is_refused_before_it_ends(gateway):
@@ -131,7 +129,7 @@ def test_a_client_that_hangs_up_stops_its_generation(sampling_gateway, stream):
     server, engine_url, store = sampling_gateway
     session = new_session(server)
     steps_before = httpx.get(f"{engine_url}/get_server_info").json()["decode_steps"]
-    aborted_before = metric(server.url, 'roost_gateway_calls_aborted_total{endpoint="chat"}')
+    aborted_before = metric(server.url, "roost_gateway_calls_aborted_total", endpoint="chat")
     body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me everything."}],
             "max_tokens": 3000, "ignore_eos": True, "stream": stream}
     hang_up_during_generation(server.url, f"/sessions/{session['session_id']}/v1/chat/completions", session["key"],
@@ -141,7 +139,7 @@ def test_a_client_that_hangs_up_stops_its_generation(sampling_gateway, stream):
         assert time.monotonic() < deadline, "the engine is still generating for a client that left"
         time.sleep(0.05)
     assert httpx.get(f"{engine_url}/get_server_info").json()["decode_steps"] - steps_before < 1500
-    while metric(server.url, 'roost_gateway_calls_aborted_total{endpoint="chat"}') == aborted_before:
+    while metric(server.url, "roost_gateway_calls_aborted_total", endpoint="chat") == aborted_before:
         assert time.monotonic() < deadline, "the abandoned call was not counted"
         time.sleep(0.05)
     assert stored_calls(store, session["session_id"]) == []

@@ -8,17 +8,14 @@ metrics.jsonl (written by the trainer's MetricsLogger, plus a truncated last lin
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from roost.rollout.keys import bearer
+from roost.tests.app_thread import AppThread
 from roost.tests.rollout.gateway_helpers import TOOL_CALL, WEATHER_TOOLS, new_session, say, start_gateway
 from roost.trainer.checkpoint import save_evals
 from roost.trainer.metrics import MetricsLogger
@@ -83,28 +80,11 @@ def run_dir(scripted_engine_url, tmp_path_factory) -> tuple[Path, dict[str, str]
     return run, played
 
 
-class ViewerServer:
+class ViewerServer(AppThread):
     """A real viewer (uvicorn) on 127.0.0.1 in a background thread; `.url`."""
 
     def __init__(self, config: ViewerConfig):
-        self.server = uvicorn.Server(uvicorn.Config(build_app(config), log_level="warning"))
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
-
-    def __enter__(self) -> ViewerServer:
-        self.thread.start()
-        for _ in range(200):
-            if self.server.started:
-                return self
-            self.thread.join(0.05)
-        raise RuntimeError("the viewer did not start in 10 s")
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+        super().__init__(build_app(config), "the viewer")
 
 
 @pytest.fixture(scope="session")
