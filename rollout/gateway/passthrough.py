@@ -91,7 +91,7 @@ class PassthroughBackend:
         if front.passthrough_path is None:
             raise InvalidRequest(
                 f"the {front.endpoint} wire is not served by --backend openai, which forwards OpenAI chat and text "
-                "completions only; run the gateway on a token engine (--backend embedded or sglang) for it")
+                "completions only; run the gateway on a token engine (--backend vllm, sglang or embedded) for it")
         return front.passthrough_path
 
     async def call(self, front: Any, target: CallTarget, req: Any, raw_body: bytes, received: float,
@@ -99,7 +99,7 @@ class PassthroughBackend:
         path = self._forwardable(front)
         if getattr(req, "allowed_replies", None) is not None:
             raise InvalidRequest("allowed_replies is roost's extension, which an OpenAI upstream cannot honour; "
-                                 "run the gateway on a token engine (--backend embedded or sglang) for it",
+                                 "run the gateway on a token engine (--backend vllm, sglang or embedded) for it",
                                  param="allowed_replies")
         messages, tools = front.key_messages(req)
         call = _Forwarded(front.endpoint, path, target, raw_body, messages, tools, time.perf_counter())
@@ -108,7 +108,7 @@ class PassthroughBackend:
     async def count_tokens(self, front: Any, target: CallTarget, req: Any, raw_body: bytes) -> int:
         self._forwardable(front)
         raise InvalidRequest("counting tokens needs the model's tokenizer, which --backend openai does not hold; "
-                             "run the gateway on a token engine (--backend embedded or sglang)")
+                             "run the gateway on a token engine (--backend vllm, sglang or embedded)")
 
     async def model_cards(self) -> list[dict[str, Any]]:
         return orjson.loads((await self.models()).body).get("data", [])
@@ -214,7 +214,8 @@ class PassthroughBackend:
                 tree.add(node)
             self.metrics.calls.inc(call.endpoint, record.kind, record.reuse)
 
-    def _call(self, call: _Forwarded, tree: AgentTree, chain, answer: dict, choice: dict) -> tuple[CallRecord, Node | None]:
+    def _call(self, call: _Forwarded, tree: AgentTree, chain, answer: dict,
+              choice: dict) -> tuple[CallRecord, Node | None]:
         target = call.target
         prompt_ids, sampled, logprobs = _tokens(answer, choice)
         message = choice.get("message") or {"text": choice.get("text")}

@@ -117,7 +117,8 @@ def test_passthrough_records_token_ids_and_logprobs(chain, stream):
     second = _turn(client, messages, "Sunny.", stream)
     assert second["content"] == "Sunny."
     calls = stored_calls(root / "outer.sqlite", session["session_id"])
-    assert [(c.backend, c.endpoint, c.kind) for c in calls] == [("openai", "chat", "root"), ("openai", "chat", "extend")]
+    assert [(c.backend, c.endpoint, c.kind) for c in calls] == [("openai", "chat", "root"),
+                                                                 ("openai", "chat", "extend")]
     assert calls[0].response["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert calls[1].request["messages"][-1]["content"] == "sunny"
     # The ids and logprobs the outer gateway recorded are those the inner one recorded (and
