@@ -31,7 +31,7 @@ CONSOLE = [
     ("logprob_mismatch", "mismatch {:.4f}"), ("staleness", "stale {:.2f}"),
     ("rollout_tokens_per_s", "{:.0f} tok/s"), ("tree_saving", "tree -{:.0%}"),
 ]
-FAULTS = (*(s.value for s in UNSCORED), "dropped_stale", "dropped_groups")
+FAULTS = (*(s.value for s in UNSCORED), "dropped_stale", "dropped_groups", "untrainable_calls")
 
 
 class MetricsLogger:

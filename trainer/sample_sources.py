@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from roost.rollout.store.paths import iter_training_samples
-from roost.rollout.store.samples import CallRef, Sample
+from roost.rollout.store.samples import CallRef, Refused, Sample
 
 from .advantages import Group
 
@@ -31,16 +31,19 @@ def group_samples(samples: Iterable[Sample]) -> list[Group]:
 
 def samples_from_store(
     store: str | Path, *, group_ids: Iterable[str] | None = None, session_ids: Iterable[str] | None = None,
-    status: str | None = "finished",
+    status: str | None = "finished", refused: list[Refused] | None = None,
 ) -> Iterator[Sample]:
     """The root-to-leaf samples of the matching sessions that have something to train on.
 
     Sessions without a group id form a group of their own. Posted advantages keep their
     reach: a call's own posted advantage (scalar or per token) applies to its tokens only,
     and sampled tokens of calls that got none are left to the estimator. Paths without a
-    sampled token carry nothing to train on and are skipped.
+    sampled token carry nothing to train on and are skipped; so are paths through a call that is
+    not training data (a pass-through call without token ids or logprobs), which is added to
+    `refused` with why.
     """
-    samples = iter_training_samples(store, group_ids=group_ids, session_ids=session_ids, status=status)
+    samples = iter_training_samples(store, group_ids=group_ids, session_ids=session_ids, status=status,
+                                    refused=refused)
     return (sample for sample in samples if sample.num_sampled)
 
 

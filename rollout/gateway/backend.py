@@ -59,7 +59,7 @@ class Front(Protocol):
     def answer(self, ctx: EngineContext, p: Prepared, outcomes: list[Outcome]) -> dict[str, Any]:
         """The body of a non-streamed answer."""
 
-    def streamer(self, p: Prepared, call_id: str, weight_version: str) -> Streamer:
+    def streamer(self, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str) -> Streamer:
         """The framing of a streamed answer."""
 
     def key_messages(self, req: Any) -> tuple[list | None, list | None]:

@@ -229,7 +229,7 @@ class TokenBackend:
     async def _frames(self, front: Front, p: Prepared, call_id: str, first: Any, engine_stream: AsyncIterator,
                       started: float, release: Callable[[], None]) -> AsyncIterator[bytes]:
         ctx = self.ctx
-        out = front.streamer(p, call_id, first.weight_version)
+        out = front.streamer(ctx, p, call_id, first.weight_version)
         sampled = Sampled()
         decoder = IncrementalDecoder(ctx.tokenizer, skip_special_tokens=p.skip_special_tokens)
         trimmer = StopTrimmer(p.stops)

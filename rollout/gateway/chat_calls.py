@@ -130,8 +130,8 @@ class ChatFront(OpenAIFront):
     def record_response(self, p: Prepared, o: Outcome) -> dict[str, Any]:
         return {**self.payload(o), "finish_reason": self.reason(o), "parse_failures": o.reply.failures}
 
-    def streamer(self, p: Prepared, call_id: str, weight_version: str) -> ChatStreamer:
-        return ChatStreamer(self, p, call_id, weight_version)
+    def streamer(self, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str) -> ChatStreamer:
+        return ChatStreamer(self, ctx, p, call_id, weight_version)
 
 
 class ChatStreamer(OpenAIStreamer):
@@ -139,8 +139,8 @@ class ChatStreamer(OpenAIStreamer):
 
     kind = "chat.completion.chunk"
 
-    def __init__(self, front: ChatFront, p: Prepared, call_id: str, weight_version: str):
-        super().__init__(front, p, call_id, weight_version)
+    def __init__(self, front: ChatFront, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str):
+        super().__init__(front, ctx, p, call_id, weight_version)
         self.calls = 0
 
     def _delta(self, delta: dict[str, Any]) -> bytes:

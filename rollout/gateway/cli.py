@@ -55,7 +55,9 @@ def gateway(
     engine_timeout_s: float = typer.Option(600.0, help="Longest one engine request may take."),
     upstream_api_key: str = typer.Option(None, envvar="ROOST_UPSTREAM_API_KEY", help="openai backend: API key."),
     upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
-    upstream_token_ids: bool = typer.Option(False, help="openai backend: ask upstream for token ids."),
+    upstream_token_ids: bool = typer.Option(
+        True, help="openai backend: ask upstream for token ids (return_token_ids; dropped for good if it "
+        "answers 400 naming it). --no-upstream-token-ids: never ask."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP from the gateway and "
                                                       "the engine it starts (also on with the OTEL_* variables; "
                                                       "docs/tracing.md)."),
@@ -115,11 +117,21 @@ def export(
     kind: str = typer.Option("calls", help="calls (one row per call) or samples (root-to-leaf training samples)."),
     group: str = typer.Option(None, help="Only sessions of this group."),
 ) -> None:
-    """Export recorded calls or training samples."""
+    """Export recorded calls or training samples (calls recorded without token ids or logprobs
+    are left out of samples, counted as refused_calls and named on stderr)."""
     from ..store.export import export as run_export
+    from ..store.samples import Refused
 
-    count = run_export(store, out, fmt=fmt, kind=kind, group_id=group)
-    typer.echo(json.dumps({"rows": count, "out": str(out), "format": fmt, "kind": kind}))
+    refused: list[Refused] = []
+    count = run_export(store, out, fmt=fmt, kind=kind, group_id=group, refused=refused)
+    for entry in refused[:5]:
+        typer.echo(entry.message(), err=True)
+    if len(refused) > 5:
+        typer.echo(f"... and {len(refused) - 5} more calls left out", err=True)
+    summary = {"rows": count, "out": str(out), "format": fmt, "kind": kind}
+    if kind == "samples":
+        summary["refused_calls"] = len(refused)
+    typer.echo(json.dumps(summary))
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -44,8 +44,8 @@ class GatewayConfig(BaseModel):
     context_length: int | None = Field(None, description="Override the engine's max_context_length")
     upstream_api_key: str | None = Field(None, description="openai backend: API key sent upstream")
     upstream_model: str | None = Field(None, description="openai backend: model name sent upstream")
-    upstream_token_ids: bool = Field(False, description="openai backend: ask upstream for token ids "
-                                     "(return_token_ids, vLLM/roost extension)")
+    upstream_token_ids: bool = Field(True, description="openai backend: ask upstream for token ids "
+                                     "(return_token_ids, vLLM/roost extension) until it refuses the parameter")
     startup_timeout_s: float = Field(60.0, description="How long to wait for the engine at startup")
     trace: bool = Field(False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
                         "variables; docs/tracing.md)")

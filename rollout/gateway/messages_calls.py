@@ -125,7 +125,7 @@ class MessagesFront:
                 "content": self.content(o), "stop_reason": reason, "stop_sequence": sequence,
                 "usage": usage(p, len(o.sampled.ids))}
 
-    def streamer(self, p: Prepared, call_id: str, weight_version: str) -> MessagesStreamer:
+    def streamer(self, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str) -> MessagesStreamer:
         return MessagesStreamer(self, p, call_id)
 
 

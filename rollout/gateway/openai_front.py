@@ -16,6 +16,12 @@ from .responses import SSE_DONE, chunk, sse, usage
 from .sampling_params import refuse_unsupported
 
 
+def wants_logprobs(req: Any) -> bool:
+    """Chat asks with `logprobs: true`; text completions with a number, where 0 asks for the
+    sampled tokens' logprobs alone (as OpenAI and vLLM read it)."""
+    return req.logprobs is not None and req.logprobs is not False
+
+
 class OpenAIFront(ABC):
     """Base of the chat and text front-ends; subclasses say what a choice holds."""
 
@@ -53,7 +59,7 @@ class OpenAIFront(ABC):
         for index, o in enumerate(outcomes):
             choice: dict[str, Any] = {"index": index, **self.payload(o), "logprobs": None,
                                       "finish_reason": self.reason(o)}
-            if req.logprobs:
+            if wants_logprobs(req):
                 choice["logprobs"] = self.logprobs(ctx, o)
             if req.return_token_ids:
                 choice["token_ids"] = o.sampled.ids.tolist()
@@ -76,8 +82,8 @@ class OpenAIStreamer(ABC):
 
     kind: str
 
-    def __init__(self, front: OpenAIFront, p: Prepared, call_id: str, weight_version: str):
-        self.front, self.p = front, p
+    def __init__(self, front: OpenAIFront, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str):
+        self.front, self.ctx, self.p = front, ctx, p
         self.rid, self.created = f"{front.id_prefix}-{call_id}", int(time.time())
         self.fingerprint = f"roost-{weight_version}"
 
@@ -90,7 +96,10 @@ class OpenAIStreamer(ABC):
 
     def closing(self, o: Outcome) -> list[bytes]:
         req, plan = self.p.req, self.p.plan
-        choice = {**self.last_choice(o), "logprobs": None, "finish_reason": self.front.reason(o)}
+        # The reply's text went out in pieces that do not split at token boundaries, so all its
+        # logprobs ride on the last chunk: a client concatenating the chunks' logprobs gets each once.
+        logprobs = self.front.logprobs(self.ctx, o) if wants_logprobs(req) else None
+        choice = {**self.last_choice(o), "logprobs": logprobs, "finish_reason": self.front.reason(o)}
         extra = None
         if req.return_token_ids:
             choice["token_ids"] = o.sampled.ids.tolist()

@@ -4,9 +4,12 @@ It implements `backend.Backend` for the wires OpenAI's servers speak (chat and t
 completions); other wires are refused with a 400 naming the backends that serve them.
 
 roost does not render or tokenize here: the upstream server does. Each call is recorded
-with its messages and reply as text, and with token ids where the upstream returns them
-(`prompt_token_ids` and per-choice `token_ids`, as vLLM and roost's own gateway do when
-asked with `return_token_ids`); calls with ids join the agent's token tree like any other.
+with its messages and reply as text, and with what the upstream returns of the tokens: the
+gateway asks for each sampled token's logprob and for token ids (`return_token_ids`, which
+vLLM and roost's own gateway honour) and gives the harness its answer as it asked for it
+(`passthrough_tokens`). Calls with ids join the agent's token tree like any other; what an
+upstream leaves out is recorded as absent, and such calls are not training data
+(`CallRecord.untrainable`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import time
 from array import array
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -29,6 +33,10 @@ from .config import GatewayConfig
 from .errors import BackendUnavailable, GatewayError, InvalidRequest
 from .messages import chain_keys, extend_chain, header_key, message_key, reply_message_key, to_template, tool_dicts
 from .metrics import GatewayMetrics
+from .passthrough_tokens import (
+    LOGPROBS, Added, StreamAccumulator, as_asked, ask_for_tokens, logprob_values, prompt_ids_of, refused_parameter,
+    sampled_logprobs,
+)
 from .recording import CallTarget, new_id
 from .token_tree import AgentTree, Node
 
@@ -54,6 +62,8 @@ class PassthroughBackend:
         self.metrics = metrics
         self.tracing = tracing or Tracing()
         self.served_model = config.served_model_name or config.upstream_model or "upstream"
+        self.refused: set[str] = set()
+        """Parameters the gateway adds that this upstream refused: not sent again."""
         self._http: aiohttp.ClientSession | None = None
 
     def _session(self) -> aiohttp.ClientSession:
@@ -74,19 +84,17 @@ class PassthroughBackend:
         return BackendUnavailable(f"the upstream server {self.base} is unavailable ({detail}); the session is kept, retry",
                                   retry_after_s=self.config.retry_after_s, code="upstream_unavailable")
 
-    def _upstream_body(self, raw: bytes) -> dict[str, Any]:
+    def _upstream_body(self, raw: bytes, path: str) -> tuple[dict[str, Any], Added]:
         body = orjson.loads(raw)
         if self.config.upstream_model:
             body["model"] = self.config.upstream_model
-        if self.config.upstream_token_ids:
-            body["return_token_ids"] = True
-        return body
+        return body, ask_for_tokens(body, path, self.refused, self.config.upstream_token_ids)
 
     def _forwardable(self, front: Any) -> str:
         if front.passthrough_path is None:
             raise InvalidRequest(
                 f"the {front.endpoint} wire is not served by --backend openai, which forwards OpenAI chat and text "
-                "completions only; run the gateway on a token engine (--backend embedded or sglang) for it")
+                "completions only; run the gateway on a token engine (--backend vllm, sglang or embedded) for it")
         return front.passthrough_path
 
     async def call(self, front: Any, target: CallTarget, req: Any, raw_body: bytes, received: float,
@@ -94,15 +102,16 @@ class PassthroughBackend:
         path = self._forwardable(front)
         if getattr(req, "allowed_replies", None) is not None:
             raise InvalidRequest("allowed_replies is roost's extension, which an OpenAI upstream cannot honour; "
-                                 "run the gateway on a token engine (--backend embedded or sglang) for it",
+                                 "run the gateway on a token engine (--backend vllm, sglang or embedded) for it",
                                  param="allowed_replies")
         messages, tools = front.key_messages(req)
-        return await self._forward(path, target, raw_body, messages, tools, req.stream)
+        call = _Forwarded(front.endpoint, path, target, raw_body, messages, tools, time.perf_counter())
+        return await self._forward(call, req.stream)
 
     async def count_tokens(self, front: Any, target: CallTarget, req: Any, raw_body: bytes) -> int:
         self._forwardable(front)
         raise InvalidRequest("counting tokens needs the model's tokenizer, which --backend openai does not hold; "
-                             "run the gateway on a token engine (--backend embedded or sglang)")
+                             "run the gateway on a token engine (--backend vllm, sglang or embedded)")
 
     async def model_cards(self) -> list[dict[str, Any]]:
         return orjson.loads((await self.models()).body).get("data", [])
@@ -120,54 +129,61 @@ class PassthroughBackend:
         _check(status, raw, self)
         return Response(raw, media_type="application/json")
 
-    async def _forward(self, path: str, target: CallTarget, raw: bytes, messages: list | None, tools: list | None,
-                       stream: bool) -> Response:
-        body = self._upstream_body(raw)
-        started = time.perf_counter()
-        url = f"{self.base}/{path}"
-        try:
-            resp = await self._session().post(url, json=body)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._unavailable(repr(exc)) from exc
-        if resp.status >= 400 or not stream:
+    async def _post(self, call: _Forwarded) -> aiohttp.ClientResponse:
+        """Send the call upstream; where it refuses a parameter the gateway added, again without it."""
+        while True:
+            body, call.added = self._upstream_body(call.raw, call.path)
             try:
-                data = await resp.read()
+                resp = await self._session().post(f"{self.base}/{call.path}", json=body)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 raise self._unavailable(repr(exc)) from exc
-            finally:
-                resp.release()
-            _check(resp.status, data, self)
-            try:
-                answer = orjson.loads(data)
-                choices = answer["choices"]
-            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise self._unavailable(f"answer is not an OpenAI response: {data[:200]!r}") from exc
-            await self._record(path, target, raw, messages, tools, answer, choices, started)
-            return Response(data, media_type="application/json")
-        return StreamingResponse(self._relay(path, target, raw, messages, tools, resp, started),
-                                 media_type="text/event-stream")
+            if resp.status != 400 or not call.added.names():
+                return resp
+            data = await self._read(resp)
+            refused = refused_parameter(resp.status, _error(data), call.added)
+            if refused is None:
+                raise _failure(resp.status, data, self)
+            self.refused.add(refused)
 
-    async def _relay(self, path, target, raw, messages, tools, resp, started) -> AsyncIterator[bytes]:
-        acc = _StreamAccumulator()
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        try:
+            return await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise self._unavailable(repr(exc)) from exc
+        finally:
+            resp.release()
+
+    async def _forward(self, call: _Forwarded, stream: bool) -> Response:
+        resp = await self._post(call)
+        if resp.status < 400 and stream:
+            return StreamingResponse(self._relay(call, resp), media_type="text/event-stream")
+        data = await self._read(resp)
+        _check(resp.status, data, self)
+        try:
+            answer = orjson.loads(data)
+            choices = answer["choices"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise self._unavailable(f"answer is not an OpenAI response: {data[:200]!r}") from exc
+        await self._record(call, answer, choices)
+        if as_asked(answer, call.added):
+            data = orjson.dumps(answer)
+        return Response(data, media_type="application/json")
+
+    async def _relay(self, call: _Forwarded, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        acc = StreamAccumulator()
         held: list[bytes] = []
         try:
             async for line in resp.content:
                 if not line.strip():
                     continue
-                data = line.strip()[5:].strip() if line.startswith(b"data:") else None
-                if data is not None and data != b"[DONE]":
-                    try:
-                        acc.add(orjson.loads(data))
-                    except orjson.JSONDecodeError:
-                        pass
-                frame = line if line.endswith(b"\n\n") else line.rstrip(b"\n") + b"\n\n"
+                frame = self._relayed(line, acc, call.added)
                 # Hold back the end of the stream until the call is stored.
-                if acc.finished or data == b"[DONE]":
+                if acc.finished or line.strip().replace(b" ", b"") == b"data:[DONE]":
                     held.append(frame)
                 else:
                     yield frame
             answer, choices = acc.result()
-            await self._record(path, target, raw, messages, tools, answer, choices, started)
+            await self._record(call, answer, choices)
             for frame in held:
                 yield frame
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -175,26 +191,39 @@ class PassthroughBackend:
         finally:
             resp.release()
 
-    async def _record(self, path, target: CallTarget, raw: bytes, messages, tools, answer: dict, choices: list,
-                      started: float) -> None:
-        tree = target.session.tree(target.agent)
+    @staticmethod
+    def _relayed(line: bytes, acc: StreamAccumulator, added: Added) -> bytes:
+        """One upstream stream line as the harness gets it, after `acc` took what it records."""
+        data = line.strip()[5:].strip() if line.startswith(b"data:") else None
+        if data is not None and data != b"[DONE]":
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                chunk = None
+            if isinstance(chunk, dict):
+                acc.add(chunk)
+                if as_asked(chunk, added):
+                    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return line if line.endswith(b"\n\n") else line.rstrip(b"\n") + b"\n\n"
+
+    async def _record(self, call: _Forwarded, answer: dict, choices: list) -> None:
+        tree = call.target.session.tree(call.target.agent)
+        messages, tools = call.messages, call.tools
         chain = chain_keys(header_key(tools, None), [message_key(m) for m in messages]) if messages else None
-        prompt_ids = array("i", answer.get("prompt_token_ids") or [])
-        records = []
-        for choice in choices:
-            records.append(self._call(path, target, tree, chain, raw, answer, choice, prompt_ids, started))
+        records = [self._call(call, tree, chain, answer, choice) for choice in choices]
         await asyncio.gather(*(self.record_call(r) for r, _ in records))
         for record, node in records:
             if node is not None:
                 tree.add(node)
-            self.metrics.calls.labels(path, record.kind, record.reuse).inc()
+            self.metrics.calls.labels(call.endpoint, record.kind, record.reuse).inc()
 
-    def _call(self, path, target, tree, chain, raw, answer, choice, prompt_ids, started) -> tuple[CallRecord, Node | None]:
-        sampled = array("i", choice.get("token_ids") or [])
-        logprobs = array("d", _logprobs(choice, len(sampled)))
+    def _call(self, call: _Forwarded, tree: AgentTree, chain, answer: dict,
+              choice: dict) -> tuple[CallRecord, Node | None]:
+        target = call.target
+        prompt_ids, sampled, logprobs = _tokens(answer, choice)
         message = choice.get("message") or {"text": choice.get("text")}
         parent, shared, kind = None, 0, "text"
-        if prompt_ids and sampled:
+        if prompt_ids:
             candidates = tree.related(chain) if chain else tree.newest()
             parent, shared = AgentTree.best_prefix(prompt_ids, candidates)
             kind = "root" if parent is None else ("extend" if shared == parent.path_len else "fork")
@@ -203,17 +232,16 @@ class PassthroughBackend:
             calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()]
             reply_key = extend_chain(chain[-1], reply_message_key(message.get("content"), calls))
         call_id = new_id()
-        now = time.perf_counter()
         trace = self.tracing.current()  # the call's `gateway.call` span
         record = CallRecord(
             call_id=call_id, session_id=target.session.session_id, agent_id=target.agent,
-            parent_agent=target.parent_agent, seq=target.session.take_seq(), endpoint=path.split("/")[-1],
+            parent_agent=target.parent_agent, seq=target.session.take_seq(), endpoint=call.endpoint,
             backend="openai", model=str(answer.get("model", "")),
             parent_call_id=parent.call_id if parent else None, shared_prefix_len=shared, kind=kind, reuse="none",
             prompt_ids=prompt_ids, sampled_ids=sampled, sampled_logprobs=logprobs,
             finish_reason={"type": choice.get("finish_reason")}, sampling_params={},
             weight_version=str(answer.get("system_fingerprint") or "upstream"),
-            timings={"total_ms": (now - started) * 1e3}, request=orjson.Fragment(raw),
+            timings={"total_ms": (time.perf_counter() - call.started) * 1e3}, request=orjson.Fragment(call.raw),
             response={"message": message, "finish_reason": choice.get("finish_reason"), "id": answer.get("id")},
             created_at=time.time(), prompt_key=chain[-1].hex() if chain else "",
             reply_key=reply_key.hex() if reply_key else "", trace_id=trace.trace_id, span_id=trace.span_id,
@@ -226,71 +254,50 @@ class PassthroughBackend:
         return record, node
 
 
-def _check(status: int, raw: bytes, owner: PassthroughBackend) -> None:
-    if status < 400:
-        return
+@dataclass
+class _Forwarded:
+    """One call on its way through the pass-through."""
+
+    endpoint: str
+    """The wire's name, recorded with the call (`chat`, `completions`)."""
+    path: str
+    target: CallTarget
+    raw: bytes
+    messages: list | None
+    tools: list | None
+    started: float
+    added: Added = Added()
+
+
+def _tokens(answer: dict, choice: dict) -> tuple[array, array, array]:
+    """A choice's prompt ids, sampled ids and their logprobs, as the upstream returned them;
+    without both kinds of ids none are kept (the call cannot join the token tree), and without
+    a logprob for each sampled id none are kept (never a stand-in value)."""
+    prompt, sampled = prompt_ids_of(answer, choice), choice.get("token_ids")
+    if not prompt or sampled is None:
+        return array("i"), array("i"), array("d")
+    return array("i", prompt), array("i", sampled), array("d", sampled_logprobs(
+        logprob_values(choice.get(LOGPROBS)), len(sampled)))
+
+
+def _error(raw: bytes) -> dict[str, Any]:
     try:
-        message = orjson.loads(raw)["error"]["message"]
+        error = orjson.loads(raw)["error"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        message = raw.decode(errors="replace")[:500]
+        return {"message": raw.decode(errors="replace")[:500]}
+    return error if isinstance(error, dict) else {"message": str(error)}
+
+
+def _check(status: int, raw: bytes, owner: PassthroughBackend) -> None:
+    if status >= 400:
+        raise _failure(status, raw, owner)
+
+
+def _failure(status: int, raw: bytes, owner: PassthroughBackend) -> GatewayError:
+    message = _error(raw).get("message")
     if status >= 500 or status == 429:
-        raise owner._unavailable(f"it answered {status}: {message}")
-    raise UpstreamError(status, f"the upstream server refused the call ({status}): {message}")
-
-
-def _logprobs(choice: dict, n: int) -> list[float]:
-    content = ((choice.get("logprobs") or {}).get("content")) or []
-    values = [float(c.get("logprob", 0.0)) for c in content]
-    return values if len(values) == n else [0.0] * n
-
-
-class _StreamAccumulator:
-    """Rebuilds the full answer from OpenAI stream chunks, to record it."""
-
-    def __init__(self) -> None:
-        self.answer: dict[str, Any] = {}
-        self.choices: dict[int, dict[str, Any]] = {}
-        self.finished = False
-
-    def add(self, chunk: dict[str, Any]) -> None:
-        for key in ("id", "model", "system_fingerprint", "prompt_token_ids", "usage"):
-            if chunk.get(key) is not None:
-                self.answer[key] = chunk[key]
-        for c in chunk.get("choices") or ():
-            slot = self.choices.setdefault(c.get("index", 0), {"content": "", "reasoning": "", "text": "",
-                                                               "calls": {}, "token_ids": [], "finish_reason": None})
-            delta = c.get("delta") or {}
-            slot["content"] += delta.get("content") or ""
-            slot["reasoning"] += delta.get("reasoning_content") or ""
-            slot["text"] += c.get("text") or ""
-            slot["token_ids"] += c.get("token_ids") or []
-            for call in delta.get("tool_calls") or ():
-                entry = slot["calls"].setdefault(call.get("index", 0), {"id": None, "name": "", "arguments": ""})
-                entry["id"] = call.get("id") or entry["id"]
-                fn = call.get("function") or {}
-                entry["name"] += fn.get("name") or ""
-                entry["arguments"] += fn.get("arguments") or ""
-            if c.get("finish_reason"):
-                slot["finish_reason"] = c["finish_reason"]
-                self.finished = True
-
-    def result(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        choices = []
-        for index, slot in sorted(self.choices.items()):
-            calls = [{"id": e["id"], "type": "function", "function": {"name": e["name"], "arguments": e["arguments"]}}
-                     for _, e in sorted(slot["calls"].items())]
-            message: dict[str, Any] = {"role": "assistant", "content": slot["content"] or (None if calls else "")}
-            if slot["reasoning"]:
-                message["reasoning_content"] = slot["reasoning"]
-            if calls:
-                message["tool_calls"] = calls
-            choice = {"index": index, "finish_reason": slot["finish_reason"], "token_ids": slot["token_ids"]}
-            if slot["text"]:
-                choice["text"] = slot["text"]
-            else:
-                choice["message"] = message
-            choices.append(choice)
-        return self.answer, choices
+        return owner._unavailable(f"it answered {status}: {message}")
+    return UpstreamError(status, f"the upstream server refused the call ({status}): {message}")
 
 
 def template_messages(req: Any) -> tuple[list | None, list | None]:

@@ -155,7 +155,7 @@ class ResponsesFront:
         o = outcomes[0]
         return self.response(p, o.call_id, o, self.output(o))
 
-    def streamer(self, p: Prepared, call_id: str, weight_version: str) -> ResponsesStreamer:
+    def streamer(self, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str) -> ResponsesStreamer:
         return ResponsesStreamer(self, p, call_id)
 
 

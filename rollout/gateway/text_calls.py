@@ -83,8 +83,8 @@ class TextFront(OpenAIFront):
     def record_response(self, p: Prepared, o: Outcome) -> dict[str, Any]:
         return {**self.payload(o), "finish_reason": self.reason(o)}
 
-    def streamer(self, p: Prepared, call_id: str, weight_version: str) -> TextStreamer:
-        return TextStreamer(self, p, call_id, weight_version)
+    def streamer(self, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str) -> TextStreamer:
+        return TextStreamer(self, ctx, p, call_id, weight_version)
 
 
 class TextStreamer(OpenAIStreamer):

@@ -1,4 +1,7 @@
-"""Export a trajectory store as JSONL or Parquet: one row per call, or per training sample."""
+"""Export a trajectory store as JSONL or Parquet: one row per call, or per training sample.
+
+A call row says why the call is not training data (`untrainable`, null when it is); a samples
+export leaves such calls' paths out and reports them (`refused`)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import orjson
 from .paths import session_samples
 from .reader import TrajectoryReader
 from .records import FORMAT_VERSION, CallRecord
-from .samples import Sample
+from .samples import Refused, Sample
 
 FORMATS = ("jsonl", "parquet")
 KINDS = ("calls", "samples")
@@ -24,6 +27,7 @@ def call_dict(call: CallRecord, session_group: str | None) -> dict[str, Any]:
     row["sampled_ids"] = list(call.sampled_ids)
     row["sampled_logprobs"] = list(call.sampled_logprobs)
     row["group_id"] = session_group
+    row["untrainable"] = call.untrainable
     row["format_version"] = FORMAT_VERSION
     return row
 
@@ -44,20 +48,22 @@ def sample_dict(sample: Sample, session_group: str | None) -> dict[str, Any]:
     }
 
 
-def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None) -> Iterator[dict[str, Any]]:
+def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None,
+              refused: list[Refused] | None = None) -> Iterator[dict[str, Any]]:
     # an export is for people: unfinished sessions are included too
     for session in reader.sessions(group_id=group_id):
         if kind == "calls":
             for call in reader.calls(session.session_id):
                 yield call_dict(call, session.group_id)
         else:
-            for sample in session_samples(reader, session):
+            for sample in session_samples(reader, session, refused):
                 yield sample_dict(sample, session.group_id)
 
 
 def export(store: str | Path, out: str | Path, *, fmt: str = "jsonl", kind: str = "calls",
-           group_id: str | None = None) -> int:
-    """Write the rows to `out`; returns how many were written."""
+           group_id: str | None = None, refused: list[Refused] | None = None) -> int:
+    """Write the rows to `out`; returns how many were written. A samples export adds the calls
+    it left out (not training data) to `refused`."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if kind not in KINDS:
@@ -65,7 +71,7 @@ def export(store: str | Path, out: str | Path, *, fmt: str = "jsonl", kind: str 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with TrajectoryReader(store) as reader:
-        rows = iter_rows(reader, kind, group_id)
+        rows = iter_rows(reader, kind, group_id, refused)
         if fmt == "jsonl":
             return _write_jsonl(rows, out)
         return _write_parquet(rows, out, kind)
@@ -91,7 +97,7 @@ def _parquet_schema(pa, kind: str):
             ("sampled_logprobs", pa.list_(f64)), ("finish_reason", text), ("sampling_params", text),
             ("weight_version", text), ("timings", text), ("request", text), ("response", text),
             ("created_at", f64), ("prompt_key", text), ("reply_key", text), ("render_len", i64),
-            ("render_digest", text), ("turns_before", i64), ("format_version", i64),
+            ("render_digest", text), ("turns_before", i64), ("untrainable", text), ("format_version", i64),
         ]
     else:
         columns = [

@@ -9,6 +9,10 @@ a parent is inside its child's sample and is not a sample of its own. Every othe
 leaf: its sample is its own prompt + sampled ids, where the prompt already holds the tokens
 of its ancestors (shared verbatim, see the gateway's token tree). The loss mask is 1 exactly
 on tokens some call on the path sampled and that are still present, unchanged, in the leaf.
+
+A call that is not training data (`CallRecord.untrainable`: a pass-through call without token
+ids or logprobs) is refused: no path through it becomes a sample, and a caller that passes a
+`refused` list learns which calls were left out and why.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 from .reader import TrajectoryReader
 from .records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
-from .samples import CallRef, Sample
+from .samples import CallRef, Refused, Sample
 
 
 def iter_training_samples(
@@ -27,8 +31,10 @@ def iter_training_samples(
     group_ids: Iterable[str] | None = None,
     session_ids: Iterable[str] | None = None,
     status: str | None = "finished",
+    refused: list[Refused] | None = None,
 ) -> Iterator[Sample]:
-    """Yield the samples of every matching session (by default: finished sessions only)."""
+    """Yield the samples of every matching session (by default: finished sessions only);
+    calls that are not training data are added to `refused`."""
     reader = store if isinstance(store, TrajectoryReader) else TrajectoryReader(store)
     try:
         if session_ids is not None:
@@ -38,18 +44,21 @@ def iter_training_samples(
         else:
             sessions = reader.sessions(status=status)
         for session in sessions:
-            yield from session_samples(reader, session)
+            yield from session_samples(reader, session, refused)
     finally:
         if reader is not store:
             reader.close()
 
 
-def session_samples(reader: TrajectoryReader, session: SessionRecord) -> list[Sample]:
-    """The samples of one session, in call order of their leaves."""
+def session_samples(reader: TrajectoryReader, session: SessionRecord,
+                    refused: list[Refused] | None = None) -> list[Sample]:
+    """The samples of one session, in call order of their leaves; each call that is not
+    training data is added to `refused` once."""
     calls = reader.calls(session.session_id)
     rewards = reader.rewards(session.session_id)
     advantages = reader.advantages(session.session_id)
     by_id = {c.call_id: c for c in calls if len(c.prompt_ids) > 0}
+    refusals = {c.call_id: _refusal(session, c) for c in calls if c.call_id not in by_id}
     extended = {
         c.parent_call_id
         for c in by_id.values()
@@ -60,8 +69,18 @@ def session_samples(reader: TrajectoryReader, session: SessionRecord) -> list[Sa
     for call in by_id.values():
         if call.call_id in extended:
             continue
-        samples.append(_path_sample(session, call, by_id, rewards, advantages))
+        sample = _path_sample(session, call, by_id, rewards, advantages)
+        if isinstance(sample, Sample):
+            samples.append(sample)
+        for refusal in sample if isinstance(sample, list) else ():
+            refusals.setdefault(refusal.call_id, refusal)
+    if refused is not None:
+        refused.extend(refusals.values())
     return samples
+
+
+def _refusal(session: SessionRecord, call: CallRecord) -> Refused:
+    return Refused(session.session_id, call.agent_id, call.call_id, call.untrainable or "no token ids")
 
 
 def _ancestors(leaf: CallRecord, by_id: dict[str, CallRecord]) -> list[tuple[CallRecord, int]]:
@@ -84,7 +103,8 @@ def _path_sample(
     by_id: dict[str, CallRecord],
     rewards: list[RewardRecord],
     advantages: dict[str, AdvantageRecord],
-) -> Sample:
+) -> Sample | list[Refused]:
+    """The leaf's sample; or, where calls on its path are not training data, those calls."""
     tokens = list(leaf.prompt_ids) + list(leaf.sampled_ids)
     n = len(tokens)
     mask = [0] * n
@@ -92,6 +112,7 @@ def _path_sample(
     token_call = [-1] * n
     posted: list[float | None] = [None] * n
     calls: list[CallRef] = []
+    blocked: list[Refused] = []
     step_rewards = {r.call_id: r.reward for r in rewards if r.call_id is not None}  # oldest first: latest wins
     path = list(reversed(_ancestors(leaf, by_id)))
     for call, limit in path:  # root first; each call's tokens come after its ancestors'
@@ -105,6 +126,9 @@ def _path_sample(
             end = start + _common(call.sampled_ids, tokens, start, end)
             if end <= start:
                 continue
+        if call.untrainable:
+            blocked.append(_refusal(session, call))
+            continue
         record = advantages.get(call.call_id)
         for i in range(start, end):
             mask[i] = 1
@@ -113,6 +137,8 @@ def _path_sample(
             if record is not None:
                 posted[i] = record.per_token[i - start] if record.per_token is not None else (record.value or 0.0)
         calls.append(CallRef(call.call_id, call.weight_version, reward=step_rewards.get(call.call_id)))
+    if blocked:
+        return blocked
     return Sample(
         session_id=session.session_id,
         group_id=session.group_id or session.session_id,

@@ -98,6 +98,17 @@ class CallRecord:
     def path_len(self) -> int:
         return len(self.prompt_ids) + len(self.sampled_ids)
 
+    @property
+    def untrainable(self) -> str | None:
+        """Why this call's tokens cannot be trained on; None when they can. Only a pass-through
+        call (`backend` openai) lacks what training needs: its upstream returned no token ids
+        (`kind` text), or not one logprob per sampled id (then none is stored, never a stand-in)."""
+        if len(self.prompt_ids) == 0:
+            return f"the {self.backend} upstream returned no token ids"
+        if len(self.sampled_logprobs) != len(self.sampled_ids):
+            return f"the {self.backend} upstream returned no logprob for each sampled token"
+        return None
+
 
 @dataclass
 class RewardRecord:

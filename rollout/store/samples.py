@@ -21,6 +21,22 @@ class SampleError(ValueError):
 
 
 @dataclass(frozen=True)
+class Refused:
+    """A recorded call the store does not turn into training data, and why (a pass-through
+    call whose upstream returned no token ids or no logprobs: `CallRecord.untrainable`).
+    Every path through it is left out; the rest of its session is trained on."""
+
+    session_id: str
+    agent_id: str
+    call_id: str
+    reason: str
+
+    def message(self) -> str:
+        return (f"call {self.call_id} (session {self.session_id}, agent {self.agent_id}) is not training data: "
+                f"{self.reason}; record through a token engine (--backend vllm, sglang or embedded) to train on it")
+
+
+@dataclass(frozen=True)
 class CallRef:
     """One model call that sampled tokens of a sample."""
 

@@ -165,3 +165,19 @@ def test_logprobs_and_n(gateway, spy):
     assert len(calls) == 2
     tokens = reply.choices[0].logprobs.content
     assert [t.logprob for t in tokens] == pytest.approx(list(calls[0].sampled_logprobs))
+
+
+def test_logprobs_streamed_and_of_text_completions(gateway):
+    # A stream carries them on its last chunk; text completions' `logprobs: 0` asks for them
+    # (the sampled tokens' own, as OpenAI and vLLM read it).
+    server, store = gateway
+    session = new_session(server)
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
+    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                 logprobs=True, stream=True, extra_body=say("Hi there")))
+    streamed = [t.logprob for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    text = client.completions.create(model="tiny", prompt="Once", logprobs=0, max_tokens=4,
+                                     extra_body=say(" upon a time"))
+    chat_call, text_call = stored_calls(store, session["session_id"])
+    assert streamed == pytest.approx(list(chat_call.sampled_logprobs)) and streamed
+    assert text.choices[0].logprobs.token_logprobs == pytest.approx(list(text_call.sampled_logprobs))

@@ -188,6 +188,6 @@ def test_passthrough_backend_refuses_messages_by_name(scripted_engine_url, tmp_p
         server.stop()
     assert resp.status_code == 400
     error = resp.json()["error"]
-    assert error["type"] == "invalid_request_error" and "--backend embedded or sglang" in error["message"]
+    assert error["type"] == "invalid_request_error" and "--backend vllm, sglang or embedded" in error["message"]
     with TrajectoryReader(tmp_path / "t.sqlite") as reader:
         assert reader.call_count() == 0

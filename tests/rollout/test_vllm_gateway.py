@@ -1,20 +1,28 @@
 """The gateway over a real vLLM server (`roost engine --backend vllm`): multi-turn tool chat
 through the openai SDK, streamed and not, recorded token for token with unbroken prefix links;
 pause and resume of vLLM; a weight update between two calls of one session changes the second
-call's logprobs and its recorded weight version.
+call's logprobs and its recorded weight version; the `openai` pass-through over vLLM's own
+OpenAI routes records the token ids and logprobs vLLM returns when asked. When things go wrong:
+a client that leaves mid-stream aborts its vLLM request (seen in vLLM's own metrics); vLLM
+dying mid-call is a 503 with `Retry-After` to the harness and the session is kept, and once
+vLLM is back on its port the session's next call is served and recorded.
 
-One vLLM server for the module (it takes minutes to start on a shared CPU). Skipped when no
-vLLM virtualenv is found, except with ROOST_REQUIRE_VLLM=1 (CI), where that fails.
+One vLLM server for the module (it takes minutes to start on a shared CPU), killed and started
+again by the last test. Skipped when no vLLM virtualenv is found, except with
+ROOST_REQUIRE_VLLM=1 (CI), where that fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from roost.rollout.engine.launch import EngineProcess
@@ -33,10 +41,14 @@ pytestmark = pytest.mark.vllm
 VLLM_ARGS = "--optimization-level 0 --enforce-eager --max-model-len 4096"
 
 
+def vllm_engine_process(port: int | None = None, api_key: str | None = None) -> EngineProcess:
+    return EngineProcess("tiny-vllm", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS],
+                         port=port, api_key=api_key, startup_timeout_s=900)
+
+
 @pytest.fixture(scope="module")
 def vllm_engine(vllm_py):
-    process = EngineProcess("tiny-vllm", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS],
-                            startup_timeout_s=900)
+    process = vllm_engine_process()
     with process:
         yield process
 
@@ -183,3 +195,119 @@ def test_weight_update_between_two_calls_changes_logprobs(gateway, vllm_engine, 
     assert not list(tmp_path.glob(".step-1-vllm-*")), "the staged folder is removed after the reload"
     info = httpx.get(f"{vllm_engine.url}/weight_info", headers=bearer(vllm_engine.api_key)).json()
     assert info == {"weight_version": "0"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_passthrough_over_vllm_records_its_token_ids_and_logprobs(vllm_engine, tmp_path, stream):
+    store = tmp_path / "passthrough.sqlite"
+    server = start_gateway(f"{vllm_engine.url}/v1", store, backend="openai", model=None,
+                           upstream_api_key=vllm_engine.api_key, served_model_name="tiny-vllm",
+                           upstream_model=tiny_model_dir(variant="tiny-vllm").name)  # vLLM's name for it
+    try:
+        session = new_session(server)
+        client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"], max_retries=0)
+        kwargs = dict(model="tiny-vllm", messages=[{"role": "user", "content": "Name a city."}], max_tokens=5,
+                      seed=3)
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+            assert all(c.choices[0].logprobs is None for c in chunks if c.choices)
+        else:
+            # the gateway asked vLLM for logprobs and ids; the harness, which did not, gets none
+            assert client.chat.completions.create(**kwargs).choices[0].logprobs is None
+        [call] = stored_calls(store, session["session_id"])
+    finally:
+        server.stop()
+    assert (call.endpoint, call.kind, call.untrainable) == ("chat", "root", None)
+    assert len(call.prompt_ids) > 0 and len(call.sampled_ids) == len(call.sampled_logprobs) > 0
+    assert all(lp <= 0.0 for lp in call.sampled_logprobs) and any(lp < 0.0 for lp in call.sampled_logprobs)
+
+
+# Long enough that vLLM on a CPU is still generating when the test acts; never reached when it works.
+LONG = 4000
+
+
+@pytest.fixture(scope="module")
+def direct_gateway(vllm_engine, tmp_path_factory):
+    """A gateway straight on vLLM (no spy between them), with its own Retry-After."""
+    store = tmp_path_factory.mktemp("direct") / "trajectories.sqlite"
+    server = start_gateway(vllm_engine.url, store, backend="vllm", engine_key=vllm_engine.api_key,
+                           model="tiny-vllm", retry_after_s=3)
+    yield server, store
+    server.stop()
+
+
+def vllm_metric(engine_url: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples in vLLM's own /metrics (matching `labels`)."""
+    total = 0.0
+    for line in httpx.get(f"{engine_url}/metrics", timeout=30).text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_until(condition, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.2)
+
+
+def long_call(session: dict, stream: bool) -> dict:
+    return {"model": "tiny-vllm", "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": LONG, "ignore_eos": True, "stream": stream}
+
+
+def test_a_client_that_leaves_mid_stream_aborts_its_vllm_request(direct_gateway, vllm_engine):
+    server, store = direct_gateway
+    session = new_session(server)
+    url = vllm_engine.url
+    generated = vllm_metric(url, "vllm:generation_tokens_total")
+    with httpx.Client(timeout=120) as client:
+        with client.stream("POST", f"{session['base_url']}/chat/completions", json=long_call(session, True),
+                           headers=bearer(session["key"])) as resp:
+            assert resp.status_code == 200
+            next(resp.iter_lines())  # the stream has started; now leave
+    wait_until(lambda: vllm_metric(url, "vllm:num_requests_running") == 0, "vLLM to drop the request")
+    # vLLM stopped generating for nobody: far fewer tokens than the request's max_tokens
+    assert vllm_metric(url, "vllm:generation_tokens_total") - generated < LONG
+    assert stored_calls(store, session["session_id"]) == []  # no complete reply: nothing recorded
+
+
+def vllm_processes(engine: EngineProcess) -> list[psutil.Process]:
+    """vLLM's processes under `roost engine --backend vllm` (its API server and engine core)."""
+    return psutil.Process(engine.process.pid).children(recursive=True)
+
+
+def test_vllm_dying_mid_call_is_a_503_and_the_session_goes_on_once_it_is_back(direct_gateway, vllm_engine):
+    server, store = direct_gateway
+    session = new_session(server)
+    chat = f"{session['base_url']}/chat/completions"
+    headers = bearer(session["key"])
+    short = {"model": "tiny-vllm", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    assert httpx.post(chat, json=short, headers=headers, timeout=120).status_code == 200
+
+    answers: list[httpx.Response] = []
+    caller = threading.Thread(target=lambda: answers.append(
+        httpx.post(chat, json=long_call(session, False), headers=headers, timeout=300)))
+    caller.start()
+    wait_until(lambda: vllm_metric(vllm_engine.url, "vllm:num_requests_running") >= 1, "the call to reach vLLM")
+    for process in vllm_processes(vllm_engine):
+        process.kill()
+    caller.join(120)
+    [mid_call] = answers
+    assert mid_call.status_code == 503 and mid_call.headers["retry-after"] == "3", mid_call.text
+    down = httpx.post(chat, json=short, headers=headers, timeout=120)
+    assert down.status_code == 503 and down.headers["retry-after"] == "3", down.text
+    assert down.json()["error"]["code"] == "engine_unavailable"
+    kept = httpx.get(f"{server.url}/sessions/{session['session_id']}", headers=bearer(server.admin_key))
+    assert kept.status_code == 200 and kept.json()["status"] == "open"
+
+    vllm_engine.process.wait(60)  # `roost engine` ends with its vLLM
+    with vllm_engine_process(port=vllm_engine.port, api_key=vllm_engine.api_key):
+        back = httpx.post(chat, json=short, headers=headers, timeout=120)
+        assert back.status_code == 200, back.text
+    calls = stored_calls(store, session["session_id"])
+    assert len(calls) == 2 and calls[1].call_id == back.headers["x-roost-call-id"]

@@ -2,6 +2,7 @@
 
     batch = collect_batch(store, group_ids, current_version=7, max_staleness=1)
     batch.groups, batch.counts        # counts: what was left out and why
+    batch.refused                     # calls that are not training data, each with why
 
 Only sessions that finished `ok` are trained on: an episode whose env server died, whose
 engine went away (`infra_error`), whose harness failed or hung past its timeout
@@ -10,7 +11,9 @@ that got no reward (`no_reward`: a command harness the env did not end that wrot
 file, `reward_source` none). A sample whose
 oldest sampled token is more than `max_staleness` weight versions behind the trainer (or
 ahead of it: weights lost to a crash) is dropped (`dropped_stale`); the rest are trained on with truncated importance sampling
-against the engine's logprobs (the loss's `tis_cap`).
+against the engine's logprobs (the loss's `tis_cap`). A call recorded without token ids or
+logprobs (the `openai` pass-through's upstream did not return them) is refused, with every
+path through it, and counted (`untrainable_calls`); the run goes on without it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roost.agents.results import EpisodeStatus
-from roost.rollout.store.samples import Sample
+from roost.rollout.store.samples import Refused, Sample
 
 from ..advantages import Group
 from ..sample_sources import group_samples, samples_from_store
@@ -35,6 +38,8 @@ class Batch:
     """Staleness of each kept sample, in weight versions."""
     rewards: list[float] = field(default_factory=list)
     """Reward of each kept session (for the step's metrics)."""
+    refused: list[Refused] = field(default_factory=list)
+    """Calls of kept sessions that are not training data, with why."""
 
 
 def session_status(finish_info: dict) -> EpisodeStatus:
@@ -83,7 +88,8 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
                     keep.append(session.session_id)
                     rewards.append(float(reward))
     samples, ages = [], []
-    for sample in samples_from_store(store, session_ids=keep):
+    refused: list[Refused] = []
+    for sample in samples_from_store(store, session_ids=keep, refused=refused):
         age = staleness(sample, current_version)
         # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
         if age < 0 or (max_staleness is not None and age > max_staleness):
@@ -92,4 +98,6 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
         samples.append(sample)
         ages.append(age)
     counts["samples"] = len(samples)
-    return Batch(group_samples(samples), dict(counts), ages, rewards)
+    if refused:
+        counts["untrainable_calls"] = len(refused)
+    return Batch(group_samples(samples), dict(counts), ages, rewards, refused)

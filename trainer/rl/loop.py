@@ -189,6 +189,9 @@ def _rl(run: Run) -> None:
                 group_ids, rollout = run.rollouts.next_groups()
                 batch = collect_batch(run.services.store, group_ids, current_version=state.weight_version,
                                       max_staleness=max_staleness)
+            if batch.refused:
+                run.hooks.echo(f"step {state.step + 1}: {len(batch.refused)} calls left out of training; "
+                               f"the first: {batch.refused[0].message()}")
             with run.tracing.span("train.advantages"):
                 scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
             lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
@@ -400,6 +403,7 @@ def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, co
         **{s.value: batch.counts.get(s.value, 0) for s in UNSCORED},  # infra_error, timeout, agent_error
         "unfinished": batch.counts.get("open", 0), "no_reward": batch.counts.get("no_reward", 0),
         "dropped_stale": batch.counts.get("dropped_stale", 0), "dropped_groups": counts.get("dropped_groups", 0),
+        "untrainable_calls": batch.counts.get("untrainable_calls", 0),
         "staleness": sum(batch.staleness) / len(batch.staleness) if batch.staleness else 0.0,
         "rollout_s": rollout.seconds, "trained_samples": len(scored),
     }
