@@ -80,8 +80,11 @@ def call_tokens(queries: StoreQueries, call_id: str, start: int, limit: int) -> 
             logprobs += [None] * len(ids)
         s0, s1 = max(start, prompt_len) - prompt_len, end - prompt_len
         if s1 > s0:
-            ids += _ids(_slice(conn, "sampled_ids", call_id, s0, s1 - s0, 4))
-            logprobs += list(_floats(_slice(conn, "sampled_logprobs", call_id, s0, s1 - s0, 8)))
+            sampled = _ids(_slice(conn, "sampled_ids", call_id, s0, s1 - s0, 4))
+            found = list(_floats(_slice(conn, "sampled_logprobs", call_id, s0, s1 - s0, 8)))
+            # a pass-through upstream may return ids without logprobs: the tokens still show
+            ids += sampled
+            logprobs += found + [None] * (len(sampled) - len(found))
     return TokenWindow(start, ids, logprobs, prompt_len, prompt_len + sampled_len)
 
 

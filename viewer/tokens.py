@@ -57,7 +57,8 @@ def cells(texts: list[str], ids: list[int], logprobs: list[float | None], *, sta
         value = _score(score, pos - prompt_len) if sampled else None
         colour = _colour(colouring, lp, value) if sampled else ""
         css = "tok s" if sampled else ("tok p shared" if pos < shared else "tok p")
-        hover = f"#{pos} id {tid} {text!r}" + (f" logprob {lp:.4f}" if lp is not None else " (prompt)")
+        hover = f"#{pos} id {tid} {text!r}" + (f" logprob {lp:.4f}" if lp is not None
+                                                 else " (no logprob)" if sampled else " (prompt)")
         hover += (f" {colouring} {value:+.4f}" if value is not None else "") + f" weights v{version}"
         out.append(TokenCell(text, css, colour, hover))
     return out

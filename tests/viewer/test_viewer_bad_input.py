@@ -87,6 +87,26 @@ def test_a_call_of_a_million_tokens_pages(huge_call_store):
         assert f"{MILLION}+2 tokens" in page(server.url, "/sessions/big", 200)
 
 
+async def test_a_call_with_ids_but_no_logprobs_shows_its_sampled_tokens(tmp_path):
+    # the openai pass-through stores what its upstream returned: here ids without logprobs
+    store = TrajectoryStore(tmp_path / "trajectories.sqlite").open()
+    try:
+        await store.create_session(SessionRecord(session_id="pt", key_hash="h", group_id="g"))
+        await store.record_call(CallRecord(
+            call_id="nolp", session_id="pt", agent_id="main", parent_agent=None, seq=0, endpoint="chat",
+            backend="openai", model="upstream", parent_call_id=None, shared_prefix_len=0, kind="root",
+            reuse="none", prompt_ids=array("i", [11, 12]), sampled_ids=array("i", [21, 22, 23]),
+            sampled_logprobs=array("d"), finish_reason={"type": "stop"}, sampling_params={},
+            weight_version="upstream", timings={}, request={"messages": [{"role": "user", "content": "hi"}]},
+            response={"message": {"role": "assistant", "content": "ok"}}, created_at=0.0))
+    finally:
+        store.close()
+    with ViewerServer(ViewerConfig(store=tmp_path / "trajectories.sqlite")) as server:
+        text = page(server.url, "/calls/nolp", 200)
+        assert "Tokens 0–5 of 5" in text
+        assert "⟨23⟩" in text and "id 23" in text and "(no logprob)" in text
+
+
 def test_view_binds_loopback_only(tmp_path):
     result = CliRunner().invoke(build_cli(), ["view", str(tmp_path), "--host", "0.0.0.0"])
     assert result.exit_code != 0 and "loopback only" in result.output
