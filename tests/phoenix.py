@@ -2,6 +2,7 @@
 
     with PhoenixServer(tmp_path) as phoenix:          # OTLP/HTTP at phoenix.url (/v1/traces)
         spans = phoenix.trace(trace_id, names={...})  # read back through its REST API
+        [step] = phoenix.named("train.step")           # spans of any trace, by name
 
 Phoenix's dependencies clash with roost's pins, so it runs from its own virtualenv. The tests
 are skipped without one, except with ROOST_REQUIRE_PHOENIX=1 (CI), where they fail.
@@ -49,10 +50,12 @@ class Span:
     span_id: str
     parent_id: str | None
     attributes: dict[str, Any]
+    trace_id: str = ""
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Span:
-        return cls(raw["name"], raw["context"]["span_id"], raw.get("parent_id"), raw.get("attributes") or {})
+        return cls(raw["name"], raw["context"]["span_id"], raw.get("parent_id"), raw.get("attributes") or {},
+                   raw["context"]["trace_id"])
 
 
 class PhoenixServer:
@@ -91,8 +94,17 @@ class PhoenixServer:
             return False
 
     def spans(self, trace_id: str) -> list[Span]:
-        answer = httpx.get(f"{self.url}/v1/projects/default/spans", params={"trace_id": trace_id, "limit": 1000},
-                           timeout=10.0)
+        return self._query({"trace_id": trace_id})
+
+    def named(self, name: str, wait_s: float = 60.0) -> list[Span]:
+        """The spans called `name`, of every trace, once one has arrived (or none by `wait_s`)."""
+        deadline = time.monotonic() + wait_s
+        while not (spans := self._query({"name": name})) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return spans
+
+    def _query(self, filters: dict[str, str]) -> list[Span]:
+        answer = httpx.get(f"{self.url}/v1/projects/default/spans", params={**filters, "limit": 1000}, timeout=10.0)
         if answer.status_code == 404:  # no project yet: nothing has arrived
             return []
         answer.raise_for_status()

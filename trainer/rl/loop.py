@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -92,9 +91,6 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     from .setup import placement, prepare_env, ray_session, services, start_env, stop_services
 
     hooks = hooks or Hooks()
-    if recipe.trace:
-        # The standard variable reaches every process of the run (Ray's workers, the servers).
-        os.environ.setdefault("OTEL_TRACES_EXPORTER", "otlp")
     run_dir = recipe.output_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.yaml").write_text(dump_recipe(recipe))
@@ -347,12 +343,13 @@ def _handles(recipe: Recipe, run_dir: Path, state: RunState, svc: Services, wher
 
     from .rollout_workers import RolloutWorker
     from .rollouts import task_pool
+    from .setup import actor_options
     from .trainer import TrainerGroup
 
     start = state.hf_weights or state.model
     trainer = TrainerGroup.start(recipe, start, scheduling=where.trainer)
     r = recipe.rollout
-    worker = ray.remote(RolloutWorker).options(num_cpus=0)
+    worker = ray.remote(RolloutWorker).options(num_cpus=0, **actor_options(recipe))
     workers = [worker.remote(svc.env_url, svc.gateway_url, recipe.agent.model_dump(),
                              concurrency=max(1, r.concurrency // r.workers), admin_key=svc.admin_key,
                              invalid_action_penalty=r.invalid_action_penalty)

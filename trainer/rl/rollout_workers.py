@@ -78,7 +78,7 @@ class RolloutWorker:
         self._done: list[GroupOutcome] = []
         self._tasks: set[asyncio.Task] = set()
         self._agents: dict[str, TimeoutAgent] = {}
-        self.tracing = Tracing.start("runner")  # on with the OTEL_* variables the run set (recipe `trace`)
+        self.tracing = Tracing.start("runner")  # on with the OTEL_* variables the run hands its actors
 
     def _agent(self, args: dict[str, Any] | None) -> TimeoutAgent:
         """The harness for these arguments, built once: a harness plays any number of episodes

@@ -52,6 +52,22 @@ def ray_session(recipe: Recipe) -> Iterator[None]:
         ray.shutdown()
 
 
+def trace_env(recipe: Recipe) -> dict[str, str]:
+    """The run's OTEL_* variables, with OTEL_TRACES_EXPORTER=otlp when the recipe says `trace`."""
+    env = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+    if recipe.trace:
+        env.setdefault("OTEL_TRACES_EXPORTER", "otlp")
+    return env
+
+
+def actor_options(recipe: Recipe) -> dict[str, Any]:
+    """Ray options for every actor of the run: its tracing settings (`trace_env`) in the actor's
+    environment, and so in the servers it starts. A Ray worker has the environment Ray started
+    with (a Ray already up, a cluster's other nodes), not the driver's now."""
+    env = trace_env(recipe)
+    return {"runtime_env": {"env_vars": env}} if env else {}
+
+
 @dataclass
 class Placement:
     trainer: list[dict[str, Any]]
@@ -140,7 +156,8 @@ def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> EnvS
         return EnvServer(recipe.env.server.url)
     host = recipe.placement.host
     port = free_port(host)
-    actor, url = _service("env", env_command(recipe, env_kwargs, host, port), host, port, log_dir)
+    actor, url = _service("env", env_command(recipe, env_kwargs, host, port), host, port, log_dir,
+                          **actor_options(recipe))
     return EnvServer(url, actor)
 
 
@@ -153,19 +170,20 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
     started = [env.actor]
     engine_key, admin_key = _keys(recipe)
     key_env = {ENGINE_KEY.env: engine_key} if engine_key else {}
+    options = actor_options(recipe)
     try:
         engine, engine_url = None, recipe.engine.url
         if engine_url is None:
             port = free_port(host)
             command = engine_command(recipe, model, host, port, engine_key, log_dir)
             engine, engine_url = _service("engine", command, host, port, log_dir, engine_env(recipe, engine_key),
-                                          **where.engine)
+                                          **where.engine, **options)
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
             port = free_port(host)
             gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, port),
-                                            host, port, log_dir, {**key_env, ADMIN_KEY.env: admin_key})
+                                            host, port, log_dir, {**key_env, ADMIN_KEY.env: admin_key}, **options)
             started.append(gateway)
         yield Services(env.actor, engine, gateway, env.url, engine_url, gateway_url, store, engine_key, admin_key)
     finally:

@@ -53,7 +53,7 @@ class TrainerRank:
         self.rank, self.world_size, self.tp = rank, world_size, tp
         self.threads = threads
         self.policy: MegatronPolicy | None = None
-        self.tracing = Tracing.start("trainer")  # on with the OTEL_* variables the run set (recipe `trace`)
+        self.tracing = Tracing.start("trainer")  # on with the OTEL_* variables the run hands its actors
 
     def address(self) -> str:
         import ray
@@ -130,12 +130,15 @@ class TrainerGroup:
               scheduling: list[dict[str, Any]] | None = None) -> TrainerGroup:
         import ray
 
+        from .setup import actor_options
+
         t, placement = recipe.trainer, recipe.placement
         world = t.tp * t.dp
         actor = ray.remote(TrainerRank)
         ranks = []
         for rank in range(world):
-            options: dict[str, Any] = {"num_cpus": placement.trainer_cpus, "num_gpus": placement.trainer_gpus}
+            options: dict[str, Any] = {"num_cpus": placement.trainer_cpus, "num_gpus": placement.trainer_gpus,
+                                       **actor_options(recipe)}
             if scheduling:
                 options.update(scheduling[rank])
             threads = t.threads or max(1, int(placement.trainer_cpus))
