@@ -35,6 +35,9 @@ class Batch:
     """Staleness of each kept sample, in weight versions."""
     rewards: list[float] = field(default_factory=list)
     """Reward of each kept session (for the step's metrics)."""
+    versions: list[list[int]] = field(default_factory=list)
+    """The engine weight versions each kept sample's sampled tokens came from, oldest first
+    (two or more: its episode ran on while new weights were loaded)."""
 
 
 def session_status(finish_info: dict) -> EpisodeStatus:
@@ -46,11 +49,18 @@ def session_status(finish_info: dict) -> EpisodeStatus:
         return EpisodeStatus.AGENT_ERROR
 
 
+def sampled_versions(sample: Sample) -> list[int]:
+    """The engine weight versions the sample's sampled tokens came from, oldest first (each
+    recorded call carries the version that answered it; a non-numeric one, such as an expert's,
+    is no engine version and is left out)."""
+    versions = {_version(sample.calls[c].weight_version) for c, m in zip(sample.token_call, sample.loss_mask) if m}
+    return sorted(v for v in versions if v is not None)
+
+
 def staleness(sample: Sample, current_version: int) -> int:
     """How many weight versions behind `current_version` the sample's oldest sampled token is."""
-    versions = [_version(sample.calls[c].weight_version) for c, m in zip(sample.token_call, sample.loss_mask) if m]
-    known = [v for v in versions if v is not None]
-    return current_version - min(known) if known else 0
+    versions = sampled_versions(sample)
+    return current_version - versions[0] if versions else 0
 
 
 def _version(text: str) -> int | None:
@@ -82,7 +92,7 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
                 if status is EpisodeStatus.OK:
                     keep.append(session.session_id)
                     rewards.append(float(reward))
-    samples, ages = [], []
+    samples, ages, versions = [], [], []
     for sample in samples_from_store(store, session_ids=keep):
         age = staleness(sample, current_version)
         # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
@@ -91,5 +101,6 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
             continue
         samples.append(sample)
         ages.append(age)
+        versions.append(sampled_versions(sample))
     counts["samples"] = len(samples)
-    return Batch(group_samples(samples), dict(counts), ages, rewards)
+    return Batch(group_samples(samples), dict(counts), ages, rewards, versions)
