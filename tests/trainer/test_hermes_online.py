@@ -20,7 +20,9 @@ import pytest
 from roost.tests.trainer.test_recipes_run import RECIPES, local_ray, rl_metrics  # noqa: F401 (a fixture)
 from roost.trainer.recipe import load_recipe
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
+# ~4 min on a loaded 2-core machine: eight hermes-agent episodes and three steps
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
 
 NEVER = 9
 # What the episode of each group (in launch order) runs: the step its command waits for (0: none),
@@ -61,7 +63,8 @@ def test_episodes_span_weight_versions_stale_ones_are_dropped_the_rest_weighted(
     recipe = load_recipe(RECIPES / "hermes" / "cpu.yaml", [
         "steps=3", f"output_dir={run_dir}", "metrics.console=false", "placement.num_cpus=2", "trainer.threads=1",
         f"env.kwargs.tasks={tmp_path / 'tasks.json'}", f"env.kwargs.sandbox={json.dumps(sandbox)}",
-        "env.kwargs.command_timeout_s=600", "agent.timeout_s=900", "trainer.lr=1.0e-3",
+        "env.kwargs.command_timeout_s=600", "env.kwargs.max_tokens=128", "env.kwargs.max_iterations=3",
+        "agent.max_turns=3", "agent.timeout_s=900", "trainer.lr=1.0e-3",
         "rollout.groups_per_step=2", "rollout.concurrency=4", "algorithm.max_staleness=1",
         f"engine.args=[--context-length, '16384', --sampler, scripted, --script, {tmp_path / 'rules.json'}]"])
     batches: dict[int, list] = {}

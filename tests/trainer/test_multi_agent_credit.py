@@ -17,7 +17,7 @@ import pytest
 from roost.tests.trainer.test_recipes_run import RECIPES, local_ray, rl_metrics  # noqa: F401 (a fixture)
 from roost.trainer.recipe import load_recipe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_both_agents_train_in_one_session_with_the_hooks_advantages(tmp_path, local_ray):  # noqa: F811

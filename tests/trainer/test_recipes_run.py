@@ -13,7 +13,7 @@ import pytest
 
 from roost.trainer.recipe import load_recipe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two runs of one recipe: ~1-2 min each here
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 # Every run: no evaluations, the end checkpointed, quiet.
