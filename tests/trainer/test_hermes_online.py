@@ -20,7 +20,7 @@ import pytest
 from roost.tests.trainer.test_recipes_run import RECIPES, local_ray, rl_metrics  # noqa: F401 (a fixture)
 from roost.trainer.recipe import load_recipe
 
-# ~4 min on a loaded 2-core machine: eight hermes-agent episodes and three steps
+# ~5.5 min on a loaded 2-core machine: eight hermes-agent episodes and three steps
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from roost.tests.trainer.test_rl_loop import local_ray  # noqa: F401 (a fixture)
 from roost.trainer.recipe import load_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two runs of one recipe: ~1-2 min each here
@@ -39,16 +40,6 @@ SHORT = {
 NEEDS = {"swe": ["bwrap"], "hermes": ["bwrap"], "osworld": ["Xvfb", "lxterminal"]}
 
 
-@pytest.fixture
-def local_ray():
-    """A local Ray for both runs of a recipe (the loop reuses a Ray that is already up)."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def recipe_overrides(name: str, run_dir: Path, steps: int, tmp_path: Path) -> list[str]:
     extra = [f"env.prepare_args={{out: {tmp_path / 'tasks'}}}"] if name == "osworld" else []
     return [f"steps={steps}", f"output_dir={run_dir}", *COMMON, *SHORT[name], *extra]
@@ -60,7 +51,7 @@ def rl_metrics(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", list(SHORT))
-def test_the_cpu_recipe_trains_two_steps_and_resumes_a_third(name, tmp_path, local_ray):
+def test_the_cpu_recipe_trains_two_steps_and_resumes_a_third(name, tmp_path, local_ray):  # noqa: F811
     missing = [tool for tool in NEEDS.get(name, []) if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"recipes/{name} needs {', '.join(missing)} (.ci/apt-packages.txt)")
