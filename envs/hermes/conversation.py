@@ -91,6 +91,8 @@ class Conversation:
         self.api_calls = 0
         self._done: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         self._agent: Any = None
+        self._finished = False
+        self._finishing = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"hermes-{task_id}", daemon=True)
 
     def start(self) -> None:
@@ -104,9 +106,13 @@ class Conversation:
             return None
 
     def interrupt(self) -> None:
-        """Ask the agent to stop (it finishes its current tool or model call first)."""
-        if self._agent is not None:
-            self._agent.interrupt("the roost episode was closed")
+        """Ask a running agent to stop (it finishes its current tool or model call first). A
+        finished one is left alone: hermes-agent marks an interrupt on its thread's id, the mark
+        outlives the thread, and a later thread given the same id (another episode's) saw its
+        commands end `[Command interrupted]` at once."""
+        with self._finishing:
+            if self._agent is not None and not self._finished:
+                self._agent.interrupt("the roost episode was closed")
 
     def _run(self) -> None:
         from agent.thread_scoped_output import thread_scoped_silence
@@ -127,8 +133,17 @@ class Conversation:
                     outcome = Outcome(error=exc)
         finally:
             log.removeHandler(refusals)
+            self._finish_thread()
         outcome.endpoint_error = refusals.last
         self._done.set_result(outcome)
+
+    def _finish_thread(self) -> None:
+        """Clear an interrupt that landed on this thread, before another thread can take its id."""
+        from tools.interrupt import set_interrupt
+
+        with self._finishing:
+            self._finished = True
+            set_interrupt(False)
 
     def _build(self) -> Any:
         from run_agent import AIAgent

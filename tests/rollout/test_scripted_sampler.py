@@ -16,6 +16,14 @@ def test_latest_match_wins_and_ties_go_to_the_earlier_rule():
     assert s.reply_for("nothing relevant") == "fallback"
 
 
+def test_a_list_of_replies_is_said_in_turn_per_rule():
+    s = sampler(("act", ["look", "jump", "wait"]), (None, ["a", "b"]))
+    assert [s.reply_for("please act") for _ in range(4)] == ["look", "jump", "wait", "look"]
+    assert [s.reply_for("other") for _ in range(3)] == ["a", "b", "a"]
+    with pytest.raises(ScriptError, match="empty list"):
+        sampler(("act", []))
+
+
 def test_no_rule_and_bad_regex_are_errors():
     with pytest.raises(ScriptError, match="no scripted rule"):
         sampler(("x", "y")).reply_for("abc")

@@ -13,7 +13,7 @@ from roost.agents.results import EpisodeStatus
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.keys import bearer
 from roost.rollout.store.samples import CallRef, Sample
-from roost.trainer.rl.batches import collect_batch, session_status, staleness
+from roost.trainer.rl.batches import collect_batch, sampled_versions, session_status, staleness
 
 
 def sample_of_versions(*versions: str) -> Sample:
@@ -27,6 +27,11 @@ def test_staleness_counts_from_the_oldest_sampled_token():
     assert staleness(sample_of_versions("3", "5"), current_version=5) == 2
     assert staleness(sample_of_versions("5"), current_version=5) == 0
     assert staleness(sample_of_versions("expert"), current_version=9) == 0  # not an engine version
+
+
+def test_a_sample_knows_the_versions_its_calls_ran_on():
+    assert sampled_versions(sample_of_versions("5", "3", "5", "expert")) == [3, 5]
+    assert sampled_versions(sample_of_versions("expert")) == []
 
 
 def test_timeouts_are_told_apart_from_other_harness_errors():
@@ -86,7 +91,7 @@ async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(recording):
     batch = collect_batch(store, ["g0/t"], current_version=version, max_staleness=0)
     assert batch.counts == {"ok": 2, "infra_error": 1, "timeout": 1, "agent_error": 1, "open": 1, "samples": 2}
     assert [len(g.samples) for g in batch.groups] == [2] and sorted(batch.rewards) == [0.0, 1.0]
-    assert batch.staleness == [0, 0]
+    assert batch.staleness == [0, 0] and batch.versions == [[version], [version]]
 
     later = collect_batch(store, ["g0/t"], current_version=version + 2, max_staleness=1)
     assert later.groups == [] and later.counts["dropped_stale"] == 2

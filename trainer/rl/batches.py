@@ -40,6 +40,9 @@ class Batch:
     """Reward of each kept session (for the step's metrics)."""
     refused: list[Refused] = field(default_factory=list)
     """Calls of kept sessions that are not training data, with why."""
+    versions: list[list[int]] = field(default_factory=list)
+    """The engine weight versions each kept sample's sampled tokens came from, oldest first
+    (two or more: its episode ran on while new weights were loaded)."""
 
 
 def session_status(finish_info: dict) -> EpisodeStatus:
@@ -51,11 +54,18 @@ def session_status(finish_info: dict) -> EpisodeStatus:
         return EpisodeStatus.AGENT_ERROR
 
 
+def sampled_versions(sample: Sample) -> list[int]:
+    """The engine weight versions the sample's sampled tokens came from, oldest first (each
+    recorded call carries the version that answered it; a non-numeric one, such as an expert's,
+    is no engine version and is left out)."""
+    versions = {_version(sample.calls[c].weight_version) for c, m in zip(sample.token_call, sample.loss_mask) if m}
+    return sorted(v for v in versions if v is not None)
+
+
 def staleness(sample: Sample, current_version: int) -> int:
     """How many weight versions behind `current_version` the sample's oldest sampled token is."""
-    versions = [_version(sample.calls[c].weight_version) for c, m in zip(sample.token_call, sample.loss_mask) if m]
-    known = [v for v in versions if v is not None]
-    return current_version - min(known) if known else 0
+    versions = sampled_versions(sample)
+    return current_version - versions[0] if versions else 0
 
 
 def _version(text: str) -> int | None:
@@ -87,7 +97,7 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
                 if status is EpisodeStatus.OK:
                     keep.append(session.session_id)
                     rewards.append(float(reward))
-    samples, ages = [], []
+    samples, ages, versions = [], [], []
     refused: list[Refused] = []
     for sample in samples_from_store(store, session_ids=keep, refused=refused):
         age = staleness(sample, current_version)
@@ -97,7 +107,8 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
             continue
         samples.append(sample)
         ages.append(age)
+        versions.append(sampled_versions(sample))
     counts["samples"] = len(samples)
     if refused:
         counts["untrainable_calls"] = len(refused)
-    return Batch(group_samples(samples), dict(counts), ages, rewards, refused)
+    return Batch(group_samples(samples), dict(counts), ages, rewards, refused=refused, versions=versions)

@@ -64,6 +64,8 @@ class Hooks:
     """A stage starts: (name, total steps)."""
     advance: Callable[[str, int, dict[str, Any]], None] = _ignore
     """A step of a stage is done: (name, step, metrics)."""
+    batch: Callable[[int, list[Scored]], None] = _ignore
+    """An RL step's scored samples, as the trainer ranks get them to pack: (step, samples)."""
     echo: Callable[[str], None] = print
 
 
@@ -193,13 +195,15 @@ def _rl(run: Run) -> None:
             lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
             if recipe.trainer.warmup_steps:
                 run.trainer.set_lr(lr)
+            run.hooks.batch(state.step + 1, scored)
+            trainer_version = state.weight_version
             stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing)
             state.step += 1
             state.consumed_groups += group_ids
             sync_s = _publish(run, f"step-{state.step}") if stats else 0.0
         run.last = {**step_metrics(batch, rollout, stats, counts, scored), "lr": lr,
-                    "weight_version": state.weight_version, "weight_sync_s": sync_s,
-                    "step_s": time.perf_counter() - started}
+                    "trainer_version": trainer_version, "weight_version": state.weight_version,
+                    "weight_sync_s": sync_s, "step_s": time.perf_counter() - started}
         run.metrics.log(state.step, run.last, stage="rl")
         run.hooks.advance("rl", state.step, run.last)
         if recipe.eval.every and state.step % recipe.eval.every == 0:
@@ -402,6 +406,9 @@ def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, co
         "dropped_stale": batch.counts.get("dropped_stale", 0), "dropped_groups": counts.get("dropped_groups", 0),
         "untrainable_calls": batch.counts.get("untrainable_calls", 0),
         "staleness": sum(batch.staleness) / len(batch.staleness) if batch.staleness else 0.0,
+        "staleness_max": max(batch.staleness, default=0),
+        "oldest_version": min((v[0] for v in batch.versions if v), default=None),
+        "mixed_version_samples": sum(len(v) > 1 for v in batch.versions),
         "rollout_s": rollout.seconds, "trained_samples": len(scored),
     }
     sampled = sum(s.sample.num_sampled for s in scored)

@@ -114,7 +114,9 @@ class RolloutWorker:
         return done
 
     async def in_flight(self) -> int:
-        return len(self._tasks)
+        """Groups playing or finished and not yet collected: a group that finished since the last
+        `finished` call still counts, else a step would launch more than it keeps in flight."""
+        return len(self._tasks) + len(self._done)
 
     async def _play_group(self, spec: GroupSpec, args: dict[str, Any] | None) -> GroupOutcome:
         from roost.agents.gateway_session import GatewayClient
