@@ -10,7 +10,7 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from roost.tests.trainer.wandb_records import history
+from roost.tests.trainer.wandb_records import finished_history
 from roost.trainer.metrics import MetricsLogger
 from roost.trainer.recipe import MetricsConfig
 
@@ -48,7 +48,7 @@ def test_an_offline_wandb_run_holds_each_number_as_a_stage_scalar(tmp_path, monk
     monkeypatch.setenv("WANDB_SILENT", "true")
     log_run(MetricsConfig(console=False, jsonl=False, wandb_project="roost-test", wandb_mode="offline"), tmp_path)
     [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    rows = [{k: v for k, v in row.items() if not k.startswith("_")} for row in history(run_file)]
+    rows = [{k: v for k, v in row.items() if not k.startswith("_")} for row in finished_history(run_file)]
     # one row per log call, each stage on its own step axis (SFT and RL both start at step 1)
     assert rows == [{"sft/step": 1, "sft/loss": 2.5},
                     {"rl/step": 1, "rl/reward": 0.25, "rl/success": 0.5, "rl/kl": 0.01},

@@ -7,6 +7,7 @@ a 7-byte file header (`:W&B`, magic, version), 32 KiB blocks of chunks, each wit
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,3 +51,24 @@ def history(path: Path) -> list[dict]:
             rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                          for item in record.history.item})
     return rows
+
+
+def finished_history(path: Path, timeout_s: float = 60.0) -> list[dict]:
+    """`history` once the run file holds its exit record: `wandb.finish()` may return while W&B's
+    service process is still writing the file (seen here on a loaded machine)."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        kinds = []
+        try:
+            for raw in raw_records(path):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(raw)
+                kinds.append(record.WhichOneof("record_type"))
+        except DecodeError:  # a record still being written
+            pass
+        if "exit" in kinds or time.monotonic() > deadline:
+            return history(path)
+        time.sleep(0.2)
