@@ -220,8 +220,9 @@ async def _report(gateway: GatewayClient, session: SessionCreated, result: Episo
             await gateway.post_reward(session.session_id, shaped, {"success": result.success, "env_reward": result.reward,
                                                                    "invalid_actions": result.invalid_actions,
                                                                    "source": result.reward_source.value})
-        await gateway.finish(session.session_id, result.status, task_id=result.task_id, reward=result.reward,
-                             reward_source=result.reward_source.value, steps=result.steps,
+        # an unscored episode (infra_error, timeout, agent_error) has no reward: none is stored
+        scored = {"reward": result.reward, "reward_source": result.reward_source.value} if result.scored else {}
+        await gateway.finish(session.session_id, result.status, task_id=result.task_id, **scored, steps=result.steps,
                              stop_reason=result.stop_reason, exit_code=result.exit_code, error=result.error)
     except GatewayError as exc:
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)

@@ -111,7 +111,8 @@ class VLLMServer:
         check_servable(self.model_dir)
         python = vllm_python()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        # appended: a vLLM restarted by a run's watchdog keeps the log of the one that died
+        with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(python), env=self.environment(python), stdout=log,
                                             stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
         deadline = time.monotonic() + timeout_s

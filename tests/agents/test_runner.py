@@ -56,6 +56,7 @@ async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(sc
     session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}", headers=bearer(admin_key)).json()
     assert session["group_id"] == "faults/t0" and session["status"] == "finished"
     assert session["finish_info"]["status"] == "infra_error" and session["rewards"] == []
+    assert "reward" not in session["finish_info"]  # no reward, not a 0
 
 
 async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfworld_data: Path, scripted_gateway: str,

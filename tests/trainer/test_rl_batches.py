@@ -27,6 +27,8 @@ def test_staleness_counts_from_the_oldest_sampled_token():
     assert staleness(sample_of_versions("3", "5"), current_version=5) == 2
     assert staleness(sample_of_versions("5"), current_version=5) == 0
     assert staleness(sample_of_versions("expert"), current_version=9) == 0  # not an engine version
+    # vLLM's and SGLang's name for the weights they started with: the run's starting model
+    assert staleness(sample_of_versions("default", "3"), current_version=3) == 3
 
 
 def test_a_sample_knows_the_versions_its_calls_ran_on():

@@ -143,16 +143,13 @@ async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_ver
         async with SGLangClient(url, api_key=key) as client:
             await client.update_weights_from_disk(str(tiny_model_path), weight_version="7")
         actor.loaded(str(tiny_model_path), "7")
+        dying = actor.server.process
         actor.kill()
-        deadline = time.monotonic() + 120
-        version = None
-        while time.monotonic() < deadline and version != "7":
-            await asyncio.sleep(0.5)
-            try:
-                async with httpx.AsyncClient(timeout=5) as http:
-                    version = (await http.get(f"{url}/get_model_info")).json().get("weight_version")
-            except httpx.HTTPError:
-                continue
+        await asyncio.to_thread(dying.wait, 30)
+        # serving again means relaunched and the run's weights reloaded (the loop waits for this)
+        assert await asyncio.to_thread(actor.wait_serving, 120)
+        async with httpx.AsyncClient(timeout=5) as http:
+            version = (await http.get(f"{url}/get_model_info")).json().get("weight_version")
         assert version == "7" and actor.restarts() == 1
     finally:
         actor.stop()

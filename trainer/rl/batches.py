@@ -68,7 +68,15 @@ def staleness(sample: Sample, current_version: int) -> int:
     return current_version - versions[0] if versions else 0
 
 
+# What vLLM and SGLang call the weights they were started with: the run's starting model,
+# version 0 (the embedded engine's own name for it). A restarted engine serves them until the
+# run's newest weights are reloaded; its calls in between are that stale.
+BOOT_VERSION = "default"
+
+
 def _version(text: str) -> int | None:
+    if text == BOOT_VERSION:
+        return 0
     try:
         return int(text)
     except (TypeError, ValueError):

@@ -184,6 +184,7 @@ def _rl(run: Run) -> None:
         started = time.perf_counter()
         with run.tracing.span("train.step", {"roost.step": state.step + 1}):
             with run.tracing.span("train.collect"):
+                _wait_for_engine(run.services, run.hooks)
                 group_ids, rollout = run.rollouts.next_groups()
                 batch = collect_batch(run.services.store, group_ids, current_version=state.weight_version,
                                       max_staleness=max_staleness)
@@ -297,13 +298,14 @@ def _save(run: Run, folder: Path) -> None:
 
 def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tracing: Tracing | None = None,
           tries: int = 5) -> None:
-    """Load `folder` into the engine as `version` (the gateway paused around it); retried while a
-    restarting engine comes back."""
+    """Load `folder` into the engine as `version` (the gateway paused around it); an engine that
+    died is waited for, and the update retried once it is back."""
     import ray
 
     from ..weight_sync import sync_weights
 
     for attempt in range(tries):
+        _wait_for_engine(svc, hooks)
         try:
             asyncio.run(sync_weights(svc.engine_url, folder, weight_version=str(version), engine_key=svc.engine_key,
                                      gateway_url=svc.gateway_url, admin_key=svc.admin_key, tracing=tracing))
@@ -315,6 +317,21 @@ def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tracing: Traci
             time.sleep(2.0 * (attempt + 1))
     if svc.engine is not None:
         ray.get(svc.engine.loaded.remote(folder, str(version)))
+
+
+def _wait_for_engine(svc: Services, hooks: Hooks) -> None:
+    """Return once the run's engine serves (a restarted one with the run's newest weights back):
+    rollouts on a dead engine would only make `infra_error` episodes, step after step."""
+    import ray
+
+    from .services import ServiceError
+
+    if svc.engine is None or ray.get(svc.engine.wait_serving.remote(0)):
+        return  # an engine the recipe names is the user's to keep up; its episodes say when it is not
+    hooks.echo(f"the engine at {svc.engine_url} is down; waiting for its restart")
+    if not ray.get(svc.engine.wait_serving.remote()):
+        raise ServiceError(f"the engine at {svc.engine_url} died and did not come back within its startup "
+                           "timeout; see logs/engine.log in the run folder (and logs/vllm.log for vLLM)")
 
 
 def _evaluate(run: Run, label: str) -> None:

@@ -7,7 +7,9 @@ inside a Ray actor placed where the recipe says.
 
 A server that dies is restarted on the same port by a watchdog thread, and the run goes on:
 episodes in flight when it died end `infra_error` (the runner's label) and are not trained
-on. A restarted engine loads the newest weights the run has synced, at the same version.
+on. A restarted engine loads the newest weights the run has synced, at the same version;
+`wait_serving` blocks until it has (the loop waits there before a step's rollouts and
+before a weight update, rather than spend steps on an engine that is still starting).
 Each server's output goes to `run_dir/logs/<name>.log`.
 """
 
@@ -20,6 +22,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -126,6 +129,8 @@ class SupervisedServer:
         self.after_restart: Callable[[], None] | None = None
         """Called (with no arguments) after each restart, e.g. to reload the newest weights."""
         self._stop = threading.Event()
+        self._serving = threading.Event()
+        """Set while the server is up and (after a restart) `after_restart` is done."""
         self._watchdog: threading.Thread | None = None
 
     def start(self) -> str:
@@ -158,6 +163,20 @@ class SupervisedServer:
     def healthy(self) -> bool:
         return is_healthy(self.url)
 
+    def wait_serving(self, timeout_s: float | None = None) -> bool:
+        """Block until the server is up and answering /health (after a restart: relaunched and
+        `after_restart` done); False when `timeout_s` (default: the startup timeout) passes first."""
+        deadline = time.monotonic() + (self.startup_timeout_s if timeout_s is None else timeout_s)
+        while not self._stop.is_set():
+            # a process that exited counts as down before the watchdog's next look clears the flag
+            alive = self.process is not None and self.process.poll() is None
+            if self._serving.is_set() and alive and self.healthy():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return False
+
     def _watch(self, started: threading.Event, failure: list[BaseException]) -> None:
         try:
             self._launch()
@@ -166,16 +185,26 @@ class SupervisedServer:
             return
         finally:
             started.set()
+        self._serving.set()
         while not self._stop.wait(0.5):
             if self.process is not None and self.process.poll() is not None and not self._stop.is_set():
+                self._serving.clear()
                 self.restarts += 1
                 try:
                     self._launch()
+                except Exception as exc:  # noqa: BLE001 - keep watching; the next check retries
+                    self._note(f"restart {self.restarts} of {self.name} failed: {exc}")
+                    continue
+                try:
                     if self.after_restart is not None:
                         self.after_restart()
-                except Exception as exc:  # noqa: BLE001 - keep watching; the next check retries
-                    with self.log_path.open("a") as log:
-                        log.write(f"\n[roost] restart {self.restarts} of {self.name} failed: {exc}\n")
+                except Exception as exc:  # noqa: BLE001 - it serves; what it serves is labelled
+                    self._note(f"{self.name} restarted, but its after-restart step failed: {exc}")
+                self._serving.set()
+
+    def _note(self, line: str) -> None:
+        with self.log_path.open("a") as log:
+            log.write(f"\n[roost] {line}\n")
 
     def kill(self) -> None:
         """Kill the server as a crash would (fault-injection tests); the watchdog restarts it."""
@@ -227,6 +256,9 @@ class ServiceActor:
 
     def healthy(self) -> bool:
         return self.server.healthy()
+
+    def wait_serving(self, timeout_s: float | None = None) -> bool:
+        return self.server.wait_serving(timeout_s)
 
     def stop(self) -> None:
         self.server.stop()
