@@ -5,6 +5,9 @@ truncations are masks over the batch, and each sampled row draws by inverse CDF 
 uniform number. That number is a hash of the request's seed and its step (counter-based),
 so a seeded request draws the same numbers alone or inside any batch, without a
 `torch.Generator` (or a Python loop) per row.
+A row can draw again from the same distribution (`Drawn.again`, for a
+grammar that refused its token) with the numbers of further attempts: a binary search each in the
+cumulative masses the first draw computed.
 
 Logprobs are always those of the model's own distribution (log-softmax of the raw logits,
 before temperature or truncation): that is the quantity the trainer recomputes, so engine
@@ -70,7 +73,8 @@ class Drawn:
             raise ValueError(f"rows {rows} took the argmax: there is no distribution to draw them again from")
         index = torch.tensor([self.sampled.index(row) for row in rows])
         uniform = torch.full((self.cdf.shape[0], attempts), 0.5, dtype=torch.float64)
-        uniform[index] = counter_uniforms([d.again(a) for d in draws for a in range(1, attempts + 1)]).view(-1, attempts)
+        numbers = counter_uniforms([d.again(a) for d in draws for a in range(1, attempts + 1)])
+        uniform[index] = numbers.view(len(rows), attempts)
         # every row searched (a search is cheap); copying the rows of a [B, 151936] cdf is not
         return _inverse_cdf(self.cdf, uniform)[index]
 
