@@ -4,10 +4,9 @@ One vectorised pass per decode step: the settings of every row become tensors, t
 truncations are masks over the batch, and each sampled row draws by inverse CDF with one
 uniform number. That number is a hash of the request's seed and its step (counter-based),
 so a seeded request draws the same numbers alone or inside any batch, without a
-`torch.Generator` (or a Python loop) per row.
-A row can draw again from the same distribution (`Drawn.again`, for a
-grammar that refused its token) with the numbers of further attempts: a binary search each in the
-cumulative masses the first draw computed.
+`torch.Generator` (or a Python loop) per row. A row can draw again from the same distribution
+(`Drawn.again`, for a grammar that refused its token) with the numbers of further attempts: a
+binary search each in the cumulative masses the first draw computed.
 
 Logprobs are always those of the model's own distribution (log-softmax of the raw logits,
 before temperature or truncation): that is the quantity the trainer recomputes, so engine
