@@ -4,7 +4,9 @@ One vectorised pass per decode step: the settings of every row become tensors, t
 truncations are masks over the batch, and each sampled row draws by inverse CDF with one
 uniform number. That number is a hash of the request's seed and its step (counter-based),
 so a seeded request draws the same numbers alone or inside any batch, without a
-`torch.Generator` (or a Python loop) per row.
+`torch.Generator` (or a Python loop) per row. A row can draw again from the same distribution
+(`Drawn.again`, for a grammar that refused its token) with the numbers of further attempts: a
+binary search each in the cumulative masses the first draw computed.
 
 Logprobs are always those of the model's own distribution (log-softmax of the raw logits,
 before temperature or truncation): that is the quantity the trainer recomputes, so engine
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 _MASK32 = 0xFFFFFFFF
-_SECOND_STREAM = 0x2545F4914F6CDD1D  # any odd 63-bit constant: the seed of a second, unrelated stream
+_MASK63 = (1 << 63) - 1
+_SECOND_STREAM = 0x2545F4914F6CDD1D  # any odd 63-bit constant: the seeds of further, unrelated streams
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,33 @@ class RowDraw:
     seed: int
     step: int
 
-    def second(self) -> RowDraw:
-        """Another number for the same step, independent of this one (a redraw)."""
-        return RowDraw(self.seed ^ _SECOND_STREAM, self.step)
+    def again(self, attempt: int) -> RowDraw:
+        """Another number for the same step (attempt 1, 2, ...), independent of this one and of
+        the other attempts' (a redraw)."""
+        return RowDraw(self.seed ^ ((_SECOND_STREAM * attempt) & _MASK63), self.step)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A batch's tokens, with what it takes to draw again from the same distributions."""
+
+    tokens: list[int]
+    sampled: list[int]
+    """The rows that sampled (the others took the argmax), in the order of `cdf`'s rows."""
+    cdf: torch.Tensor | None
+    """The sampled rows' cumulative masses [len(sampled), V] (None: no row sampled)."""
+
+    def again(self, rows: list[int], draws: list[RowDraw], attempts: int) -> torch.Tensor:
+        """Tokens [len(rows), attempts] from the sampled `rows`' distributions, by their draws'
+        numbers for attempts 1 to `attempts`: a binary search each, no pass over the vocabulary."""
+        if self.cdf is None:
+            raise ValueError(f"rows {rows} took the argmax: there is no distribution to draw them again from")
+        index = torch.tensor([self.sampled.index(row) for row in rows])
+        uniform = torch.full((self.cdf.shape[0], attempts), 0.5, dtype=torch.float64)
+        numbers = counter_uniforms([d.again(a) for d in draws for a in range(1, attempts + 1)])
+        uniform[index] = numbers.view(len(rows), attempts)
+        # every row searched (a search is cheap); copying the rows of a [B, 151936] cdf is not
+        return _inverse_cdf(self.cdf, uniform)[index]
 
 
 def new_seed() -> int:
@@ -58,19 +85,26 @@ def new_seed() -> int:
 
 def choose_tokens(logits: torch.Tensor, configs: list[SamplingConfig], draws: list[RowDraw]) -> list[int]:
     """Pick one token per row of `logits` [B, V], each row with its own settings and seed."""
+    return draw(logits, configs, draws).tokens
+
+
+def draw(logits: torch.Tensor, configs: list[SamplingConfig], draws: list[RowDraw]) -> Drawn:
+    """`choose_tokens`, keeping the sampled rows' distributions for `Drawn.again`."""
     sampled = [row for row, config in enumerate(configs) if not config.greedy]
     if not sampled:
-        return logits.argmax(dim=-1).tolist()
+        return Drawn(logits.argmax(dim=-1).tolist(), [], None)
     every_row = len(sampled) == len(configs)
     # a row copy of a [32, 151936] batch costs as much as the softmax: skip it when all rows sample
     rows = slice(None) if every_row else torch.tensor(sampled)
-    probs = _truncated_probs(logits[rows].float(), [configs[r] for r in sampled])
-    drawn = _inverse_cdf(probs, counter_uniforms([draws[r] for r in sampled]))
+    # fp32: a token's share of the sum is off by at most one rounding of the running total
+    # (~1e-7), and fp64 costs six times as much over a 151k vocabulary
+    cdf = torch.cumsum(_truncated_probs(logits[rows].float(), [configs[r] for r in sampled]), dim=-1)
+    drawn = _inverse_cdf(cdf, counter_uniforms([draws[r] for r in sampled])[:, None])[:, 0]
     if every_row:
-        return drawn.tolist()
+        return Drawn(drawn.tolist(), sampled, cdf)
     tokens = logits.argmax(dim=-1)
     tokens[rows] = drawn
-    return tokens.tolist()
+    return Drawn(tokens.tolist(), sampled, cdf)
 
 
 def _truncated_probs(logits: torch.Tensor, configs: list[SamplingConfig]) -> torch.Tensor:
@@ -107,16 +141,12 @@ def _top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
-def _inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """The first token whose cumulative mass reaches `uniform` × the row's total: a token of
-    zero mass adds nothing to the sum, so it is never the first to reach a positive target
-    (one rounded up to the total included)."""
-    # fp32: a token's share of the sum is off by at most one rounding of the running total
-    # (~1e-7), and fp64 costs six times as much over a 151k vocabulary
-    cdf = torch.cumsum(probs, dim=-1)
-    target = (uniform * cdf[:, -1].double()).float()
-    picked = torch.searchsorted(cdf, target[:, None])[:, 0]
-    return picked.clamp(max=probs.shape[-1] - 1)
+def _inverse_cdf(cdf: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """For each number of `uniform` [S, K], the first token of its row of `cdf` [S, V] whose
+    cumulative mass reaches it × the row's total: a token of zero mass adds nothing to the sum,
+    so it is never the first to reach a positive target (one rounded up to the total included)."""
+    target = (uniform * cdf[:, -1:].double()).float()
+    return torch.searchsorted(cdf, target).clamp(max=cdf.shape[-1] - 1)
 
 
 def counter_uniforms(draws: list[RowDraw]) -> torch.Tensor:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .constrained_sampling import choose_in_grammars
+from .constrained_sampling import GrammarSampler
 from .kv_cache import SlotKVCache
 from .model import CausalLM
 from .request import EngineRequest, StepOutput
@@ -45,6 +45,7 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="roost-engine", daemon=True)
         self.steps = 0
         self.prefill_batches = 0
+        self._sampler = GrammarSampler()
 
     def start(self) -> None:
         self._thread.start()
@@ -188,8 +189,8 @@ class Scheduler:
         for row, request in enumerate(batch):
             if request.masks_stop_tokens() and request.plan.stop_token_ids:
                 logits[row, list(request.plan.stop_token_ids)] = float("-inf")
-        tokens = choose_in_grammars(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch],
-                                    [r.grammar for r in batch])
+        tokens = self._sampler.choose(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch],
+                                      [r.grammar for r in batch])
         return [r.forced_token() if r.plan.forced_ids is not None else t for r, t in zip(batch, tokens)]
 
     def _finish(self, request: EngineRequest, output: StepOutput) -> None:

@@ -1,11 +1,16 @@
 """The engine and the trainer build their models from one reading of the checkpoint's config:
 for a Llama with Llama 3 RoPE scaling and a head_dim other than hidden_size / heads, the
-trainer's logprobs of the tokens the engine sampled are the engine's, and Hugging Face's."""
+trainer's logprobs of the tokens the engine sampled are the engine's, and Hugging Face's. For
+calls held to a grammar through the gateway, the trainer's logprobs of the recorded tokens are the
+recorded ones: the mask chose the tokens, the logprobs stay the model's own."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 
+import httpx
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -19,6 +24,8 @@ from roost.trainer import hf_checkpoint
 from roost.trainer.megatron import convert
 from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import tree_microbatch
+from roost.rollout.keys import bearer
+from roost.tests.rollout.gateway_helpers import new_session, running_gateway, stored_calls
 
 SHAPE = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
@@ -26,6 +33,21 @@ SHAPE = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_la
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16, "rope_theta": 500000.0}
 PROMPT = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
+                                           "sure": {"type": "boolean"}},
+          "required": ["answer", "sure"], "additionalProperties": False}
+LOOK = {"type": "function", "function": {"name": "look", "description": "Look around.",
+                                         "parameters": {"type": "object", "properties": {}}}}
+# one call per constraint the gateway enforces, and what its record must say held it
+CONSTRAINED = [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}},
+     {"source": "response_format", "type": "json_schema"}),
+    ({"allowed_replies": ["go north", "take key (brass)", "open door."]},
+     {"source": "allowed_replies", "type": "regex"}),
+    ({"tools": [LOOK], "tool_choice": "required", "parallel_tool_calls": False,
+      "chat_template_kwargs": {"enable_thinking": False}},
+     {"source": "tool_choice", "type": "ebnf"}),
+]
 
 
 def hf_logprobs(model: LlamaForCausalLM, tokens: list[int], start: int) -> torch.Tensor:
@@ -66,6 +88,36 @@ async def test_engine_and_trainer_agree_on_a_scaled_rope_with_its_own_head_dim(m
     plain = LlamaForCausalLM(LlamaConfig(**SHAPE, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}))
     plain.load_state_dict(hf_model.state_dict())
     assert float((hf_logprobs(plain.eval(), tokens, len(PROMPT)) - reference).abs().max()) > 1e-3
+
+
+async def test_the_trainer_recomputes_the_recorded_logprobs_of_constrained_calls(megatron_world, engine_url,
+                                                                                 tiny_model_path, tmp_path):
+    with running_gateway(engine_url, tmp_path / "calls.sqlite") as (server, store):
+        session = new_session(server)
+        bodies = [{"model": "tiny", "messages": [{"role": "user", "content": "Where now?"}], "temperature": 1.0,
+                   "seed": seed, "max_tokens": 48, **fields} for fields, _ in CONSTRAINED for seed in range(2)]
+        async with httpx.AsyncClient(timeout=300, headers=bearer(session["key"])) as client:
+            answers = await asyncio.gather(*(client.post(f"{session['base_url']}/chat/completions", json=body)
+                                             for body in bodies))
+    assert [a.status_code for a in answers] == [200] * len(bodies), [a.text for a in answers if a.status_code != 200]
+    calls = sorted(stored_calls(store, session["session_id"]), key=lambda c: json.dumps(c.sampling_params))
+    held = [c.response["constraint"] for c in calls]
+    assert sorted(map(json.dumps, held)) == sorted(json.dumps(record) for _, record in CONSTRAINED for _ in range(2))
+    assert all(record["type"] in call.sampling_params for call, record in zip(calls, held))
+
+    spec = ModelSpec.from_folder(tiny_model_path)
+    model = build_gpt_model(spec, transformer_config(spec), "sdpa")
+    convert.load_into(model, convert.hf_to_megatron(hf_checkpoint.read_weights(tiny_model_path), spec))
+    sequences = [list(c.prompt_ids) + list(c.sampled_ids) for c in calls]
+    scored = [list(range(len(c.prompt_ids), len(s))) for c, s in zip(calls, sequences)]
+    microbatch = tree_microbatch(sequences, scored, list(range(len(calls))))  # shared prompts: one trie, as in training
+    with torch.no_grad():
+        trainer_lp = scored_logprobs(model, microbatch, inverse_frequencies(spec))
+    for call, rows in zip(calls, microbatch.sample_scores):
+        recorded = torch.tensor(list(call.sampled_logprobs))
+        assert float((trainer_lp[rows] - recorded).abs().max()) <= 1e-5, call.response["constraint"]
+        # the grammar forced tokens the model would rarely pick: a renormalised (masked) logprob would be ~0
+        assert float(recorded.min()) < -5, call.response["constraint"]
 
 
 def test_what_neither_model_runs_is_refused_when_the_config_is_read():
