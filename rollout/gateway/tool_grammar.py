@@ -56,7 +56,9 @@ def tool_call_ebnf(fmt: ReplyFormat, tools: list[dict[str, Any]], thinking: Thin
     call_rules = rename_root(_schema_ebnf(call_schema(tools)), CALL_RULE)
     call = f'{_quote(fmt.call_start + chr(10))} {CALL_RULE} {_quote(chr(10) + fmt.call_end)}'
     calls = f'tool_call_one ("\\n" tool_call_one)*' if parallel else "tool_call_one"
-    think_rule = f'tool_call_thought ::= ([^<] | "<" [^/])* {_quote(fmt.think_end)} [ \\n]*'
+    # at most the blank line the template renders after the thought: free whitespace there let a
+    # random model pad the reply with spaces, which came back as a whitespace-only message
+    think_rule = f'tool_call_thought ::= ([^<] | "<" [^/])* {_quote(fmt.think_end)} ("\\n" "\\n"?)?'
     head = {Thinking.CLOSED: "", Thinking.OPEN: "tool_call_thought ",
             Thinking.ALLOWED: f"({_quote(fmt.think_start)} tool_call_thought)? "}[thinking]
     return "\n".join([f"root ::= {head}{calls}", f"tool_call_one ::= {call}", think_rule, call_rules])

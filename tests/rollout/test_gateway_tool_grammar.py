@@ -34,6 +34,9 @@ def test_rename_touches_rule_names_only():
     (Thinking.CLOSED, "", True), (Thinking.CLOSED, "<think>hm</think>\n\n", False),
     (Thinking.ALLOWED, "", True), (Thinking.ALLOWED, "<think>\nhm\n</think>\n\n", True),
     (Thinking.OPEN, "hm\n</think>\n\n", True), (Thinking.OPEN, "", False),
+    # no padding past the template's blank line (a random model once filled it with spaces)
+    (Thinking.OPEN, "hm\n</think>", True), (Thinking.OPEN, "hm\n</think>\n   \n", False),
+    (Thinking.ALLOWED, "<think></think>\n\n\n", False),
 ])
 def test_the_grammar_takes_a_call_after_the_reasoning_it_allows(thinking, prefix, ok):
     ebnf = tool_call_ebnf(HERMES, TOOLS, thinking, parallel=False)
