@@ -2,6 +2,7 @@
 
     roost demo                    # ~14 minutes on 2 CPU cores (~11 with games cached)
     roost demo --quick            # a few minutes: the same pipeline, cut down
+    roost demo --allowed-replies  # each reply held to the env's admissible commands (evals and RL)
 
 Everything is the real stack, as `roost train` runs it: an ALFWorld env server (real
 TextWorld/PDDL games generated offline, three receptacles a room), the observing expert
