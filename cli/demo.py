@@ -16,7 +16,7 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="A cut-down run of a few minutes (checks the set-up)."),
     tour: bool = typer.Option(True, "--tour/--no-tour", help="First show one tool-calling conversation as the "
                                                              "gateway records it, token by token (~20 s)."),
-    allowed_replies: bool = typer.Option(False, "--allowed-replies/--free-replies",
+    allowed_replies: bool = typer.Option(True, "--allowed-replies/--free-replies",
                                          help="Hold each reply (evals and RL) to the env's admissible commands."),
 ) -> None:
     """SFT a small model on ALFWorld expert demonstrations, then RL (GiGPO); print held-out success."""
