@@ -6,6 +6,11 @@ the env's answer. A tool call is sent to the env as a tool call and answered wit
 `user` message. An inadmissible action is answered with the env's error text and
 costs a turn. The tools stay the env's static schemas for the whole episode, so every
 request extends the previous one (the gateway then records one growing sample).
+
+With `allowed_replies_from` (an env info key, e.g. `admissible_commands`), each call sends the
+list the env published there, at reset and after each step, as the gateway's `allowed_replies`:
+the engine then samples only one of those strings, sent as a text action (never a tool call).
+The recorded logprobs stay the model's own, so RL trains the unconstrained policy.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ class ToolAgent:
     reset_options: dict[str, Any] = {}
 
     def __init__(self, temperature: float = 0.7, max_tokens: int = 256, system_prompt: str = SYSTEM_PROMPT,
-                 timeout_s: float = 600.0, seed: int | None = None) -> None:
+                 timeout_s: float = 600.0, seed: int | None = None,
+                 allowed_replies_from: str | None = None) -> None:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.system_prompt = system_prompt
@@ -39,6 +45,10 @@ class ToolAgent:
         # evaluation is reproducible: the same weights replay the same episodes (a task played
         # twice plays the same way twice), and two policies share their random draws.
         self.seed = seed
+        # An env info key holding the replies a call may give (a list of strings), or None: free
+        # replies. Needs a roost gateway on the embedded engine or SGLang (an OpenAI upstream
+        # refuses `allowed_replies`).
+        self.allowed_replies_from = allowed_replies_from
         # one TLS context for all episodes: building one loads the CA store, and a client per
         # episode spent a fifth of a rollout worker's time there (profiled)
         self._tls = ssl.create_default_context()
@@ -62,9 +72,10 @@ class ToolAgent:
         messages: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt},
                                           {"role": "user", "content": ctx.reset.observation.text}]
         outcome = AgentOutcome()
+        allowed = self._allowed_replies(ctx.reset.info, "reset")
         while outcome.turns < ctx.max_turns:
             outcome.turns += 1
-            reply = await self._complete(client, model, messages, ctx)
+            reply = await self._complete(client, model, messages, ctx, allowed)
             if reply is None:
                 outcome.stop_reason = "context_length"
                 return outcome
@@ -72,10 +83,24 @@ class ToolAgent:
             step = await self._act(reply, messages, outcome, ctx)
             if step is not None and step.done:
                 return outcome
+            if step is not None:  # an invalid action left the env, and its commands, as they were
+                allowed = self._allowed_replies(step.info, f"step {outcome.turns}")
         outcome.stop_reason = "max_turns"
         return outcome
 
-    async def _complete(self, client: Any, model: str, messages: list[dict[str, Any]], ctx: EpisodeContext) -> Any:
+    def _allowed_replies(self, info: dict[str, Any], where: str) -> list[str] | None:
+        """The replies the next call may give, from the env's info after `where`; None: any."""
+        if self.allowed_replies_from is None:
+            return None
+        replies = info.get(self.allowed_replies_from)
+        if not (isinstance(replies, list) and replies and all(isinstance(r, str) and r for r in replies)):
+            raise AgentError(f"allowed_replies_from={self.allowed_replies_from!r}: the env's info after {where} "
+                             f"holds {replies!r} there, not a non-empty list of strings; name an info key the "
+                             "env fills (ALFWorld's and WebShop's: admissible_commands) or drop the option")
+        return replies
+
+    async def _complete(self, client: Any, model: str, messages: list[dict[str, Any]], ctx: EpisodeContext,
+                        allowed: list[str] | None) -> Any:
         import openai
         from openai.types.chat import ChatCompletion
 
@@ -83,6 +108,8 @@ class ToolAgent:
                                 "max_tokens": self.max_tokens}
         if ctx.tools:
             body["tools"] = ctx.tools
+        if allowed is not None:
+            body["allowed_replies"] = allowed  # roost's extension: the reply is one of them
         if self.seed is not None:
             body["seed"] = call_seed(self.seed, ctx.task.id, len(messages))
         try:

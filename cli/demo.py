@@ -5,6 +5,7 @@ The pipeline lives in `roost.cli.demo_pipeline`; this is its command line.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -15,6 +16,8 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="A cut-down run of a few minutes (checks the set-up)."),
     tour: bool = typer.Option(True, "--tour/--no-tour", help="First show one tool-calling conversation as the "
                                                              "gateway records it, token by token (~20 s)."),
+    allowed_replies: bool = typer.Option(True, "--allowed-replies/--free-replies",
+                                         help="Hold each reply (evals and RL) to the env's admissible commands."),
 ) -> None:
     """SFT a small model on ALFWorld expert demonstrations, then RL (GiGPO); print held-out success."""
     from rich.console import Console
@@ -26,7 +29,7 @@ def demo(
         from roost.rollout.gateway.tour import run_tour
 
         run_tour(console)
-    config = DemoConfig.quick() if quick else DemoConfig()
+    config = replace(DemoConfig.quick() if quick else DemoConfig(), allowed_replies=allowed_replies)
     console.print("roost demo: SFT → GiGPO on ALFWorld (games, engine, gateway, env server and trainer all local)")
     result = run_demo(config, out.resolve(), console)
     console.print(table(result))

@@ -13,6 +13,7 @@ from roost.agents.evaluate import EvalConfig, evaluate
 from roost.envs.alfworld.env import make_factory
 from roost.envs.protocol import TextAction
 from roost.rollout.keys import bearer
+from roost.rollout.store.reader import TrajectoryReader
 
 
 def _tool_call(command: str) -> str:
@@ -126,3 +127,43 @@ async def test_a_sampling_seed_replays_an_episode_and_another_seed_does_not(alfw
     assert first == again
     assert first[0][0] != first[1][0]  # the seed depends on the task
     assert all(a[0] != b[0] for a, b in zip(first, other))
+
+
+def _listed_commands(observation: str) -> list[str]:
+    """The commands an ALFWorld observation lists after "Admissible commands:"."""
+    return [line[2:] for line in observation.split("Admissible commands:\n")[1].split("\n")]
+
+
+async def test_allowed_replies_from_holds_every_reply_to_the_envs_commands(alfworld_data: Path, model_gateway: str,
+                                                                           admin_key: str, tmp_path: Path):
+    # The tiny model's weights are random: free, it never spells a command (every turn invalid);
+    # held to the env's admissible commands, it only ever plays one, at reset and after each step.
+    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
+                                       episodes=4, split="valid_unseen", concurrency=4, max_turns=4,
+                                       progress=False, env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
+                                       agent_kwargs={"max_tokens": 64, "temperature": 1.0,
+                                                     "allowed_replies_from": "admissible_commands"}))
+    assert report["scored"] == 4 and report["infra_errors"] == 0
+    replies = set()
+    for result in report["results"]:
+        assert (result["status"], result["invalid_actions"]) == ("ok", 0)
+        with TrajectoryReader(tmp_path / "trajectories.sqlite") as reader:
+            calls = reader.calls(result["session_id"])
+        assert len(calls) == result["turns"] == result["steps"]
+        for call in calls:
+            commands = _listed_commands(call.request["messages"][-1]["content"])
+            assert call.response["message"]["content"] in commands
+            assert call.response["constraint"] == {"source": "allowed_replies", "type": "regex"}
+            replies.add(call.response["message"]["content"])
+    assert len(replies) > 1  # sampled, not one fixed command
+
+
+async def test_allowed_replies_from_a_key_the_env_does_not_fill_is_an_agent_error(alfworld_data: Path,
+                                                                                 model_gateway: str, admin_key: str):
+    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
+                                       episodes=1, split="valid_unseen", max_turns=2, progress=False, workers=1,
+                                       env_kwargs={"data_dir": str(alfworld_data)},
+                                       agent_kwargs={"allowed_replies_from": "commands"}))
+    (result,) = report["results"]
+    assert result["status"] == "agent_error"
+    assert "allowed_replies_from='commands'" in result["error"] and "admissible_commands" in result["error"]

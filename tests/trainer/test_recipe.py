@@ -119,3 +119,14 @@ def test_the_demo_and_its_quick_variant_are_valid_recipes(tmp_path):
         assert recipe.rollout.concurrency == config.groups_per_step * config.group_size
         assert recipe.algorithm.updates_per_batch == config.rl_updates_per_batch > 1
         assert recipe.trainer.old_logprobs == "rollout" and recipe.eval.episodes == config.heldout_games
+
+
+def test_the_demo_holds_replies_to_admissible_commands_unless_told_not_to(tmp_path):
+    from roost.cli.demo_pipeline import DemoConfig, demo_recipe
+
+    free = demo_recipe(DemoConfig(allowed_replies=False), tmp_path / "run", tmp_path / "cache")
+    held = demo_recipe(DemoConfig(), tmp_path / "run", tmp_path / "cache")
+    assert "allowed_replies_from" not in free.agent.args
+    # agent.args reach RL rollouts and, under eval.args, every eval
+    assert held.agent.args["allowed_replies_from"] == "admissible_commands"
+    assert "allowed_replies_from" not in held.eval.args
