@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from array import array
 from html import unescape
+from pathlib import Path
 
 import httpx
 import pytest
@@ -55,22 +56,29 @@ def test_half_written_run_folder(tmp_path):
         assert "no trajectory store at" in page(server.url, "/groups", 400)
 
 
-@pytest.fixture
-async def huge_call_store(tmp_path):
-    """A store holding one call of a million prompt tokens, written by the store's own writer."""
-    store = TrajectoryStore(tmp_path / "trajectories.sqlite").open()
+async def one_call_store(folder, session_id: str, **call) -> Path:
+    """A store holding one session with one call, written by the store's own writer."""
+    path = folder / "trajectories.sqlite"
+    store = TrajectoryStore(path).open()
     try:
-        await store.create_session(SessionRecord(session_id="big", key_hash="h", group_id="g"))
+        await store.create_session(SessionRecord(session_id=session_id, key_hash="h", group_id="g"))
         await store.record_call(CallRecord(
-            call_id="huge", session_id="big", agent_id="main", parent_agent=None, seq=0, endpoint="chat",
-            backend="embedded", model="unknown-model", parent_call_id=None, shared_prefix_len=0, kind="root",
-            reuse="none", prompt_ids=array("i", (i % 5000 for i in range(MILLION))), sampled_ids=array("i", [7, 8]),
-            sampled_logprobs=array("d", [-0.1, -2.0]), finish_reason={"type": "length"}, sampling_params={},
-            weight_version="3", timings={}, request={"messages": [{"role": "user", "content": "x" * MILLION}]},
-            response={"message": {"role": "assistant", "content": "ok"}}, created_at=0.0))
+            session_id=session_id, agent_id="main", parent_agent=None, seq=0, endpoint="chat", parent_call_id=None,
+            shared_prefix_len=0, kind="root", reuse="none", sampling_params={}, timings={},
+            response={"message": {"role": "assistant", "content": "ok"}}, created_at=0.0, **call))
     finally:
         store.close()
-    return tmp_path / "trajectories.sqlite"
+    return path
+
+
+@pytest.fixture
+async def huge_call_store(tmp_path):
+    """A store holding one call of a million prompt tokens."""
+    return await one_call_store(
+        tmp_path, "big", call_id="huge", backend="embedded", model="unknown-model",
+        prompt_ids=array("i", (i % 5000 for i in range(MILLION))), sampled_ids=array("i", [7, 8]),
+        sampled_logprobs=array("d", [-0.1, -2.0]), finish_reason={"type": "length"}, weight_version="3",
+        request={"messages": [{"role": "user", "content": "x" * MILLION}]})
 
 
 def test_a_call_of_a_million_tokens_pages(huge_call_store):
@@ -89,18 +97,10 @@ def test_a_call_of_a_million_tokens_pages(huge_call_store):
 
 async def test_a_call_with_ids_but_no_logprobs_shows_its_sampled_tokens(tmp_path):
     # the openai pass-through stores what its upstream returned: here ids without logprobs
-    store = TrajectoryStore(tmp_path / "trajectories.sqlite").open()
-    try:
-        await store.create_session(SessionRecord(session_id="pt", key_hash="h", group_id="g"))
-        await store.record_call(CallRecord(
-            call_id="nolp", session_id="pt", agent_id="main", parent_agent=None, seq=0, endpoint="chat",
-            backend="openai", model="upstream", parent_call_id=None, shared_prefix_len=0, kind="root",
-            reuse="none", prompt_ids=array("i", [11, 12]), sampled_ids=array("i", [21, 22, 23]),
-            sampled_logprobs=array("d"), finish_reason={"type": "stop"}, sampling_params={},
-            weight_version="upstream", timings={}, request={"messages": [{"role": "user", "content": "hi"}]},
-            response={"message": {"role": "assistant", "content": "ok"}}, created_at=0.0))
-    finally:
-        store.close()
+    await one_call_store(
+        tmp_path, "pt", call_id="nolp", backend="openai", model="upstream", prompt_ids=array("i", [11, 12]),
+        sampled_ids=array("i", [21, 22, 23]), sampled_logprobs=array("d"), finish_reason={"type": "stop"},
+        weight_version="upstream", request={"messages": [{"role": "user", "content": "hi"}]})
     with ViewerServer(ViewerConfig(store=tmp_path / "trajectories.sqlite")) as server:
         text = page(server.url, "/calls/nolp", 200)
         assert "Tokens 0–5 of 5" in text
