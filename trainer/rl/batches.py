@@ -64,7 +64,10 @@ def sampled_versions(sample: Sample) -> list[int]:
 
 def staleness(sample: Sample, current_version: int) -> int:
     """How many weight versions behind `current_version` the sample's oldest sampled token is."""
-    versions = sampled_versions(sample)
+    return _age(sampled_versions(sample), current_version)
+
+
+def _age(versions: list[int], current_version: int) -> int:
     return current_version - versions[0] if versions else 0
 
 
@@ -108,14 +111,15 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
     samples, ages, versions = [], [], []
     refused: list[Refused] = []
     for sample in samples_from_store(store, session_ids=keep, refused=refused):
-        age = staleness(sample, current_version)
+        sample_versions = sampled_versions(sample)
+        age = _age(sample_versions, current_version)
         # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
         if age < 0 or (max_staleness is not None and age > max_staleness):
             counts["dropped_stale"] += 1
             continue
         samples.append(sample)
         ages.append(age)
-        versions.append(sampled_versions(sample))
+        versions.append(sample_versions)
     counts["samples"] = len(samples)
     if refused:
         counts["untrainable_calls"] = len(refused)
