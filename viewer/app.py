@@ -27,6 +27,7 @@ from .queries import Page, StoreQueries
 from .run_folder import OutsideRunFolder, RunFolder
 from .store_open import StoreUnreadable
 from .tokens import COLOURINGS, TokenText, cells
+from .trace_links import check_trace_url, trace_link
 
 TOKEN_LIMIT = 2000  # tokens per call page
 FILE_LIMIT = 1 << 20  # bytes of a run-folder file shown
@@ -40,6 +41,13 @@ class ViewerConfig:
     """The store file; default: the run folder's trajectories.sqlite."""
     tokenizer: Path | None = None
     """A folder with tokenizer.json; default: the run's model folder, else the calls' model if known."""
+    trace_url: str | None = None
+    """Where a call's trace opens, `{trace_id}` in it (Jaeger: http://127.0.0.1:16686/trace/{trace_id});
+    default: trace ids shown as text."""
+
+    def __post_init__(self) -> None:
+        if self.trace_url is not None:
+            check_trace_url(self.trace_url)
 
 
 class PageError(Exception):
@@ -223,7 +231,8 @@ def _call_page(viewer: Viewer, call_id: str, start: int, colour: str) -> str:
     return viewer.renderer.render("call.html", title=f"Call {call_id}", notes=notes, c=detail, messages=shown,
                                   reply=pages.reply_view(detail.response), w=window, cells=token_cells,
                                   colour=colour, colourings=COLOURINGS, limit=TOKEN_LIMIT,
-                                  tokenizer=str(text.folder) if text.folder else None)
+                                  tokenizer=str(text.folder) if text.folder else None,
+                                  trace_link=trace_link(viewer.config.trace_url, detail.trace.get("trace_id", "")))
 
 
 def _score(q: StoreQueries, detail: Any, colour: str) -> list[float] | float | None:

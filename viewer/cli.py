@@ -14,6 +14,9 @@ def view(
     store: Path = typer.Option(None, "--store", help="A trajectory store file (default: RUN_DIR/trajectories.sqlite)."),
     tokenizer: Path = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json to show token text "
                                                              "(default: the run's model)."),
+    trace_url: str = typer.Option(None, "--trace-url", help="Link each call's trace id to a tracing UI: a URL with "
+                                                            "{trace_id} in it (Jaeger: "
+                                                            "http://127.0.0.1:16686/trace/{trace_id})."),
     host: str = typer.Option("127.0.0.1", help="Loopback only: trajectories are private (ssh -L to view remotely)."),
     port: int = typer.Option(8950, help="Port to serve on."),
     log_level: LogLevel = level_option(),
@@ -33,8 +36,12 @@ def view(
         raise typer.BadParameter(f"the viewer serves trajectories without keys and binds loopback only, not {host}; "
                                  f"forward the port instead (ssh -L {port}:127.0.0.1:{port} HOST)")
     configure_logging(log_level, json=log_json)
-    app = build_app(ViewerConfig(run_dir=run_dir.resolve() if run_dir else None,
-                                 store=store.resolve() if store else None, tokenizer=tokenizer))
+    try:
+        config = ViewerConfig(run_dir=run_dir.resolve() if run_dir else None, store=store.resolve() if store else None,
+                              tokenizer=tokenizer, trace_url=trace_url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trace-url") from None
+    app = build_app(config)
     typer.echo(f"roost view: http://{host}:{port}/")
     uvicorn.run(app, host=host, port=port, log_config=None)
 

@@ -97,7 +97,7 @@ CALL = """{% extends "base.html" %}{% block crumbs %}<a href="/sessions/{{ c.row
 (shares {{ c.row.shared_prefix_len }} tokens){% endif %} · model {{ c.model }} · weights v{{ c.row.weight_version }}
 · finish <code>{{ c.row.finish_reason|tojson }}</code>{% if c.row.advantage is not none %} · advantage {{ fmt(c.row.advantage) }}{% endif %}
 {% if c.row.reward is not none %} · reward {{ fmt(c.row.reward) }}{% endif %}</p>
-{% if c.trace %}<p id="trace">trace <code>{{ c.trace.get('trace_id', '') }}</code> span <code>{{ c.trace.get('span_id', '') }}</code></p>{% endif %}
+{% if c.trace %}<p id="trace">trace {% if trace_link %}<a href="{{ trace_link }}"><code>{{ c.trace.get('trace_id', '') }}</code></a>{% else %}<code>{{ c.trace.get('trace_id', '') }}</code>{% endif %} span <code>{{ c.trace.get('span_id', '') }}</code></p>{% endif %}
 <h2>Messages</h2>{% for m in messages %}<div class="msg {{ m.role }}"><b>{{ m.role }}</b>{% if m.name %} ({{ m.name }}){% endif %}
 {{ m.text }}{% for t in m.tool_calls %}<div class="toolcall">→ <b>{{ t.name }}</b> <code>{{ t.arguments }}</code></div>{% endfor %}</div>{% endfor %}
 <h2>Reply</h2><div class="msg assistant" id="reply">{% if reply.reasoning %}<i>{{ reply.reasoning }}</i>

@@ -112,3 +112,30 @@ def test_view_binds_loopback_only(tmp_path):
     assert result.exit_code != 0 and "loopback only" in result.output
     result = CliRunner().invoke(build_cli(), ["view"])
     assert result.exit_code != 0 and "give a run folder" in result.output
+
+
+async def test_trace_ids_link_to_a_tracing_ui_only_when_well_formed(tmp_path):
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    for folder, session, trace_id in ((tmp_path / "ok", "t1", trace), (tmp_path / "odd", "t2", "x" + trace[1:])):
+        folder.mkdir()
+        await one_call_store(
+            folder, session, call_id=session, backend="embedded", model="m", prompt_ids=array("i", [1]),
+            sampled_ids=array("i", [2]), sampled_logprobs=array("d", [-0.5]), finish_reason={"type": "stop"},
+            weight_version="0", request={"messages": [{"role": "user", "content": "hi"}]},
+            trace_id=trace_id, span_id="b7ad6b7169203331")
+    jaeger = "http://127.0.0.1:16686/trace/{trace_id}"
+    with ViewerServer(ViewerConfig(store=tmp_path / "ok" / "trajectories.sqlite", trace_url=jaeger)) as server:
+        assert f'<a href="http://127.0.0.1:16686/trace/{trace}"><code>{trace}</code></a>' in page(server.url, "/calls/t1", 200)
+    with ViewerServer(ViewerConfig(store=tmp_path / "ok" / "trajectories.sqlite")) as server:
+        text = page(server.url, "/calls/t1", 200)
+        assert f"trace <code>{trace}</code>" in text and "16686" not in text
+    with ViewerServer(ViewerConfig(store=tmp_path / "odd" / "trajectories.sqlite", trace_url=jaeger)) as server:
+        text = page(server.url, "/calls/t2", 200)  # a stored id that is not a W3C trace id is shown, never linked
+        assert "x" + trace[1:] in text and "16686" not in text
+
+
+@pytest.mark.parametrize("template", ["http://jaeger/trace/", "http://jaeger/{trace_id}/{span_id}", "javascript:{trace_id}",
+                                      "http://jaeger/{trace_id"])
+def test_a_trace_url_without_one_trace_id_field_is_refused(tmp_path, template):
+    result = CliRunner().invoke(build_cli(), ["view", str(tmp_path), "--trace-url", template])
+    assert result.exit_code == 2 and "--trace-url" in result.output and "{trace_id}" in result.output
