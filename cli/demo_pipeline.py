@@ -181,7 +181,11 @@ def run_demo(config: DemoConfig, run_dir: Path, console: Any) -> DemoResult:
 def table(result: DemoResult) -> Any:
     from rich.table import Table
 
-    out = Table(title="held-out success (ALFWorld valid_unseen games)")
+    from roost.trainer.eval_compare import paired_gain
+
+    gain = paired_gain(result.evals.get("after_sft", {}), result.evals.get("final", {}))
+    out = Table(title="held-out success (ALFWorld valid_unseen games)",
+                caption=f"RL over SFT: {gain}, paired game by game" if gain else None)
     for column in ("stage", "success rate", "episodes", "mean reward"):
         out.add_column(column)
     for label, name in (("before", "before SFT"), ("after_sft", "after SFT"), ("final", "after RL")):

@@ -58,6 +58,9 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     assert summary.steps == 2 and set(summary.evals) == {"before", "after_sft", "final"}
     played = {label: e["scored"] + sum(e["left_out"].values()) for label, e in summary.evals.items()}
     assert played == {"before": 1, "after_sft": 2, "final": 2}
+    for e in summary.evals.values():  # one episode a held-out game: each game's success kept for pairing
+        assert len(e["per_task"]) == e["scored"] and set(e["per_task"].values()) <= {0.0, 1.0}
+        assert sum(e["per_task"].values()) / e["scored"] == pytest.approx(e["success_rate"])
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     sft = [m for m in lines if m["stage"] == "sft"]
     rl = [m for m in lines if m["stage"] == "rl"]

@@ -28,6 +28,7 @@ from roost.tracing import Tracing
 
 from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advantages
 from ..checkpoint import RunState, checkpoint_dir, load_evals, prune_checkpoints, save_evals
+from ..eval_compare import per_task_success
 from ..metrics import MetricsLogger
 from ..recipe import AlgorithmConfig, Recipe, dump_recipe
 from ..sft.data import Transcript
@@ -348,10 +349,13 @@ def _evaluate(run: Run, label: str) -> None:
                "success_rate": sum(r.success for r in scored) / len(scored) if scored else None,
                "mean_reward": sum(rewards) / len(rewards) if rewards else None,
                "left_out": dict(Counter(r.status.value for r in results if not r.scored)),
-               "groups": f"{EVAL_PREFIX}-{label}-*"}
+               "groups": f"{EVAL_PREFIX}-{label}-*",
+               # kept so two rows compare game by game (roost.trainer.eval_compare)
+               "per_task": per_task_success((r.task_id, r.success) for r in scored)}
     run.evals[label] = summary
     save_evals(run.run_dir, run.evals)
-    run.metrics.log(run.state.step, {k: v for k, v in summary.items() if k != "left_out"}, stage=f"eval/{label}")
+    run.metrics.log(run.state.step, {k: v for k, v in summary.items() if k not in ("left_out", "per_task")},
+                    stage=f"eval/{label}")
     run.hooks.advance(f"eval {label}", episodes, summary)
 
 
