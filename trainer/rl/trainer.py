@@ -53,24 +53,32 @@ class TrainerRank:
         self.rank, self.world_size, self.tp = rank, world_size, tp
         self.threads = threads
         self.policy: MegatronPolicy | None = None
+        self.store: Any = None
+        """The process group's rendezvous store (rank 0 holds the listening one)."""
         self.tracing = Tracing.start("trainer")  # on with the OTEL_* variables the run hands its actors
 
     def address(self) -> str:
+        """Rank 0's rendezvous, `host:port`: a store listening on a port the OS picked as it bound,
+        held until `init` (a port found free and bound later was once taken in between)."""
         import ray
-
-        from roost.rollout.server_process import free_port
+        import torch.distributed as dist
 
         host = ray.util.get_node_ip_address()
-        return f"tcp://{host}:{free_port(host)}"
+        self.store = dist.TCPStore(host, 0, self.world_size, is_master=True, wait_for_workers=False)
+        return f"{host}:{self.store.port}"
 
-    def init(self, init_method: str, config: TrainConfig) -> dict[str, Any]:
+    def init(self, rendezvous: str, config: TrainConfig) -> dict[str, Any]:
         import torch
+        import torch.distributed as dist
 
         from ..megatron import parallel
         from ..megatron.train import MegatronPolicy
 
         torch.set_num_threads(self.threads or max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        info = parallel.init(tp=self.tp, rank=self.rank, world_size=self.world_size, init_method=init_method)
+        if self.store is None:
+            host, port = rendezvous.rsplit(":", 1)
+            self.store = dist.TCPStore(host, int(port), self.world_size, is_master=False)
+        info = parallel.init(tp=self.tp, rank=self.rank, world_size=self.world_size, store=self.store)
         self.policy = MegatronPolicy(config)
         return asdict(info)
 
@@ -143,9 +151,9 @@ class TrainerGroup:
                 options.update(scheduling[rank])
             threads = t.threads or max(1, int(placement.trainer_cpus))
             ranks.append(actor.options(**options).remote(rank, world, t.tp, threads))
-        init_method = ray.get(ranks[0].address.remote())
+        rendezvous = ray.get(ranks[0].address.remote())
         config = train_config(recipe, checkpoint, reference)
-        ray.get([r.init.remote(init_method, config) for r in ranks])
+        ray.get([r.init.remote(rendezvous, config) for r in ranks])
         return cls(ranks)
 
     def _all(self, method: str, *args: Any) -> list[Any]:
