@@ -16,9 +16,9 @@ def check_trace_url(template: str) -> None:
     if fields != {"trace_id"} or not template.startswith(("http://", "https://")):
         raise ValueError(f"trace URL {template!r}: {hint}")
 
+
 def trace_link(template: str | None, trace_id: str) -> str | None:
     """The call's trace URL, only for a well-formed W3C trace id (32 lower-case hex digits)."""
     if template is None or not re.fullmatch(r"[0-9a-f]{32}", trace_id):
         return None
     return template.format(trace_id=trace_id)
-

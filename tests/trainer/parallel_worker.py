@@ -17,7 +17,8 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, di
     from roost.trainer.megatron import parallel
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
-    parallel.init(tp=tp, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+    store = torch.distributed.TCPStore("127.0.0.1", port, world, is_master=False)
+    parallel.init(tp=tp, rank=rank, world_size=world, store=store)
     policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=64,
                                         use_distributed_optimizer=distributed_optimizer))
     probe = agentic_batch()

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from roost.rollout.server_process import free_port
 from roost.tests.trainer import parallel_worker
 from roost.trainer import hf_checkpoint
 
@@ -20,7 +19,9 @@ pytestmark = pytest.mark.slow
 def launch(tmp_path: Path, tiny_model_path: Path, *, tp: int, distributed_optimizer: bool = False) -> dict:
     out = tmp_path / f"tp{tp}"
     out.mkdir()
-    args = (2, free_port(), tp, str(tiny_model_path), str(out), distributed_optimizer)
+    # the ranks meet on a store this process listens on, its port picked by the OS as it binds
+    store = torch.distributed.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+    args = (2, store.port, tp, str(tiny_model_path), str(out), distributed_optimizer)
     mp.start_processes(parallel_worker.run, args=args, nprocs=2, start_method="spawn", join=True)
     return json.loads((out / "result.json").read_text()) | {"weights": hf_checkpoint.read_weights(out / "ckpt")}
 

@@ -31,13 +31,13 @@ class ParallelInfo:
 
 
 def init(tp: int = 1, *, rank: int | None = None, world_size: int | None = None,
-         init_method: str | None = None, store: Any = None, seed: int = 1234) -> ParallelInfo:
+         store: Any = None, seed: int = 1234) -> ParallelInfo:
     """Join (or create) the process group and set up Megatron's model parallelism.
 
-    The rendezvous is `store` (a `torch.distributed.TCPStore`), else `init_method`, else the
-    `MASTER_ADDR` environment; without any of them this makes a one-process world on a store
-    whose port the OS picks as it binds (a port found free and bound later can be taken between
-    the two, and was, by another process).
+    The rendezvous is `store` (a `torch.distributed.TCPStore`), else the `MASTER_ADDR`
+    environment (torchrun's); without either this makes a one-process world on a store whose
+    port the OS picks as it binds (a port found free and bound later can be taken between the
+    two, and was, by another process).
     """
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -47,13 +47,12 @@ def init(tp: int = 1, *, rank: int | None = None, world_size: int | None = None,
     if not dist.is_initialized():
         rank = int(os.environ.get("RANK", 0)) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
-        if store is None and init_method is None and "MASTER_ADDR" not in os.environ:
+        if store is None and "MASTER_ADDR" not in os.environ:
             store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-        rendezvous = {"store": store} if store is not None else {"init_method": init_method}
-        dist.init_process_group(backend, rank=rank, world_size=world_size, **rendezvous)
+        dist.init_process_group(backend, rank=rank, world_size=world_size, store=store)
     world = dist.get_world_size()
     if world % tp:
         raise ValueError(f"world size {world} is not divisible by tensor-parallel size {tp}")
