@@ -69,7 +69,9 @@ class Microbatch:
     per row, causal attention, `tree` is None. Hidden states are read as a flattened
     [b * s, hidden] array: `score_rows[k]` is the row whose next-token distribution scores
     `score_targets[k]`. Sample `sample_index[i]` finds its sampled tokens' logprobs, in
-    token order, at `sample_scores[i]` (indices into the scored entries).
+    token order, at `sample_scores[i]` (indices into the scored entries). `score_allowed[k]`
+    (a bitmask, `allowed_tokens`) holds the tokens the sampling grammar allowed at entry k, where
+    some sample of the microbatch was constrained; None where none was.
     """
 
     input_ids: torch.Tensor
@@ -81,6 +83,7 @@ class Microbatch:
     sample_scores: list[torch.Tensor]
     num_tokens: int
     layout: str
+    score_allowed: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> Microbatch:
         """This microbatch with its tensors on `device` (gather maps stay where they are)."""
@@ -91,6 +94,7 @@ class Microbatch:
             tree=None if self.tree is None else self.tree.to(device), score_rows=self.score_rows.to(device),
             score_targets=self.score_targets.to(device), sample_index=self.sample_index,
             sample_scores=self.sample_scores, num_tokens=self.num_tokens, layout=self.layout,
+            score_allowed=None if self.score_allowed is None else self.score_allowed.to(device),
         )
 
     @property
@@ -158,12 +162,15 @@ def _depth_first(trie: _Trie, roots: dict[int, int]) -> tuple[list[int], list[in
 
 
 def tree_microbatch(
-    sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int]
+    sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int],
+    allowed: Sequence[torch.Tensor | None] | None = None,
 ) -> Microbatch:
     """Pack sequences into one depth-first token trie.
 
     `scored[i]` lists the token positions of sequence i whose logprob is needed (its
-    sampled tokens; never position 0).
+    sampled tokens; never position 0); `allowed[i]`, when given, the bitmask of the tokens its
+    grammar allowed at each (a row per position; None: a free reply). Two samples share a scored
+    node only where they also share its allowed tokens.
     """
     trie = _Trie.empty()
     roots: dict[int, int] = {}
@@ -181,16 +188,23 @@ def tree_microbatch(
             depth[position] = depth[parent[position]] + 1
     subtree_end = torch.tensor([end[node] for node in order], dtype=torch.long)
 
-    score_slot: dict[int, int] = {}
+    masks = _masks(scored, allowed)
+    score_slot: dict[tuple[int, bytes | None], int] = {}
+    mask_rows: list[torch.Tensor | None] = []
     sample_scores = []
-    for path, positions in zip(paths, scored):
+    for path, positions, rows in zip(paths, scored, masks):
         entries = []
-        for position in positions:
+        for k, position in enumerate(positions):
             if position <= 0:
                 raise PackingError("position 0 cannot be scored: no token precedes it")
-            entries.append(score_slot.setdefault(slot[path[position]], len(score_slot)))
+            row = None if rows is None else rows[k]
+            key = (slot[path[position]], None if row is None else row.numpy().tobytes())
+            if key not in score_slot:
+                score_slot[key] = len(score_slot)
+                mask_rows.append(row)
+            entries.append(score_slot[key])
         sample_scores.append(torch.tensor(entries, dtype=torch.long))
-    scored_nodes = torch.tensor(list(score_slot), dtype=torch.long)
+    scored_nodes = torch.tensor([node for node, _ in score_slot], dtype=torch.long)
     return Microbatch(
         input_ids=tokens[None, :],
         position_ids=depth[None, :],
@@ -201,7 +215,27 @@ def tree_microbatch(
         sample_scores=sample_scores,
         num_tokens=n,
         layout="tree",
+        score_allowed=_stack(mask_rows, masks),
     )
+
+
+def _masks(scored: Sequence[Sequence[int]],
+           allowed: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor | None]:
+    masks = list(allowed) if allowed is not None else [None] * len(scored)
+    for positions, rows in zip(scored, masks):
+        if rows is not None and len(rows) != len(positions):
+            raise PackingError(f"{len(rows)} allowed-token rows for {len(positions)} scored positions")
+    return masks
+
+
+def _stack(rows: list[torch.Tensor | None], masks: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The scored entries' bitmask rows (every token allowed where a reply was free); None when no
+    sample was constrained."""
+    given = next((m for m in masks if m is not None), None)
+    if given is None:
+        return None
+    every = torch.full((given.shape[1],), -1, dtype=torch.int32)
+    return torch.stack([every if row is None else row for row in rows]) if rows else given[:0]
 
 
 def _segments(parent: list[int]) -> list[Segment]:
@@ -232,9 +266,10 @@ def _segments(parent: list[int]) -> list[Segment]:
 
 def flat_microbatch(
     sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int],
-    pad_id: int = 0,
+    allowed: Sequence[torch.Tensor | None] | None = None, pad_id: int = 0,
 ) -> Microbatch:
     """Lay sequences out one per row (right-padded), causal attention: the reference layout."""
+    masks = _masks(scored, allowed)
     width = max(len(sequence) for sequence in sequences)
     rows = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     score_rows: list[int] = []
@@ -259,6 +294,8 @@ def flat_microbatch(
         sample_scores=sample_scores,
         num_tokens=sum(len(sequence) for sequence in sequences),
         layout="flat",
+        score_allowed=_stack([row for positions, rows in zip(scored, masks)
+                              for row in (rows if rows is not None else [None] * len(positions))], masks),
     )
 
 
@@ -325,8 +362,10 @@ def build_microbatches(
     groups: Sequence[str],
     token_budget: int,
     layout: str = "tree",
+    allowed: Sequence[torch.Tensor | None] | None = None,
 ) -> list[Microbatch]:
-    """Plan and pack microbatches in the `tree` or `flat` layout (same token budget)."""
+    """Plan and pack microbatches in the `tree` or `flat` layout (same token budget); `allowed`
+    as in `tree_microbatch`."""
     if layout == "tree":
         plan = plan_microbatches(sequences, groups, token_budget)
         make = tree_microbatch
@@ -335,7 +374,8 @@ def build_microbatches(
         make = flat_microbatch
     else:
         raise ValueError(f"unknown layout {layout!r}; use 'tree' or 'flat'")
-    return [make([sequences[i] for i in ids], [scored[i] for i in ids], ids) for ids in plan]
+    masks = _masks(scored, allowed)
+    return [make([sequences[i] for i in ids], [scored[i] for i in ids], ids, [masks[i] for i in ids]) for ids in plan]
 
 
 def _plan_flat(sequences: Sequence[Sequence[int]], token_budget: int) -> list[list[int]]:

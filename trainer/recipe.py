@@ -152,6 +152,10 @@ class TrainerConfig(_Section):
     """Core attention, each applying the prefix tree's mask: sdpa (chain by chain, no [n, n] matrix),
     local (Megatron's, dense), te (Transformer Engine's layer spec, arbitrary mask, needs TE and CUDA)."""
     old_logprobs: Literal["current", "recompute", "rollout"] = "current"
+    grammar_mask: bool = True
+    """Train a call held to a grammar (a JSON schema, a regex, allowed replies, an enforced tool
+    choice) on what the engine sampled it from: each token's logprob over the tokens the grammar
+    allowed, tokens it forced left out. false: the model's own, unmasked, distribution."""
     use_distributed_optimizer: bool = False
     threads: int | None = None
     """torch threads per rank; null: the CPUs Ray gives the rank."""

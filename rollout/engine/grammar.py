@@ -85,7 +85,7 @@ class Grammars:
         xgrammar's reason when it is invalid."""
         compiler = await self._ready_compiler()
         try:
-            compiled = await asyncio.to_thread(_compile, compiler, field, value)
+            compiled = await asyncio.to_thread(compile_grammar, compiler, field, value)
         except (RuntimeError, ValueError) as exc:
             raise RequestError(f"sampling_params.{field} is invalid: {_reason(exc)}") from exc
         return Grammar(field, compiled)
@@ -98,18 +98,24 @@ class Grammars:
         return self._compiler
 
     def _new_compiler(self) -> xgrammar.GrammarCompiler:
-        try:
-            import xgrammar
-        except ImportError as exc:
-            raise RequestError(
-                "json_schema, regex, ebnf and choice need the grammar library xgrammar, which is not installed "
-                "here: pip install 'roost[grammar]'") from exc
-        info = xgrammar.TokenizerInfo.from_huggingface(
-            self._tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._stop_token_ids)
-        return xgrammar.GrammarCompiler(info, cache_limit_bytes=COMPILED_CACHE_BYTES)
+        return new_compiler(self._tokenizer, self._vocab_size, self._stop_token_ids)
 
 
-def _compile(compiler: xgrammar.GrammarCompiler, field: str, value: str | list[str]) -> xgrammar.CompiledGrammar:
+def new_compiler(tokenizer: Any, vocab_size: int, stop_token_ids: list[int]) -> xgrammar.GrammarCompiler:
+    """xgrammar's compiler for one model's vocabulary (the engine's, and the trainer's when it
+    replays a call's grammar)."""
+    try:
+        import xgrammar
+    except ImportError as exc:
+        raise RequestError(
+            "json_schema, regex, ebnf and choice need the grammar library xgrammar, which is not installed "
+            "here: pip install 'roost[grammar]'") from exc
+    info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids)
+    return xgrammar.GrammarCompiler(info, cache_limit_bytes=COMPILED_CACHE_BYTES)
+
+
+def compile_grammar(compiler: xgrammar.GrammarCompiler, field: str, value: str | list[str]) -> xgrammar.CompiledGrammar:
+    """The grammar of a request's constraint field (`SamplingParams.constraint`)."""
     if field == "json_schema":
         # json.dumps's layout, no free whitespace (SGLang's --constrained-json-disable-any-whitespace):
         # with it, the tiny model padded every reply with whitespace up to its token limit

@@ -46,6 +46,9 @@ class CallRef:
     """A reward posted for this call alone (a step reward), if any."""
     advantage: float | None = None
     """An advantage posted for this call; takes precedence over estimators."""
+    constraint: tuple[str, Any] | None = None
+    """The grammar that held the call's reply, as its sampling field and value (`json_schema`,
+    `regex`, `ebnf` or `choice`); None for a free reply."""
 
 
 @dataclass

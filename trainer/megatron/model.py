@@ -16,6 +16,7 @@ import torch
 
 from roost.rollout.engine.model_spec import ModelSpec, UnsupportedModel
 
+from ..allowed_tokens import shard_mask
 from ..prefix_tree import Microbatch
 
 
@@ -105,13 +106,50 @@ def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
 
 
 def scored_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
-    """Logprob of each scored token of the microbatch, [num_scored], differentiable.
+    """Logprob of each scored token of the microbatch, [num_scored], differentiable: the model's
+    own distribution, whatever grammar held the sampling.
 
     Works under tensor parallelism: the output layer yields this rank's vocabulary shard
     and the vocab-parallel cross entropy reduces over the tensor-parallel group.
     """
+    logits = _scored_logits(model, microbatch, inv_freq)
+    return _logprobs(logits, microbatch.score_targets.to(logits.device))
+
+
+def masked_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprob of each scored token over the tokens its grammar allowed, log of the mass the
+    model gave those tokens), each [num_scored] and differentiable; the first is the model's own
+    logprob minus the second. Entries of free replies (and microbatches without a grammar) allow
+    every token: their mass is 1, their logprob the model's own.
+
+    Under tensor parallelism each rank masks its vocabulary shard before the vocab-parallel
+    cross entropy.
+    """
+    logits = _scored_logits(model, microbatch, inv_freq)
+    targets = microbatch.score_targets.to(logits.device)
+    if microbatch.score_allowed is None or logits.shape[0] == 0:
+        full = _logprobs(logits, targets)
+        return full, torch.zeros_like(full)
+    from megatron.core import parallel_state
+
+    width = logits.shape[-1]
+    start = parallel_state.get_tensor_model_parallel_rank() * width
+    allowed = shard_mask(microbatch.score_allowed.to(logits.device), start, width)
+    masked = _logprobs(logits.masked_fill(~allowed[:, None, :], float("-inf")), targets)
+    full = _logprobs(logits, targets)  # last: the cross entropy overwrites its (float32) logits in place
+    return masked, full - masked
+
+
+def _logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     from megatron.core import tensor_parallel
 
+    if logits.shape[0] == 0:
+        return logits.sum() * 0.0 + torch.zeros(0, device=logits.device)
+    return -tensor_parallel.vocab_parallel_cross_entropy(logits.float(), targets[:, None])[:, 0]
+
+
+def _scored_logits(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
+    """The output layer's logits at each scored entry's row, [num_scored, 1, vocab / tp]."""
     from .attention import check_tree_attention, chain_wise
 
     model = getattr(model, "module", model)  # unwrap Megatron DDP
@@ -131,10 +169,9 @@ def scored_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> to
         hidden_states=hidden, attention_mask=mask,
         rotary_pos_emb=rotary_embedding(inv_freq.to(input_ids.device), position_ids),
     )
-    if microbatch.score_rows.numel() == 0:
-        return hidden.sum() * 0.0 + torch.zeros(0, device=hidden.device)
     rows = hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]
+    if rows.shape[0] == 0:  # keep the graph connected: every rank runs backward
+        return hidden.sum() * 0.0 + torch.zeros(0, 1, 1, device=hidden.device)
     weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
     logits, _ = model.output_layer(rows[:, None, :], weight=weight)  # [m, 1, vocab / tp]
-    loss = tensor_parallel.vocab_parallel_cross_entropy(logits.float(), microbatch.score_targets[:, None])
-    return -loss[:, 0]
+    return logits

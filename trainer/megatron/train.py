@@ -28,10 +28,11 @@ from roost.tracing import Tracing
 
 from .. import hf_checkpoint
 from ..advantages import Scored
+from ..allowed_tokens import AllowedTokens, allowed_counts
 from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
 from ..prefix_tree import Microbatch, build_microbatches
 from . import convert, parallel
-from .model import build_gpt_model, scored_logprobs, transformer_config
+from .model import build_gpt_model, masked_logprobs, scored_logprobs, transformer_config
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -59,6 +60,10 @@ class TrainConfig:
     """The ratio's denominator: `current` (this forward, detached: exact for one update per
     rollout batch), `recompute` (a no-grad pass before the update) or `rollout` (the
     engine's). Truncated IS then weighs old against rollout logprobs."""
+    grammar_mask: bool = True
+    """Train a call held to a grammar on the distribution the engine sampled it from: each
+    token's logprob over the tokens the grammar allowed (`allowed_tokens`), tokens it forced
+    left out. False trains the model's own, unmasked, distribution."""
     loss: LossConfig = field(default_factory=LossConfig)
 
 
@@ -117,6 +122,7 @@ class MegatronPolicy:
         )
         self.inv_freq = inverse_frequencies(self.spec)
         self.reference = self._reference_model() if config.loss.kl_coef else None
+        self.allowed = AllowedTokens(self.source, self.spec)
         self.steps = 0
 
     def reset_optimizer(self) -> None:
@@ -139,13 +145,30 @@ class MegatronPolicy:
         reference.requires_grad_(False)
         return reference.eval()
 
-    def microbatches(self, samples: list[Sample], layout: str | None = None) -> list[Microbatch]:
-        """The whole batch's microbatches (same plan on every rank)."""
-        scored = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+    def microbatches(self, samples: list[Sample], layout: str | None = None,
+                     scored: tuple[list[list[int]], list[torch.Tensor | None]] | None = None) -> list[Microbatch]:
+        """The whole batch's microbatches (same plan on every rank), scoring every sampled token,
+        or the positions and allowed tokens of `scored` (`scored_positions`)."""
+        positions, masks = scored or ([[i for i, m in enumerate(s.loss_mask) if m] for s in samples], None)
         return build_microbatches(
-            [s.tokens for s in samples], scored, [s.group_id for s in samples], self.config.token_budget,
-            layout or self.config.layout,
+            [s.tokens for s in samples], positions, [s.group_id for s in samples], self.config.token_budget,
+            layout or self.config.layout, masks,
         )
+
+    def scored_positions(self, samples: list[Sample]) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+        """Each sample's positions to train on and, with `grammar_mask`, the tokens its grammar
+        allowed at each (None for a free reply). A token the grammar forced (the only one allowed)
+        is left out: its logprob over the allowed tokens is 0 whatever the weights."""
+        positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+        if not self.config.grammar_mask:
+            return positions, [None] * len(samples)
+        masks = [self.allowed.masks(s) for s in samples]
+        for k, mask in enumerate(masks):
+            if mask is not None:
+                free = allowed_counts(mask) > 1
+                positions[k] = [p for p, keep in zip(positions[k], free.tolist()) if keep]
+                masks[k] = mask[free]
+        return positions, masks
 
     def my_microbatches(self, microbatches: list[Microbatch]) -> list[Microbatch]:
         return microbatches[self.info.dp_rank :: self.info.dp_size]
@@ -168,8 +191,8 @@ class MegatronPolicy:
         started = time.perf_counter()
         samples = [item.sample for item in scored]
         with tracing.span("train.pack", {"roost.samples": len(samples)}):
-            microbatches = self.microbatches(samples)
-        positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+            positions, masks = self.scored_positions(samples)
+            microbatches = self.microbatches(samples, scored=(positions, masks))
         weights = token_weights([len(p) for p in positions], self.config.loss.aggregation)
         mine = self.my_microbatches(microbatches)
         with tracing.span("train.forward_backward", {"roost.microbatches": len(mine)}):
@@ -196,14 +219,17 @@ class MegatronPolicy:
         total_loss = 0.0
         sums: dict[str, float] = {}
         for microbatch in mine:
-            logprobs = microbatch.sample_logprobs(scored_logprobs(self.model, microbatch, self.inv_freq))
+            values, masses = masked_logprobs(self.model, microbatch, self.inv_freq)
+            logprobs, allowed_mass = microbatch.sample_logprobs(values), microbatch.sample_logprobs(masses.detach())
             ref = self._reference_logprobs(microbatch)
             terms = []
             for j, index in enumerate(microbatch.sample_index):
                 pos = positions[index]
-                sample = samples[index]
                 current = logprobs[j]
-                rollout = torch.tensor([sample.rollout_logprobs[i] for i in pos], device=current.device)
+                # the engine's logprob over the allowed tokens, renormalised by this policy's mass
+                # (the rollout policy's on a batch's first update)
+                rollout = torch.tensor([samples[index].rollout_logprobs[i] for i in pos],
+                                       device=current.device) - allowed_mass[j]
                 terms.append(SampleTerms(
                     logprobs=current,
                     old_logprobs=old.get(index, rollout if self.config.old_logprobs == "rollout" else current.detach()),
@@ -213,6 +239,7 @@ class MegatronPolicy:
                     ref_logprobs=None if ref is None else ref[j],
                 ))
             loss, stats = policy_loss(terms, self.config.loss)
+            stats["allowed_mass"] = float(sum(mass.exp().sum() for mass in allowed_mass))
             loss.backward()
             total_loss += float(loss.detach())
             for key, value in stats.items():
@@ -223,7 +250,7 @@ class MegatronPolicy:
     def _old_logprobs(self, microbatches: list[Microbatch]) -> dict[int, torch.Tensor]:
         old = {}
         for microbatch in microbatches:
-            values = scored_logprobs(self.model, microbatch, self.inv_freq)
+            values, _ = masked_logprobs(self.model, microbatch, self.inv_freq)
             old.update(zip(microbatch.sample_index, microbatch.sample_logprobs(values)))
         return old
 
@@ -231,7 +258,7 @@ class MegatronPolicy:
     def _reference_logprobs(self, microbatch: Microbatch) -> list[torch.Tensor] | None:
         if self.reference is None:
             return None
-        return microbatch.sample_logprobs(scored_logprobs(self.reference, microbatch, self.inv_freq))
+        return microbatch.sample_logprobs(masked_logprobs(self.reference, microbatch, self.inv_freq)[0])
 
     def hf_state(self) -> dict[str, torch.Tensor]:
         """The current weights as a Hugging Face state dict (collective over tensor parallel)."""

@@ -42,7 +42,8 @@ def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) 
         checkpoint=checkpoint, reference=reference, dtype=t.dtype, lr=t.lr, weight_decay=t.weight_decay,
         adam_betas=tuple(t.adam_betas),
         clip_grad=t.clip_grad, use_distributed_optimizer=t.use_distributed_optimizer, token_budget=t.token_budget,
-        layout=t.layout, attention=t.attention, old_logprobs=t.old_logprobs, loss=LossConfig(**loss),
+        layout=t.layout, attention=t.attention, old_logprobs=t.old_logprobs, grammar_mask=t.grammar_mask,
+        loss=LossConfig(**loss),
     )
 
 
