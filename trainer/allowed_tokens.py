@@ -13,11 +13,14 @@ token's logprob over the allowed tokens only.
     masks = allowed.masks(sample)   # [num_sampled, ceil(vocab / 32)] int32 bitmask, or None
 
 Bit t % 32 of word t // 32 is set when token t was allowed (xgrammar's packing); a free reply's
-rows allow every token.
+rows allow every token, and so do those of a call whose tokens its grammar refuses on replay (an
+engine with other grammar settings sampled it): that call is trained as with the mask off, and
+`AllowedTokens.refused` says why.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -30,12 +33,13 @@ from roost.rollout.store.samples import Sample
 if TYPE_CHECKING:
     import xgrammar
 
+log = logging.getLogger(__name__)
 ALL = -1  # every bit of an int32 word
 CACHED_GRAMMARS = 4096
 
 
 class GrammarReplayError(ValueError):
-    """A recorded call's sampled tokens do not follow its recorded grammar."""
+    """A recorded call's sampled tokens do not follow its recorded grammar as replayed here."""
 
 
 class AllowedTokens:
@@ -46,6 +50,8 @@ class AllowedTokens:
         self._checkpoint = checkpoint
         self._spec = spec
         self._compiler: xgrammar.GrammarCompiler | None = None
+        self.refused: list[str] = []
+        """Why each call whose tokens its grammar refused on replay was trained unmasked."""
         self._compiled: OrderedDict[str, xgrammar.CompiledGrammar] = OrderedDict()
 
     @property
@@ -62,8 +68,13 @@ class AllowedTokens:
         for call, start, end in sample.spans():
             constraint = sample.calls[call].constraint
             if constraint:
-                self._replay(constraint, sample.tokens[start:end], rows[row : row + end - start],
-                             sample.calls[call].call_id)
+                out = rows[row : row + end - start]
+                try:
+                    self._replay(constraint, sample.tokens[start:end], out, sample.calls[call].call_id)
+                except GrammarReplayError as exc:
+                    out.fill_(ALL)  # trained as a free reply, as with grammar_mask off
+                    self.refused.append(str(exc))
+                    log.warning("%s", exc)
             row += end - start
         return rows
 
@@ -78,8 +89,9 @@ class AllowedTokens:
             if not matcher.accept_token(token):
                 raise GrammarReplayError(
                     f"call {call_id}: sampled token {i} (id {token}) does not follow its recorded "
-                    f"{constraint[0]}; the engine that sampled it used another grammar or vocabulary. "
-                    "Set trainer.grammar_mask: false to train such calls on the model's unmasked distribution")
+                    f"{constraint[0]} as roost's xgrammar reads it (an engine with other grammar settings, "
+                    "SGLang's free JSON whitespace say, sampled it); the call is trained on the model's unmasked "
+                    "distribution")
 
     def _grammar(self, field: str, value: Any) -> xgrammar.CompiledGrammar:
         key = repr((field, value))

@@ -20,7 +20,7 @@ from roost.rollout.keys import bearer
 from roost.rollout.store.paths import iter_training_samples
 from roost.tests.rollout.gateway_helpers import new_session, running_gateway
 from roost.trainer import hf_checkpoint
-from roost.trainer.allowed_tokens import AllowedTokens, GrammarReplayError, allowed_counts
+from roost.trainer.allowed_tokens import AllowedTokens, allowed_counts
 from roost.trainer.megatron import convert
 from roost.trainer.megatron.model import build_gpt_model, masked_logprobs, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import build_microbatches, tree_microbatch
@@ -95,14 +95,17 @@ def test_each_recorded_grammar_replays_over_its_sampled_tokens(recorded, tiny_mo
         assert allowed_ids(masks[-1], spec.vocab_size) == sorted(spec.eos_token_ids)
 
 
-def test_a_token_its_grammar_would_refuse_is_a_clear_error(recorded, tiny_model_path):
+def test_a_call_its_grammar_refuses_on_replay_is_trained_unmasked_and_named(recorded, tiny_model_path):
     sample = next(s for s in recorded if kind(s) == "regex")
     first = sample.loss_mask.index(1)
     tokens = list(sample.tokens)
     tokens[first] = tokens[0]  # a prompt token: no reply starts with it
-    sample = dataclasses.replace(sample, tokens=tokens)
-    with pytest.raises(GrammarReplayError, match="grammar_mask: false"):
-        AllowedTokens(tiny_model_path, ModelSpec.from_folder(tiny_model_path)).masks(sample)
+    allowed = AllowedTokens(tiny_model_path, ModelSpec.from_folder(tiny_model_path))
+    masks = allowed.masks(dataclasses.replace(sample, tokens=tokens))
+    assert bool((masks == -1).all())
+    assert len(allowed.refused) == 1 and sample.calls[0].call_id in allowed.refused[0]
+    assert "unmasked" in allowed.refused[0]
+    assert not bool((allowed.masks(sample) == -1).all()) and len(allowed.refused) == 1
 
 
 def test_masked_logprobs_are_the_models_renormalised_over_the_allowed_tokens(megatron_world, recorded, model,

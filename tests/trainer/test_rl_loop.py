@@ -80,11 +80,16 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     assert (run_dir / "checkpoints" / "step-2" / "hf" / "model.safetensors").is_file()
     assert (run_dir / "checkpoints" / "step-2" / "trainer" / "rank-0.pt").is_file()
 
+    assert [m["allowed_mass"] for m in rl] == [1.0, 1.0]  # free replies: nothing masked
+
+    # replies held to the admissible commands from here: trained over the commands alone
+    held = {"temperature": 1.0, "max_tokens": 8, "allowed_replies_from": "admissible_commands"}
     resumed = train(validate_recipe(tiny_recipe(run_dir, schedule__steps=3, algorithm__mode="async",
-                                                algorithm__max_staleness=1, eval__split=None)))
+                                                algorithm__max_staleness=1, eval__split=None, agent__args=held)))
     assert resumed.steps == 3
     rl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in rl if m["stage"] == "rl"]
     assert [m["step"] for m in rl] == [1, 2, 3] and rl[-1]["weight_version"] == 4
+    assert 0.0 < rl[-1]["allowed_mass"] < 0.5 and rl[-1]["grammar_replay_failures"] == 0  # a random model's mass
     assert rl[-1]["lr"] == pytest.approx(1e-3)  # a resumed run continues after its warmup
     assert json.loads((run_dir / "state.json").read_text())["step"] == 3

@@ -191,12 +191,14 @@ class MegatronPolicy:
         started = time.perf_counter()
         samples = [item.sample for item in scored]
         with tracing.span("train.pack", {"roost.samples": len(samples)}):
+            self.allowed.refused.clear()
             positions, masks = self.scored_positions(samples)
             microbatches = self.microbatches(samples, scored=(positions, masks))
         weights = token_weights([len(p) for p in positions], self.config.loss.aggregation)
         mine = self.my_microbatches(microbatches)
         with tracing.span("train.forward_backward", {"roost.microbatches": len(mine)}):
             total_loss, sums = self._forward_backward(scored, samples, mine, positions, weights)
+        sums["grammar_replay_failures"] = float(len(self.allowed.refused))
         with tracing.span("train.optimizer"):
             from megatron.core.distributed import finalize_model_grads
 

@@ -446,6 +446,7 @@ def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, co
         entropy=extra.get("neg_logprob", 0.0) / tokens, tis_mean=extra.get("tis_mean", 0.0) / tokens,
         logprob_mismatch=extra.get("rollout_abs_diff", 0.0) / tokens,
         allowed_mass=extra.get("allowed_mass", tokens) / tokens,
+        grammar_replay_failures=int(extra.get("grammar_replay_failures", 0)),
         tree_saving=1 - stats.tree_tokens / flat if flat else 0.0,
         train_tokens_per_s=stats.tree_tokens / max(stats.seconds, 1e-9), train_s=stats.seconds,
     )
