@@ -12,7 +12,7 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, di
     import torch
 
     torch.set_num_threads(1)
-    from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
+    from roost.tests.trainer.trainer_fixtures import agentic_batch, constrained_group, grpo_batch
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
     from roost.trainer.megatron import parallel
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
@@ -24,7 +24,8 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, di
     probe = agentic_batch()
     logprobs = [lp.tolist() for lp in policy.logprobs(probe)]
     batch = grpo_batch(groups=2, size=4)
-    scored, _ = compute_advantages([Group("g0", batch[:4]), Group("g1", batch[4:])], AdvantageConfig())
+    groups = [Group("g0", batch[:4]), Group("g1", batch[4:]), Group("commands", constrained_group(checkpoint))]
+    scored, _ = compute_advantages(groups, AdvantageConfig())
     stats = policy.train_step(scored)
     policy.export_hf(Path(out) / "ckpt")
     if rank == 0:

@@ -1,5 +1,6 @@
 """Tensor parallel 2 and data parallel 2 over gloo on CPU train exactly like one process:
-same logprobs, same loss, same updated weights (TRL-style invariant)."""
+same logprobs, same loss, same updated weights (TRL-style invariant), on a batch with a group
+held to a grammar (each tensor-parallel rank masks its own vocabulary shard)."""
 
 from __future__ import annotations
 
@@ -28,15 +29,18 @@ def launch(tmp_path: Path, tiny_model_path: Path, *, tp: int, distributed_optimi
 
 @pytest.fixture(scope="module")
 def single_process(megatron_world, tiny_model_path, tmp_path_factory):
-    from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
+    from roost.tests.trainer.trainer_fixtures import agentic_batch, constrained_group, grpo_batch
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
     policy = MegatronPolicy(TrainConfig(checkpoint=str(tiny_model_path), lr=1e-3, token_budget=64))
     logprobs = [lp.tolist() for lp in policy.logprobs(agentic_batch())]
     batch = grpo_batch(groups=2, size=4)
-    scored, _ = compute_advantages([Group("g0", batch[:4]), Group("g1", batch[4:])], AdvantageConfig())
+    # a group held to a grammar: trained over its allowed tokens, each rank masking its vocabulary shard
+    groups = [Group("g0", batch[:4]), Group("g1", batch[4:]), Group("commands", constrained_group(tiny_model_path))]
+    scored, _ = compute_advantages(groups, AdvantageConfig())
     stats = policy.train_step(scored)
+    assert stats.extra["allowed_mass"] < stats.extra["tokens"] - 1 and stats.extra["grammar_replay_failures"] == 0
     weights = policy.hf_state()
     initial = hf_checkpoint.read_weights(tiny_model_path)
     assert not torch.equal(weights["model.norm.weight"], initial["model.norm.weight"])  # the step did something

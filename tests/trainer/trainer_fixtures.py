@@ -51,6 +51,30 @@ def agentic_batch(seed: int = 1, vocab: int = 151936) -> list[Sample]:
     return out
 
 
+COMMANDS = ["go to cabinet 1", "go to cabinet 2", "open drawer 3", "take apple 1 from countertop 2"]
+
+
+def constrained_group(checkpoint, seed: int = 2) -> list[Sample]:
+    """A GRPO group whose replies were held to `COMMANDS` (`choice`): each reply is a command's
+    tokens and the end-of-sequence token, as the engine samples them under that grammar."""
+    from transformers import AutoTokenizer
+
+    from roost.rollout.engine.model_spec import ModelSpec
+
+    rng = random.Random(seed)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    eos = ModelSpec.from_folder(checkpoint).eos_token_ids[0]
+    head = rand_tokens(rng, 16)
+    out = []
+    for i, command in enumerate(COMMANDS):
+        reply = tokenizer.encode(command, add_special_tokens=False) + [eos]
+        sample = Sample.from_turns([(head, reply, [-rng.random() for _ in reply])], session_id=f"c{i}",
+                                   group_id="commands", reward=float(i % 2))
+        sample.calls[0] = CallRef(sample.calls[0].call_id, "0", constraint=("choice", COMMANDS))
+        out.append(sample)
+    return out
+
+
 def make_sample(tokens, mask, reward=1.0, session="s", group="g", agent="main", calls=None, token_call=None,
                 logprobs=None, advantages=None) -> Sample:
     calls = calls or [CallRef(call_id=f"{session}/{agent}/0", weight_version="0")]
