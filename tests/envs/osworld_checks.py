@@ -16,7 +16,7 @@ from PIL import Image
 
 from roost.envs.osworld.desktop.a11y import NS
 from roost.envs.client import EnvClient
-from roost.envs.osworld.desktop_client import DesktopClient
+from roost.envs.osworld.desktop_client import DesktopClient, DesktopRequestError
 from roost.envs.protocol import TextAction, ToolCall
 
 
@@ -97,7 +97,21 @@ async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -
     profile = await client.list_directory("~/.config/google-chrome")
     assert "Default" in [c["name"] for c in profile["children"]], profile
     assert (await client.execute("test -e ~/.config/chromium/Default", shell=True)).returncode != 0
-    await client.close_window("chromium", by_class=True)
+    await close_when_mapped(client, "chromium")
+
+
+async def close_when_mapped(client: DesktopClient, window_class: str, timeout_s: float = 30.0) -> None:
+    """Close the window of `window_class`, waiting for it to be mapped: DevTools can answer
+    before the window shows (a loaded machine once took longer than that)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await client.close_window(window_class, by_class=True)
+            return
+        except DesktopRequestError as exc:
+            if "not found" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def poll_tree(client: DesktopClient, pick, timeout_s: float = 30.0):

@@ -130,3 +130,6 @@ def test_the_demo_holds_replies_to_admissible_commands_unless_told_not_to(tmp_pa
     # agent.args reach RL rollouts and, under eval.args, every eval
     assert held.agent.args["allowed_replies_from"] == "admissible_commands"
     assert "allowed_replies_from" not in held.eval.args
+    # held replies train over the commands' tokens and need no KL term; free ones keep it
+    assert held.trainer.grammar_mask and held.trainer.loss.kl_coef == 0.0
+    assert free.trainer.loss.kl_coef == 0.05
