@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from roost.rollout.engine.constrained_sampling import token_allowed
 from roost.rollout.engine.grammar import compile_grammar, new_compiler
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.store.samples import Sample
@@ -122,5 +123,4 @@ def shard_mask(masks: torch.Tensor, start: int, width: int) -> torch.Tensor:
     """The rows as booleans over vocabulary ids [start, start + width) (a tensor-parallel rank's
     shard of the output layer), [rows, width]; True = allowed."""
     ids = torch.arange(start, start + width, device=masks.device)
-    words = masks.index_select(1, (ids // 32).clamp(max=masks.shape[1] - 1))
-    return ((words >> (ids % 32).to(torch.int32)) & 1).bool() & (ids < masks.shape[1] * 32)
+    return token_allowed(masks, list(range(len(masks))), ids.expand(len(masks), width))

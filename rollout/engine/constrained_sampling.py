@@ -68,7 +68,7 @@ class GrammarSampler:
         if first:
             xgrammar.apply_token_bitmask_inplace(logits, bitmask, indices=first)
         drawn = draw(logits, configs, draws)
-        refused = [row for row, ok in zip(rows, _allowed(bitmask, rows, torch.tensor(drawn.tokens)[rows]).tolist())
+        refused = [row for row, ok in zip(rows, token_allowed(bitmask, rows, torch.tensor(drawn.tokens)[rows]).tolist())
                    if not ok]
         retried = _retry(drawn, bitmask, [row for row in refused if not configs[row].greedy], draws,
                          self.redraw.retries)
@@ -95,7 +95,7 @@ def _retry(drawn: Drawn, bitmask: torch.Tensor, rows: list[int], draws: list[Row
     if not rows or not attempts:
         return {}
     tries = drawn.again(rows, [draws[row] for row in rows], attempts)
-    ok = _allowed(bitmask, rows, tries)
+    ok = token_allowed(bitmask, rows, tries)
     first = tries.gather(1, ok.int().argmax(dim=-1, keepdim=True))[:, 0]  # argmax: the first True
     return {row: token for row, token, got in zip(rows, first.tolist(), ok.any(dim=-1).tolist()) if got}
 
@@ -146,9 +146,9 @@ def _short_rows(logits: torch.Tensor, rows: list[int], allowed: list[torch.Tenso
     return short, ids
 
 
-def _allowed(bitmask: torch.Tensor, rows: list[int], tokens: torch.Tensor) -> torch.Tensor:
+def token_allowed(bitmask: torch.Tensor, rows: list[int], tokens: torch.Tensor) -> torch.Tensor:
     """Whether each of `rows`' tokens ([len(rows)] or [len(rows), K]) has its bit set (bit t % 32
     of word t // 32, as xgrammar packs it)."""
-    index = torch.tensor(rows).view(-1, *[1] * (tokens.dim() - 1))
+    index = torch.tensor(rows, device=tokens.device).view(-1, *[1] * (tokens.dim() - 1))
     words = bitmask[index, tokens // 32]
     return ((words >> (tokens % 32)) & 1).bool()

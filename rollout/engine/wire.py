@@ -78,13 +78,19 @@ class SamplingParams(BaseModel):
 
     def constraint(self) -> tuple[str, str | list[str]] | None:
         """The grammar this request is held to, as (field name, value), or None."""
-        given = [(name, value) for name in CONSTRAINT_FIELDS if (value := getattr(self, name)) is not None]
-        return given[0] if given else None
+        return constraint_of({name: getattr(self, name) for name in CONSTRAINT_FIELDS})
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+def constraint_of(params: dict[str, Any]) -> tuple[str, Any] | None:
+    """The grammar sampling params (a request's, or a call's as recorded) hold a reply to, as
+    (field name, value), or None."""
+    given = [(name, params[name]) for name in CONSTRAINT_FIELDS if params.get(name) is not None]
+    return given[0] if given else None
 
 
 def parse_sampling_params(raw: Any) -> SamplingParams:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..engine.wire import CONSTRAINT_FIELDS
+from ..engine.wire import constraint_of
 from .reader import TrajectoryReader
 from .records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
 from .samples import CallRef, Refused, Sample
@@ -138,7 +138,7 @@ def _path_sample(
             if record is not None:
                 posted[i] = record.per_token[i - start] if record.per_token is not None else (record.value or 0.0)
         calls.append(CallRef(call.call_id, call.weight_version, reward=step_rewards.get(call.call_id),
-                             constraint=_constraint(call.sampling_params)))
+                             constraint=constraint_of(call.sampling_params)))
     if blocked:
         return blocked
     return Sample(
@@ -158,11 +158,6 @@ def _path_sample(
         call_ids=[c.call_id for c, _ in path],
         finish_reason=leaf.finish_reason,
     )
-
-
-def _constraint(params: dict) -> tuple[str, object] | None:
-    given = [(name, params[name]) for name in CONSTRAINT_FIELDS if params.get(name) is not None]
-    return given[0] if given else None
 
 
 def _common(sampled, tokens: list[int], start: int, end: int) -> int:
