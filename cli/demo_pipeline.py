@@ -6,7 +6,7 @@
 
 Everything is the real stack, as `roost train` runs it: an ALFWorld env server (real
 TextWorld/PDDL games generated offline, three receptacles a room), the observing expert
-(`roost.agents.observing_expert`) for demonstrations, a Qwen3-architecture model of ~0.5M
+(`roost.envs.alfworld.observing_expert`) for demonstrations, a Qwen3-architecture model of ~0.5M
 parameters whose byte-level BPE tokenizer is trained here on the expert's transcripts
 (ChatML template; saved as an ordinary Hugging Face checkpoint), the embedded engine, the
 gateway recording every token, the `tool` agent (plain-text commands: a small model learns

@@ -219,7 +219,7 @@ class SFTData(_Section):
     source: Literal["expert", "jsonl", "store"] = "expert"
     """expert: play `harness` on the train split and train on its transcripts; jsonl: a file of
     Sample records; store: successful sessions of a trajectory store (rejection sampling)."""
-    harness: str = "roost.agents.observing_expert:ObservingExpert"
+    harness: str = "roost.envs.alfworld.observing_expert:ObservingExpert"
     harness_args: dict[str, Any] = {}
     episodes: int = Field(64, ge=1)
     max_turns: int = Field(40, ge=1)

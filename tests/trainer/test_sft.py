@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from roost.agents.observing_expert import ObservingExpert, parse_goal
+from roost.agents.player import PlayerAgent
+from roost.envs.alfworld.observing_expert import ObservingExpert, parse_goal
 from roost.trainer.losses import LossConfig, SampleTerms, policy_loss
 from roost.trainer.recipe import SFTConfig
 from roost.trainer.sft.train import batch_indices, lr_at
@@ -54,7 +55,7 @@ def test_the_goal_is_read_from_the_observation():
 
 
 def test_the_second_object_joins_the_first_in_the_same_receptacle():
-    from roost.agents.observing_expert import _Memory, next_command
+    from roost.envs.alfworld.observing_expert import _Memory, next_command
 
     memory = _Memory(parse_goal("Your task is to: put two cd in shelf."), ["shelf 1", "shelf 2", "desk 1"])
     memory.seen = {"shelf 1": "You arrive at shelf 1. On the shelf 1, you see a cd 1.",
@@ -78,7 +79,7 @@ async def test_the_observing_expert_wins_every_game_even_with_slips():
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(data)}), ManagerConfig(workers=2))
     async with manager:
         tasks = await manager.tasks("train")
-        agent = RecordingAgent(ObservingExpert(order="random", slips=0.3, seed=1))
+        agent = RecordingAgent(PlayerAgent(ObservingExpert(order="random", slips=0.3, seed=1)))
         results = await run_episodes(tasks, manager, agent, manager.info.tools,
                                      RunConfig(concurrency=3, max_turns=40, progress=False))
     assert all(r.success for r in results), [(r.task_id, r.error) for r in results]

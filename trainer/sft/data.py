@@ -1,7 +1,7 @@
 """SFT data: expert transcripts rendered into `Sample`s, token for token as the gateway would
 record the same conversation.
 
-    transcripts = await play_transcripts(tasks, host, ObservingExpert(), tools, RunConfig())
+    transcripts = await play_transcripts(env_url, "train", SFTData(episodes=12), max_turns=40, seed=0)
     renderer = ChatRenderer.from_pretrained(model_folder)
     samples = [renderer.sample(tool_agent_messages(t), tools, session_id=..., group_id="sft") for t in transcripts]
 

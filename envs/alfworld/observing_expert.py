@@ -1,15 +1,17 @@
 """An ALFWorld expert that acts only on what the agent observes, so a model can imitate it.
 
-The planner expert (`roost.agents.expert`) reads the PDDL plan, which knows where every
-object is; a model that sees only the text cannot copy that. This expert sees what the
-model sees, the observation text with its admissible commands, and plays the way a
-careful person would: read the goal, visit the receptacles in the order the room lists
-them (opening closed ones) until the object shows up, take it, clean / heat / cool it or
-find the lamp, then go to the goal receptacle and put it there. Everything it needs to
+The planner expert (`roost.agents.expert`, on `info["expert_plan"]`) reads the PDDL plan,
+which knows where every object is; a model that sees only the text cannot copy that. This
+expert sees what the model sees, the observation text with its admissible commands, and
+plays the way a careful person would: read the goal, visit the receptacles in the order the
+room lists them (opening closed ones) until the object shows up, take it, clean / heat / cool
+it or find the lamp, then go to the goal receptacle and put it there. Everything it needs to
 remember (where it saw a second object) was in an earlier observation.
 
-    roost eval alfworld --agent roost.agents.observing_expert:ObservingExpert --episodes 12
+    roost eval alfworld --agent observing-expert --episodes 12
 
+It is a scripted player (`roost.agents.player`): it picks commands, and the player harness
+plays them through the runner, so this module knows ALFWorld and nothing of the runner.
 `order="random"` visits the receptacles in a random order per episode: more varied
 demonstrations of the same policy. `slips=0.2` makes a learner's mistake before one turn in
 five (a detour to another receptacle, the same move again, a wrong number) and then carries
@@ -24,9 +26,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
-from roost.envs.errors import InvalidActionError
-from roost.envs.protocol import TextAction
+from roost.envs.protocol import Reset, Step
+
+
+class ExpertStuck(RuntimeError):
+    """The expert cannot go on (a goal it does not know, an object it cannot find)."""
+
 
 # ALFWorld's goal templates (alfworld.gen.goal_library) for the six task types.
 GOALS = [
@@ -53,13 +58,13 @@ def parse_goal(text: str) -> Goal:
     """The goal from the observation's 'Your task is to: ...' line."""
     line = re.search(r"Your task is to: (.+?)\.?\s*$", text, re.M)
     if line is None:
-        raise AgentError("no 'Your task is to:' line in the first observation; is this ALFWorld?")
+        raise ExpertStuck("no 'Your task is to:' line in the first observation; is this ALFWorld?")
     for kind, pattern in GOALS:
         match = re.fullmatch(pattern, line.group(1).strip().lower())
         if match:
             obj = match.group("obj") or match.groupdict().get("obj2")
             return Goal(kind, obj.strip(), match.group("recep").strip(), 2 if kind == "two" else 1)
-    raise AgentError(f"the observing expert does not know the goal {line.group(1)!r}")
+    raise ExpertStuck(f"the observing expert does not know the goal {line.group(1)!r}")
 
 
 @dataclass
@@ -81,12 +86,17 @@ class _Memory:
         return place == self.target if self.target else place.startswith(self.goal.recep + " ")
 
 
+@dataclass(frozen=True)
+class Move:
+    command: str
+    slip: bool = False
+    """A deliberate mistake: the env may refuse it, and the game goes on unchanged."""
+
+
 class ObservingExpert:
     """Plays ALFWorld from the observations and admissible commands alone."""
 
     name = "observing-expert"
-    needs_model = False
-    reset_options: dict[str, Any] = {}
 
     def __init__(self, order: str = "listed", slips: float = 0.0, seed: int | None = None) -> None:
         if order not in ("listed", "random"):
@@ -102,34 +112,42 @@ class ObservingExpert:
         self._plays[task_id] = play + 1
         return random.Random(f"{self.seed}/{task_id}/{play}") if self.seed is not None else random.Random()
 
-    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
-        text = ctx.reset.observation.text
-        admissible = list(ctx.reset.info.get("admissible_commands") or [])
+    def start(self, task_id: str, reset: Reset) -> ObservingGame:
+        """One episode's play from its first observation."""
+        admissible = list(reset.info.get("admissible_commands") or [])
         places = [c[len("go to "):] for c in admissible if c.startswith("go to ")]
-        rng = self._episode_rng(ctx.task.id)
+        rng = self._episode_rng(task_id)
         if self.order == "random":
             rng.shuffle(places)
-        memory = _Memory(parse_goal(text), places)
-        slips: list[int] = []
-        last = ""
-        for turn in range(ctx.max_turns):
-            command = next_command(memory, text, admissible)
-            slipped = bool(self.slips) and (turn - 1) not in slips and rng.random() < self.slips
-            if slipped:
-                slips.append(turn)
-                command = _slip(rng, command, last, admissible)
-            last = command
-            try:
-                step = await ctx.step(TextAction(command))
-            except InvalidActionError:
-                if not slipped:
-                    raise
-                continue  # the game is unchanged; the next turn recovers
-            _remember(memory, command, step.observation.text)
-            if step.done:
-                return AgentOutcome(turns=turn + 1, stop_reason="done", extra={"slips": slips})
-            text, admissible = step.observation.text, list(step.info.get("admissible_commands") or [])
-        return AgentOutcome(turns=ctx.max_turns, stop_reason="max_turns", extra={"slips": slips})
+        return ObservingGame(_Memory(parse_goal(reset.observation.text), places), rng, self.slips,
+                             reset.observation.text, admissible)
+
+
+class ObservingGame:
+    """The expert in one episode: what it has seen, and the turns it slipped on."""
+
+    def __init__(self, memory: _Memory, rng: random.Random, slips: float, text: str, admissible: list[str]) -> None:
+        self.memory, self.rng, self.slip_rate = memory, rng, slips
+        self.text, self.admissible = text, admissible
+        self.slips: list[int] = []
+        self.last = ""
+
+    def move(self, turn: int) -> Move:
+        command = next_command(self.memory, self.text, self.admissible)
+        slipped = bool(self.slip_rate) and (turn - 1) not in self.slips and self.rng.random() < self.slip_rate
+        if slipped:
+            self.slips.append(turn)
+            command = _slip(self.rng, command, self.last, self.admissible)
+        self.last = command
+        return Move(command, slipped)
+
+    def observe(self, command: str, step: Step) -> None:
+        _remember(self.memory, command, step.observation.text)
+        self.text, self.admissible = step.observation.text, list(step.info.get("admissible_commands") or [])
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return {"slips": self.slips}
 
 
 def _slip(rng: random.Random, command: str, last: str, admissible: list[str]) -> str:
@@ -208,13 +226,13 @@ def _seek(memory: _Memory, admissible: list[str], kind: str) -> str:
     for place, seen in memory.seen.items():  # a closed receptacle that was never opened
         if "is closed" in seen and f"go to {place}" in admissible:
             return f"go to {place}"
-    raise AgentError(f"looked everywhere and found no {kind}")
+    raise ExpertStuck(f"looked everywhere and found no {kind}")
 
 
 def _go_to_kind(memory: _Memory, admissible: list[str], kind: str) -> str:
     targets = _instances(admissible, "go to ", kind)
     if not targets:
-        raise AgentError(f"no {kind} to go to; admissible: {admissible}")
+        raise ExpertStuck(f"no {kind} to go to; admissible: {admissible}")
     return targets[0]
 
 
