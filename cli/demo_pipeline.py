@@ -121,7 +121,7 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
         "name": "demo",
         "description": "SFT → GiGPO on ALFWorld with a small-vocabulary Qwen3 model.",
         "env": {"name": "alfworld", "split": "train",
-                "prepare": "roost.trainer.recipe_prepare:alfworld_fixtures",
+                "prepare": "roost.envs.alfworld.prepare:fixtures",
                 "prepare_args": {"train": config.train_games, "valid_seen": 0, "valid_unseen": config.heldout_games,
                                  "receptacles": 3, "distractors": 2, "seed": config.seed},
                 "server": {"workers": 2, "max_episodes": 128}},

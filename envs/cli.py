@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -12,21 +11,20 @@ import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
 
-envs_app = typer.Typer(help="Environments: list them and prepare their data.", no_args_is_help=True)
-alfworld_app = typer.Typer(help="ALFWorld games: offline fixtures or the official download.", no_args_is_help=True)
-envs_app.add_typer(alfworld_app, name="alfworld")
+envs_app = typer.Typer(help="Environments: list them, check them against the protocol, prepare their data.",
+                       no_args_is_help=True)
 
 
 def _env_subcommands() -> None:
-    from roost.envs.hermes.cli import register as register_hermes
-    from roost.envs.osworld.cli import register as register_osworld
-    from roost.envs.swe.cli import register as register_swe
-    from roost.envs.webshop.cli import webshop_app
+    """Each env folder's own commands (`EnvSpec.cli`), under `roost envs NAME`."""
+    import importlib
 
-    register_swe(envs_app)
-    register_hermes(envs_app)
-    register_osworld(envs_app)
-    envs_app.add_typer(webshop_app, name="webshop")
+    from roost.envs.registry import ENVS
+
+    for spec in ENVS.values():
+        if spec.cli is not None:
+            module, _, attr = spec.cli.partition(":")
+            getattr(importlib.import_module(module), attr)(envs_app)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
@@ -113,6 +111,48 @@ def _serve_docker(env: str, port: int, data_dir: Optional[Path], base_image: Opt
         container.stop()
 
 
+@envs_app.command("check")
+def check(
+    env: str = typer.Argument(..., help="Env name (see `roost envs list`) or module:function entry point."),
+    env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env, over its own check "
+                                                            "config (repeatable)."),
+    split: Optional[str] = typer.Option(None, help="Split to take the task from (default: the env's choice)."),
+    task: Optional[str] = typer.Option(None, help="Task every episode of the check plays."),
+    probe_text: Optional[str] = typer.Option(None, "--probe-text", help="A text action the env accepts right after "
+                                                                       "reset (enables the rules that compare steps)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Check an env against the env protocol in this process (what Gymnasium's check_env is to gymnasium)."""
+    import asyncio
+    from dataclasses import asdict, replace
+
+    from roost.envs.conformance import check_named
+    from roost.envs.protocol import TextAction
+    from roost.envs.registry import resolve
+    from roost.envs.serve import parse_env_args
+
+    try:
+        config = resolve(env).load_check()
+    except KeyError as exc:
+        _err(f"error: {exc.args[0]}")
+        raise typer.Exit(2) from None
+    config = replace(config, env_args={**config.env_args, **parse_env_args(env_arg)},
+                     split=split or config.split, task_id=task or config.task_id,
+                     probe=TextAction(probe_text) if probe_text is not None else config.probe)
+    report = asyncio.run(check_named(env, config))
+    if as_json:
+        typer.echo(json.dumps({"env": report.env, "results": [{**asdict(r), "verdict": r.verdict.value}
+                                                              for r in report.results]}, indent=1))
+    else:
+        for result in report.results:
+            typer.echo(f"{result.verdict.value:8}{result.rule:40}{result.seconds:7.2f}s  {result.detail}")
+    if report.failures:
+        _err(f"{report.env} breaks {len(report.failures)} rule(s): {', '.join(r.rule for r in report.failures)}")
+        raise typer.Exit(1)
+    _err(f"{report.env} keeps the env protocol ({sum(r.verdict.value == 'passed' for r in report.results)} rules "
+         f"passed, {sum(r.verdict.value == 'skipped' for r in report.results)} skipped)")
+
+
 @envs_app.command("list")
 def list_envs() -> None:
     """The registered envs."""
@@ -120,73 +160,3 @@ def list_envs() -> None:
 
     for spec in ENVS.values():
         typer.echo(f"{spec.name}\t{spec.description}")
-
-
-@alfworld_app.command("make-fixtures")
-def make_fixtures(
-    out: Optional[Path] = typer.Option(None, help="Output folder (default: $ROOST_HOME/alfworld, else "
-                                                  "~/.cache/roost/alfworld)."),
-    train: int = typer.Option(6, help="Games in train."),
-    valid_seen: int = typer.Option(3, help="Games in valid_seen."),
-    valid_unseen: int = typer.Option(3, help="Games in valid_unseen."),
-    receptacles: int = typer.Option(6, help="Receptacles per room, counting the task's own "
-                                            "(at least 2 or 3, by task type)."),
-    distractors: int = typer.Option(4, help="Objects per room besides the task's own."),
-    task_type: list[str] = typer.Option([], "--task-type", help="Task types to cycle through (default: all six)."),
-    seed: int = typer.Option(0, help="Seed of the generator."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing json_2.1.1 in the output folder."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
-) -> None:
-    """Generate a small, valid ALFWorld game set offline (official json_2.1.1 layout, planner-checked)."""
-    import shutil
-
-    from roost.envs.alfworld.catalog import fixtures_dir
-    from roost.envs.alfworld.fixtures import FixtureSpec
-    from roost.envs.alfworld.fixtures import make_fixtures as generate
-    from roost.envs.alfworld.gamegen import TASK_TYPES, GameSize, GameSpecError
-
-    out = out or fixtures_dir()
-    if (out / "json_2.1.1").exists():
-        if not force:
-            _err(f"{out / 'json_2.1.1'} exists; pass --force to replace it")
-            raise typer.Exit(1)
-        shutil.rmtree(out / "json_2.1.1")
-    spec = FixtureSpec({"train": train, "valid_seen": valid_seen, "valid_unseen": valid_unseen},
-                       GameSize(receptacles, distractors), tuple(task_type) or TASK_TYPES, seed)
-    try:
-        games = generate(out, spec)
-    except GameSpecError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2) from None
-    if as_json:
-        typer.echo(json.dumps([{"split": g.split, "task_type": g.task_type, "gamefile": str(g.path),
-                                "walkthrough": g.walkthrough} for g in games], indent=1))
-        return
-    for split in ("train", "valid_seen", "valid_unseen"):
-        types = sorted({g.task_type for g in games if g.split == split})
-        _err(f"{split}: {sum(g.split == split for g in games)} games ({', '.join(types)})")
-    typer.echo(str(out))
-
-
-@alfworld_app.command("download")
-def download(
-    data_dir: Optional[Path] = typer.Option(None, help="Where to put the data (default: $ALFWORLD_DATA, else "
-                                                       "~/.cache/alfworld)."),
-) -> None:
-    """Fetch the official ALFWorld data with `alfworld-download` (needs internet), then check it."""
-    import subprocess
-
-    from roost.envs.alfworld.catalog import AlfworldDataMissing, GameCatalog
-
-    data_dir = data_dir or Path(os.environ.get("ALFWORLD_DATA", "~/.cache/alfworld")).expanduser()
-    script = Path(sys.executable).with_name("alfworld-download")
-    command = [str(script) if script.exists() else "alfworld-download", "--data-dir", str(data_dir)]
-    code = subprocess.call(command)
-    # alfworld-download can exit 0 without having fetched anything: look for the games.
-    try:
-        catalog = GameCatalog.load(data_dir)
-    except AlfworldDataMissing as exc:
-        _err(f"alfworld-download exited {code} but left no playable games: {exc}")
-        raise typer.Exit(1) from None
-    counts = ", ".join(f"{split}: {len(games)}" for split, games in catalog.games.items())
-    _err(f"ALFWorld data in {data_dir} ({counts})")

@@ -7,9 +7,14 @@ tree. Each env publishes its tools as OpenAI function schemas, so an LLM harness
 can pass them to the model as they are. `terminated` (the task reached an end state)
 and `truncated` (a limit cut the episode short) are kept apart, as in Gymnasium.
 
-Invariants env authors keep:
-- `reset` may be called again at any time and starts a fresh episode.
+Invariants env authors keep (`roost envs check` runs them: `roost.envs.conformance`):
+- `reset` may be called again at any time and starts a fresh episode; a task id the split
+  does not hold raises `UnknownTaskError`; the same seed starts the same task.
 - an `InvalidActionError` from `step` leaves the episode unchanged.
+- `step` with no episode running (before the first reset, after the episode ended) raises
+  `EpisodeFinishedError`.
+- the env class declares `info_keys`, a frozenset of every key its `info` dicts may hold.
+- `close` frees what the env holds (its processes included) and may be called twice.
 - any other exception from `reset` or `step` is an environment fault.
 """
 

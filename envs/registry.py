@@ -12,9 +12,12 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roost.envs.protocol import Env, EnvFactory
+
+if TYPE_CHECKING:
+    from roost.envs.conformance import CheckConfig
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,21 @@ class EnvSpec:
     default_data: str | None = None
     """`module:function() -> Path`: the data folder `roost serve ENV --docker` mounts when no
     `--data-dir` is given."""
+    check: str | None = None
+    """`module:function() -> CheckConfig`: the small config `roost envs check ENV` runs
+    (`roost.envs.conformance`); None: the entry point's defaults, no probe action."""
+    cli: str | None = None
+    """`module:function(envs_app)`: adds the env's own commands under `roost envs`."""
 
     def load_default_data(self) -> Path | None:
         """The env's default data folder (see `default_data`), or None."""
         return None if self.default_data is None else _load(self.default_data)()
+
+    def load_check(self) -> CheckConfig:
+        """The env's conformance-check config (see `check`)."""
+        from roost.envs.conformance import CheckConfig
+
+        return CheckConfig() if self.check is None else _load(self.check)()
 
     def load_routes(self):
         """The env's extra router factory, or None."""
@@ -69,19 +83,23 @@ ENVS: dict[str, EnvSpec] = {
         "roost.envs.alfworld.env:make_factory",
         "ALFWorld household tasks as TextWorld PDDL games (text, admissible commands as a tool).",
         default_data="roost.envs.alfworld.catalog:default_data_dir",
+        check="roost.envs.alfworld.prepare:check_config", cli="roost.envs.alfworld.cli:register",
     ),
     "webshop": EnvSpec("webshop", "roost.envs.webshop.env:make_factory",
                        "WebShop online shopping: search, click, buy; the paper's reward (text or web pages).",
-                       routes="roost.envs.webshop.web:web_router"),
+                       routes="roost.envs.webshop.web:web_router",
+                       check="roost.envs.webshop.prepare:check_config", cli="roost.envs.webshop.cli:register"),
     "swe": EnvSpec("swe", "roost.envs.swe.env:make_factory",
                    "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
-                   call_timeout_s=1800.0),
+                   call_timeout_s=1800.0, check="roost.envs.swe.prepare:check_config", cli="roost.envs.swe.cli:register"),
     "hermes": EnvSpec("hermes", "roost.envs.hermes.env:make_factory",
-                      "hermes-agent per episode: its terminal and file tools in a sandbox, rewarded by a verifier."),
+                      "hermes-agent per episode: its terminal and file tools in a sandbox, rewarded by a verifier.",
+                      check="roost.envs.hermes.prepare:check_config", cli="roost.envs.hermes.cli:register"),
     "osworld": EnvSpec("osworld", "roost.envs.osworld.env:make_factory",
                        "OSWorld desktop tasks: a real X desktop per episode, pyautogui/computer_13 actions, "
                        "screenshots and accessibility trees, OSWorld's evaluators.",
                        call_timeout_s=600.0, default_data="roost.envs.osworld.task_set:default_tasks_dir",
+                       check="roost.envs.osworld.prepare:check_config", cli="roost.envs.osworld.cli:register",
                        # Each desktop in the container gets its own /home/user from bubblewrap.
                        container=ContainerNeeds(nested_sandbox=True, shm_size="1g", init=True)),
 }

@@ -62,6 +62,8 @@ def make_factory(data_dir: str | None = None, max_steps: int = 50):
 
 
 class AlfworldEnv:
+    info_keys = frozenset({"admissible_commands", "won", "steps", "max_steps", "task_type", "expert_plan"})
+
     def __init__(self, games: AlfworldGames) -> None:
         self._games = games
         self._game: AlfworldGame | None = None

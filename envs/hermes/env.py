@@ -157,6 +157,12 @@ class _Episode:
 
 
 class HermesEnv:
+    info_keys = frozenset({
+        "task_id", "workdir", "backend", "instruction",  # reset
+        "status", "api_calls", "new_tool_calls",  # while hermes-agent runs
+        "exit_reason", "final_response", "error", "endpoint_error", "tool_calls", "verdict",  # once it stops
+    })
+
     def __init__(self, shared: HermesShared) -> None:
         self._shared = shared
         self._episode: _Episode | None = None

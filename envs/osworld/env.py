@@ -128,6 +128,13 @@ class _Episode:
 
 
 class OSWorldEnv:
+    info_keys = frozenset({
+        "task_id", "domain", "steps", "max_steps", "observation_type", "action_space", "infeasible",
+        "provider", "backend", "osworld_provider", "screen", "versions",  # the desktop's own
+        "returncode", "timed_out", "output", "error",  # a code action's run
+        "reward", "success", "evaluation", "exit_reason", "expert_plan",
+    })
+
     def __init__(self, shared: OSWorldShared) -> None:
         self._shared = shared
         self._episode: _Episode | None = None

@@ -118,6 +118,12 @@ class _Episode:
 
 
 class SWEEnv:
+    info_keys = frozenset({
+        "instance_id", "repo", "workdir", "backend", "limits_enforced", "task",  # reset
+        "output", "returncode", "outcome", "exit_reason",  # a tool's run
+        "resolved", "status", "patch_applied", "tests", "eval_log_tail", "eval_s", "patch", "patch_source",  # grading
+    })
+
     def __init__(self, shared: SWETasks) -> None:
         self._shared = shared
         self._episode: _Episode | None = None

@@ -54,5 +54,11 @@ def check_data(
     typer.echo(json.dumps({"products": len(catalog.products), "goals": len(catalog.goals), "splits": splits}))
 
 
+
+def register(envs_app: typer.Typer) -> None:
+    """Adds `webshop` under the `roost envs` group."""
+    envs_app.add_typer(webshop_app, name="webshop")
+
+
 if __name__ == "__main__":
     webshop_app()

@@ -89,6 +89,9 @@ def admissible_commands(session: ShopSession) -> list[str]:
 
 
 class WebShopEnv:
+    info_keys = frozenset({"task_id", "page", "steps", "max_steps", "available_actions", "admissible_commands",
+                           "reward_info", "success", "purchased", "html", "expert_plan"})
+
     def __init__(self, shop: Shop) -> None:
         self._shop = shop
         self._session: ShopSession | None = None

@@ -14,6 +14,6 @@ def test_the_recipes_point_at_the_fixture_set():
     for name in ("cpu", "gpu"):
         recipe = load_recipe(RECIPES / f"{name}.yaml")
         assert recipe.env.name == "osworld"
-        assert recipe.env.prepare == "roost.trainer.recipe_prepare:osworld_fixtures"
+        assert recipe.env.prepare == "roost.envs.osworld.prepare:fixtures"
     assert load_recipe(RECIPES / "cpu.yaml").env.kwargs["observation_type"] == "a11y_tree"
 

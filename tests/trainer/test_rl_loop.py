@@ -28,7 +28,7 @@ def local_ray():
 def tiny_recipe(run_dir, **overrides) -> dict:
     recipe = {
         "name": "whole-stack",
-        "env": {"name": "alfworld", "prepare": "roost.trainer.recipe_prepare:alfworld_fixtures",
+        "env": {"name": "alfworld", "prepare": "roost.envs.alfworld.prepare:fixtures",
                 "prepare_args": {"train": 4, "valid_seen": 0, "valid_unseen": 2, "receptacles": 3, "distractors": 1},
                 "server": {"workers": 1, "max_episodes": 16}},
         "agent": {"harness": "tool", "tools": False, "args": {"temperature": 1.0, "max_tokens": 8}, "max_turns": 2,

@@ -1,8 +1,8 @@
-"""Env `prepare` hooks that recipes name by dotted path: make the data an env needs.
+"""ALFWorld's data hooks: the recipe `prepare` hook and the small set `roost envs check` plays.
 
     env:
       name: alfworld
-      prepare: roost.trainer.recipe_prepare:alfworld_fixtures
+      prepare: roost.envs.alfworld.prepare:fixtures
       prepare_args: {train: 200, valid_unseen: 60, receptacles: 4}
 
 Each hook returns the env keyword arguments that point at what it made.
@@ -17,8 +17,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from roost.envs.conformance import CheckConfig
+from roost.envs.protocol import TextAction
 
-def alfworld_fixtures(train: int = 6, valid_seen: int = 3, valid_unseen: int = 3, receptacles: int = 6,
+
+def fixtures(train: int = 6, valid_seen: int = 3, valid_unseen: int = 3, receptacles: int = 6,
                       distractors: int = 4, seed: int = 0, processes: int | None = None) -> dict[str, Any]:
     """Offline ALFWorld games (generated once, cached by their spec); big sets are generated in
     parallel shards (one per core) and joined by hard links."""
@@ -67,10 +70,6 @@ def _joined(folders: list[Path], key: str) -> Path:
     return target
 
 
-def osworld_fixtures(out: str | None = None) -> dict[str, Any]:
-    """roost's offline OSWorld task set (written to `out`, default where the env looks)."""
-    from roost.envs.osworld.fixtures import write_fixtures
-    from roost.envs.osworld.task_set import default_tasks_dir
-
-    written = write_fixtures(Path(out).expanduser() if out else default_tasks_dir())
-    return {"tasks": str(written.root)}
+def check_config() -> CheckConfig:
+    """The default fixture games (cached); the game's opening `look` as the probe, the planner's plan to finish."""
+    return CheckConfig(env_args=fixtures(processes=1), split="train", probe=TextAction("look"), finish_by_expert_plan=True)
