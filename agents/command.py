@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from roost.agents.evaluate import EvalConfig
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
-from roost.agents.results import RewardSource
+from roost.outcome import RewardSource
 from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError, InvalidActionError
 from roost.envs.protocol import Step, ToolCall
 from roost.lifetime import die_with_parent

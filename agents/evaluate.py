@@ -22,6 +22,7 @@ from roost.agents.registry import load_agent
 from roost.agents.results import EpisodeResult
 from roost.agents.runner import EpisodeHost, RunConfig, run_episodes, summarize
 from roost.envs.protocol import Task, ToolSchema
+from roost.outcome import EpisodeKind
 from roost.tracing import Tracing
 
 
@@ -84,7 +85,8 @@ async def play(config: EvalConfig) -> Evaluation:
     gateway = await recording_gateway(config.base_url, config.admin_key, tracing)
     run = RunConfig(concurrency=config.concurrency, max_turns=config.max_turns, model=config.model,
                     base_url=None if gateway else config.base_url, api_key=config.api_key,
-                    run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", progress=config.progress, tracing=tracing)
+                    run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", kind=EpisodeKind.EVAL,
+                    progress=config.progress, tracing=tracing)
     started = time.perf_counter()
     try:
         async with _episode_host(config, tracing) as (host, tools):

@@ -3,7 +3,7 @@
     POST /sessions                 CreateSession  → SessionCreated (session_id, key, base_url, ...)
     POST /sessions/{sid}/reward    PostReward     → Ack (to the session, or to one call: a step reward)
     GET  /sessions/{sid}                          → SessionDetail (the session's calls, ...)
-    POST /sessions/{sid}/finish    FinishSession  → SessionSummary ({"info": {"status": EpisodeStatus's value, ...}})
+    POST /sessions/{sid}/finish    FinishSession  → SessionSummary ({"outcome": EpisodeOutcome, "info": {...}})
     POST /admin/pause|resume       PauseRequest   → PauseState
 
 The bodies and answers are the gateway's own wire models (`roost.rollout.gateway.wire`, which
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from roost.agents.results import EpisodeStatus
+from roost.outcome import EpisodeOutcome
 from roost.rollout.gateway.wire import (
     Ack,
     CreateSession,
@@ -76,8 +76,9 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
         view = await self._request("GET", f"/sessions/{session_id}", SessionDetail)
         return [c.call_id for c in sorted(view.calls, key=lambda c: c.seq)]
 
-    async def finish(self, session_id: str, status: EpisodeStatus, **info: Any) -> None:
-        body = FinishSession(info={"status": status.value, **info})
+    async def finish(self, session_id: str, outcome: EpisodeOutcome, **info: Any) -> None:
+        """`info`: anything else about the episode, for people (task id, steps, stop reason)."""
+        body = FinishSession(outcome=outcome, info=info)
         await self._request("POST", f"/sessions/{session_id}/finish", SessionSummary, body)
 
     async def pause(self) -> PauseState:

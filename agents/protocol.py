@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roost.agents.results import EpisodeStatus, RewardSource
+from roost.outcome import EpisodeStatus, RewardSource
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 
 

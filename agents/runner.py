@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 from roost.agents.gateway_session import GatewayClient, GatewayError
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
-from roost.agents.results import EpisodeResult, EpisodeStatus, RewardSource
+from roost.agents.results import EpisodeResult
+from roost.outcome import EpisodeKind, EpisodeStatus, RewardSource
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
 from roost.rollout.gateway.wire import SessionCreated
@@ -57,6 +58,8 @@ class RunConfig:
     """OpenAI-compatible endpoint for harnesses when no gateway records the episode."""
     api_key: str | None = None
     run_id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:8]}")
+    kind: EpisodeKind = EpisodeKind.TRAIN
+    """What the episodes are played for, stored in each session's outcome: only `train` ones become RL batches."""
     progress: bool = True
     capacity_wait_s: float = 300.0
     """How long to keep retrying while the env server is full (429)."""
@@ -138,7 +141,7 @@ async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[
                      seconds=round(time.perf_counter() - started, 3))
     if gateway is not None and session is not None:
         with config.tracing.span("episode.report", {"roost.session_id": session.session_id}):
-            result = await _report(gateway, session, result, config.invalid_action_penalty, invalid_calls)
+            result = await _report(gateway, session, result, config, invalid_calls)
     return result
 
 
@@ -209,10 +212,11 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
             await asyncio.sleep(exc.retry_after)
 
 
-async def _report(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float,
+async def _report(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, config: RunConfig,
                   invalid_calls: list[int]) -> EpisodeResult:
     """Post the episode's reward (when scored) and finish its session; a gateway that fails
     makes a scored episode `infra_error` (its reward never reached the store)."""
+    penalty = config.invalid_action_penalty
     try:
         if result.scored and result.reward is not None:
             placed = await _penalise_calls(gateway, session, result, penalty, invalid_calls) if penalty else 0
@@ -221,9 +225,8 @@ async def _report(gateway: GatewayClient, session: SessionCreated, result: Episo
                                                                    "invalid_actions": result.invalid_actions,
                                                                    "source": result.reward_source.value})
         # an unscored episode (infra_error, timeout, agent_error) has no reward: none is stored
-        scored = {"reward": result.reward, "reward_source": result.reward_source.value} if result.scored else {}
-        await gateway.finish(session.session_id, result.status, task_id=result.task_id, **scored, steps=result.steps,
-                             stop_reason=result.stop_reason, exit_code=result.exit_code, error=result.error)
+        await gateway.finish(session.session_id, result.outcome(config.kind), task_id=result.task_id, steps=result.steps,
+                             stop_reason=result.stop_reason, exit_code=result.exit_code)
     except GatewayError as exc:
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
         if result.scored:

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from roost.rollout.store import schema
-from roost.rollout.store.records import CallRecord
-from roost.rollout.store.rows import INSERT_CALL, INSERT_SESSION, call_row
+from roost.outcome import EpisodeOutcome, RewardSource, SessionStatus
+from roost.rollout.store.records import CallRecord, SessionRecord
+from roost.rollout.store.rows import INSERT_CALL, INSERT_SESSION, call_row, session_row
 
 REPEATS = 5
 
@@ -30,8 +31,9 @@ def build_store(path: Path, calls: int, calls_per_session: int, group_size: int)
     conn.execute("BEGIN")
     for i, sid in enumerate(sessions):
         group = group_name(i // group_size)
-        conn.execute(INSERT_SESSION, (sid, f"k{sid}", group, '{"task_id": "t"}', "{}", "keep", "finished",
-                                      float(i), float(i) + 1, '{"status": "ok"}'))
+        record = SessionRecord(sid, f"k{sid}", group, {"task_id": "t"}, {}, "keep", SessionStatus.FINISHED,
+                               float(i), float(i) + 1, EpisodeOutcome(reward=float(i % 2), reward_source=RewardSource.ENV))
+        conn.execute(INSERT_SESSION, session_row(record))
         conn.executemany(INSERT_CALL, [call_row(_call(sid, seq, version=i // (group_size * 4)))
                                        for seq in range(calls_per_session)])
         conn.execute("INSERT INTO rewards(session_id, reward, info, created_at) VALUES (?, ?, '{}', ?)",

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roost.agents.results import UNSCORED
+from roost.outcome import UNSCORED
 
 from .recipe import MetricsConfig
 

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from roost.outcome import SessionStatus
 from roost.rollout.store.paths import iter_training_samples
 from roost.rollout.store.samples import CallRef, Refused, Sample
 
@@ -31,7 +32,7 @@ def group_samples(samples: Iterable[Sample]) -> list[Group]:
 
 def samples_from_store(
     store: str | Path, *, group_ids: Iterable[str] | None = None, session_ids: Iterable[str] | None = None,
-    status: str | None = "finished", refused: list[Refused] | None = None,
+    status: SessionStatus | None = SessionStatus.FINISHED, refused: list[Refused] | None = None,
 ) -> Iterator[Sample]:
     """The root-to-leaf samples of the matching sessions that have something to train on.
 

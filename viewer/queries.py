@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from roost.rollout.store import schema
+
 from .store_open import check, connect
 
 
@@ -49,6 +51,8 @@ class SessionRow:
     status: str
     task: dict[str, Any]
     finish_info: dict[str, Any]
+    outcome: str
+    """The episode's outcome status (`ok`, `timeout`, ...); empty while the session is open."""
     calls: int
     ret: float | None
     advantage: float | None
@@ -75,6 +79,11 @@ class CallRow:
 
 CALL_ROW_SQL = ("SELECT call_id, session_id, agent_id, parent_agent, seq, parent_call_id, shared_prefix_len, kind, "
                 "length(prompt_ids)/4, length(sampled_ids)/4, weight_version, finish_reason, response FROM calls")
+
+
+def _session_columns(conn: sqlite3.Connection) -> str:
+    return schema.select_columns(conn, "sessions", ("session_id", "group_id", "status", "task", "finish_info",
+                                                    "outcome_status"), default="NULL")
 
 
 class StoreQueries:
@@ -114,15 +123,15 @@ class StoreQueries:
     def sessions(self, page: Page, *, group_id: str | None = None) -> list[SessionRow]:
         where, args = ("WHERE group_id=?", (group_id,)) if group_id is not None else ("", ())
         with self.connection() as conn:
-            rows = conn.execute(f"SELECT session_id, group_id, status, task, finish_info FROM sessions {where} "
+            rows = conn.execute(f"SELECT {_session_columns(conn)} FROM sessions {where} "
                                 "ORDER BY created_at, session_id LIMIT ? OFFSET ?",
                                 (*args, page.limit, page.offset)).fetchall()
             return [self._session_row(conn, r) for r in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
         with self.connection() as conn:
-            row = conn.execute("SELECT session_id, group_id, status, task, finish_info FROM sessions "
-                               "WHERE session_id=?", (session_id,)).fetchone()
+            row = conn.execute(f"SELECT {_session_columns(conn)} FROM sessions WHERE session_id=?",
+                               (session_id,)).fetchone()
             return self._session_row(conn, row) if row else None
 
     def _session_row(self, conn: sqlite3.Connection, row: tuple) -> SessionRow:
@@ -130,7 +139,10 @@ class StoreQueries:
         calls = conn.execute("SELECT COUNT(*) FROM calls WHERE session_id=?", (sid,)).fetchone()[0]
         ret = conn.execute("SELECT SUM(reward) FROM rewards WHERE session_id=?", (sid,)).fetchone()[0]
         adv = conn.execute("SELECT AVG(value) FROM advantages WHERE session_id=?", (sid,)).fetchone()[0]
-        return SessionRow(sid, row[1], row[2], orjson.loads(row[3]), orjson.loads(row[4]), calls, ret, adv)
+        finish_info = orjson.loads(row[4])
+        # a store written before outcomes had columns kept the status in the finish info
+        outcome = row[5] or (finish_info.get("status", "ok") if row[2] == "finished" else "")
+        return SessionRow(sid, row[1], row[2], orjson.loads(row[3]), finish_info, outcome, calls, ret, adv)
 
     def agents(self, session_id: str) -> list[tuple[str, str | None]]:
         with self.connection() as conn:

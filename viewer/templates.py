@@ -61,7 +61,7 @@ GROUPS = """{% extends "base.html" %}{% from "pager.html" import pager %}{% bloc
 GROUP = """{% extends "base.html" %}{% from "pager.html" import pager %}{% block content %}<h1>{{ title }}</h1>
 <div class="side" id="episodes">{% for e in episodes %}<div class="episode">
 <a href="/sessions/{{ e.row.session_id }}"><b>{{ e.row.session_id }}</b></a><br>
-status {{ e.row.status }} {{ e.row.finish_info.get('status', '') }}<br>
+status {{ e.row.status }} {{ e.row.outcome }}<br>
 return <b class="return">{{ fmt(e.row.ret) }}</b> · advantage <b class="advantage">{{ fmt(e.row.advantage) }}</b>
 · {{ e.row.calls }} calls
 {% for c in e.calls %}<div class="turn"><a href="/calls/{{ c.call_id }}">#{{ c.seq }}</a> {{ c.agent_id }}
@@ -79,7 +79,7 @@ SESSION = """{% extends "base.html" %}{% macro node(n) %}<li><a href="/calls/{{ 
 {% if n.children %}<ul>{% for c in n.children %}{{ node(c) }}{% endfor %}</ul>{% endif %}</li>{% endmacro %}
 {% block crumbs %}{% if s.group_id %}<a href="/group?id={{ s.group_id|urlencode }}">group {{ s.group_id }}</a>{% endif %}{% endblock %}
 {% block content %}<h1>{{ title }}</h1>
-<p>status {{ s.status }} · return <b id="return">{{ fmt(s.ret) }}</b> · {{ s.calls }} calls · task <code>{{ s.task|tojson }}</code></p>
+<p>status {{ s.status }} {{ s.outcome }} · return <b id="return">{{ fmt(s.ret) }}</b> · {{ s.calls }} calls · task <code>{{ s.task|tojson }}</code></p>
 {% if s.finish_info %}<p>finish <code>{{ s.finish_info|tojson }}</code></p>{% endif %}
 <h2>Rewards</h2><table id="rewards"><tr><th>to</th><th>reward</th><th>info</th></tr>
 {% for agent, call, r, info in rewards %}<tr><td>{% if call %}call <a href="/calls/{{ call }}">{{ call }}</a>{% elif agent %}agent {{ agent }}{% else %}session{% endif %}</td>

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from roost.metrics_http import metrics_response
+from roost.outcome import EpisodeOutcome, SessionStatus
 
 from ..store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
 from .auth import admin_only
@@ -55,7 +56,17 @@ def _summary(r: SessionRecord) -> dict[str, Any]:
     """The fields every session answer starts with (`SessionSummary`'s)."""
     return {"session_id": r.session_id, "group_id": r.group_id, "task": r.task, "metadata": r.metadata,
             "status": r.status, "reasoning_policy": r.reasoning_policy, "created_at": r.created_at,
-            "finished_at": r.finished_at, "finish_info": r.finish_info}
+            "finished_at": r.finished_at, "outcome": r.outcome, "finish_info": r.finish_info}
+
+
+def _session_status(text: str | None) -> SessionStatus | None:
+    if text is None:
+        return None
+    try:
+        return SessionStatus(text)
+    except ValueError:
+        raise InvalidRequest(f"status={text!r} is not a session status; use one of "
+                             f"{', '.join(s.value for s in SessionStatus)}", param="status") from None
 
 
 def _detail(r: SessionRecord, calls: list[CallRecord], agents: list[AgentRecord], rewards: list[RewardRecord],
@@ -108,7 +119,7 @@ def routes(gw: Gateway) -> list[Route]:
 
     async def list_sessions(request: Request) -> Response:
         group = request.query_params.get("group")
-        status = request.query_params.get("status")
+        status = _session_status(request.query_params.get("status"))
 
         def read(reader):
             return [(s, reader.call_count(s.session_id)) for s in reader.sessions(group_id=group, status=status)]
@@ -154,7 +165,7 @@ def routes(gw: Gateway) -> list[Route]:
         state = await gw.registry.get(request.path_params["sid"])
         body = await read_body(request, gw.config.max_body_bytes)
         req = parse(FinishSession, body) if body.strip() else FinishSession()
-        await gw.registry.finish(state, req.info)
+        await gw.registry.finish(state, req.outcome or EpisodeOutcome.from_info(req.info), req.info)
         return _json(SessionSummary(**_summary(state.record)))
 
     async def pause(request: Request) -> Response:

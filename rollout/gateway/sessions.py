@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from roost.outcome import EpisodeOutcome, SessionStatus
+
 from ..keys import same_key
 from ..store.records import AgentRecord, CallRecord, SessionRecord
 from ..store.trajectory_store import TrajectoryStore
@@ -57,7 +59,7 @@ class SessionState:
 
     @property
     def finished(self) -> bool:
-        return self.record.status != "open"
+        return self.record.status is not SessionStatus.OPEN
 
     def tree(self, agent: str) -> AgentTree:
         tree = self.trees.get(agent)
@@ -162,7 +164,7 @@ class SessionRegistry:
             if record is None:
                 return None
             # A finished session takes no more calls: its token trees are not needed.
-            calls = reader.calls(sid) if record.status == "open" else []
+            calls = reader.calls(sid) if record.status is SessionStatus.OPEN else []
             return record, reader.agents(sid), calls
 
         found = await self.store.read(read)
@@ -204,10 +206,11 @@ class SessionRegistry:
                 "create a new session for a new episode"
             )
 
-    async def finish(self, state: SessionState, info: dict) -> None:
+    async def finish(self, state: SessionState, outcome: EpisodeOutcome, info: dict) -> None:
         if state.finished:
             return
         now = time.time()
-        await self.store.finish_session(state.session_id, now, info)
-        state.record.status, state.record.finished_at, state.record.finish_info = "finished", now, info
+        await self.store.finish_session(state.session_id, now, outcome, info)
+        record = state.record
+        record.status, record.finished_at, record.outcome, record.finish_info = SessionStatus.FINISHED, now, outcome, info
         state.trees.clear()  # a finished session takes no more calls: free its token trees

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from roost.outcome import EpisodeOutcome, SessionStatus
+
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 
@@ -188,7 +190,9 @@ class PostAdvantages(Wire):
 class FinishSession(Wire):
     """`POST /sessions/{sid}/finish`."""
 
-    info: dict[str, Any] = Field(default_factory=dict, description="e.g. outcome, env status, infra_error")
+    outcome: EpisodeOutcome | None = Field(None, description="how the episode ended: status, reward, kind, reason")
+    info: dict[str, Any] = Field(default_factory=dict, description="anything else about the episode, for people "
+                                 "(task id, steps, stop reason); without `outcome`, read for its `status` and `reward`")
 
 
 class PauseRequest(Wire):
@@ -253,10 +257,12 @@ class SessionSummary(Wire):
     group_id: str | None
     task: dict[str, Any]
     metadata: dict[str, Any]
-    status: str
+    status: SessionStatus
     reasoning_policy: Literal["keep", "drop"]
     created_at: float
     finished_at: float | None
+    outcome: EpisodeOutcome | None = None
+    """How the episode ended; None while the session is open."""
     finish_info: dict[str, Any] | None
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from roost.outcome import SessionStatus
+
 from ..engine.wire import constraint_of
 from .reader import TrajectoryReader
 from .records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
@@ -31,7 +33,7 @@ def iter_training_samples(
     *,
     group_ids: Iterable[str] | None = None,
     session_ids: Iterable[str] | None = None,
-    status: str | None = "finished",
+    status: SessionStatus | None = SessionStatus.FINISHED,
     refused: list[Refused] | None = None,
 ) -> Iterator[Sample]:
     """Yield the samples of every matching session (by default: finished sessions only);

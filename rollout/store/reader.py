@@ -9,6 +9,8 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from roost.outcome import SessionStatus
+
 from . import schema
 from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
 from .rows import (
@@ -38,7 +40,9 @@ class TrajectoryReader:
             )
         self.path = path
         self._conn: sqlite3.Connection = schema.connect(str(path), readonly=True)
-        self._calls = schema.call_columns(self._conn, CALL_COLUMNS)  # an older store: its columns as it has them
+        # an older store (a reader does not migrate it): its columns as it has them
+        self._calls = schema.select_columns(self._conn, "calls", CALL_COLUMNS)
+        self._sessions = schema.select_columns(self._conn, "sessions", SESSION_COLUMNS, default="NULL")
 
     def __enter__(self) -> TrajectoryReader:
         return self
@@ -51,25 +55,25 @@ class TrajectoryReader:
 
     def session(self, session_id: str) -> SessionRecord | None:
         row = self._conn.execute(
-            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE session_id=?", (session_id,)
+            f"SELECT {self._sessions} FROM sessions WHERE session_id=?", (session_id,)
         ).fetchone()
         return session_from_row(row) if row else None
 
     def session_by_key(self, key_hash: str) -> SessionRecord | None:
         row = self._conn.execute(
-            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE key_hash=?", (key_hash,)
+            f"SELECT {self._sessions} FROM sessions WHERE key_hash=?", (key_hash,)
         ).fetchone()
         return session_from_row(row) if row else None
 
     def sessions(self, *, group_id: str | None = None, status: str | None = None) -> list[SessionRecord]:
-        query = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+        query = f"SELECT {self._sessions} FROM sessions"
         clauses, args = [], []
         if group_id is not None:
             clauses.append("group_id=?")
             args.append(group_id)
         if status is not None:
             clauses.append("status=?")
-            args.append(status)
+            args.append(SessionStatus(status).value)
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         query += " ORDER BY created_at"

@@ -11,6 +11,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from roost.outcome import EpisodeOutcome, SessionStatus
+
 # Bumped whenever a record's meaning changes; exports carry it.
 FORMAT_VERSION = 1
 
@@ -33,10 +35,13 @@ class SessionRecord:
     task: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     reasoning_policy: str = "keep"
-    status: str = "open"  # open | finished
+    status: SessionStatus = SessionStatus.OPEN
     created_at: float = 0.0
     finished_at: float | None = None
+    outcome: EpisodeOutcome | None = None
+    """How the episode ended (set when the session is finished)."""
     finish_info: dict[str, Any] = field(default_factory=dict)
+    """What else the finishing client said about the episode, for people."""
 
 
 @dataclass

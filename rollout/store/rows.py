@@ -8,7 +8,10 @@ from typing import Any
 
 import orjson
 
+from roost.outcome import EpisodeKind, EpisodeOutcome, EpisodeStatus, RewardSource, SessionStatus
+
 from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+from .schema import OUTCOME_COLUMNS
 
 CALL_COLUMNS = (
     "call_id", "session_id", "agent_id", "parent_agent", "seq", "endpoint", "backend", "model",
@@ -19,7 +22,7 @@ CALL_COLUMNS = (
 )
 SESSION_COLUMNS = (
     "session_id", "key_hash", "group_id", "task", "metadata", "reasoning_policy", "status",
-    "created_at", "finished_at", "finish_info",
+    "created_at", "finished_at", "finish_info", *OUTCOME_COLUMNS,
 )
 INSERT_CALL = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
 INSERT_SESSION = (
@@ -67,7 +70,7 @@ def call_from_row(row: sqlite3.Row | tuple) -> CallRecord:
 def session_row(s: SessionRecord) -> tuple:
     return (
         s.session_id, s.key_hash, s.group_id, _json(s.task), _json(s.metadata),
-        s.reasoning_policy, s.status, s.created_at, s.finished_at, _json(s.finish_info),
+        s.reasoning_policy, s.status.value, s.created_at, s.finished_at, _json(s.finish_info), *outcome_row(s.outcome),
     )
 
 
@@ -75,7 +78,36 @@ def session_from_row(row: tuple) -> SessionRecord:
     v = dict(zip(SESSION_COLUMNS, row))
     for name in ("task", "metadata", "finish_info"):
         v[name] = orjson.loads(v[name])
+    columns = [v.pop(c) for c in OUTCOME_COLUMNS]
+    v["status"] = SessionStatus(v["status"])
+    if v["status"] is SessionStatus.FINISHED:
+        # NULL columns: a store written before they existed, opened by a reader without migrating it
+        v["outcome"] = (outcome_from_legacy(v["group_id"], v["finish_info"]) if columns[0] is None
+                        else outcome_from_columns(*columns))
     return SessionRecord(**v)
+
+
+def outcome_row(o: EpisodeOutcome | None) -> tuple:
+    if o is None:
+        return (None,) * len(OUTCOME_COLUMNS)
+    return o.status.value, o.reward, o.reward_source.value, o.kind.value, o.reason
+
+
+def outcome_from_columns(status: str, reward: float | None, source: str, kind: str, reason: str | None) -> EpisodeOutcome:
+    return EpisodeOutcome(status=EpisodeStatus(status), reward=reward, reward_source=RewardSource(source),
+                          kind=EpisodeKind(kind), reason=reason)
+
+
+# Before the outcome had a kind, the trainer told its eval and SFT groups by their ids' prefixes.
+_LEGACY_KIND_PREFIXES = {"eval-": EpisodeKind.EVAL, "sft-": EpisodeKind.SFT}
+
+
+def outcome_from_legacy(group_id: str | None, finish_info: str | dict) -> EpisodeOutcome:
+    """The outcome of a session finished before outcomes were stored as columns."""
+    info = orjson.loads(finish_info) if isinstance(finish_info, str) else finish_info
+    kind = next((k for prefix, k in _LEGACY_KIND_PREFIXES.items() if (group_id or "").startswith(prefix)),
+                EpisodeKind.TRAIN)
+    return EpisodeOutcome.from_info(info if isinstance(info, dict) else {}, kind=kind)
 
 
 def agent_from_row(row: tuple) -> AgentRecord:

@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Callable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+OUTCOME_COLUMNS = ("outcome_status", "outcome_reward", "outcome_reward_source", "outcome_kind", "outcome_reason")
+"""A finished session's `EpisodeOutcome`, one column a field (NULL while the session is open)."""
+
+
+def _backfill_outcomes(conn: sqlite3.Connection) -> None:
+    """Sessions finished before the outcome had columns carried it in their free finish info."""
+    from .rows import outcome_from_legacy, outcome_row
+
+    finished = conn.execute("SELECT session_id, group_id, finish_info FROM sessions WHERE status='finished'").fetchall()
+    conn.executemany(f"UPDATE sessions SET {', '.join(c + '=?' for c in OUTCOME_COLUMNS)} WHERE session_id=?",
+                     [(*outcome_row(outcome_from_legacy(group, info)), sid) for sid, group, info in finished])
+
+
 # What each version adds to the one before; `create` applies the missing steps to an older store.
-MIGRATIONS = {
+MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = {
     2: ("ALTER TABLE calls ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''",  # the call's span (tracing)
         "ALTER TABLE calls ADD COLUMN span_id TEXT NOT NULL DEFAULT ''"),
+    3: (*(f"ALTER TABLE sessions ADD COLUMN {c} {'REAL' if c == 'outcome_reward' else 'TEXT'}" for c in OUTCOME_COLUMNS),
+        _backfill_outcomes),
 }
 
 if sys.byteorder != "little":  # blobs are written in native order; say so instead of corrupting
@@ -31,7 +47,12 @@ CREATE TABLE IF NOT EXISTS sessions (
     status TEXT NOT NULL,
     created_at REAL NOT NULL,
     finished_at REAL,
-    finish_info TEXT NOT NULL
+    finish_info TEXT NOT NULL,
+    outcome_status TEXT,
+    outcome_reward REAL,
+    outcome_reward_source TEXT,
+    outcome_kind TEXT,
+    outcome_reason TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_by_group ON sessions(group_id);
 CREATE INDEX IF NOT EXISTS sessions_by_key ON sessions(key_hash);
@@ -141,7 +162,7 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
     try:
         for step in range(version + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[step]:
-                conn.execute(statement)
+                statement(conn) if callable(statement) else conn.execute(statement)
         conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         conn.execute("COMMIT")
     except BaseException:
@@ -149,10 +170,10 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         raise
 
 
-def call_columns(conn: sqlite3.Connection, wanted: tuple[str, ...]) -> str:
-    """`wanted` as a SELECT list over this store's calls table: a column an older store lacks
-    reads as its default ('')."""
-    present = {r[1] for r in conn.execute("PRAGMA table_info(calls)")}
+def select_columns(conn: sqlite3.Connection, table: str, wanted: tuple[str, ...], default: str = "''") -> str:
+    """`wanted` as a SELECT list over this store's `table`: a column an older store lacks (one a
+    reader opened without migrating it) reads as `default`."""
+    present = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
     if not present:  # no table yet (the writer creates it): name the columns as they will be
         return ", ".join(wanted)
-    return ", ".join(c if c in present else f"'' AS {c}" for c in wanted)
+    return ", ".join(c if c in present else f"{default} AS {c}" for c in wanted)

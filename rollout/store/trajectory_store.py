@@ -16,10 +16,13 @@ from typing import TypeVar
 
 import orjson
 
+from roost.outcome import EpisodeOutcome, SessionStatus
+
 from . import schema
 from .reader import TrajectoryReader
 from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
-from .rows import INSERT_CALL, INSERT_SESSION, call_row, session_row
+from .rows import INSERT_CALL, INSERT_SESSION, call_row, outcome_row, session_row
+from .schema import OUTCOME_COLUMNS
 from .writer import GroupCommitWriter
 
 T = TypeVar("T")
@@ -96,12 +99,13 @@ class TrajectoryStore:
             )
         )
 
-    async def finish_session(self, session_id: str, finished_at: float, info: dict) -> None:
+    async def finish_session(self, session_id: str, finished_at: float, outcome: EpisodeOutcome, info: dict) -> None:
         payload = orjson.dumps(info).decode()
+        outcome_sets = ", ".join(f"{c}=?" for c in OUTCOME_COLUMNS)
         await self._write(
             lambda conn: conn.execute(
-                "UPDATE sessions SET status='finished', finished_at=?, finish_info=? WHERE session_id=?",
-                (finished_at, payload, session_id),
+                f"UPDATE sessions SET status=?, finished_at=?, finish_info=?, {outcome_sets} WHERE session_id=?",
+                (SessionStatus.FINISHED.value, finished_at, payload, *outcome_row(outcome), session_id),
             )
         )
 

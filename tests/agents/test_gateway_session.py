@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from roost.agents.gateway_session import GatewayClient, GatewayError, is_gateway
-from roost.agents.results import EpisodeStatus
+from roost.outcome import EpisodeOutcome, RewardSource
 from roost.rollout.gateway.wire import PauseState, SessionCreated
 from roost.rollout.keys import bearer
 
@@ -29,7 +29,7 @@ async def test_a_session_from_creation_to_finish(scripted_gateway: str, admin_ke
         calls = await gateway.call_ids(session.session_id)
         await gateway.post_reward(session.session_id, -0.25, {"invalid_actions": 1}, call_id=calls[1])
         await gateway.post_reward(session.session_id, 1, {"success": True})
-        await gateway.finish(session.session_id, EpisodeStatus.OK, reward=1.0)
+        await gateway.finish(session.session_id, EpisodeOutcome(reward=1.0, reward_source=RewardSource.ENV), steps=2)
         with pytest.raises(GatewayError, match="404"):
             await gateway.call_ids("no-such-session")
     detail = httpx.get(f"{scripted_gateway}/sessions/{session.session_id}", headers=bearer(admin_key)).json()
@@ -38,7 +38,8 @@ async def test_a_session_from_creation_to_finish(scripted_gateway: str, admin_ke
         {"reward": -0.25, "agent": None, "call_id": calls[1], "info": {"invalid_actions": 1}},
         {"reward": 1.0, "agent": None, "call_id": None, "info": {"success": True}},
     ]
-    assert (detail["status"], detail["finish_info"]) == ("finished", {"status": "ok", "reward": 1.0})
+    assert (detail["status"], detail["finish_info"]) == ("finished", {"steps": 2})
+    assert detail["outcome"] == {"status": "ok", "reward": 1.0, "reward_source": "env", "kind": "train", "reason": None}
 
 
 async def test_pause_and_resume_answer_the_pause_state(scripted_gateway: str, admin_key: str):

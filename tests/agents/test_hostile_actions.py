@@ -60,7 +60,7 @@ async def test_actions_no_env_can_read_are_penalised_never_infra_errors(env_serv
     assert (result.status, result.invalid_actions, result.error) == ("ok", 4, None)
     assert summarize([result])["scored"] == 1
     session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
-    assert [r["reward"] for r in session["rewards"]] == [-1.0] and session["finish_info"]["status"] == "ok"
+    assert [r["reward"] for r in session["rewards"]] == [-1.0] and session["outcome"]["status"] == "ok"
 
 
 POSTER = textwrap.dedent('''

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from roost.agents.results import EpisodeResult, EpisodeStatus, RewardSource
+from roost.agents.results import EpisodeResult
+from roost.outcome import EpisodeStatus, RewardSource
 
 
 def test_the_status_values_are_the_strings_stored_sessions_hold():

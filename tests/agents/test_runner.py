@@ -55,8 +55,8 @@ async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(sc
     assert (summary["scored"], summary["success_rate"], summary["infra_errors"]) == (0, None, 2)
     session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}", headers=bearer(admin_key)).json()
     assert session["group_id"] == "faults/t0" and session["status"] == "finished"
-    assert session["finish_info"]["status"] == "infra_error" and session["rewards"] == []
-    assert "reward" not in session["finish_info"]  # no reward, not a 0
+    assert session["outcome"]["status"] == "infra_error" and session["rewards"] == []
+    assert session["outcome"]["reward"] is None and "died" in session["outcome"]["reason"]  # no reward, not a 0
 
 
 async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfworld_data: Path, scripted_gateway: str,
@@ -71,7 +71,7 @@ async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfwor
     listed = httpx.get(f"{scripted_gateway}/sessions", headers=bearer(admin_key)).json()["sessions"]
     assert {s["group_id"] for s in listed} == {f"rewarded/{t.id}" for t in tasks}
     session = httpx.get(f"{scripted_gateway}/sessions/{results[0].session_id}", headers=bearer(admin_key)).json()
-    assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
+    assert session["rewards"][0]["reward"] == 1.0 and session["outcome"]["status"] == "ok"
     assert session["task"]["id"] == results[0].task_id
 
 
@@ -105,7 +105,7 @@ async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfwor
     session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
     [posted] = session["rewards"]
     assert posted["reward"] == -0.5 and posted["info"]["env_reward"] == 0.0 and posted["info"]["invalid_actions"] == 2
-    assert session["finish_info"]["reward"] == 0.0
+    assert session["outcome"]["reward"] == 0.0
 
 
 async def test_the_tool_agent_s_invalid_actions_are_penalised_on_the_calls_that_chose_them(

@@ -71,7 +71,7 @@ async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_
     calls = session["calls"]
     assert len(calls) == result["turns"] == result["steps"] == len(rules) - 1
     assert [c["kind"] for c in calls] == ["root"] + ["extend"] * (len(calls) - 1)
-    assert session["rewards"][0]["reward"] == 1.0 and session["finish_info"]["status"] == "ok"
+    assert session["rewards"][0]["reward"] == 1.0 and session["outcome"]["status"] == "ok"
 
 
 async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld_data: Path, model_gateway: str,
@@ -85,7 +85,7 @@ async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld
     for result in report["results"]:
         session = httpx.get(f"{model_gateway}/sessions/{result['session_id']}?tokens=1",
                             headers=bearer(admin_key)).json()
-        assert len(session["calls"]) == 2 and session["finish_info"]["status"] == "ok"
+        assert len(session["calls"]) == 2 and session["outcome"]["status"] == "ok"
         assert all(c["completion_tokens"] > 0 and c["sampled_ids"] for c in session["calls"])
         assert session["calls"][1]["kind"] == "extend"
 

@@ -11,10 +11,12 @@ from array import array
 import pyarrow.parquet as pq
 import pytest
 
+from roost.outcome import EpisodeOutcome, EpisodeStatus, RewardSource, SessionStatus
 from roost.rollout.store.export import export
 from roost.rollout.store.paths import iter_training_samples
 from roost.rollout.store.reader import StoreMissing, TrajectoryReader
 from roost.rollout.store.records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
+from roost.rollout.store.schema import OUTCOME_COLUMNS, SCHEMA_VERSION
 from roost.rollout.store.trajectory_store import TrajectoryStore
 
 
@@ -51,7 +53,7 @@ def _fill(store):
         await store.add_reward(RewardRecord("s1", 0.5))
         await store.add_reward(RewardRecord("s1", 1.0, call_id="c"))
         await store.set_advantages([AdvantageRecord("b", "s1", value=2.0)])
-        await store.finish_session("s1", 2.0, {"outcome": "ok"})
+        await store.finish_session("s1", 2.0, EpisodeOutcome(reward=1.5, reward_source=RewardSource.ENV), {"steps": 3})
 
     asyncio.run(go())
 
@@ -64,7 +66,10 @@ def test_records_round_trip_and_commit_before_return(store):
         assert list(a.prompt_ids) == [1, 2, 3] and list(a.sampled_logprobs) == [-0.1, -0.2]
         assert a.finish_reason == {"type": "stop", "matched": 2} and a.request["messages"][0]["content"] == "x"
         assert [c.call_id for c in reader.calls("s1")] == ["a", "b", "c"]
-        assert reader.session("s1").status == "finished"
+        session = reader.session("s1")
+        assert session.status is SessionStatus.FINISHED and session.finish_info == {"steps": 3}
+        assert session.outcome == EpisodeOutcome(reward=1.5, reward_source=RewardSource.ENV)
+        assert [s.session_id for s in reader.sessions(status=SessionStatus.FINISHED)] == ["s1"]
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.writer.writes >= 7
@@ -186,13 +191,20 @@ def test_exported_samples_keep_their_format(store, tmp_path):
 
 
 def _as_version_1(path) -> None:
-    """Turn a store into one an older roost wrote: schema version 1, no trace columns."""
+    """Turn a store into one an older roost wrote: schema version 1, no trace columns, the episode's
+    outcome in the free finish info."""
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE calls DROP COLUMN trace_id")
     conn.execute("ALTER TABLE calls DROP COLUMN span_id")
+    for column in OUTCOME_COLUMNS:
+        conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
+    conn.execute("""UPDATE sessions SET finish_info='{"status": "timeout", "error": "ran past 5s"}'""")
     conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
     conn.commit()
     conn.close()
+
+
+TIMED_OUT = EpisodeOutcome(status=EpisodeStatus.TIMEOUT, reason="ran past 5s")
 
 
 def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path):
@@ -204,16 +216,20 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path
     with TrajectoryReader(path) as reader:  # read-only: left as it is
         assert [(c.call_id, c.trace_id, c.span_id) for c in reader.calls("s1")] == [("a", "", ""), ("b", "", ""),
                                                                                  ("c", "", "")]
+        assert reader.session("s1").outcome == TIMED_OUT
     store = TrajectoryStore(path).open()
     traced = dataclasses.replace(call("d", 3, [1], [2]), trace_id="ab" * 16, span_id="cd" * 8)
     asyncio.run(store.record_call(traced))
     store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
+    assert conn.execute(f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM sessions").fetchall() == [
+        ("timeout", None, "none", "train", "ran past 5s")]
     conn.close()
     with TrajectoryReader(path) as reader:
         assert {c.call_id: c.trace_id for c in reader.calls("s1")} == {"a": "", "b": "", "c": "", "d": "ab" * 16}
         assert reader.call("d").span_id == "cd" * 8
+        assert reader.session("s1").outcome == TIMED_OUT
 
 
 def test_a_store_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):

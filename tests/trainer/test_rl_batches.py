@@ -9,11 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from roost.agents.results import EpisodeStatus
+from roost.outcome import EpisodeOutcome, EpisodeStatus
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.keys import bearer
 from roost.rollout.store.samples import CallRef, Sample
-from roost.trainer.rl.batches import collect_batch, sampled_versions, session_status, staleness
+from roost.trainer.rl.batches import collect_batch, sampled_versions, staleness
+from roost.trainer.rl.rollouts import unfinished_backlog
 
 
 def sample_of_versions(*versions: str) -> Sample:
@@ -36,17 +37,20 @@ def test_a_sample_knows_the_versions_its_calls_ran_on():
     assert sampled_versions(sample_of_versions("expert")) == []
 
 
-def test_timeouts_are_told_apart_from_other_harness_errors():
-    assert session_status({"status": "ok"}) is EpisodeStatus.OK
-    assert session_status({}) is EpisodeStatus.OK  # finished with no info
-    assert session_status({"status": "infra_error", "error": "EnvFaultError: gone"}) is EpisodeStatus.INFRA_ERROR
-    assert session_status({"status": "timeout", "error": "HarnessTimeout: ran past"}) is EpisodeStatus.TIMEOUT
-    assert session_status({"status": "agent_error", "error": "AgentError: no plan"}) is EpisodeStatus.AGENT_ERROR
-    assert session_status({"status": "won"}) is EpisodeStatus.AGENT_ERROR  # no roost runner posts it: left out
+def test_a_finish_with_free_info_reads_as_the_trainer_always_read_it():
+    assert EpisodeOutcome.from_info({"status": "ok", "reward": 1}) == EpisodeOutcome(reward=1.0, reward_source="env")
+    assert EpisodeOutcome.from_info({}).status is EpisodeStatus.OK  # finished with no info: scored 0
+    assert EpisodeOutcome.from_info({}).reward == 0.0
+    failed = EpisodeOutcome.from_info({"status": "infra_error", "error": "EnvFaultError: gone", "reward": 1.0})
+    assert (failed.status, failed.reward, failed.reason) == (EpisodeStatus.INFRA_ERROR, None, "EnvFaultError: gone")
+    assert EpisodeOutcome.from_info({"status": "timeout"}).status is EpisodeStatus.TIMEOUT
+    assert EpisodeOutcome.from_info({"status": "agent_error"}).status is EpisodeStatus.AGENT_ERROR
+    assert EpisodeOutcome.from_info({"status": "won"}).status is EpisodeStatus.AGENT_ERROR  # no roost runner posts it
+    assert EpisodeOutcome.from_info({"status": "ok", "reward": None, "reward_source": "none"}).reward is None
 
 
 async def record(http: httpx.AsyncClient, gateway: GatewayThread, group: str, finish: dict | None,
-                 reward: float | None) -> None:
+                 reward: float | None, outcome: EpisodeOutcome | None = None) -> None:
     url, admin = gateway.url, bearer(gateway.admin_key)
     session = (await http.post(f"{url}/sessions", json={"group_id": group}, headers=admin)).json()
     answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), json={
@@ -55,8 +59,10 @@ async def record(http: httpx.AsyncClient, gateway: GatewayThread, group: str, fi
     assert answer.status_code == 200, answer.text
     if reward is not None:
         await http.post(f"{url}/sessions/{session['session_id']}/reward", json={"reward": reward}, headers=admin)
-    if finish is not None:
-        await http.post(f"{url}/sessions/{session['session_id']}/finish", json={"info": finish}, headers=admin)
+    if finish is not None or outcome is not None:
+        body = {"info": finish or {}, **({"outcome": outcome.model_dump(mode="json")} if outcome else {})}
+        done = await http.post(f"{url}/sessions/{session['session_id']}/finish", json=body, headers=admin)
+        assert done.status_code == 200, done.text
 
 
 @dataclass
@@ -109,3 +115,33 @@ async def test_an_ok_session_with_no_reward_is_left_out_and_counted(recording):
         await record(http, recording.gateway, "g1/t", {"status": "ok", "reward": None, "reward_source": "none"}, None)
     batch = collect_batch(recording.store, ["g1/t"], current_version=recording.version, max_staleness=0)
     assert batch.counts == {"ok": 1, "no_reward": 1, "samples": 1} and batch.rewards == [0.5]
+
+
+async def test_only_complete_groups_of_training_episodes_are_backlog(recording):
+    """What the outcome's kind says decides, not the group's name: a finished eval group is no backlog."""
+    trained = EpisodeOutcome(reward=1.0, reward_source="env")
+    async with httpx.AsyncClient(timeout=60) as http:
+        for group, kind in [("run-a/t", "train"), ("held-out/t", "eval"), ("demos/t", "sft")]:
+            for _ in range(2):
+                await record(http, recording.gateway, group, None, 1.0, EpisodeOutcome(reward=1.0, kind=kind))
+        await record(http, recording.gateway, "run-b/t", None, 1.0, trained)
+        await record(http, recording.gateway, "run-b/t", None, None)  # still open
+        await record(http, recording.gateway, "run-c/t", None, 1.0, trained)
+        await record(http, recording.gateway, "run-c/t", None, 1.0, trained)
+    assert unfinished_backlog(recording.store, set(), group_size=2) == ["run-a/t", "run-c/t"]
+    assert unfinished_backlog(recording.store, {"run-a/t"}, group_size=2) == ["run-c/t"]
+
+
+async def test_a_finish_with_a_bad_outcome_is_refused_and_the_session_stays_open(recording):
+    async with httpx.AsyncClient(timeout=60) as http:
+        url, admin = recording.gateway.url, bearer(recording.gateway.admin_key)
+        session = (await http.post(f"{url}/sessions", json={"group_id": "g2/t"}, headers=admin)).json()
+        for outcome, needle in [({"status": "won"}, "outcome.status"), ({"kind": "play"}, "outcome.kind"),
+                                ({"grade": "A"}, "outcome.grade")]:
+            answer = await http.post(f"{url}/sessions/{session['session_id']}/finish", json={"outcome": outcome},
+                                     headers=admin)
+            assert answer.status_code == 400 and needle in answer.text, answer.text
+        view = (await http.get(f"{url}/sessions/{session['session_id']}", headers=admin)).json()
+        assert view["status"] == "open" and view["outcome"] is None
+        listed = await http.get(f"{url}/sessions", params={"status": "done"}, headers=admin)
+        assert listed.status_code == 400 and "open, finished" in listed.text

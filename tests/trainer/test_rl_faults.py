@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from roost.agents.protocol import AgentOutcome, EpisodeContext
-from roost.agents.results import EpisodeStatus
+from roost.outcome import EpisodeStatus
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
 from roost.trainer.rl.batches import collect_batch
 from roost.rollout.server_process import free_port

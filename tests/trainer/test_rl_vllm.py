@@ -16,6 +16,7 @@ import pytest
 
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.agents.tool_agent import ToolAgent
+from roost.outcome import EpisodeStatus
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.trainer.test_rl_loop import local_ray, tiny_recipe  # noqa: F401 (a fixture)
 from roost.trainer.recipe import validate_recipe
@@ -106,10 +107,10 @@ def test_vllm_killed_mid_rollouts_fails_those_episodes_and_the_run_goes_on(tmp_p
     step_one = state["consumed_groups"][:2]
     with TrajectoryReader(run_dir / "trajectories.sqlite") as reader:
         sessions = [s for g in step_one for s in reader.sessions(group_id=g)]
-        failed = [s for s in sessions if s.finish_info["status"] == "infra_error"]
+        failed = [s for s in sessions if s.outcome.status is EpisodeStatus.INFRA_ERROR]
         assert len(failed) == first["infra_error"] >= 1 and len(sessions) == first["episodes"] == 4
         # stored without a reward (never a 0), though the killer's first turn was recorded
-        assert all("reward" not in s.finish_info and reader.rewards(s.session_id) == [] for s in failed)
+        assert all(s.outcome.reward is None and reader.rewards(s.session_id) == [] for s in failed)
         assert any(reader.calls(s.session_id) for s in failed)
     batch = collect_batch(run_dir / "trajectories.sqlite", step_one, current_version=1, max_staleness=None)
     trained = {sample.session_id for group in batch.groups for sample in group.samples}

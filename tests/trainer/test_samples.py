@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from roost.outcome import EpisodeOutcome, RewardSource
 from roost.rollout.store.samples import Sample, SampleError
 from roost.trainer.sample_sources import group_samples, read_jsonl, write_jsonl
 
@@ -89,7 +90,7 @@ def test_samples_from_the_trajectory_store(tmp_path):
         await store.record_call(call("c", 2, [1, 2, 3, 9, 6], [8], [-0.9], "a", 3, "fork"))
         await store.add_reward(RewardRecord("s1", 0.5))
         await store.set_advantages([AdvantageRecord("b", "s1", value=2.0)])
-        await store.finish_session("s1", 2.0, {})
+        await store.finish_session("s1", 2.0, EpisodeOutcome(reward=0.5, reward_source=RewardSource.ENV), {})
 
     asyncio.run(fill())
     store.close()

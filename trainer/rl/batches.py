@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roost.agents.results import EpisodeStatus
+from roost.outcome import EpisodeStatus
 from roost.rollout.store.samples import Refused, Sample
 
 from ..advantages import Group
-from ..sample_sources import group_samples, samples_from_store
+from ..sample_sources import group_samples
 
 
 @dataclass
@@ -43,15 +43,6 @@ class Batch:
     versions: list[list[int]] = field(default_factory=list)
     """The engine weight versions each kept sample's sampled tokens came from, oldest first
     (two or more: its episode ran on while new weights were loaded)."""
-
-
-def session_status(finish_info: dict) -> EpisodeStatus:
-    """The status the runner posted at finish; `ok` when none was posted. A status no roost runner
-    posts (a session another client finished) reads as `agent_error`: counted, never trained on."""
-    try:
-        return EpisodeStatus(finish_info.get("status", EpisodeStatus.OK))
-    except ValueError:
-        return EpisodeStatus.AGENT_ERROR
 
 
 def sampled_versions(sample: Sample) -> list[int]:
@@ -88,38 +79,38 @@ def _version(text: str) -> int | None:
 
 def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_version: int,
                   max_staleness: int | None) -> Batch:
+    from roost.rollout.store.paths import session_samples
     from roost.rollout.store.reader import TrajectoryReader
 
     counts: Counter[str] = Counter()
-    keep: list[str] = []
-    rewards: list[float] = []
+    samples, ages, versions, rewards = [], [], [], []
+    refused: list[Refused] = []
     with TrajectoryReader(store) as reader:
         for group_id in group_ids:
             for session in reader.sessions(group_id=group_id):
-                if session.status != "finished":
+                outcome = session.outcome
+                if outcome is None:
                     counts["open"] += 1
                     continue
-                status = session_status(session.finish_info)
-                reward = session.finish_info.get("reward", 0.0)
-                if status is EpisodeStatus.OK and reward is None:
+                if outcome.status is EpisodeStatus.OK and outcome.reward is None:
                     counts["no_reward"] += 1
                     continue
-                counts[status.value] += 1
-                if status is EpisodeStatus.OK:
-                    keep.append(session.session_id)
-                    rewards.append(float(reward))
-    samples, ages, versions = [], [], []
-    refused: list[Refused] = []
-    for sample in samples_from_store(store, session_ids=keep, refused=refused):
-        sample_versions = sampled_versions(sample)
-        age = _age(sample_versions, current_version)
-        # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
-        if age < 0 or (max_staleness is not None and age > max_staleness):
-            counts["dropped_stale"] += 1
-            continue
-        samples.append(sample)
-        ages.append(age)
-        versions.append(sample_versions)
+                counts[outcome.status.value] += 1
+                if outcome.status is not EpisodeStatus.OK:
+                    continue
+                rewards.append(float(outcome.reward))
+                for sample in session_samples(reader, session, refused):
+                    if not sample.num_sampled:
+                        continue
+                    sample_versions = sampled_versions(sample)
+                    age = _age(sample_versions, current_version)
+                    # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
+                    if age < 0 or (max_staleness is not None and age > max_staleness):
+                        counts["dropped_stale"] += 1
+                        continue
+                    samples.append(sample)
+                    ages.append(age)
+                    versions.append(sample_versions)
     counts["samples"] = len(samples)
     if refused:
         counts["untrainable_calls"] = len(refused)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roost.agents.results import UNSCORED
+from roost.outcome import UNSCORED
 from roost.envs.protocol import Task, ToolSchema
 from roost.tracing import Tracing
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext
-from roost.agents.results import EpisodeResult, EpisodeStatus
+from roost.agents.results import EpisodeResult
+from roost.outcome import EpisodeKind, EpisodeStatus
 from roost.envs.protocol import Task
 from roost.tracing import Tracing
 
@@ -50,6 +51,7 @@ class GroupSpec:
     run_id: str
     task: Task
     size: int
+    kind: EpisodeKind = EpisodeKind.TRAIN
 
     @property
     def group_id(self) -> str:
@@ -127,7 +129,7 @@ class RolloutWorker:
             self._limit = asyncio.Semaphore(self.concurrency)
         agent = self._agent(args)
         config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
-                           progress=False, invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
+                           kind=spec.kind, progress=False, invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
         started = time.perf_counter()
         async with EnvClient(self.env_url, tracing=self.tracing) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []

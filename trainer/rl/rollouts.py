@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost.agents.results import EpisodeResult
 from roost.envs.protocol import Task
+from roost.outcome import EpisodeKind, EpisodeOutcome
 
 from ..checkpoint import RunState
 from ..recipe import Recipe
@@ -58,20 +59,19 @@ def pick(tasks: list[Task], index: int, seed: int) -> Task:
 
 
 def unfinished_backlog(store: Path, consumed: set[str], group_size: int) -> list[str]:
-    """Complete groups in the store (all sessions finished) that were never trained on."""
+    """Complete groups of training episodes in the store (all sessions finished) that were never trained on."""
     from roost.rollout.store.reader import TrajectoryReader
 
     if not store.is_file():
         return []
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, list[EpisodeOutcome | None]] = {}
     with TrajectoryReader(store) as reader:
         for session in reader.sessions():
             gid = session.group_id or ""
-            if gid.startswith((EVAL_PREFIX + "-", "sft-")) or gid in consumed:
-                continue
-            groups.setdefault(gid, []).append(session.status)
-    return [g for g, statuses in groups.items()
-            if len(statuses) >= group_size and all(s == "finished" for s in statuses)]
+            if gid not in consumed:
+                groups.setdefault(gid, []).append(session.outcome)
+    return [g for g, outcomes in groups.items()
+            if len(outcomes) >= group_size and all(o is not None and o.kind is EpisodeKind.TRAIN for o in outcomes)]
 
 
 class Rollouts:
@@ -140,7 +140,7 @@ class Rollouts:
         """Play `episodes` held-out episodes (one per task, in turn) and return their results."""
         import ray
 
-        specs = [GroupSpec(f"{EVAL_PREFIX}-{label}-{self.launch}-{i // len(tasks)}", tasks[i % len(tasks)], 1)
-                 for i in range(episodes)]
+        specs = [GroupSpec(f"{EVAL_PREFIX}-{label}-{self.launch}-{i // len(tasks)}", tasks[i % len(tasks)], 1,
+                           EpisodeKind.EVAL) for i in range(episodes)]
         refs = [w.play.remote(share, args) for w, share in zip(self.workers, self._spread(specs)) if share]
         return [r for outcomes in ray.get(refs) for o in outcomes for r in o.results]

@@ -82,6 +82,7 @@ async def play_transcripts(env_url: str, split: str, data: SFTData, *, max_turns
     from roost.agents.registry import load_agent
     from roost.agents.runner import RunConfig, run_episodes
     from roost.envs.client import EnvClient
+    from roost.outcome import EpisodeKind
 
     args = {**data.harness_args}
     if "seed" in _parameters(data.harness):
@@ -93,7 +94,8 @@ async def play_transcripts(env_url: str, split: str, data: SFTData, *, max_turns
             raise ValueError(f"split {split!r} has no tasks to play the expert on")
         chosen = [tasks[i % len(tasks)] for i in range(data.episodes)]
         await run_episodes(chosen, env, agent, (await env.info()).tools,
-                           RunConfig(concurrency=concurrency, max_turns=max_turns, run_id="sft-expert", progress=False))
+                           RunConfig(concurrency=concurrency, max_turns=max_turns, run_id="sft-expert", kind=EpisodeKind.SFT,
+                                     progress=False))
     return [t for t in agent.transcripts if t.success]
 
 
