@@ -20,13 +20,18 @@ from roost.envs.protocol import Reset, Step, TextAction
 
 
 class Move(Protocol):
-    command: str
-    slip: bool
+    @property
+    def command(self) -> str: ...
+
+    @property
+    def slip(self) -> bool:
+        """A deliberate mistake: the env may refuse it, and the player then moves again."""
 
 
 class PlayerEpisode(Protocol):
-    extra: dict[str, Any]
-    """What the outcome reports beside the turns (e.g. `slips`, the turns of the slips)."""
+    @property
+    def extra(self) -> dict[str, Any]:
+        """What the outcome reports beside the turns (e.g. `slips`, the turns of the slips)."""
 
     def move(self, turn: int) -> Move: ...
 

@@ -7,18 +7,14 @@ env, so later rules may use what earlier ones found (the task, the probe's basel
 
 from __future__ import annotations
 
-import asyncio
-import math
-import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-import psutil
-
+from roost.envs.conformance.processes import processes_left
+from roost.envs.conformance.shapes import check_reset, check_step
 from roost.envs.conformance.tool_schemas import tool_problems
 from roost.envs.conformance.trial import RuleFailed, RuleSkipped, Trial, outcome_of, show
 from roost.envs.errors import EpisodeFinishedError, InvalidActionError, UnknownTaskError
-from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task, TextAction, ToolCall
+from roost.envs.protocol import Action, EnvInfo, Reset, Task, TextAction, ToolCall
 
 Rule = Callable[[Trial], Awaitable[str]]
 NO_SUCH_TOOL = "roost_check_no_such_tool"
@@ -81,7 +77,7 @@ async def unknown_tasks_are_refused(trial: Trial) -> str:
 async def reset_returns_an_observation(trial: Trial) -> str:
     """`reset(task_id=...)` returns a `Reset` of that task: an `Observation`, valid tools and an info dict."""
     reset = await trial.reset()
-    _check_reset(reset, trial.need_task().id)
+    check_reset(reset, trial.need_task().id)
     return f"{len(reset.observation.text)} characters of text" + (", an image" if reset.observation.image else "")
 
 
@@ -90,7 +86,7 @@ async def seeds_choose_the_same_task(trial: Trial) -> str:
     chosen = []
     for _ in range(2):
         reset = await trial.env.reset(seed=7, split=trial.split)
-        _check_reset(reset, None)
+        check_reset(reset, None)
         chosen.append(reset.task_id)
     if chosen[0] != chosen[1]:
         raise RuleFailed(f"seed 7 started {chosen[0]!r}, then {chosen[1]!r}; choose the task with random.Random(seed)")
@@ -105,7 +101,7 @@ async def steps_return_a_step(trial: Trial) -> str:
     probe = trial.need_probe()
     await trial.reset()
     step = await trial.step(probe)
-    _check_step(step)
+    check_step(step)
     trial.baseline = outcome_of(step)
     return f"reward {step.reward}, terminated {step.terminated}, truncated {step.truncated}"
 
@@ -116,13 +112,14 @@ async def reset_again_starts_fresh(trial: Trial) -> str:
     if trial.config.probe is not None:
         await trial.step(trial.config.probe)
     again = await trial.reset()
-    _check_reset(again, trial.need_task().id)
+    check_reset(again, trial.need_task().id)
     if again.observation.text != first.observation.text:
         raise RuleFailed("a second reset of the same task gave another observation: "
                          f"{_diff(first.observation.text, again.observation.text)}")
-    if trial.baseline is None:
-        return "same first observation (no probe: the next step is not compared)"
-    after = outcome_of(await trial.step(trial.config.probe))  # type: ignore[arg-type]
+    probe = trial.config.probe
+    if probe is None or trial.baseline is None:
+        return "same first observation (no probe answer to compare the next step with)"
+    after = outcome_of(await trial.step(probe))
     if after != trial.baseline:
         raise RuleFailed(f"the probe after a second reset returned {after!r:.200}, after the first {trial.baseline!r:.200}")
     return "same first observation, same answer to the probe"
@@ -195,7 +192,7 @@ async def close_frees_the_env(trial: Trial) -> str:
     """`close` frees what the env holds, may be called twice, and leaves no process of the env running."""
     await trial.env.close()
     await trial.env.close()
-    left = await _processes_left(trial.processes_before)
+    left = await processes_left(trial.processes_before)
     if left:
         raise RuleFailed(f"after close, processes the env started still run: {', '.join(left[:5])}; "
                          "stop them in close (or hold them in the factory's shared state)")
@@ -208,38 +205,6 @@ RULES: tuple[Rule, ...] = (
     invalid_actions_are_refused, refusals_leave_the_episode_unchanged, steps_without_an_episode_are_refused,
     finished_episodes_refuse_steps, info_keys_are_declared, close_frees_the_env,
 )
-
-
-def _check_reset(reset: Any, task_id: str | None) -> None:
-    if not isinstance(reset, Reset):
-        raise RuleFailed(f"reset must return a roost.envs.protocol.Reset, got {type(reset).__name__}")
-    if task_id is not None and reset.task_id != task_id:
-        raise RuleFailed(f"reset(task_id={task_id!r}) started {reset.task_id!r}")
-    _check_observation(reset.observation, "reset")
-    if problems := tool_problems(reset.tools):
-        raise RuleFailed(f"the tools of reset: {'; '.join(problems)}")
-    if not isinstance(reset.info, dict):
-        raise RuleFailed(f"reset's info must be a dict, got {type(reset.info).__name__}")
-
-
-def _check_step(step: Any) -> None:
-    if not isinstance(step, Step):
-        raise RuleFailed(f"step must return a roost.envs.protocol.Step, got {type(step).__name__}")
-    _check_observation(step.observation, "step")
-    if isinstance(step.reward, bool) or not isinstance(step.reward, (int, float)) or not math.isfinite(step.reward):
-        raise RuleFailed(f"a step's reward must be a finite number, got {step.reward!r}")
-    if not (isinstance(step.terminated, bool) and isinstance(step.truncated, bool)):
-        raise RuleFailed(f"terminated and truncated must be bools, got {step.terminated!r}, {step.truncated!r}")
-    if step.tools is not None and (problems := tool_problems(step.tools)):
-        raise RuleFailed(f"the tools of a step: {'; '.join(problems)}")
-
-
-def _check_observation(observation: Any, where: str) -> None:
-    if not isinstance(observation, Observation) or not isinstance(observation.text, str):
-        raise RuleFailed(f"{where} must carry a roost.envs.protocol.Observation with text, got {observation!r:.120}")
-    for name in ("image", "accessibility_tree"):
-        if getattr(observation, name) is not None and not isinstance(getattr(observation, name), str):
-            raise RuleFailed(f"the observation's {name} of {where} must be a string or None")
 
 
 def _invalid_actions(trial: Trial) -> list[Action]:
@@ -271,35 +236,11 @@ async def _play_to_the_end(trial: Trial, reset: Reset) -> tuple[int, Action]:
         else:
             raise RuleFailed(f"the {len(config.finish)} finishing actions did not end the episode")
         step = await trial.step(action)
-        _check_step(step)
+        check_step(step)
         if step.terminated or step.truncated:
             return turn + 1, action
         info = step.info
     raise RuleFailed(f"the episode had not ended after {config.max_finish_steps} steps")
-
-
-async def _processes_left(before: set[int], wait_s: float = 5.0) -> list[str]:
-    """Descendants of this process started during the check and still running `wait_s` after close."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and _running(p)]
-        if not left or time.monotonic() > deadline:
-            return [f"{p.pid} ({_name(p)})" for p in left]
-        await asyncio.sleep(0.1)
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _name(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.cmdline())[:80] or process.name()
-    except psutil.Error:
-        return "?"
 
 
 def _diff(a: str, b: str) -> str:

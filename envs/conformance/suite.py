@@ -6,8 +6,7 @@ import asyncio
 import enum
 from dataclasses import dataclass
 
-import psutil
-
+from roost.envs.conformance.processes import descendants
 from roost.envs.conformance.rules import RULES, Rule
 from roost.envs.conformance.trial import CheckConfig, RuleFailed, RuleSkipped, Trial
 from roost.envs.protocol import EnvFactory
@@ -53,7 +52,7 @@ class CheckReport:
 
 async def check_env(factory: EnvFactory, config: CheckConfig = CheckConfig()) -> CheckReport:
     """Every rule against one env made by `factory`, in order; the env is closed at the end."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = descendants()
     env = factory()
     trial = Trial(factory, env, config, processes_before=before)
     results = []
