@@ -40,7 +40,7 @@ from roost.tracing import Tracing
 Answer = TypeVar("Answer", bound=BaseModel)
 
 
-class GatewayError(RuntimeError):
+class ControlPlaneError(RuntimeError):
     """The gateway refused or failed a control-plane call."""
 
 
@@ -95,13 +95,13 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
         try:
             response = await self._http.request(method, path, json=payload)
         except httpx.HTTPError as exc:
-            raise GatewayError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+            raise ControlPlaneError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
         if not response.is_success:
-            raise GatewayError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
+            raise ControlPlaneError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
         try:
             return answer.model_validate_json(response.content)
         except ValidationError as exc:
-            raise GatewayError(f"{method} {self.url}{path} answered something other than a {answer.__name__} "
+            raise ControlPlaneError(f"{method} {self.url}{path} answered something other than a {answer.__name__} "
                                f"(is it a roost gateway of this version?): {exc}") from exc
 
 

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from roost.agents.gateway_session import GatewayClient, GatewayError
+from roost.agents.gateway_session import GatewayClient, ControlPlaneError
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
 from roost.agents.results import EpisodeResult
 from roost.outcome import EpisodeKind, EpisodeStatus, RewardSource
@@ -127,7 +127,7 @@ async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[
                                success=tracker.terminated and tracker.reward > 0, turns=outcome.turns,
                                invalid_actions=outcome.invalid_actions, stop_reason=outcome.stop_reason,
                                error=outcome.error, exit_code=outcome.exit_code, output_tail=outcome.output_tail)
-    except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, GatewayError) as exc:
+    except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, ControlPlaneError) as exc:
         result = _failed(task, EpisodeStatus.INFRA_ERROR, exc)
     except AgentError as exc:
         result = _failed(task, exc.status, exc)
@@ -227,7 +227,7 @@ async def _report(gateway: GatewayClient, session: SessionCreated, result: Episo
         # an unscored episode (infra_error, timeout, agent_error) has no reward: none is stored
         await gateway.finish(session.session_id, result.outcome(config.kind), task_id=result.task_id, steps=result.steps,
                              stop_reason=result.stop_reason, exit_code=result.exit_code)
-    except GatewayError as exc:
+    except ControlPlaneError as exc:
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
         if result.scored:
             return replace(result, status=EpisodeStatus.INFRA_ERROR, error=str(exc))

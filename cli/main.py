@@ -8,11 +8,11 @@ inside the commands, so `roost --help` stays fast.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import typer
 
 from roost.lifetime import stop_on_sigterm
+from roost.modules import has_module
 
 PACKAGE_CLIS = (
     "roost.rollout.cli",
@@ -23,14 +23,6 @@ PACKAGE_CLIS = (
     "roost.viewer.cli",
     "roost.cli.demo",
 )
-
-
-def has_module(name: str) -> bool:
-    """True when `name` can be imported (its parent packages included)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def build_app() -> typer.Typer:

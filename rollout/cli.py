@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-from roost.cli.main import has_module
+from roost.modules import has_module
 
 PARTS = ("roost.rollout.engine.cli", "roost.rollout.gateway.cli")
 

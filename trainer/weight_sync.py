@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roost.agents.gateway_session import GatewayClient, GatewayError
+from roost.agents.gateway_session import GatewayClient, ControlPlaneError
 from roost.rollout.engine.model_spec import read_config
 from roost.rollout.engine.wire import UpdateWeightsAnswer
 from roost.rollout.engine_client import detect_backend, engine_client
@@ -76,7 +76,7 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float, trac
     async with GatewayClient(url, admin_key=admin_key, timeout_s=timeout_s, tracing=tracing) as gateway:
         try:
             state = await gateway.pause()
-        except GatewayError as exc:
+        except ControlPlaneError as exc:
             raise WeightSyncError(f"gateway {url} could not be paused: {exc}") from exc
         if state.drained is False:
             log.warning("gateway %s paused with %d calls still in flight after its drain timeout; they finish "
@@ -86,7 +86,7 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float, trac
         finally:
             try:
                 await gateway.resume()
-            except GatewayError as exc:
+            except ControlPlaneError as exc:
                 raise WeightSyncError(f"gateway {url} could not be resumed: {exc}") from exc
 
 
@@ -127,7 +127,3 @@ async def _sync_weights(engine_url: str, folder: str | Path, weight_version: str
         raise WeightSyncError(f"engine reports weight version {version!r}, expected {weight_version!r}")
     return SyncResult(weight_version=version, seconds=time.perf_counter() - started, paused_s=paused_s)
 
-
-def sync_weights_blocking(engine_url: str, folder: str | Path, **kwargs: Any) -> SyncResult:
-    """`sync_weights` for callers without an event loop (a training script, a Ray actor)."""
-    return asyncio.run(sync_weights(engine_url, folder, **kwargs))

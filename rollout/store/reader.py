@@ -96,10 +96,6 @@ class TrajectoryReader:
         row = self._conn.execute(f"SELECT {self._calls} FROM calls WHERE call_id=?", (call_id,)).fetchone()
         return call_from_row(row) if row else None
 
-    def iter_calls(self) -> Iterator[CallRecord]:
-        for row in self._conn.execute(f"SELECT {self._calls} FROM calls ORDER BY session_id, seq"):
-            yield call_from_row(row)
-
     def call_count(self, session_id: str | None = None) -> int:
         if session_id is None:
             return self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]

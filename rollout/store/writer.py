@@ -53,20 +53,6 @@ class GroupCommitWriter:
         self._queue.put((op, future, loop))
         return future
 
-    def run_sync(self, op: Op) -> Any:
-        """Run `op` on the writer thread and wait for its commit (for code outside a loop)."""
-        done = threading.Event()
-        box: dict[str, Any] = {}
-
-        def wrapped(conn: sqlite3.Connection) -> None:
-            box["value"] = op(conn)
-
-        self._queue.put((wrapped, done, box))
-        done.wait()
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
-
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
@@ -116,13 +102,8 @@ class GroupCommitWriter:
         self.batches += 1
         self.writes += len(batch)
         by_loop: dict[Any, list] = {}
-        for (op, waiter, loop_or_box), (_, value, error) in zip(batch, outcomes):
-            if isinstance(waiter, threading.Event):
-                if error is not None:
-                    loop_or_box["error"] = error
-                waiter.set()
-            else:
-                by_loop.setdefault(loop_or_box, []).append((waiter, value, error))
+        for (_op, waiter, loop), (_, value, error) in zip(batch, outcomes):
+            by_loop.setdefault(loop, []).append((waiter, value, error))
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_resolve, items)

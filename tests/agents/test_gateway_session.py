@@ -10,7 +10,7 @@ import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from roost.agents.gateway_session import GatewayClient, GatewayError, is_gateway
+from roost.agents.gateway_session import GatewayClient, ControlPlaneError, is_gateway
 from roost.outcome import EpisodeOutcome, RewardSource
 from roost.rollout.gateway.wire import PauseState, SessionCreated
 from roost.rollout.keys import bearer
@@ -30,7 +30,7 @@ async def test_a_session_from_creation_to_finish(scripted_gateway: str, admin_ke
         await gateway.post_reward(session.session_id, -0.25, {"invalid_actions": 1}, call_id=calls[1])
         await gateway.post_reward(session.session_id, 1, {"success": True})
         await gateway.finish(session.session_id, EpisodeOutcome(reward=1.0, reward_source=RewardSource.ENV), steps=2)
-        with pytest.raises(GatewayError, match="404"):
+        with pytest.raises(ControlPlaneError, match="404"):
             await gateway.call_ids("no-such-session")
     detail = httpx.get(f"{scripted_gateway}/sessions/{session.session_id}", headers=bearer(admin_key)).json()
     assert [c["call_id"] for c in sorted(detail["calls"], key=lambda c: c["seq"])] == calls and len(calls) == 2
@@ -54,7 +54,7 @@ async def test_pause_and_resume_answer_the_pause_state(scripted_gateway: str, ad
 
 async def test_without_the_admin_key_the_gateway_refuses(scripted_gateway: str):
     async with GatewayClient(scripted_gateway, admin_key=None) as gateway:
-        with pytest.raises(GatewayError, match="401"):
+        with pytest.raises(ControlPlaneError, match="401"):
             await gateway.pause()
 
 
@@ -69,7 +69,7 @@ async def test_an_answer_that_is_not_the_gateways_is_an_error_naming_the_model()
     url = f"http://127.0.0.1:{server.port}"
     try:
         async with GatewayClient(url, admin_key="rak-x") as gateway:
-            with pytest.raises(GatewayError, match="PauseState"):
+            with pytest.raises(ControlPlaneError, match="PauseState"):
                 await gateway.pause()
         assert not await is_gateway(url)  # no /health at all
     finally:
