@@ -139,7 +139,11 @@ def check(
     config = replace(config, env_args={**config.env_args, **parse_env_args(env_arg)},
                      split=split or config.split, task_id=task or config.task_id,
                      probe=TextAction(probe_text) if probe_text is not None else config.probe)
-    report = asyncio.run(check_named(env, config))
+    try:
+        report = asyncio.run(check_named(env, config))
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        _err(f"error: could not make the env {env!r} with {config.env_args}: {type(exc).__name__}: {exc}")
+        raise typer.Exit(2) from None
     if as_json:
         typer.echo(json.dumps({"env": report.env, "results": [{**asdict(r), "verdict": r.verdict.value}
                                                               for r in report.results]}, indent=1))
