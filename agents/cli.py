@@ -33,6 +33,8 @@ def eval_command(
     task_id: list[str] = typer.Option([], "--task-id", help="Play these tasks of the split (repeatable, cycled)."),
     concurrency: int = typer.Option(8, help="Episodes at once."),
     max_turns: int = typer.Option(50, help="Turns per episode before the agent stops."),
+    timeout_s: float = typer.Option(600.0, min=0.001, help="Seconds an episode's harness may run before it is "
+                                                           "cut off (status timeout, not scored)."),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE for the env, when it runs here."),
     agent_arg: list[str] = typer.Option([], "--agent-arg", help="KEY=VALUE for the agent's constructor."),
     workers: int = typer.Option(min(os.cpu_count() or 1, 4), help="Env worker processes, when the env runs here."),
@@ -51,7 +53,7 @@ def eval_command(
     config = EvalConfig(env=env, agent=agent, env_url=env_url, base_url=base_url, model=model, api_key=api_key,
                         admin_key=admin_key,
                         episodes=episodes, split=split, concurrency=concurrency, max_turns=max_turns,
-                        env_kwargs=parse_env_args(env_arg), agent_kwargs=parse_env_args(agent_arg),
+                        timeout_s=timeout_s, env_kwargs=parse_env_args(env_arg), agent_kwargs=parse_env_args(agent_arg),
                         workers=workers, run_id=run_id, progress=progress, task_ids=tuple(task_id), trace=trace)
     report = _played(config).report()
     if as_json:

@@ -41,6 +41,8 @@ class EvalConfig:
     split: str = "train"
     concurrency: int = 8
     max_turns: int = 50
+    timeout_s: float | None = 600.0
+    """Each episode's harness is cut off after this many seconds (status `timeout`); None: no limit."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     agent_kwargs: dict[str, Any] = field(default_factory=dict)
     workers: int = 2
@@ -86,7 +88,7 @@ async def play(config: EvalConfig) -> Evaluation:
     run = RunConfig(concurrency=config.concurrency, max_turns=config.max_turns, model=config.model,
                     base_url=None if gateway else config.base_url, api_key=config.api_key,
                     run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", kind=EpisodeKind.EVAL,
-                    progress=config.progress, tracing=tracing)
+                    timeout_s=config.timeout_s, progress=config.progress, tracing=tracing)
     started = time.perf_counter()
     try:
         async with _episode_host(config, tracing) as (host, tools):

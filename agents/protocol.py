@@ -25,6 +25,12 @@ class AgentError(RuntimeError):
     """The episode's status when this ends it (a subclass may name a more precise one)."""
 
 
+class HarnessTimeout(AgentError):
+    """The harness was still running past the runner's `timeout_s`: the episode ends `timeout`."""
+
+    status = EpisodeStatus.TIMEOUT
+
+
 class ModelUnavailable(RuntimeError):
     """The model endpoint failed (connection, 5xx); an infrastructure fault, not the policy's."""
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from roost.agents.gateway_session import GatewayClient, ControlPlaneError
-from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
+from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, HarnessTimeout, ModelUnavailable
 from roost.agents.results import EpisodeResult
 from roost.outcome import EpisodeKind, EpisodeStatus, RewardSource
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
@@ -60,6 +60,8 @@ class RunConfig:
     run_id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:8]}")
     kind: EpisodeKind = EpisodeKind.TRAIN
     """What the episodes are played for, stored in each session's outcome: only `train` ones become RL batches."""
+    timeout_s: float | None = 600.0
+    """Each episode's harness is cut off after this many seconds (status `timeout`, no reward); None: no limit."""
     progress: bool = True
     capacity_wait_s: float = 300.0
     """How long to keep retrying while the env server is full (429)."""
@@ -120,7 +122,7 @@ async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[
         ctx = EpisodeContext(task, reset, tools, tracker.step,
                              session.base_url if session else config.base_url,
                              session.key if session else config.api_key, config.model, config.max_turns)
-        outcome = await agent.run(ctx)
+        outcome = await _played(agent, ctx, config.timeout_s)
         invalid_calls = outcome.invalid_calls
         reward, source = _reward(tracker, outcome)
         result = EpisodeResult(task.id, task.split, reward=reward, reward_source=source, steps=tracker.steps,
@@ -143,6 +145,16 @@ async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[
         with config.tracing.span("episode.report", {"roost.session_id": session.session_id}):
             result = await _report(gateway, session, result, config, invalid_calls)
     return result
+
+
+async def _played(agent: Agent, ctx: EpisodeContext, timeout_s: float | None) -> AgentOutcome:
+    try:
+        async with asyncio.timeout(timeout_s) as limit:
+            return await agent.run(ctx)
+    except TimeoutError:
+        if not limit.expired():  # the harness's own timeout, not the episode's: its error
+            raise
+        raise HarnessTimeout(f"the {agent.name} harness ran past its {timeout_s:.0f}s timeout") from None
 
 
 def _reward(tracker: _Tracker, outcome: AgentOutcome) -> tuple[float | None, RewardSource]:

@@ -15,7 +15,6 @@ with the engine's message.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time

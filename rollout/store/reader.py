@@ -6,7 +6,6 @@ Readers never block the gateway's writer: WAL gives each read a consistent snaps
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 from roost.outcome import SessionStatus

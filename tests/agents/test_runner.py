@@ -124,3 +124,35 @@ async def test_the_tool_agent_s_invalid_actions_are_penalised_on_the_calls_that_
     [sample] = samples_from_store(tmp_path / "trajectories.sqlite", session_ids=[result.session_id])
     assert (sample.reward, [c.reward for c in sample.calls]) == (0.0, [-0.25, -0.25])
     assert Group("g", [sample]).agent_rewards() == {(result.session_id, sample.agent_id): -0.5}
+
+
+class Stuck:
+    """Waits on something that never comes; `own_timeout` makes it time out by itself first."""
+
+    name, needs_model, reset_options = "stuck", False, {}
+
+    def __init__(self, own_timeout: float | None = None) -> None:
+        self.own_timeout = own_timeout
+
+    async def run(self, ctx):
+        import asyncio
+
+        await asyncio.wait_for(asyncio.Event().wait(), self.own_timeout)
+
+
+async def test_the_runner_cuts_off_a_hung_harness_in_eval_and_training_alike(alfworld_data: Path, scripted_gateway: str,
+                                                                               admin_key: str):
+    manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
+    async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
+        tasks = (await manager.tasks("train"))[:1]
+        for kind in ("eval", "train"):
+            run = RunConfig(concurrency=1, run_id=f"hung-{kind}", kind=kind, timeout_s=0.5, progress=False)
+            [result] = await run_episodes(tasks, manager, Stuck(), manager.info.tools, run, gateway)
+            assert result.status == "timeout" and "ran past its 0s timeout" in result.error, result
+            session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
+            assert session["outcome"] == {"status": "timeout", "reward": None, "reward_source": "none", "kind": kind,
+                                          "reason": result.error}
+        # the harness's own timeout is its error, not the episode's
+        run = RunConfig(concurrency=1, run_id="own", timeout_s=30.0, progress=False)
+        [result] = await run_episodes(tasks, manager, Stuck(own_timeout=0.1), manager.info.tools, run, gateway)
+    assert result.status == "agent_error" and result.error.startswith("TimeoutError")

@@ -19,31 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext
+from roost.agents.protocol import Agent
 from roost.agents.results import EpisodeResult
-from roost.outcome import EpisodeKind, EpisodeStatus
 from roost.envs.protocol import Task
+from roost.outcome import EpisodeKind
 from roost.tracing import Tracing
-
-
-class HarnessTimeout(AgentError):
-    """The harness was still running past the recipe's `agent.timeout_s`: the episode ends `timeout`."""
-
-    status = EpisodeStatus.TIMEOUT
-
-
-class TimeoutAgent:
-    """Any harness, cut off after `timeout_s` seconds per episode."""
-
-    def __init__(self, agent: Agent, timeout_s: float) -> None:
-        self.agent, self.timeout_s = agent, timeout_s
-        self.name, self.needs_model, self.reset_options = agent.name, agent.needs_model, agent.reset_options
-
-    async def run(self, ctx: EpisodeContext) -> AgentOutcome:
-        try:
-            return await asyncio.wait_for(self.agent.run(ctx), self.timeout_s)
-        except TimeoutError:
-            raise HarnessTimeout(f"the {self.name} harness ran past its {self.timeout_s:.0f}s timeout") from None
 
 
 @dataclass(frozen=True)
@@ -79,10 +59,10 @@ class RolloutWorker:
         self._limit: asyncio.Semaphore | None = None
         self._done: list[GroupOutcome] = []
         self._tasks: set[asyncio.Task] = set()
-        self._agents: dict[str, TimeoutAgent] = {}
+        self._agents: dict[str, Agent] = {}
         self.tracing = Tracing.start("runner")  # on with the OTEL_* variables the run hands its actors
 
-    def _agent(self, args: dict[str, Any] | None) -> TimeoutAgent:
+    def _agent(self, args: dict[str, Any] | None) -> Agent:
         """The harness for these arguments, built once: a harness plays any number of episodes
         (concurrently too), and building one per group cost the worker time on every step."""
         from roost.agents.registry import load_agent
@@ -90,8 +70,7 @@ class RolloutWorker:
         kwargs = {**self.agent_config.get("args", {}), **(args if args is not None else self.default_args or {})}
         key = json.dumps(kwargs, sort_keys=True, default=str)
         if key not in self._agents:
-            self._agents[key] = TimeoutAgent(load_agent(self.agent_config["harness"], **kwargs),
-                                             self.agent_config["timeout_s"])
+            self._agents[key] = load_agent(self.agent_config["harness"], **kwargs)
         return self._agents[key]
 
     async def play(self, specs: list[GroupSpec], args: dict[str, Any] | None = None) -> list[GroupOutcome]:
@@ -129,7 +108,7 @@ class RolloutWorker:
             self._limit = asyncio.Semaphore(self.concurrency)
         agent = self._agent(args)
         config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
-                           kind=spec.kind, progress=False, invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
+                           kind=spec.kind, timeout_s=self.agent_config["timeout_s"], progress=False, invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
         started = time.perf_counter()
         async with EnvClient(self.env_url, tracing=self.tracing) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []
