@@ -208,10 +208,16 @@ def _read_reward(path: Path) -> float | None:
         raise AgentError(f"the command's reward file {path} is not {{\"reward\": <number>}}: {exc}") from exc
 
 
+COMMAND_GRACE_S = 60.0
+"""How long past a command's own timeout the runner waits before it cuts the episode off."""
+
+
 def command_eval(command: str, env: str, *, timeout_s: float = 3600.0, submit: bool = True, concurrency: int = 1,
                  episodes: int | None = None, **fields: Any) -> EvalConfig:
     """`roost run`'s evaluation: `command` as the harness, each task once (or `episodes`, the
     tasks in turn), no progress bar; `fields` are the other `EvalConfig` fields."""
     agent_kwargs = {"command": command, "timeout_s": timeout_s, "submit_tool": "submit" if submit else None}
+    # The command's own limit ends it first (killed, its output kept); the runner's is the backstop.
     return EvalConfig(env, agent=CommandAgent.name, agent_kwargs=agent_kwargs, concurrency=concurrency,
-                      workers=max(1, min(concurrency, 4)), episodes=episodes, progress=False, **fields)
+                      workers=max(1, min(concurrency, 4)), episodes=episodes, progress=False,
+                      timeout_s=timeout_s + COMMAND_GRACE_S, **fields)
