@@ -65,11 +65,11 @@ class EnvClient:
         r = wire.StepResponse.model_validate(await self._request("POST", f"/episodes/{episode_id}/step", json=body))
         return Step(r.observation.to_protocol(), r.reward, r.terminated, r.truncated, r.info, r.tools)
 
-    async def status(self, episode_id: str) -> wire.EpisodeStatus:
-        return wire.EpisodeStatus.model_validate(await self._request("GET", f"/episodes/{episode_id}"))
+    async def status(self, episode_id: str) -> wire.EpisodeView:
+        return wire.EpisodeView.model_validate(await self._request("GET", f"/episodes/{episode_id}"))
 
-    async def delete(self, episode_id: str) -> wire.EpisodeStatus:
-        return wire.EpisodeStatus.model_validate(await self._request("DELETE", f"/episodes/{episode_id}"))
+    async def delete(self, episode_id: str) -> wire.EpisodeView:
+        return wire.EpisodeView.model_validate(await self._request("DELETE", f"/episodes/{episode_id}"))
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self._send(method, path, **kwargs)

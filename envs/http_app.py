@@ -108,8 +108,8 @@ def step_request(body: bytes) -> wire.StepRequest:
         raise RequestValidationError([{"loc": ("body",), "msg": f"not JSON ({exc})"}]) from None
 
 
-def _status(manager: EpisodeManager, record: EpisodeRecord) -> wire.EpisodeStatus:
-    return wire.EpisodeStatus(
+def _status(manager: EpisodeManager, record: EpisodeRecord) -> wire.EpisodeView:
+    return wire.EpisodeView(
         episode_id=record.id, task_id=record.task_id, state=record.state, steps=record.steps,
         total_reward=record.total_reward, created_at=record.created_at,
         last_active_at=record.last_active_at, lease_expires_at=manager.lease_expires_at(record),
@@ -145,12 +145,12 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
                                  reward=step.reward, terminated=step.terminated, truncated=step.truncated,
                                  info=step.info, tools=step.tools)
 
-    @app.get("/episodes/{episode_id}", response_model=wire.EpisodeStatus, responses=_errors(404))
-    async def get_episode(episode_id: str) -> wire.EpisodeStatus:
+    @app.get("/episodes/{episode_id}", response_model=wire.EpisodeView, responses=_errors(404))
+    async def get_episode(episode_id: str) -> wire.EpisodeView:
         return _status(manager, manager.get(episode_id))
 
-    @app.delete("/episodes/{episode_id}", response_model=wire.EpisodeStatus, responses=_errors(404, 500))
-    async def delete_episode(episode_id: str) -> wire.EpisodeStatus:
+    @app.delete("/episodes/{episode_id}", response_model=wire.EpisodeView, responses=_errors(404, 500))
+    async def delete_episode(episode_id: str) -> wire.EpisodeView:
         return _status(manager, await manager.delete(episode_id))
 
     @app.get("/tasks", response_model=wire.TaskList, responses=_errors(400, 422, 500))

@@ -2,8 +2,8 @@
 
     POST   /episodes                 ResetRequest  → EpisodeCreated
     POST   /episodes/{id}/step       StepRequest   → StepResponse
-    GET    /episodes/{id}                          → EpisodeStatus
-    DELETE /episodes/{id}                          → EpisodeStatus
+    GET    /episodes/{id}                          → EpisodeView
+    DELETE /episodes/{id}                          → EpisodeView
     GET    /tasks?split=                           → TaskList
     GET    /info                                   → EnvInfoResponse
     GET    /health                                 → Health (503 while degraded)
@@ -117,7 +117,7 @@ class StepResponse(Wire):
 EpisodeState = Literal["running", "terminated", "truncated", "failed", "closed", "reaped"]
 
 
-class EpisodeStatus(Wire):
+class EpisodeView(Wire):
     episode_id: str
     task_id: str
     state: EpisodeState
