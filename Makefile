@@ -24,10 +24,14 @@ EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar,tr
 SGLANG   := sglang==0.5.3
 HERMES   := hermes-agent==0.19.0
 OSWORLD  := desktop-env==1.0.2
-# Claude Code and Codex, run unchanged against the gateway by tests/rollout/test_gateway_harnesses.py.
-# npm skips Claude Code's postinstall; its cli-wrapper.cjs runs the platform binary itself.
+# Claude Code and Codex, run unchanged against the gateway by tests/rollout/test_gateway_harnesses.py:
+# the pinned versions, and in a prefix of their own older published ones that users still run
+# (Codex published no 0.170). npm skips Claude Code's postinstall; its cli-wrapper.cjs runs the
+# platform binary itself.
 HARNESSES := .npm-harnesses
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
+HARNESSES_PREVIOUS := $(HARNESSES)/previous
+HARNESS_PREVIOUS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.169.0
 # vLLM (the `vllm` engine backend) pins its own torch build, so it gets its own virtualenv;
 # torchvision, torchaudio and torchcodec come with it but a library in torchcodec fails to
 # load and torchvision's operators do not match this torch: they go.
@@ -54,8 +58,9 @@ $(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 harnesses: $(HARNESSES)/.stamp
 
 $(HARNESSES)/.stamp: Makefile
-	mkdir -p $(HARNESSES)
+	mkdir -p $(HARNESSES_PREVIOUS)
 	npm install --prefix $(HARNESSES) --no-audit --no-fund --loglevel=error $(HARNESS_PACKAGES)
+	npm install --prefix $(HARNESSES_PREVIOUS) --no-audit --no-fund --loglevel=error $(HARNESS_PREVIOUS_PACKAGES)
 	touch $@
 
 vllm: $(VLLM_STAMP)

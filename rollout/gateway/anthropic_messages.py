@@ -2,8 +2,9 @@
 `messages.to_template` makes, so a session may mix wires and stay one token tree.
 
 `tool_use` ↔ an assistant tool call, `tool_result` ↔ a tool message, `thinking` ↔ the
-assistant's reasoning (rendered under the gateway's keep/drop policy), system blocks ↔ one
-system message. A `thinking` block must carry the signature this gateway gave it: reasoning
+assistant's reasoning (rendered under the gateway's keep/drop policy), the top-level system
+blocks ↔ the first system message, a `system` turn in `messages` ↔ a system message where it
+stands (the template renders it there). A `thinking` block must carry the signature this gateway gave it: reasoning
 the model did not produce is refused, as Anthropic refuses it.
 """
 
@@ -15,8 +16,8 @@ import json
 from typing import Any
 
 from .anthropic_wire import (
-    ImageBlock, MessageParam, PromptFields, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock,
-    ToolUseBlock,
+    ImageBlock, MessageParam, PromptFields, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolParam,
+    ToolResultBlock, ToolUseBlock,
 )
 from .errors import InvalidRequest
 from .messages import function_tool
@@ -36,10 +37,11 @@ class ThinkingSigner:
 
 
 def tool_dicts(req: PromptFields) -> list[dict[str, Any]] | None:
-    """Anthropic tools as the OpenAI tool dicts chat renders (the same header key for both wires)."""
-    if not req.tools:
-        return None
-    return [function_tool(tool.name, tool.description, tool.input_schema) for tool in req.tools]
+    """Anthropic's client tools as the OpenAI tool dicts chat renders (the same header key for both
+    wires); server tools are left out (messages_options.py notes them)."""
+    out = [function_tool(tool.name, tool.description, tool.input_schema)
+           for tool in req.tools or () if isinstance(tool, ToolParam)]
+    return out or None
 
 
 def template_kwargs(req: PromptFields) -> dict[str, Any] | None:
@@ -55,18 +57,30 @@ def to_template(req: PromptFields, model: str, signer: ThinkingSigner) -> list[d
         raise InvalidRequest("messages is empty; send at least one message", param="messages")
     out: list[dict[str, Any]] = []
     if req.system:
-        system = req.system if isinstance(req.system, str) else "\n".join(b.text for b in req.system)
-        out.append({"role": "system", "content": system})
+        out.append({"role": "system", "content": _system_text(req.system, "system")})
     open_calls: set[str] = set()  # the tool_use ids of the assistant turn just before
     for i, message in enumerate(req.messages):
         where = f"messages.{i}"
         if message.role == "assistant":
             out.append(_assistant(message, where, model, signer))
             open_calls = {c["id"] for c in out[-1].get("tool_calls", ())}
+        elif message.role == "system":
+            out.append({"role": "system", "content": _system_text(message.content, f"{where}.content")})
         else:
             out.extend(_user(message, where, model, open_calls))
             open_calls = set()
     return out
+
+
+def _system_text(content: str | list, where: str) -> str:
+    """A system prompt (top-level, or a `system` turn) as one text: its blocks one a line."""
+    if isinstance(content, str):
+        return content
+    for j, block in enumerate(content):
+        if not isinstance(block, TextBlock):
+            raise InvalidRequest(f"{where}.{j} is a {block.type} block, but a system message holds text blocks "
+                                 "only; move it to a user or assistant turn", param=f"{where}.{j}")
+    return "\n".join(block.text for block in content)
 
 
 def _image(where: str, model: str) -> InvalidRequest:

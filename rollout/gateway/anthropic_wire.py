@@ -2,18 +2,20 @@
 `POST /v1/messages/count_tokens`), with the field names of the `anthropic` SDK's params.
 
 Blocks are a union tagged by `type`, so a malformed block is a 400 naming its place and what
-its type needs. Unknown fields are refused, as Anthropic's API does; fields that change
-nothing here (`cache_control`, `metadata`, `service_tier`, citations, Claude Code's
-`context_management`, `output_config` and `defer_loading`) are accepted.
+its type needs. The top level (and `output_config`, each `context_management` edit) keeps
+fields it does not know instead of refusing them: Claude Code adds fields faster than this
+gateway learns them, and each is noted with the call (request_notes.py). Anthropic's server
+tools (`web_search_20250305`, ...) are accepted and left out of the prompt with a note.
+`docs/gateway.md` lists which fields are honoured and which are accepted and recorded only.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
-from .wire import Wire
+from .wire import Lenient, Wire
 
 
 class TextBlock(Wire):
@@ -67,12 +69,14 @@ Block = Annotated[
 
 
 class MessageParam(Wire):
-    role: Literal["user", "assistant"]
+    """A turn; `system` ones may come anywhere (Claude Code sends its agent list so), text only."""
+
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
 class ToolParam(Wire):
-    """A client tool; Anthropic's server tools (`bash_20250124`, `web_search_...`) are not served."""
+    """A client tool: the model calls it, the harness runs it."""
 
     name: str = Field(min_length=1)
     input_schema: dict[str, Any]
@@ -81,6 +85,23 @@ class ToolParam(Wire):
     cache_control: dict[str, Any] | None = None
     strict: bool | None = None
     defer_loading: bool | None = None  # Claude Code's tool search; every tool is rendered here
+
+
+class ServerTool(Lenient):
+    """One of Anthropic's server tools (`web_search_20250305`, `bash_20250124`, ...): Anthropic
+    runs them, the engine here cannot, so they are left out of the prompt with a note."""
+
+    type: str
+    name: str | None = None
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "client" if kind in (None, "custom") else "server"
+
+
+Tool = Annotated[Annotated[ToolParam, Tag("client")] | Annotated[ServerTool, Tag("server")],
+                 Discriminator(_tool_kind)]
 
 
 class ToolChoice(Wire):
@@ -99,16 +120,44 @@ class Metadata(Wire):
     user_id: str | None = None
 
 
-class PromptFields(Wire):
+class ContextEdit(Lenient):
+    """One `context_management` edit: `clear_thinking_20251015` (`keep`: `"all"` or
+    `{"type": "thinking_turns", "value": N}`) is applied; the others are noted."""
+
+    type: str = Field(min_length=1)
+    keep: Literal["all"] | dict[str, Any] | None = None
+
+
+class ContextManagement(Wire):
+    edits: list[ContextEdit] = []
+
+
+class OutputFormat(Wire):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(Lenient):
+    """`effort` has no counterpart on a token engine (noted); `format` holds the reply to a schema."""
+
+    effort: str | None = None
+    format: OutputFormat | None = None
+
+
+class PromptFields(Lenient):
     """What makes the prompt: shared by `messages` and `messages/count_tokens`."""
 
     model: str
     messages: list[MessageParam]
     system: str | list[TextBlock] | None = None
-    tools: list[ToolParam] | None = None
+    tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
     cache_control: dict[str, Any] | None = None
+    # Sent by Claude Code. Past thinking is kept or cleared as clear_thinking asks (the
+    # keep/drop reasoning policy for the call); output_config's format is enforced.
+    context_management: ContextManagement | None = None
+    output_config: OutputConfig | None = None
 
 
 class MessagesRequest(PromptFields):
@@ -122,10 +171,6 @@ class MessagesRequest(PromptFields):
     top_k: int | None = Field(None, ge=0)
     metadata: Metadata | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
-    # Sent by Claude Code; they steer Anthropic's servers (thinking clean-up, effort) and change
-    # nothing on a token engine, whose reasoning follows the gateway's keep/drop policy.
-    context_management: dict[str, Any] | None = None
-    output_config: dict[str, Any] | None = None
     # Scripted-sampler control for tests and benchmarks (embedded engine only; `extra_body`).
     custom_params: dict[str, Any] | None = None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -27,7 +27,7 @@ from ..sglang_client import EngineError
 from .backend import Counting, Front
 from .engine_context import EngineContext
 from .errors import BackendUnavailable, engine_failure
-from .messages import extend_chain, reply_message_key
+from .messages import ArgumentDefaults, extend_chain, reply_message_key
 from .pause import PauseGate
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, Sampled, call_record, new_id, node_for, timings
@@ -60,6 +60,10 @@ class Prepared:
     """What held the reply to a grammar (structured_outputs.Constraint.record), for the stored call."""
     trace: TraceIds = TraceIds()
     """The call's `gateway.call` span (tracing on), stored with the call."""
+    argument_defaults: ArgumentDefaults = field(default_factory=dict)
+    """The tools' argument defaults, which the reply's key leaves out as the prompt's keys do."""
+    notes: list[str] = field(default_factory=list)
+    """What the request carried that was accepted without being acted on (request_notes.py)."""
 
 
 @dataclass
@@ -74,9 +78,11 @@ class Outcome:
 
 def recorded_response(front: Front, p: Prepared, outcome: Outcome) -> dict[str, Any]:
     """The reply as stored, with the constraint that held it (its grammar is in the stored
-    sampling params)."""
+    sampling params) and the notes on what the request carried that was not acted on."""
     response = front.record_response(p, outcome)
-    return response if p.constraint is None else {**response, "constraint": p.constraint}
+    if p.constraint is not None:
+        response = {**response, "constraint": p.constraint}
+    return response if not p.notes else {**response, "notes": p.notes}
 
 
 class PlainText:
@@ -116,6 +122,7 @@ class TokenBackend:
             with tracing.span("gateway.plan"):
                 p = await front.prepare(self.ctx, target, req, raw_body, received)
             p.trace = tracing.current()
+            self.ctx.notes.warn(p.notes)
             if p.stream:
                 response = await self._stream(front, p, release)
                 handed_over = True
@@ -163,7 +170,7 @@ class TokenBackend:
         reply_key = None
         if p.chain_end is not None:
             calls = [(c.name, c.arguments) for c in reply.tool_calls]
-            reply_key = extend_chain(p.chain_end, reply_message_key(reply.content, calls))
+            reply_key = extend_chain(p.chain_end, reply_message_key(reply.content, calls, p.argument_defaults))
         record = call_record(
             call_id=call_id, target=p.target, endpoint=front.endpoint, backend=ctx.config.backend, model=p.model,
             plan=p.plan, sampled=sampled, sampling_params=p.params, request=orjson.Fragment(p.raw_body),

@@ -10,13 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from ..chat.reply_parser import ReplyEvent
 from ..chat.template import TemplateRenderError
 from ..chat.tokenizer import TooManyTokens
 from .call_pipeline import Outcome, Prepared
 from .engine_context import EngineContext
 from .errors import GatewayError, InvalidRequest
-from .messages import chain_keys, header_key, message_key, to_template, tool_dicts
+from .messages import (
+    argument_defaults, chain_keys, extend_chain, header_key, message_key, to_template, tool_dicts, tool_notes,
+)
 from .passthrough import template_messages
 from .openai_front import OpenAIFront, OpenAIStreamer
 from .prompt_builder import PromptBuilder, PromptPlan
@@ -57,20 +61,25 @@ def render_chat(builder: PromptBuilder, dicts: list[dict[str, Any]], tools: list
                 template_kwargs: dict[str, Any] | None) -> tuple[list[bytes], str]:
     """Template messages rendered (with a generation prompt) as a call's prompt, and their
     chain keys."""
-    chain = chain_keys(header_key(tools, template_kwargs), [message_key(m) for m in dicts])
+    defaults = argument_defaults(tools)
+    chain = chain_keys(header_key(tools, template_kwargs), [message_key(m, defaults) for m in dicts])
+    # Keys leave reasoning out (harnesses drop it; clear_thinking clears it); the rendering
+    # does not, so the render cache tells them apart.
+    reasoning = orjson.dumps([m.get("reasoning_content") for m in dicts if m["role"] == "assistant"])
     try:
-        return chain, builder.render(chain[-1], dicts, tools, template_kwargs)
+        return chain, builder.render(extend_chain(chain[-1], reasoning), dicts, tools, template_kwargs)
     except TemplateRenderError as exc:
         raise InvalidRequest(str(exc), param="messages") from exc
 
 
 async def plan_call(ctx: EngineContext, target: CallTarget, dicts: list[dict[str, Any]],
                     tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None,
-                    limit: int, body_bytes: int,
-                    too_long: Callable[[int], GatewayError]) -> tuple[PromptPlan, bytes]:
+                    limit: int, body_bytes: int, too_long: Callable[[int], GatewayError],
+                    policy: str | None = None) -> tuple[PromptPlan, bytes]:
     """Plan a templated call on its agent's tree (off the loop when big); `too_long(at_least)`
-    is the error for a prompt known to pass `limit` tokens."""
-    policy = target.session.record.reasoning_policy
+    is the error for a prompt known to pass `limit` tokens; `policy`: the call's reasoning
+    policy where the request chose one (default: the session's)."""
+    policy = policy or target.session.record.reasoning_policy
     tree = target.session.tree(target.agent)
     try:
         plan, chain_end, _ = await ctx.off_loop(body_bytes, plan_template, ctx.builder, tree, dicts, tools,
@@ -101,16 +110,18 @@ class ChatFront(OpenAIFront):
 
     async def plan(self, ctx: EngineContext, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes,
                    received: float) -> Prepared:
+        tools = tool_dicts(req.tools)
         plan, chain_end = await plan_call(
-            ctx, target, to_template(req.messages, ctx.served_model), tool_dicts(req.tools), req.chat_template_kwargs,
+            ctx, target, to_template(req.messages, ctx.served_model), tools, req.chat_template_kwargs,
             prompt_limit(req, ctx.context_length), len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
         constraint = chat_constraint(req, ctx.reply_format, prompt_tail(ctx, plan))
         return Prepared(req, target, req.model, plan, constrained(to_sglang(req, max_tokens=limit), constraint),
                         req.n, req.stream, stop_strings(req), raw_body, received, chain_end=chain_end,
-                        parse_tools=bool(req.tools) and req.tool_choice != "none",
-                        constraint=constraint.record() if constraint else None)
+                        parse_tools=tools is not None and req.tool_choice != "none",
+                        constraint=constraint.record() if constraint else None,
+                        argument_defaults=argument_defaults(tools), notes=tool_notes(req.tools))
 
     def tool_id(self) -> str:
         return tool_call_id()

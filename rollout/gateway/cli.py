@@ -11,6 +11,7 @@ import typer
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
 
 from ..keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
+from .config import DEFAULT_MAX_TOKENS
 
 
 class Backend(str, Enum):
@@ -49,6 +50,9 @@ def gateway(
     context_length: int = typer.Option(None, min=1, help="Longest prompt + completion, in tokens; also given to the "
                                        "embedded engine it starts (default: the engine's; an engine it starts "
                                        "takes the model's, capped at 4096)."),
+    default_max_tokens: int = typer.Option(
+        DEFAULT_MAX_TOKENS, min=0, help="Most tokens a reply may take when its request sets no max_tokens or "
+        "max_output_tokens (Codex sets none); 0: the rest of the context."),
     public_url: str = typer.Option(None, help="URL harnesses reach the gateway at (for session base_urls)."),
     sessionless: Sessionless = typer.Option(Sessionless.record, help="Plain /v1 calls without a session key: record or reject."),
     pause_wait_s: float = typer.Option(60.0, help="How long new calls wait while paused."),
@@ -80,7 +84,7 @@ def gateway(
         reasoning_policy=reasoning.value, served_model_name=served_model_name, public_url=public_url,
         sessionless=sessionless.value, pause_wait_s=pause_wait_s, engine_timeout_s=engine_timeout_s,
         upstream_api_key=upstream_api_key, upstream_model=upstream_model, upstream_token_ids=upstream_token_ids,
-        context_length=context_length, trace=trace,
+        context_length=context_length, trace=trace, default_max_tokens=default_max_tokens or None,
     )
     if backend is Backend.embedded and engine_url is None:
         from ..engine.launch import EngineProcess

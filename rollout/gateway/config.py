@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..keys import ADMIN_KEY, new_key
 
 
+DEFAULT_MAX_TOKENS = 4096
+
+
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -39,8 +42,9 @@ class GatewayConfig(BaseModel):
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted")
     max_nodes_per_agent: int = Field(4096, ge=1, description="Calls per agent kept in memory for prefix reuse")
     max_sessions_in_memory: int = Field(20000, ge=1, description="Sessions whose token trees stay in memory")
-    default_max_tokens: int | None = Field(None, description="max_tokens when a request sets none "
-                                           "(default: the rest of the context)")
+    default_max_tokens: int | None = Field(
+        DEFAULT_MAX_TOKENS, ge=1, description="The reply's bound when a request sets none (Codex sends none): "
+        "without one a model that does not stop generates until the context is full; None: the rest of the context")
     context_length: int | None = Field(None, description="Override the engine's max_context_length")
     upstream_api_key: str | None = Field(None, description="openai backend: API key sent upstream")
     upstream_model: str | None = Field(None, description="openai backend: model name sent upstream")

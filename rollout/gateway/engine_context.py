@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from .errors import ClientDisconnected, ModelNotFound, StoreUnavailable
 from .metrics import GatewayMetrics
 from .prompt_builder import PromptBuilder, PromptPlan
 from .recording import CallTarget, Sampled
+from .request_notes import NoteLog
 
 T = TypeVar("T")
 # Requests smaller than this are prepared on the event loop: rendering and tokenizing them
@@ -50,6 +51,7 @@ class EngineContext:
     reply_format: ReplyFormat
     preparers: ThreadPoolExecutor
     tracing: Tracing
+    notes: NoteLog = field(default_factory=NoteLog)
 
     async def off_loop(self, body_bytes: int, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (rendering, tokenizing), on a prepare thread when the request is big, so

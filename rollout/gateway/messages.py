@@ -17,7 +17,7 @@ import orjson
 
 from ..json_bounds import MAX_ARGUMENT_DEPTH, nesting
 from .errors import InvalidRequest
-from .wire import ChatMessage, Tool
+from .wire import ChatMessage, OtherTool, Tool
 
 _SORTED = orjson.OPT_SORT_KEYS
 
@@ -46,15 +46,43 @@ def _arguments(arguments: str | dict[str, Any]) -> str | dict[str, Any]:
     return arguments
 
 
-def _canonical_arguments(arguments: str | dict[str, Any]) -> Any:
+ArgumentDefaults = dict[str, dict[str, Any]]
+"""Per function name, the arguments its schema gives a default, with that default."""
+
+
+def argument_defaults(tools: list[dict[str, Any]] | None) -> ArgumentDefaults:
+    """The defaults the tools' schemas declare for their top-level arguments. A harness may fill
+    them in when it sends a call back (Claude Code adds Edit's `replace_all: false`): the same
+    call, so keys leave them out."""
+    out: ArgumentDefaults = {}
+    for tool in tools or ():
+        function = tool.get("function") or {}
+        properties = (function.get("parameters") or {}).get("properties")
+        if isinstance(properties, dict):
+            given = {k: p["default"] for k, p in properties.items() if isinstance(p, dict) and "default" in p}
+            if given:
+                out[function.get("name", "")] = given
+    return out
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # JSON false is not 0
+
+
+def _canonical_arguments(arguments: str | dict[str, Any], defaults: dict[str, Any]) -> Any:
     if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {"__raw__": arguments}
-    # deeper than a tool call may be, the text is its own key (orjson cannot write it back)
-    return value if nesting(value) <= MAX_ARGUMENT_DEPTH else {"__raw__": arguments}
+        value: Any = arguments
+    else:
+        try:
+            value = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return {"__raw__": arguments}
+        # deeper than a tool call may be, the text is its own key (orjson cannot write it back)
+        if nesting(value) > MAX_ARGUMENT_DEPTH:
+            return {"__raw__": arguments}
+    if defaults and isinstance(value, dict):
+        return {k: v for k, v in value.items() if not (k in defaults and _same_json(v, defaults[k]))}
+    return value
 
 
 def to_template(messages: list[ChatMessage], model: str | None = "the served model") -> list[dict[str, Any]]:
@@ -101,10 +129,12 @@ def _reply_text(content: str | None) -> str:
     return text.strip()
 
 
-def message_key(message: dict[str, Any]) -> bytes:
+def message_key(message: dict[str, Any], defaults: ArgumentDefaults | None = None) -> bytes:
+    """`defaults`: `argument_defaults` of the call's tools (arguments equal to them are left out)."""
     if message["role"] == "assistant":
         calls = [
-            [c["function"]["name"], _canonical_arguments(c["function"]["arguments"])]
+            [c["function"]["name"], _canonical_arguments(c["function"]["arguments"],
+                                                         (defaults or {}).get(c["function"]["name"], {}))]
             for c in message.get("tool_calls") or ()
         ]
         return orjson.dumps(["assistant", _reply_text(message.get("content")), calls], option=_SORTED)
@@ -112,18 +142,27 @@ def message_key(message: dict[str, Any]) -> bytes:
     return orjson.dumps([message["role"], message["content"], message.get("name"), message.get("tool_call_id")])
 
 
-def reply_message_key(content: str | None, tool_calls: list[tuple[str, str]]) -> bytes:
+def reply_message_key(content: str | None, tool_calls: list[tuple[str, str]],
+                      defaults: ArgumentDefaults | None = None) -> bytes:
     """The key of an assistant reply the gateway returned (name, arguments JSON text)."""
     message = {
         "role": "assistant",
         "content": content or "",
         "tool_calls": [{"function": {"name": n, "arguments": a}} for n, a in tool_calls],
     }
-    return message_key(message)
+    return message_key(message, defaults)
 
 
-def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
-    return [t.model_dump(exclude_none=True) for t in tools] if tools else None
+def tool_dicts(tools: list[Tool | OtherTool] | None) -> list[dict[str, Any]] | None:
+    """The function tools as the template renders them; other tools are left out (`tool_notes`)."""
+    out = [t.model_dump(exclude_none=True) for t in tools or () if isinstance(t, Tool)]
+    return out or None
+
+
+def tool_notes(tools: list[Tool | OtherTool] | None) -> list[str]:
+    """A note for each chat tool that is not a function, left out of the prompt."""
+    return [f"chat: tools.{i} is a {t.type!r} tool, not a function; left out of the prompt"
+            for i, t in enumerate(tools or ()) if isinstance(t, OtherTool)]
 
 
 def function_tool(name: str, description: str | None, parameters: dict[str, Any]) -> dict[str, Any]:

@@ -20,11 +20,13 @@ from .call_pipeline import Outcome, Prepared
 from .chat_calls import plan_call, prompt_tail
 from .engine_context import EngineContext
 from .errors import GatewayError, anthropic_body
+from .messages import argument_defaults
+from .messages_options import clear_thinking, option_notes, output_constraint, reasoning_policy
 from .prompt_builder import PromptPlan
 from .recording import CallTarget, new_id
 from .responses import assistant_message
 from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long
-from .structured_outputs import constrained, messages_constraint
+from .structured_outputs import constrained, messages_constraint, only_one
 
 
 def _input(call: ParsedToolCall) -> dict[str, Any]:
@@ -72,9 +74,9 @@ class MessagesFront:
     async def _plan(self, ctx: EngineContext, target: CallTarget, req: PromptFields, limit: int, raw_body: bytes,
                     too_long: Callable[[int], GatewayError]) -> tuple[PromptPlan, bytes]:
         ctx.check_model(req.model)
-        dicts = to_template(req, ctx.served_model, self.signer)
+        dicts = clear_thinking(req, to_template(req, ctx.served_model, self.signer))
         return await plan_call(ctx, target, dicts, tool_dicts(req), template_kwargs(req), limit, len(raw_body),
-                               too_long)
+                               too_long, reasoning_policy(req, target.session.record.reasoning_policy))
 
     async def prepare(self, ctx: EngineContext, target: CallTarget, req: MessagesRequest, raw_body: bytes,
                       received: float) -> Prepared:
@@ -82,11 +84,14 @@ class MessagesFront:
             ctx, target, req, prompt_limit(req, ctx.context_length), raw_body,
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, None)
-        parse_tools = bool(req.tools) and (req.tool_choice is None or req.tool_choice.type != "none")
-        constraint = messages_constraint(tool_dicts(req), req.tool_choice, ctx.reply_format, prompt_tail(ctx, plan))
+        tools = tool_dicts(req)
+        parse_tools = tools is not None and (req.tool_choice is None or req.tool_choice.type != "none")
+        constraint = only_one(output_constraint(req), messages_constraint(
+            tools, req.tool_choice, ctx.reply_format, prompt_tail(ctx, plan)))
         return Prepared(req, target, req.model, plan, constrained(_sampling(req, limit), constraint), 1, req.stream,
                         list(req.stop_sequences or ()), raw_body, received, chain_end=chain_end,
-                        parse_tools=parse_tools, constraint=constraint.record() if constraint else None)
+                        parse_tools=parse_tools, constraint=constraint.record() if constraint else None,
+                        argument_defaults=argument_defaults(tools), notes=option_notes(req))
 
     async def count(self, ctx: EngineContext, target: CallTarget, req: PromptFields, raw_body: bytes) -> int:
         """The prompt tokens a Messages call with this prompt would send the engine."""

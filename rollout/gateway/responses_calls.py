@@ -21,8 +21,10 @@ from .call_pipeline import Outcome, Prepared
 from .chat_calls import plan_call, prompt_tail, tool_call_id
 from .engine_context import EngineContext
 from .errors import GatewayError, InvalidRequest
+from .messages import argument_defaults
 from .recording import CallTarget
-from .responses_items import input_items, stored_items, to_template, tool_dicts
+from .request_notes import unknown_fields
+from .responses_items import input_items, item_notes, stored_items, to_template, tool_dicts, tool_notes
 from .responses_wire import InputItem, ResponsesRequest, ToolChoiceFunction
 from .sampling_params import max_new_tokens, prompt_limit, prompt_too_long
 from .structured_outputs import constrained, from_text_format, only_one, tool_choice_constraint
@@ -105,7 +107,9 @@ class ResponsesFront:
         return Prepared(call, target, req.model, plan, constrained(_sampling(req, limit), constraint), 1, req.stream,
                         [], raw_body, received, chain_end=chain_end,
                         parse_tools=tools is not None and req.tool_choice != "none",
-                        constraint=constraint.record() if constraint else None)
+                        constraint=constraint.record() if constraint else None,
+                        argument_defaults=argument_defaults(tools),
+                        notes=unknown_fields(req, "responses") + tool_notes(req.tools) + item_notes(items, len(history)))
 
     def tool_id(self) -> str:
         return tool_call_id()

@@ -4,7 +4,8 @@
 `function_call` ↔ an assistant tool call, `function_call_output` ↔ a tool message,
 `reasoning` ↔ the assistant's reasoning (its `encrypted_content` must be the signature this
 gateway gave it), `instructions` and system/developer messages ↔ system messages. Reasoning,
-assistant messages and function calls in a row make one assistant turn.
+assistant messages and function calls in a row make one assistant turn. Items and tools the
+template has no place for are left out, each with a note (`item_notes`, `tool_notes`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .messages import function_tool
 from .http_util import validation_error
 from .responses_wire import (
     FunctionCallItem, FunctionCallOutputItem, FunctionTool, InputImage, InputItem, MessageItem, NamespaceTool,
-    ReasoningItem, Refusal, ResponsesRequest, Tool,
+    OtherItem, OtherTool, ReasoningItem, Refusal, ResponsesRequest, Tool,
 )
 
 _ITEMS = TypeAdapter(list[InputItem])
@@ -42,14 +43,42 @@ def stored_items(raw: list[dict[str, Any]], where: str) -> list[InputItem]:
 
 
 def _functions(tools: list[Tool]) -> list[FunctionTool]:
-    """The function tools the model is offered: namespaces flattened, hosted tools left out."""
+    """The function tools the model is offered: namespaces flattened, the rest left out."""
     out: list[FunctionTool] = []
     for tool in tools:
         if isinstance(tool, FunctionTool):
             out.append(tool)
         elif isinstance(tool, NamespaceTool):
-            out.extend(tool.tools)
+            out.extend(t for t in tool.tools if isinstance(t, FunctionTool))
     return out
+
+
+def _left_out(tool: OtherTool, where: str) -> str:
+    if tool.type == "custom":
+        what = "a free-text custom tool, whose calls are not JSON arguments"
+    else:
+        what = "a tool the provider hosts, which this engine cannot run"
+    named = f" {tool.name!r}" if tool.name else ""
+    return f"responses: {where} ({tool.type}{named}) is {what}; left out of the prompt"
+
+
+def tool_notes(tools: list[Tool] | None) -> list[str]:
+    """A note for each tool left out of the prompt."""
+    notes = []
+    for i, tool in enumerate(tools or ()):
+        if isinstance(tool, OtherTool):
+            notes.append(_left_out(tool, f"tools.{i}"))
+        elif isinstance(tool, NamespaceTool):
+            notes.extend(_left_out(t, f"tools.{i}.tools.{j}") for j, t in enumerate(tool.tools)
+                         if isinstance(t, OtherTool))
+    return notes
+
+
+def item_notes(items: list[InputItem], from_chain: int) -> list[str]:
+    """A note for each item type left out of the prompt (said once per type)."""
+    kinds = sorted({item.type for item in items[from_chain:] if isinstance(item, OtherItem)})
+    return [f"responses: input items of type {kind!r} have no place in the chat template; left out of the prompt"
+            for kind in kinds]
 
 
 def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
@@ -97,6 +126,8 @@ class _Turns:
             self.turn = None
 
     def add(self, item: InputItem, at: str) -> None:
+        if isinstance(item, OtherItem):
+            return  # noted by item_notes
         if isinstance(item, ReasoningItem):
             self._reasoning(item, at)
         elif isinstance(item, FunctionCallItem):
@@ -142,6 +173,10 @@ def to_template(items: list[InputItem], from_chain: int, instructions: str | Non
     that cannot be rendered."""
     if len(items) == from_chain:
         raise InvalidRequest("input is empty; send a string or at least one item", param="input")
+    if all(isinstance(item, OtherItem) for item in items[from_chain:]):
+        kinds = sorted({item.type for item in items[from_chain:]})
+        raise InvalidRequest(f"input holds only items of types {kinds}, which the chat template has no place for; "
+                             "send at least one message, function_call_output or reasoning item", param="input")
     turns = _Turns(model, signer)
     if instructions:
         turns.out.append({"role": "system", "content": instructions})

@@ -2,11 +2,11 @@
 names of the `openai` SDK's `openai.types.responses` params.
 
 Input items are a union tagged by `type` (a message may leave it out, as the SDK's
-`EasyInputMessageParam` does), so a malformed item is a 400 naming its place. Unknown fields
-are refused; fields that change nothing on this gateway's engines (`include`,
-`prompt_cache_key`, `parallel_tool_calls`, `service_tier`, `metadata`, `user`,
-`client_metadata`, `truncation`, `text`, `reasoning` effort, a hosted `web_search` tool) are
-accepted.
+`EasyInputMessageParam` does), so a malformed item is a 400 naming its place. Codex and the
+Agents SDK grow faster than this gateway: an item or tool of a type it does not render (a
+`web_search_call`, a hosted `web_search` or `file_search` tool, a `custom` tool) and a
+top-level field it does not know are accepted and left out, with a note on the call
+(request_notes.py). `docs/gateway.md` lists what is honoured and what is recorded only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from .wire import Wire
+from .wire import Lenient, Wire
 
 
 class InputText(Wire):
@@ -79,21 +79,33 @@ class ReasoningItem(Wire):
     status: str | None = None
 
 
-def _item_type(value: Any) -> str:
-    if isinstance(value, dict):
-        return value.get("type", "message")
-    return getattr(value, "type", "message")
+class OtherItem(Lenient):
+    """An item of a type the template has no turn for (`web_search_call`, `custom_tool_call`,
+    `item_reference`, `compaction`, ...): left out of the prompt, with a note."""
+
+    type: str
+
+
+def _tagged(known: tuple[str, ...], default: str | None):
+    """A discriminator: the value's `type` where it is one of `known`, else `other`."""
+
+    def tag(value: Any) -> str:
+        kind = value.get("type", default) if isinstance(value, dict) else getattr(value, "type", default)
+        return kind if kind in known else "other"
+
+    return Discriminator(tag)
 
 
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")],
-    Discriminator(_item_type),
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[OtherItem, Tag("other")],
+    _tagged(("message", "function_call", "function_call_output", "reasoning"), "message"),
 ]
 
 
 class FunctionTool(Wire):
-    """A function tool; OpenAI's hosted tools (web search, file search, computer use) are not served."""
+    """A function tool: the model calls it, the harness runs it."""
 
     type: Literal["function"]
     name: str = Field(min_length=1)
@@ -102,28 +114,31 @@ class FunctionTool(Wire):
     strict: bool | None = None
 
 
+class OtherTool(Lenient):
+    """A tool that is not a JSON function: OpenAI's hosted tools (`web_search`, `file_search`,
+    `code_interpreter`, ...), which the engine cannot run, and free-text `custom` tools, whose
+    calls are not JSON arguments. Left out of the prompt, with a note."""
+
+    type: str
+    name: str | None = None
+
+
+Member = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+                   _tagged(("function",), None)]
+
+
 class NamespaceTool(Wire):
-    """A named group of function tools (Codex sends its sub-agent tools so); its functions are
-    rendered as plain tools."""
+    """A named group of tools (Codex sends its sub-agent tools so); its functions are rendered
+    as plain tools."""
 
     type: Literal["namespace"]
     name: str = Field(min_length=1)
-    tools: list[FunctionTool]
+    tools: list[Member]
     description: str | None = None
 
 
-class WebSearchTool(Wire):
-    """OpenAI's hosted web search: accepted, as Codex always sends it, but never offered to the
-    model (the engine cannot search)."""
-
-    type: Literal["web_search", "web_search_preview"]
-    external_web_access: bool | None = None
-    filters: dict[str, Any] | None = None
-    search_context_size: Literal["low", "medium", "high"] | None = None
-    user_location: dict[str, Any] | None = None
-
-
-Tool = Annotated[FunctionTool | NamespaceTool | WebSearchTool, Field(discriminator="type")]
+Tool = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[NamespaceTool, Tag("namespace")]
+                 | Annotated[OtherTool, Tag("other")], _tagged(("function", "namespace"), None)]
 
 
 class ToolChoiceFunction(Wire):
@@ -137,7 +152,7 @@ class ReasoningConfig(Wire):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class ResponsesRequest(Wire):
+class ResponsesRequest(Lenient):
     """`POST /v1/responses`."""
 
     model: str

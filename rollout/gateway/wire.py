@@ -5,7 +5,8 @@ clients (`roost.agents.gateway_session`) send and read them; so this module impo
 of the server.
 
 Unknown fields are rejected with a 400 naming them, so a typo'd sampling parameter cannot
-silently change nothing. Fields OpenAI defines that roost cannot honour are accepted only
+silently change nothing; only a tool of a type that is not a function is accepted (and left
+out, with a note). Fields OpenAI defines that roost cannot honour are accepted only
 where ignoring them is harmless (`user`, `store`, `metadata`, ...); the rest are refused in
 `sampling_params.py` with a message saying so.
 """
@@ -13,9 +14,9 @@ where ignoring them is harmless (`user`, `store`, `metadata`, ...); the rest are
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from roost.outcome import EpisodeOutcome, SessionStatus
 
@@ -24,6 +25,14 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 class Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Lenient(BaseModel):
+    """A part of a request that harnesses grow faster than this gateway learns (Claude Code's and
+    Codex's top level, hosted tools, new item types): fields it does not know are kept
+    (`model_extra`) and noted with the call (request_notes.py) instead of refused."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 class FunctionCall(Wire):
@@ -63,6 +72,18 @@ class ToolFunction(Wire):
 class Tool(Wire):
     type: Literal["function"] = "function"
     function: ToolFunction
+
+
+class OtherTool(Lenient):
+    """A tool that is not a function (`custom`, or a type of a newer API): not offered to the
+    model, noted with the call."""
+
+    type: str
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type", "function") if isinstance(value, dict) else getattr(value, "type", "function")
+    return "function" if kind == "function" else "other"
 
 
 class StreamOptions(Wire):
@@ -121,7 +142,8 @@ class SamplingFields(Wire):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
-    tools: list[Tool] | None = None
+    tools: list[Annotated[Annotated[Tool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+                          Discriminator(_tool_kind)]] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_completion_tokens: int | None = Field(None, ge=0)

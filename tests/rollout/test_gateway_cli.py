@@ -1,5 +1,6 @@
-"""`roost gateway` as a user runs it: its window from --context-length, and a clear exit when
---backend embedded points at a server that does not speak SGLang's API."""
+"""`roost gateway` as a user runs it: its window from --context-length, the bound on replies
+whose request sets none (--default-max-tokens), and a clear exit when --backend embedded points
+at a server that does not speak SGLang's API."""
 
 from __future__ import annotations
 
@@ -51,7 +52,22 @@ def test_context_length_reaches_the_gateway_and_the_engine_it_starts(tmp_path):
         psutil.wait_procs(engines, timeout=15)
 
 
-class OpenAIOnly(BaseHTTPRequestHandler):
+def test_default_max_tokens_bounds_a_reply_the_request_does_not(scripted_engine_url, tmp_path):
+    """Codex sends no max_output_tokens: the gateway's bound ends the reply instead of the context."""
+    args = ["--engine-url", scripted_engine_url, "--model", "tiny", "--default-max-tokens", "8",
+            "--store", str(tmp_path / "trajectories.sqlite")]
+    gateway = GatewayProcess(args)
+    with gateway as url:
+        session = httpx.post(f"{url}/sessions", json={}, headers={"Authorization": f"Bearer {gateway.admin_key}"})
+        reply = httpx.post(f"{session.json()['base_url']}/responses", timeout=60,
+                           headers={"Authorization": f"Bearer {session.json()['key']}"},
+                           json={"model": "tiny", "input": "Talk.",
+                                 "custom_params": {"scripted_reply": " ".join(["word"] * 40)}})
+    assert reply.status_code == 200, reply.text
+    answer = reply.json()
+    assert answer["status"] == "incomplete" and answer["usage"]["output_tokens"] == 8
+
+
     """A test double of a foreign server: OpenAI's /v1/models, 404 for everything else."""
 
     def do_GET(self) -> None:

@@ -4,10 +4,14 @@ token-exact sample; count_tokens agrees with the calls."""
 
 from __future__ import annotations
 
+import json
+import logging
+
 import anthropic
 import httpx
 import openai
 import pytest
+from transformers import AutoTokenizer
 
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.rollout.gateway_helpers import (
@@ -191,3 +195,61 @@ def test_passthrough_backend_refuses_messages_by_name(scripted_engine_url, tmp_p
     assert error["type"] == "invalid_request_error" and "--backend vllm, sglang or embedded" in error["message"]
     with TrajectoryReader(tmp_path / "t.sqlite") as reader:
         assert reader.call_count() == 0
+
+
+def test_claude_code_fields_are_understood_and_noted(spied_scripted_gateway, tiny_model_path, caplog):
+    """What Claude Code sends: a `system` turn inside `messages` (blocks in 2.1.332, a string in
+    2.1.197) is rendered where it stands and keys the same either way, so the next turn extends;
+    `clear_thinking` keep "all" keeps past thinking (an extension), a number of turns clears it
+    (the template's rendering: a fork); effort and an unknown field are accepted and noted, the
+    unknown field warned about once."""
+    server, store, spy = spied_scripted_gateway
+    session = new_session(server)
+    client = anthropic_client(session)
+    user = {"role": "user", "content": "What's the weather in Paris?"}
+    agents = "Available agents: planner, coder."
+    fields = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}, "claude_next_field": {"on": 1}}
+
+    def turn(messages: list[dict], reply: str, keep) -> anthropic.types.Message:
+        edits = {"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": keep}]}}
+        return client.messages.create(model="tiny", max_tokens=256, system=SYSTEM, tools=TOOLS, messages=messages,
+                                      extra_body={**fields, **edits, **say(reply)})
+
+    with caplog.at_level(logging.WARNING, logger="roost.gateway"):
+        first = turn([user, {"role": "system", "content": [{"type": "text", "text": agents}]}], THINK + TOOL_CALL, "all")
+        result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": first.content[-1].id,
+                                               "content": "sunny"}]}
+        history = [user, {"role": "system", "content": agents}, _echo(first), result]
+        turn(history, "Sunny in Paris.", "all")
+        turn(history, "Sunny.", {"type": "thinking_turns", "value": 0})
+    calls = stored_calls(store, session["session_id"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    assert [(c.kind, c.reuse) for c in calls] == [("root", "none"), ("extend", "exact"), ("fork", "none")]
+    assert calls[1].parent_call_id == calls[0].call_id
+    assert_token_exact(store, session["session_id"], spy)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    text = tokenizer.decode(calls[0].prompt_ids)
+    assert f"<|im_start|>user\n{user['content']}<|im_end|>\n<|im_start|>system\n{agents}<|im_end|>" in text
+    kept, cleared = (tokenizer.decode(c.prompt_ids) for c in calls[1:])
+    assert THINK.strip() in kept and THINK.strip() not in cleared
+    notes = calls[0].response["notes"]
+    assert any("'claude_next_field'" in n for n in notes) and any("effort 'high'" in n for n in notes)
+    assert sum("claude_next_field" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_output_format_is_enforced_and_server_tools_left_out(spied_scripted_gateway, tiny_model_path):
+    server, store, _ = spied_scripted_gateway
+    session = new_session(server)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    web = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+    reply = anthropic_client(session).messages.create(
+        model="tiny", max_tokens=64, tools=[*TOOLS, web], messages=[{"role": "user", "content": "Which city?"}],
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}},
+                    **say(json.dumps({"city": "Paris"}))})
+    assert json.loads(reply.content[0].text) == {"city": "Paris"}
+    call = stored_calls(store, session["session_id"])[0]
+    assert call.response["constraint"] == {"source": "response_format", "type": "json_schema"}
+    assert json.loads(call.sampling_params["json_schema"]) == schema
+    assert any("web_search_20250305" in n and "left out" in n for n in call.response["notes"])
+    text = AutoTokenizer.from_pretrained(tiny_model_path).decode(call.prompt_ids)
+    assert "get_weather" in text and "web_search" not in text

@@ -8,6 +8,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from transformers import AutoTokenizer
 
 from roost.tests.rollout.gateway_helpers import (
     THINK, TOOL_CALL, WEATHER_TOOLS, assert_one_path, assert_token_exact, misbehave, new_session, say, stored_calls,
@@ -162,3 +163,38 @@ def test_engine_failure_is_a_503_and_the_session_goes_on(spied_scripted_gateway,
     again = httpx.post(f"{session['base_url']}/responses", json={**body, **say("Back.")}, headers=headers)
     assert again.status_code == 200 and ("event: response.completed" if stream else '"text":"Back."') in again.text
     assert len(stored_calls(store, session["session_id"])) == 1
+
+
+def test_tools_and_items_the_model_cannot_run_are_left_out_with_a_note(spied_scripted_gateway, tiny_model_path):
+    """What a newer Codex or Agents SDK may send: a namespace's functions are offered to the model;
+    hosted tools, free-text custom tools and items the template has no turn for (a
+    `web_search_call`) are left out, and an unknown top-level field accepted, each noted on the
+    call. Chat's tools of other types likewise."""
+    server, store, _ = spied_scripted_gateway
+    session = new_session(server)
+    spawn = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object", "properties": {}}}
+    scratch = {"type": "custom", "name": "scratch_pad"}
+    tools = [*TOOLS, {"type": "namespace", "name": "agents", "description": "Sub-agents.", "tools": [spawn, scratch]},
+             {"type": "web_search", "external_web_access": False},
+             {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark",
+                                                                 "definition": "start: /.+/"}}]
+    searched = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+                "action": {"type": "search", "query": "weather"}}
+    client_for(session).responses.create(
+        model="tiny", tools=tools, input=[{"role": "developer", "content": "Be brief."}, searched,
+                                          {"role": "user", "content": "Weather in Paris?"}],
+        extra_body={"codex_next_field": True, **say("Sunny.")})
+    openai.OpenAI(base_url=session["base_url"], api_key=session["key"], max_retries=0).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOLS[0], {"type": "custom", "custom": {"name": "apply_patch"}}], extra_body=say("Sunny."))
+    responses, chat = stored_calls(store, session["session_id"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    text = tokenizer.decode(responses.prompt_ids)
+    assert '"spawn_agent"' in text and "get_weather" in text
+    assert not any(name in text for name in ("scratch_pad", "apply_patch", "web_search", "ws_1"))
+    notes = " | ".join(responses.response["notes"])
+    for expected in ("'codex_next_field'", "tools.2.tools.1 (custom 'scratch_pad')", "tools.3 (web_search)",
+                     "tools.4 (custom 'apply_patch')", "'web_search_call'"):
+        assert expected in notes, notes
+    assert chat.response["notes"] == ["chat: tools.1 is a 'custom' tool, not a function; left out of the prompt"]
+    assert "apply_patch" not in tokenizer.decode(chat.prompt_ids)

@@ -32,7 +32,7 @@ from roost.envs.protocol import Action, Step, TextAction, ToolCall
 from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.gateway.chat_calls import plan_chat, render_chat
 from roost.rollout.gateway.errors import InvalidRequest
-from roost.rollout.gateway.messages import extend_chain, message_key, to_template, tool_dicts
+from roost.rollout.gateway.messages import argument_defaults, extend_chain, message_key, to_template, tool_dicts
 from roost.rollout.gateway.prompt_builder import PromptBuilder
 from roost.rollout.gateway.recording import Sampled, node_for
 from roost.rollout.gateway.token_tree import AgentTree, Node
@@ -156,7 +156,8 @@ class ChatRenderer:
                         "the gateway would record a fork, which one sample cannot hold")
                 reply = Sampled(self._reply_ids(whole, prompt, number))
                 call = node_for(f"reply-{number}", plan, reply, self.tokenizer,
-                                extend_chain(chain_end, message_key(dicts[index])))
+                                extend_chain(chain_end, message_key(dicts[index],
+                                                                    argument_defaults(tool_dicts(offered)))))
                 tree.add(call)
                 calls.append(call)
         except (ValidationError, InvalidRequest) as exc:
