@@ -99,6 +99,8 @@ class EnvInfo:
     tools: list[ToolSchema]
     splits: tuple[str, ...]
     description: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    """The software the env runs, by name → version (OSWorld: its desktops' applications)."""
 
 
 @dataclass(frozen=True)

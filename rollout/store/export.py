@@ -86,7 +86,7 @@ def _write_jsonl(rows: Iterator[dict[str, Any]], out: Path) -> int:
     return count
 
 
-def _parquet_schema(pa, kind: str):
+def _parquet_schema(pa: Any, kind: str) -> Any:
     text, i64, f64 = pa.string(), pa.int64(), pa.float64()
     if kind == "calls":
         columns = [

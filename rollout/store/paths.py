@@ -24,7 +24,7 @@ from roost.outcome import SessionStatus
 
 from ..engine.wire import constraint_of
 from .reader import TrajectoryReader
-from .records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
+from .records import AdvantageRecord, CallRecord, IdArray, RewardRecord, SessionRecord
 from .samples import CallRef, Refused, Sample
 
 
@@ -162,7 +162,7 @@ def _path_sample(
     )
 
 
-def _common(sampled, tokens: list[int], start: int, end: int) -> int:
+def _common(sampled: IdArray, tokens: list[int], start: int, end: int) -> int:
     count = 0
     for i in range(end - start):
         if sampled[i] != tokens[start + i]:

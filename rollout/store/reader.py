@@ -97,8 +97,8 @@ class TrajectoryReader:
 
     def call_count(self, session_id: str | None = None) -> int:
         if session_id is None:
-            return self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-        return self._conn.execute("SELECT COUNT(*) FROM calls WHERE session_id=?", (session_id,)).fetchone()[0]
+            return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+        return int(self._conn.execute("SELECT COUNT(*) FROM calls WHERE session_id=?", (session_id,)).fetchone()[0])
 
     def rewards(self, session_id: str) -> list[RewardRecord]:
         rows = self._conn.execute(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from roost.outcome import EpisodeOutcome, SessionStatus
 
@@ -17,11 +17,17 @@ from roost.outcome import EpisodeOutcome, SessionStatus
 FORMAT_VERSION = 1
 
 
-def ids_array(values: Any = ()) -> array:
+IdArray: TypeAlias = "array[int]"
+"""Token ids, 4 bytes each (typecode `i`)."""
+FloatArray: TypeAlias = "array[float]"
+"""Logprobs, 8 bytes each (typecode `d`)."""
+
+
+def ids_array(values: Any = ()) -> IdArray:
     return values if isinstance(values, array) and values.typecode == "i" else array("i", values)
 
 
-def logprob_array(values: Any = ()) -> array:
+def logprob_array(values: Any = ()) -> FloatArray:
     return values if isinstance(values, array) and values.typecode == "d" else array("d", values)
 
 
@@ -79,9 +85,9 @@ class CallRecord:
     shared_prefix_len: int
     kind: str
     reuse: str
-    prompt_ids: array
-    sampled_ids: array
-    sampled_logprobs: array
+    prompt_ids: IdArray
+    sampled_ids: IdArray
+    sampled_logprobs: FloatArray
     finish_reason: dict[str, Any]
     sampling_params: dict[str, Any]
     weight_version: str

@@ -10,7 +10,7 @@ import orjson
 
 from roost.outcome import EpisodeKind, EpisodeOutcome, EpisodeStatus, RewardSource, SessionStatus
 
-from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+from .records import AdvantageRecord, AgentRecord, CallRecord, FloatArray, IdArray, RewardRecord, SessionRecord
 from .schema import OUTCOME_COLUMNS
 
 CALL_COLUMNS = (
@@ -34,19 +34,19 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _ids(blob: bytes) -> array:
+def _ids(blob: bytes) -> IdArray:
     values = array("i")
     values.frombytes(blob)
     return values
 
 
-def _floats(blob: bytes) -> array:
+def _floats(blob: bytes) -> FloatArray:
     values = array("d")
     values.frombytes(blob)
     return values
 
 
-def call_row(c: CallRecord) -> tuple:
+def call_row(c: CallRecord) -> tuple[Any, ...]:
     return (
         c.call_id, c.session_id, c.agent_id, c.parent_agent, c.seq, c.endpoint, c.backend, c.model,
         c.parent_call_id, c.shared_prefix_len, c.kind, c.reuse, c.prompt_ids.tobytes(),
@@ -57,7 +57,7 @@ def call_row(c: CallRecord) -> tuple:
     )
 
 
-def call_from_row(row: sqlite3.Row | tuple) -> CallRecord:
+def call_from_row(row: sqlite3.Row | tuple[Any, ...]) -> CallRecord:
     v = dict(zip(CALL_COLUMNS, row))
     for name in ("finish_reason", "sampling_params", "timings", "request", "response"):
         v[name] = orjson.loads(v[name])
@@ -67,14 +67,14 @@ def call_from_row(row: sqlite3.Row | tuple) -> CallRecord:
     return CallRecord(**v)
 
 
-def session_row(s: SessionRecord) -> tuple:
+def session_row(s: SessionRecord) -> tuple[Any, ...]:
     return (
         s.session_id, s.key_hash, s.group_id, _json(s.task), _json(s.metadata),
         s.reasoning_policy, s.status.value, s.created_at, s.finished_at, _json(s.finish_info), *outcome_row(s.outcome),
     )
 
 
-def session_from_row(row: tuple) -> SessionRecord:
+def session_from_row(row: tuple[Any, ...]) -> SessionRecord:
     v = dict(zip(SESSION_COLUMNS, row))
     for name in ("task", "metadata", "finish_info"):
         v[name] = orjson.loads(v[name])
@@ -87,7 +87,7 @@ def session_from_row(row: tuple) -> SessionRecord:
     return SessionRecord(**v)
 
 
-def outcome_row(o: EpisodeOutcome | None) -> tuple:
+def outcome_row(o: EpisodeOutcome | None) -> tuple[Any, ...]:
     if o is None:
         return (None,) * len(OUTCOME_COLUMNS)
     return o.status.value, o.reward, o.reward_source.value, o.kind.value, o.reason
@@ -102,7 +102,7 @@ def outcome_from_columns(status: str, reward: float | None, source: str, kind: s
 _LEGACY_KIND_PREFIXES = {"eval-": EpisodeKind.EVAL, "sft-": EpisodeKind.SFT}
 
 
-def outcome_from_legacy(group_id: str | None, finish_info: str | dict) -> EpisodeOutcome:
+def outcome_from_legacy(group_id: str | None, finish_info: str | dict[str, Any]) -> EpisodeOutcome:
     """The outcome of a session finished before outcomes were stored as columns."""
     info = orjson.loads(finish_info) if isinstance(finish_info, str) else finish_info
     kind = next((k for prefix, k in _LEGACY_KIND_PREFIXES.items() if (group_id or "").startswith(prefix)),
@@ -110,17 +110,17 @@ def outcome_from_legacy(group_id: str | None, finish_info: str | dict) -> Episod
     return EpisodeOutcome.from_info(info if isinstance(info, dict) else {}, kind=kind)
 
 
-def agent_from_row(row: tuple) -> AgentRecord:
+def agent_from_row(row: tuple[Any, ...]) -> AgentRecord:
     return AgentRecord(session_id=row[0], agent_id=row[1], parent_agent=row[2], created_at=row[3])
 
 
-def reward_from_row(row: tuple) -> RewardRecord:
+def reward_from_row(row: tuple[Any, ...]) -> RewardRecord:
     return RewardRecord(
         session_id=row[0], agent_id=row[1], call_id=row[2], reward=row[3],
         info=orjson.loads(row[4]), created_at=row[5],
     )
 
 
-def advantage_from_row(row: tuple) -> AdvantageRecord:
+def advantage_from_row(row: tuple[Any, ...]) -> AdvantageRecord:
     per_token = list(_floats(row[3])) if row[3] is not None else None
     return AdvantageRecord(call_id=row[0], session_id=row[1], value=row[2], per_token=per_token, created_at=row[4])

@@ -12,7 +12,7 @@ import sqlite3
 from array import array
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -59,7 +59,8 @@ class TrajectoryStore:
         return self._writer
 
     async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.writer.submit(op)
+        value: T = await self.writer.submit(op)
+        return value
 
     async def record_call(self, call: CallRecord) -> None:
         row = call_row(call)
@@ -99,7 +100,7 @@ class TrajectoryStore:
             )
         )
 
-    async def finish_session(self, session_id: str, finished_at: float, outcome: EpisodeOutcome, info: dict) -> None:
+    async def finish_session(self, session_id: str, finished_at: float, outcome: EpisodeOutcome, info: dict[str, Any]) -> None:
         payload = orjson.dumps(info).decode()
         outcome_sets = ", ".join(f"{c}=?" for c in OUTCOME_COLUMNS)
         await self._write(

@@ -18,8 +18,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
+_Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
+"""A queued write: the op, the future its caller awaits, and that caller's loop."""
+_Done = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
-_STOP = object()
 
 
 class StoreClosed(RuntimeError):
@@ -30,7 +32,7 @@ class GroupCommitWriter:
     def __init__(self, connect: Callable[[], sqlite3.Connection], *, max_batch: int = 1024):
         self._connect = connect
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()  # None: stop
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
@@ -44,7 +46,7 @@ class GroupCommitWriter:
         if self._startup_error is not None:
             raise self._startup_error
 
-    def submit(self, op: Op) -> asyncio.Future:
+    def submit(self, op: Op) -> asyncio.Future[Any]:
         """Queue `op(connection)`; the future resolves (on the calling loop) after commit."""
         if self._thread is None or not self._thread.is_alive():
             raise StoreClosed("the trajectory store is closed; no call can be recorded")
@@ -55,7 +57,7 @@ class GroupCommitWriter:
 
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_STOP)
+            self._queue.put(None)
             self._thread.join()
 
     def _run(self) -> None:
@@ -69,7 +71,7 @@ class GroupCommitWriter:
         try:
             while True:
                 first = self._queue.get()
-                if first is _STOP:
+                if first is None:
                     return
                 batch = [first]
                 stop = False
@@ -78,7 +80,7 @@ class GroupCommitWriter:
                         item = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if item is _STOP:
+                    if item is None:
                         stop = True
                         break
                     batch.append(item)
@@ -88,7 +90,7 @@ class GroupCommitWriter:
         finally:
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Item]) -> None:
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -101,7 +103,7 @@ class GroupCommitWriter:
             outcomes = [(None, None, exc)] * len(batch)
         self.batches += 1
         self.writes += len(batch)
-        by_loop: dict[Any, list] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Done]] = {}
         for (_op, waiter, loop), (_, value, error) in zip(batch, outcomes):
             by_loop.setdefault(loop, []).append((waiter, value, error))
         for loop, items in by_loop.items():
@@ -123,7 +125,7 @@ def _run_one(conn: sqlite3.Connection, op: Op) -> tuple[None, Any, BaseException
     return None, value, None
 
 
-def _resolve(items: list) -> None:
+def _resolve(items: list[_Done]) -> None:
     for future, value, error in items:
         if future.done():  # the awaiting request was cancelled
             continue
