@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from roost.envs.osworld.fixture_kit import HOME, FixtureTask, chain, download, execute, keys, launch, step, typed
+from roost.envs.osworld.fixture_kit import HOME, FixtureTask, download, execute, keys, launch, step, typed
 
 DOMAIN = "chrome"
+ADDRESS_BAR_FOCUSED = {"role": "entry", "name": "Address and search bar", "focused": True}
 
 
 def _page(title: str) -> bytes:
@@ -13,6 +14,16 @@ def _page(title: str) -> bytes:
 
 def _page_url(name: str) -> str:
     return f"file://{HOME}/pages/{name}.html"
+
+
+def _open_in_new_tab(url: str, after: dict) -> list[dict]:
+    """Expert steps: a new tab once `after` holds, its address bar, the URL. Each waits for the
+    browser's state, not for time. Ctrl+L focuses the address bar whatever the new-tab page does
+    with the focus (Chromium 155's third-party new-tab page keeps it), and the URL is typed only
+    once the bar has it."""
+    return [step(keys("ctrl", "t"), after),
+            step(keys("ctrl", "l"), {"role": "frame", "name": "New Tab - Chromium"}),
+            step(typed(url + "\n"), ADDRESS_BAR_FOCUSED)]
 
 
 def _tabs(i: int, start: str, wanted: list[str]) -> FixtureTask:
@@ -25,8 +36,7 @@ def _tabs(i: int, start: str, wanted: list[str]) -> FixtureTask:
     expert = []
     waiting_for = f"{start.capitalize()} page - Chromium"
     for page in wanted:
-        expert.append(step(chain(keys("ctrl", "t"), "import time; time.sleep(0.5)", typed(_page_url(page) + "\n")),
-                           {"role": "frame", "name": waiting_for}))
+        expert += _open_in_new_tab(_page_url(page), after={"role": "frame", "name": waiting_for})
         waiting_for = f"{page.capitalize()} page - Chromium"
     expert.append(step("DONE", {"role": "frame", "name": waiting_for}))
     listed = " and ".join(_page_url(p) for p in wanted)

@@ -9,6 +9,7 @@ long as they stayed in the session's process group.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,9 +18,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_PROFILE = ".config/google-chrome"
+"""Under $HOME: Google Chrome's profile folder, where OSWorld's tasks and getters look for it."""
 CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
                   "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
                   "--password-store=basic", "--force-renderer-accessibility")
+CHROMIUM_PREFERENCES = {"default_search_provider_data": {"template_url_data": {
+    "short_name": "Google", "keyword": "google.com", "prepopulate_id": 1,
+    "url": "{google:baseURL}search?q={searchTerms}"}}}
+"""A new profile's Default/Preferences (an existing one is left as it is). Google as
+the search engine, as in OSWorld's VM (its `get_default_search_engine` getter assumes it too), gives
+the local new-tab page (chrome://new-tab-page) with the address bar focused. Debian's default,
+DuckDuckGo, gives chrome://new-tab-page-third-party, which from Chromium 155 takes the keyboard
+focus itself: text typed after Ctrl+T went nowhere. A managed policy (NewTabPageLocation) fixes
+it too, but binds the user's settings, which OSWorld's Chrome tasks change."""
 AT_SPI_LAUNCHER = "/usr/libexec/at-spi-bus-launcher"
 MARKER = "ROOST_DESKTOP_ID"
 """Set in every desktop process's environment: `kill_marked` finds them all by it, even those
@@ -119,6 +132,7 @@ class DesktopSession:
         runtime_dir.mkdir(mode=0o700)
         xauthority = self.config.home / ".Xauthority"
         _write_xauthority(xauthority, self.display)
+        seed_chromium_profile(self.config.home)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DBUS_", "AT_SPI", "XDG_"))}
         env.update({
             "DISPLAY": self.display, "HOME": str(self.config.home), "XDG_RUNTIME_DIR": str(runtime_dir),
@@ -189,14 +203,23 @@ def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
     flags = " ".join(CHROMIUM_FLAGS)
     chrome = ("#!/bin/sh\nfor a in \"$@\"; do shift; case \"$a\" in --remote-debugging-port=*) ;; "
               "*) set -- \"$@\" \"$a\";; esac; done\n"
-              f"exec /usr/bin/chromium {flags} --remote-debugging-port=\"$ROOST_CHROMIUM_PORT\" "
-              '--user-data-dir="$HOME/.config/google-chrome" "$@"\n')
+              f"exec {CHROMIUM} {flags} --remote-debugging-port=\"$ROOST_CHROMIUM_PORT\" "
+              f'--user-data-dir="$HOME/{CHROMIUM_PROFILE}" "$@"\n')
     scripts = {"python": f'#!/bin/sh\nexec {config.python} "$@"\n', "google-chrome": chrome,
                "chromium": chrome, "chromium-browser": chrome}
     scripts["python3"] = scripts["python"]
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+
+
+def seed_chromium_profile(home: Path) -> None:
+    """Writes CHROMIUM_PREFERENCES as the profile's preferences where it has none: the profile is
+    there before any task runs, as in OSWorld's VM (some of its tasks edit it before Chrome starts)."""
+    preferences = home / CHROMIUM_PROFILE / "Default" / "Preferences"
+    if not preferences.exists():
+        preferences.parent.mkdir(parents=True, exist_ok=True)
+        preferences.write_text(json.dumps(CHROMIUM_PREFERENCES))
 
 
 def free_display(first: int = 20, last: int = 2000) -> int:
