@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Field, Tag
 
-from .wire import Lenient, Wire
+from .wire import Lenient, Wire, tagged
 
 
 class TextBlock(Wire):
@@ -95,13 +95,8 @@ class ServerTool(Lenient):
     name: str | None = None
 
 
-def _tool_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "client" if kind in (None, "custom") else "server"
-
-
-Tool = Annotated[Annotated[ToolParam, Tag("client")] | Annotated[ServerTool, Tag("server")],
-                 Discriminator(_tool_kind)]
+Tool = Annotated[Annotated[ToolParam, Tag("custom")] | Annotated[ServerTool, Tag("other")],
+                 tagged(("custom",), "custom")]
 
 
 class ToolChoice(Wire):

@@ -108,8 +108,12 @@ class ResponsesFront:
                         [], raw_body, received, chain_end=chain_end,
                         parse_tools=tools is not None and req.tool_choice != "none",
                         constraint=constraint.record() if constraint else None,
-                        argument_defaults=argument_defaults(tools),
-                        notes=unknown_fields(req, "responses") + tool_notes(req.tools) + item_notes(items, len(history)))
+                        argument_defaults=argument_defaults(tools), notes=self._notes(req, items, len(history)))
+
+    @staticmethod
+    def _notes(req: ResponsesRequest, items: list[InputItem], from_chain: int) -> list[str]:
+        """What the request carried that is not rendered: unknown fields, tools, item types."""
+        return unknown_fields(req, "responses") + tool_notes(req.tools) + item_notes(items, from_chain)
 
     def tool_id(self) -> str:
         return tool_call_id()

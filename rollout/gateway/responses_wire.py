@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Field, Tag
 
-from .wire import Lenient, Wire
+from .wire import Lenient, Wire, tagged
 
 
 class InputText(Wire):
@@ -86,21 +86,11 @@ class OtherItem(Lenient):
     type: str
 
 
-def _tagged(known: tuple[str, ...], default: str | None):
-    """A discriminator: the value's `type` where it is one of `known`, else `other`."""
-
-    def tag(value: Any) -> str:
-        kind = value.get("type", default) if isinstance(value, dict) else getattr(value, "type", default)
-        return kind if kind in known else "other"
-
-    return Discriminator(tag)
-
-
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[OtherItem, Tag("other")],
-    _tagged(("message", "function_call", "function_call_output", "reasoning"), "message"),
+    tagged(("message", "function_call", "function_call_output", "reasoning"), "message"),
 ]
 
 
@@ -124,7 +114,7 @@ class OtherTool(Lenient):
 
 
 Member = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
-                   _tagged(("function",), None)]
+                   tagged(("function",), None)]
 
 
 class NamespaceTool(Wire):
@@ -138,7 +128,7 @@ class NamespaceTool(Wire):
 
 
 Tool = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[NamespaceTool, Tag("namespace")]
-                 | Annotated[OtherTool, Tag("other")], _tagged(("function", "namespace"), None)]
+                 | Annotated[OtherTool, Tag("other")], tagged(("function", "namespace"), None)]
 
 
 class ToolChoiceFunction(Wire):

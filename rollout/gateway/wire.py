@@ -35,6 +35,17 @@ class Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+def tagged(known: tuple[str, ...], default: str | None) -> Discriminator:
+    """A union's discriminator: the value's `type` (`default` where it has none) where that is
+    one of `known`, else `other`, the tag of the union's `Lenient` member."""
+
+    def tag(value: Any) -> str:
+        kind = value.get("type", default) if isinstance(value, dict) else getattr(value, "type", default)
+        return kind if kind in known else "other"
+
+    return Discriminator(tag)
+
+
 class FunctionCall(Wire):
     name: str
     arguments: str | dict[str, Any] = "{}"
@@ -81,9 +92,6 @@ class OtherTool(Lenient):
     type: str
 
 
-def _tool_kind(value: Any) -> str:
-    kind = value.get("type", "function") if isinstance(value, dict) else getattr(value, "type", "function")
-    return "function" if kind == "function" else "other"
 
 
 class StreamOptions(Wire):
@@ -143,7 +151,7 @@ class SamplingFields(Wire):
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
     tools: list[Annotated[Annotated[Tool, Tag("function")] | Annotated[OtherTool, Tag("other")],
-                          Discriminator(_tool_kind)]] | None = None
+                          tagged(("function",), "function")]] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_completion_tokens: int | None = Field(None, ge=0)

@@ -68,6 +68,7 @@ def test_default_max_tokens_bounds_a_reply_the_request_does_not(scripted_engine_
     assert answer["status"] == "incomplete" and answer["usage"]["output_tokens"] == 8
 
 
+class OpenAIOnly(BaseHTTPRequestHandler):
     """A test double of a foreign server: OpenAI's /v1/models, 404 for everything else."""
 
     def do_GET(self) -> None:

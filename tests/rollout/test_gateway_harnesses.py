@@ -150,7 +150,8 @@ def test_codex_fixes_a_file_through_a_session(gateway, tmp_path, version):
         ("Fix the greeting in greet", _call("exec_command", {"cmd": "ls"})),
         (r"notes\.txt", _call("exec_command", {"cmd": "cat greet.py"})),
         (r'Helo, world!"\)', _call("exec_command", {"cmd": "sed -i s/Helo/Hello/ greet.py"})),
-        (r"sed -i s/Helo/Hello/ greet\.py(?s:.*)<tool_response>", _call("exec_command", {"cmd": "python3 greet.py && echo ran-ok"})),
+        (r"sed -i s/Helo/Hello/ greet\.py(?s:.*)<tool_response>",
+         _call("exec_command", {"cmd": "python3 greet.py && echo ran-ok"})),
         (r"<tool_response>\n[^<]*ran-ok", FINAL),
     ])
     session = new_session(server, group_id=f"g-codex-{version}")

@@ -216,7 +216,8 @@ def test_claude_code_fields_are_understood_and_noted(spied_scripted_gateway, tin
                                       extra_body={**fields, **edits, **say(reply)})
 
     with caplog.at_level(logging.WARNING, logger="roost.gateway"):
-        first = turn([user, {"role": "system", "content": [{"type": "text", "text": agents}]}], THINK + TOOL_CALL, "all")
+        blocks = {"role": "system", "content": [{"type": "text", "text": agents}]}
+        first = turn([user, blocks], THINK + TOOL_CALL, "all")
         result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": first.content[-1].id,
                                                "content": "sunny"}]}
         history = [user, {"role": "system", "content": agents}, _echo(first), result]
