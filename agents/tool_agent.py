@@ -10,7 +10,9 @@ request extends the previous one (the gateway then records one growing sample).
 With `allowed_replies_from` (an env info key, e.g. `admissible_commands`), each call sends the
 list the env published there, at reset and after each step, as the gateway's `allowed_replies`:
 the engine then samples only one of those strings, sent as a text action (never a tool call).
-The recorded logprobs stay the model's own, so RL trains the unconstrained policy.
+The recorded logprobs stay the model's own; the call's record keeps the list, so the trainer
+(`trainer.grammar_mask`, on by default) trains the policy the engine sampled from: the model's
+distribution renormalised over the tokens the list allowed.
 """
 
 from __future__ import annotations
