@@ -38,7 +38,7 @@ class EnvClient:
 
     async def info(self) -> EnvInfo:
         i = wire.EnvInfoResponse.model_validate(await self._request("GET", "/info"))
-        return EnvInfo(i.name, i.version, i.tools, tuple(i.splits), i.description)
+        return EnvInfo(i.name, i.version, i.tools, tuple(i.splits), i.description, i.versions)
 
     async def tasks(self, split: str) -> list[Task]:
         listing = wire.TaskList.model_validate(await self._request("GET", "/tasks", params={"split": split}))

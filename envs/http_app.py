@@ -164,7 +164,7 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
         i = manager.info
         return wire.EnvInfoResponse(name=i.name, version=i.version, description=i.description, tools=i.tools,
                                     splits=list(i.splits), max_episodes=manager.config.max_episodes,
-                                    lease_s=manager.config.lease_s)
+                                    lease_s=manager.config.lease_s, versions=i.versions)
 
     @app.get("/health", response_model=wire.Health, responses={503: {"model": wire.Health}})
     async def health() -> JSONResponse:

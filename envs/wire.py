@@ -148,6 +148,8 @@ class EnvInfoResponse(Wire):
     splits: list[str]
     max_episodes: int
     lease_s: float
+    versions: dict[str, str] = {}
+    """The software the env runs, by name → version (OSWorld: its desktops' applications)."""
 
 
 class WorkerCount(Wire):

@@ -2,22 +2,20 @@
 
 The one module that knows where the trainer's samples come from: the trajectory store
 (SQLite, written by the gateway), whose root-to-leaf paths `roost.rollout.store.paths`
-reads, or JSONL files of `Sample` records.
+reads, or JSONL files of `Sample` records (`roost.rollout.store.sample_records`).
 
     groups = group_samples(samples_from_store(".roost/trajectories.sqlite", group_ids=["step-3/task-7"]))
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from roost.outcome import SessionStatus
 from roost.rollout.store.paths import iter_training_samples
-from roost.rollout.store.samples import CallRef, Refused, Sample
+from roost.rollout.store.sample_records import read_sample_records, write_sample_records
+from roost.rollout.store.samples import Refused, Sample
 
 from .advantages import Group
 
@@ -49,32 +47,12 @@ def samples_from_store(
 
 
 def write_jsonl(samples: Iterable[Sample], path: str | Path) -> Path:
-    path = Path(path)
-    with path.open("w") as f:
-        for sample in samples:
-            f.write(json.dumps(asdict(sample)) + "\n")
-    return path
+    """Write `Sample` records, one a line: what `read_jsonl` and a samples export read and write."""
+    write_sample_records(samples, path)
+    return Path(path)
 
 
 def read_jsonl(path: str | Path) -> list[Sample]:
-    """Samples from a JSONL file of `Sample` records (one per line), validated."""
-    out = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(_sample(json.loads(line)).validate())
-        except TypeError as exc:
-            raise ValueError(f"{path}:{number}: not a Sample record: {exc}") from exc
-    return out
-
-
-def _sample(record: dict[str, Any]) -> Sample:
-    # Records written before the store and the trainer shared `Sample` keep the store's
-    # fields in a free-form `metadata`; the trainer never read its other keys.
-    metadata = record.pop("metadata", None) or {}
-    for key in ("task", "parent_agent", "leaf_call_id"):
-        if key in metadata:
-            record.setdefault(key, metadata[key])
-    record["calls"] = [CallRef(**call) for call in record["calls"]]
-    return Sample(**record)
+    """Samples from a JSONL file of `Sample` records (one per line, as `roost trajectories export
+    --kind samples` writes them), validated."""
+    return read_sample_records(path)

@@ -85,6 +85,7 @@ class DesktopPool:
         self.config = config
         self.max_desktops = max_desktops
         self._slots = asyncio.Semaphore(max_desktops)
+        self._versions: dict[str, str] | None = None
 
     async def start(self, wait_s: float | None = None) -> Desktop:
         """A new desktop; past the bound, waits `wait_s` (default: the start timeout) for a close."""
@@ -100,6 +101,13 @@ class DesktopPool:
             self._slots.release()
             raise
         return _Pooled(desktop, self._slots.release)
+
+    async def versions(self, client: DesktopClient) -> dict[str, str]:
+        """The applications' versions, as the first desktop asked (`client` is one of this pool's)
+        reported them: every desktop of a pool runs the same image, or the same host."""
+        if self._versions is None:
+            self._versions = await client.versions()
+        return self._versions
 
     async def _resolved(self) -> DesktopConfig:
         """The config with the local backend's host probes (its python, bwrap) done once per pool."""

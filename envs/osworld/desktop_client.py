@@ -68,6 +68,10 @@ class DesktopClient:
     async def accessibility_tree(self) -> str:
         return (await self._request("GET", "/accessibility")).json()["AT"]
 
+    async def versions(self) -> dict[str, str]:
+        """The desktop's applications and their versions (`{"chromium": "156.0.8078.114", ...}`)."""
+        return _json(await self._request("GET", "/versions"))
+
     async def screen_size(self) -> tuple[int, int]:
         size = (await self._request("POST", "/screen_size")).json()
         return int(size["width"]), int(size["height"])

@@ -16,6 +16,10 @@ dies or stops answering is an environment fault (`EnvFaultError` → the runner'
 `infra_error`); the dead desktop is stopped and the next reset starts a fresh one.
 `provider="osworld"` runs OSWorld's own `DesktopEnv` instead (`official`).
 
+`info` (the env server's /info) lists the applications the desktops run and their versions
+(`desktop/versions.py`), and so does each episode's info (`versions`), so a task that breaks
+after an update names what changed.
+
 Reset option `expert_plan` (bool): after reset and every step, `info["expert_plan"]` holds the
 scripted expert's next action for the task (`expert`: fixture tasks carry their solution), read
 off the observation's accessibility tree, so it needs an a11y observation type.
@@ -35,6 +39,7 @@ from roost.envs.protocol import Action, EnvInfo, Observation, Reset, Step, Task
 
 from .actions import ActionSpace, DesktopAction, parse
 from .backends import DesktopConfig, DesktopPool
+from .desktop.versions import application_versions
 from .expert import ExpertPlanner, NoExpertSolution
 from .fixtures import ensure_fixtures
 from .observations import ObservationConfig, ObservationType
@@ -93,6 +98,9 @@ class OSWorldShared:
     cache_dir: Path
     desktops: DesktopPool | None = None
     """roost's desktops, started by one pool (None for provider="osworld")."""
+    versions: dict[str, str] = field(default_factory=dict)
+    """The desktops' applications and their versions, for /info: those of this host for local
+    desktops (they run its applications); none known before a desktop starts for the others."""
 
 
 def make_factory(**kwargs: Any):
@@ -114,6 +122,8 @@ def make_factory(**kwargs: Any):
         # Bounded by the env server's max_episodes; this bound only guards a runaway caller.
         shared.desktops = DesktopPool(DesktopConfig(backend=config.backend, width=config.width,
                                                     height=config.height), max_desktops=MAX_DESKTOPS)
+    if config.provider == "roost" and config.backend == "local":
+        shared.versions = application_versions()
     return lambda: OSWorldEnv(shared)
 
 
@@ -144,7 +154,8 @@ class OSWorldEnv:
         config = self._shared.config
         return EnvInfo("osworld", VERSION, tools(), tuple(self._shared.task_set.splits),
                        f"OSWorld desktop tasks ({config.provider} provider, {config.observation_type} "
-                       f"observations, {config.action_space} actions) from {self._shared.task_set.source}.")
+                       f"observations, {config.action_space} actions) from {self._shared.task_set.source}.",
+                       self._shared.versions)
 
     async def tasks(self, split: str) -> list[Task]:
         return self._shared.task_set.tasks(split)

@@ -111,6 +111,7 @@ class RoostSession:
         self.options = options
         self.desktop = desktop
         self.client = client
+        self.versions: dict[str, str] = {}
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"roost-osworld-{_safe(task_id)}-"))
         self.context = TaskContext(task_id, client, desktop.host, desktop.server_port, desktop.chromium_port,
                                    FileCache(options.cache_dir), self.work_dir, (options.width, options.height))
@@ -132,6 +133,7 @@ class RoostSession:
             raise EnvFaultError(f"could not start a {options.backend} desktop: {type(exc).__name__}: {exc}") from exc
         session = cls(options, desktop, DesktopClient(desktop.url, timeout_s=30.0), task.id)
         try:
+            session.versions = await session._guard(pool.versions(session.client), "reported its versions")
             await session._guard(session._configure(task), "ran the task's config steps")
         except BaseException:
             await session.close()
@@ -162,7 +164,7 @@ class RoostSession:
 
     def describe(self) -> dict[str, Any]:
         return {"provider": "roost", "backend": self.options.backend,
-                "screen": [self.options.width, self.options.height]}
+                "screen": [self.options.width, self.options.height], "versions": self.versions}
 
     async def close(self) -> None:
         try:

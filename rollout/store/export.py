@@ -1,7 +1,9 @@
 """Export a trajectory store as JSONL or Parquet: one row per call, or per training sample.
 
-A call row says why the call is not training data (`untrainable`, null when it is); a samples
-export leaves such calls' paths out and reports them (`refused`)."""
+A call row says why the call is not training data (`untrainable`, null when it is). A sample row
+is a `Sample` record (`sample_records`), which the trainer's `jsonl` source reads back; a samples
+export leaves the paths through calls that are not training data out and reports them
+(`refused`)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import orjson
 from .paths import session_samples
 from .reader import TrajectoryReader
 from .records import FORMAT_VERSION, CallRecord
-from .samples import Refused, Sample
+from .sample_records import sample_record
+from .samples import Refused
 
 FORMATS = ("jsonl", "parquet")
 KINDS = ("calls", "samples")
@@ -32,22 +35,6 @@ def call_dict(call: CallRecord, session_group: str | None) -> dict[str, Any]:
     return row
 
 
-def sample_dict(sample: Sample, session_group: str | None) -> dict[str, Any]:
-    """A sample's row. Its names and values predate `Sample`: `logprobs` are the rollout
-    logprobs, unposted advantages are 0.0, and each call's tokens are a span."""
-    spans = [{"call_id": sample.calls[c].call_id, "start": start, "end": end,
-              "weight_version": sample.calls[c].weight_version, "reward": sample.calls[c].reward}
-             for c, start, end in sample.spans()]
-    advantages = None if sample.advantages is None else [0.0 if a is None else a for a in sample.advantages]
-    return {
-        "session_id": sample.session_id, "group_id": session_group, "task": sample.task,
-        "agent_id": sample.agent_id, "parent_agent": sample.parent_agent, "leaf_call_id": sample.leaf_call_id,
-        "call_ids": sample.call_ids, "tokens": sample.tokens, "loss_mask": sample.loss_mask,
-        "logprobs": sample.rollout_logprobs, "advantages": advantages, "reward": sample.reward, "spans": spans,
-        "finish_reason": sample.finish_reason, "format_version": FORMAT_VERSION,
-    }
-
-
 def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None,
               refused: list[Refused] | None = None) -> Iterator[dict[str, Any]]:
     # an export is for people: unfinished sessions are included too
@@ -57,7 +44,7 @@ def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None,
                 yield call_dict(call, session.group_id)
         else:
             for sample in session_samples(reader, session, refused):
-                yield sample_dict(sample, session.group_id)
+                yield sample_record(sample)
 
 
 def export(store: str | Path, out: str | Path, *, fmt: str = "jsonl", kind: str = "calls",
@@ -101,11 +88,11 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
         ]
     else:
         columns = [
-            ("session_id", text), ("group_id", text), ("task", text), ("agent_id", text),
-            ("parent_agent", text), ("leaf_call_id", text), ("call_ids", pa.list_(text)),
-            ("tokens", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())),
-            ("logprobs", pa.list_(f64)), ("advantages", pa.list_(f64)), ("reward", f64),
-            ("spans", text), ("finish_reason", text), ("format_version", i64),
+            ("session_id", text), ("group_id", text), ("agent_id", text), ("tokens", pa.list_(pa.int32())),
+            ("loss_mask", pa.list_(pa.int8())), ("rollout_logprobs", pa.list_(f64)),
+            ("token_call", pa.list_(pa.int32())), ("calls", text), ("reward", f64),
+            ("advantages", pa.list_(f64)), ("task", text), ("parent_agent", text), ("leaf_call_id", text),
+            ("call_ids", pa.list_(text)), ("finish_reason", text), ("format_version", i64),
         ]
     return pa.schema(columns)
 

@@ -13,8 +13,9 @@ from typing import Any, TypeAlias
 
 from roost.outcome import EpisodeOutcome, SessionStatus
 
-# Bumped whenever a record's meaning changes; exports carry it.
-FORMAT_VERSION = 1
+# Bumped whenever a record's meaning changes; exports carry it. 2: a samples export row is a
+# `Sample` record (it named `logprobs` and `spans` before).
+FORMAT_VERSION = 2
 
 
 IdArray: TypeAlias = "array[int]"

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import io
 import json
+import re
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -80,7 +81,8 @@ async def check_files(client: DesktopClient) -> None:
 
 async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -> None:
     """`google-chrome` as OSWorld's tasks start it serves DevTools at the desktop's (host, port),
-    with its profile in ~/.config/google-chrome."""
+    with its profile in ~/.config/google-chrome; Ctrl+T opens the local new-tab page with the
+    address bar focused (Chromium 155 and 156 gave Debian's third-party one, which keeps the focus)."""
     await client.launch(["google-chrome", "--remote-debugging-port=1337", "about:blank"])
     deadline = time.monotonic() + 60
     async with httpx.AsyncClient(timeout=5) as http:
@@ -92,12 +94,27 @@ async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
-    assert "Chrome" in version["Browser"] and version["webSocketDebuggerUrl"]
-    # Its profile is where OSWorld's Chrome getters read it (Bookmarks, Preferences, History).
-    profile = await client.list_directory("~/.config/google-chrome")
-    assert "Default" in [c["name"] for c in profile["children"]], profile
-    assert (await client.execute("test -e ~/.config/chromium/Default", shell=True)).returncode != 0
+        assert "Chrome" in version["Browser"] and version["webSocketDebuggerUrl"]
+        # Its profile is where OSWorld's Chrome getters read it (Bookmarks, Preferences, History).
+        profile = await client.list_directory("~/.config/google-chrome")
+        assert "Default" in [c["name"] for c in profile["children"]], profile
+        assert (await client.execute("test -e ~/.config/chromium/Default", shell=True)).returncode != 0
+        await poll_tree(client, lambda root: _find(root, "frame", "about:blank - Chromium"))
+        await client.run_python("import pyautogui; pyautogui.hotkey('ctrl', 't')")
+        await poll_tree(client, lambda root: next((el for el in root.iter("entry") if el.get("name") ==
+                                                   "Address and search bar" and _focused(el)), None))
+        tabs = [t["url"] for t in (await http.get(f"http://{host}:{port}/json")).json() if t["type"] == "page"]
+        assert len(tabs) == 2 and not any("third-party" in url for url in tabs), (version["Browser"], tabs)
     await close_when_mapped(client, "chromium")
+
+
+async def check_versions(client: DesktopClient) -> None:
+    """GET /versions names the desktop's applications with the versions they print themselves."""
+    versions = await client.versions()
+    assert {"chromium", "mousepad", "xvfb", "openbox"} <= set(versions), versions
+    for app, command in (("chromium", "chromium --version"), ("mousepad", "mousepad --version")):
+        printed = (await client.execute(command, shell=True)).output
+        assert re.fullmatch(r"\d+(\.\d+)+", versions[app]) and versions[app] in printed, (app, versions, printed)
 
 
 async def close_when_mapped(client: DesktopClient, window_class: str, timeout_s: float = 30.0) -> None:
@@ -126,6 +143,10 @@ async def poll_tree(client: DesktopClient, pick, timeout_s: float = 30.0):
 
 def _find(root: ET.Element, tag: str, name_part: str):
     return next((el for el in root.iter(tag) if name_part in el.get("name", "")), None)
+
+
+def _focused(element: ET.Element) -> bool:
+    return element.get(f"{{{NS['st']}}}focused") == "true"
 
 
 def write_tasks(root: Path, tasks: list[tuple[str, dict]], index: dict[str, list[str]]) -> Path:

@@ -23,6 +23,7 @@ from roost.tests.envs.osworld_checks import (
     check_files,
     check_screenshot,
     check_typing_into_mousepad,
+    check_versions,
 )
 
 WIDTH, HEIGHT = 1024, 640
@@ -55,6 +56,11 @@ async def test_files_go_up_and_come_back(desktop):
 async def test_chromium_devtools_answer_on_the_desktop_port(desktop):
     async with DesktopClient(desktop.url) as client:
         await check_chromium_devtools(client, desktop.host, desktop.chromium_port)
+
+
+async def test_it_reports_its_applications_versions(desktop):
+    async with DesktopClient(desktop.url) as client:
+        await check_versions(client)
 
 
 async def test_an_endless_loop_is_killed_at_its_timeout(desktop):

@@ -27,6 +27,7 @@ from roost.tests.envs.osworld_checks import (
     check_notes_episode,
     check_screenshot,
     check_typing_into_mousepad,
+    check_versions,
     write_tasks,
 )
 
@@ -66,6 +67,7 @@ async def test_the_container_desktop_answers_like_the_local_one(desktop):
         await check_screenshot(client, WIDTH, HEIGHT)
         await check_typing_into_mousepad(client, WIDTH, HEIGHT)
         await check_files(client)
+        await check_versions(client)
 
 
 async def test_it_runs_as_user_with_no_route_out(desktop):

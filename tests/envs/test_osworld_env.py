@@ -50,6 +50,7 @@ async def client(tasks_dir):
 async def test_info_and_splits(client):
     info = await client.info()
     assert info.name == "osworld" and set(info.splits) >= {"all", "test"}
+    assert {"mousepad", "xvfb", "openbox"} <= set(info.versions), info.versions  # the host's, for local desktops
     assert {t["function"]["name"] for t in info.tools} >= {"click", "type", "hotkey", "scroll", "drag", "done", "fail"}
     assert {t.id for t in await client.tasks("test")} == {NOTES["id"], INFEASIBLE["id"]}
     assert len(await client.tasks("all")) == 3
@@ -75,9 +76,10 @@ async def test_type_into_mousepad_save_and_score(client):
 
 
 async def test_done_without_the_work_scores_zero(client):
-    episode, _ = await client.create(task_id=NOTES["id"])
+    episode, reset = await client.create(task_id=NOTES["id"])
+    assert reset.info["versions"] == (await client.info()).versions  # what its desktop reported
     step = await client.step(episode, TextAction("DONE"))
-    assert step.terminated and step.reward == 0.0
+    assert step.terminated and step.reward == 0.0 and step.info["versions"] == reset.info["versions"]
 
 
 async def test_an_endless_loop_stops_at_the_step_timeout_and_the_episode_goes_on(client):

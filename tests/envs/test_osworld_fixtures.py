@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from roost.agents.evaluate import EvalConfig, evaluate
 from roost.agents.protocol import AgentOutcome, EpisodeContext
+from roost.envs.client import EnvClient
 from roost.envs.episodes import ManagerConfig
+from roost.envs.osworld.desktop.versions import OSWORLD_APPS
 from roost.envs.osworld.expert import ExpertPlanner, NoExpertSolution, tree_holds
 from roost.envs.osworld.fixtures import write_fixtures
 from roost.envs.osworld.osworld_package import load_function
@@ -127,15 +130,35 @@ async def env_url(fixture_dir: Path):
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # 47 episodes, two at a time: ~5 min on 2 cores, LibreOffice's ~30 s each the most
 async def test_the_expert_solves_the_set_through_the_env_server(env_url: str, fixture_dir: Path):
+    async with EnvClient(env_url) as client:
+        versions = (await client.info()).versions
     count = len(TaskSet.load(fixture_dir).splits["all"])
     report = await evaluate(EvalConfig("osworld", agent="expert", env_url=env_url, episodes=count, split="all",
                                        concurrency=2, max_turns=15, progress=False))
-    failed = [(r["task_id"], r["status"], r["reward"], (r["error"] or "")[-300:])
-              for r in report["results"] if not r["success"]]
+    failed = _failures_by_application(report["results"], {t["id"]: t for t in _tasks(fixture_dir)}, versions)
+    # One failed task is a flake on a loaded machine; two of one application's tasks are that
+    # application changing under the expert (Chromium 155 did: its new-tab page kept the focus).
+    broken = [summary for app, (summary, failures) in failed.items() if failures >= 2]
+    assert not broken, "the expert's tasks broke with these applications:\n" + "\n".join(broken)
     # a desktop that fails to start is an env fault (infra_error, not scored): a few are
     # tolerated here, on a CI machine shared with other tests
-    assert report["infra_errors"] <= count // 10, failed
-    assert report["success_rate"] >= 0.95, failed
+    assert report["infra_errors"] <= count // 10, [summary for summary, _ in failed.values()]
+    assert report["success_rate"] >= 0.95, [summary for summary, _ in failed.values()]
+
+
+def _failures_by_application(results: list[dict], tasks: dict[str, dict],
+                             versions: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """Application → (what failed, with the application's version; how many tasks failed)."""
+    apps = {task_id: OSWORLD_APPS.get(task["snapshot"], task["snapshot"]) for task_id, task in tasks.items()}
+    totals = Counter(apps.values())
+    lines: dict[str, list[str]] = {}
+    for r in results:
+        if not r["success"]:
+            lines.setdefault(apps[r["task_id"]], []).append(
+                f"{tasks[r['task_id']]['source']}: {r['status']}, reward {r['reward']} after {r['turns']} turns "
+                f"{(r['error'] or '')[-300:]}")
+    return {app: (f"{app} {versions.get(app, '(version not reported)')}: {len(found)} of {totals[app]} expert "
+                  "tasks failed:\n  " + "\n  ".join(found), len(found)) for app, found in lines.items()}
 
 
 @pytest.mark.slow

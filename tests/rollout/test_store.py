@@ -116,7 +116,8 @@ def test_training_samples_are_root_to_leaf_paths(store):
     c = samples["c"]
     assert c.tokens == [1, 2, 3, 9, 6, 8] and c.loss_mask == [0, 0, 0, 0, 0, 1]
     # a reward posted on a call is that call's step reward; the path's outcome stays the session's
-    assert c.reward == 0.5 and c.advantages is None and [(call.call_id, call.reward) for call in c.calls] == [("c", 1.0)]
+    assert c.reward == 0.5 and c.advantages is None
+    assert [(call.call_id, call.reward) for call in c.calls] == [("c", 1.0)]
     assert [call.reward for call in b.calls] == [None, None]
 
 
@@ -167,27 +168,45 @@ def test_export_cli(store, tmp_path):
     assert json.loads(done.stdout)["rows"] == 2 and len(pq.read_table(out)) == 2
 
 
-def test_exported_samples_keep_their_format(store, tmp_path):
-    """A sample row names its fields as it always has; unposted advantages are 0.0 and a session
-    without a group exports a null group id."""
+def test_exported_samples_are_what_the_trainer_reads(store, tmp_path):
+    """A samples export is `Sample` records: SFT's `jsonl` source reads back the samples the store
+    made, field for field (a call's grammar, unposted advantages, a session without a group)."""
+    from roost.trainer.recipe import SFTData
+    from roost.trainer.sample_sources import read_jsonl
+    from roost.trainer.sft.train import recorded_samples
+
     _fill(store)
 
-    async def groupless():
+    async def more():
         await store.create_session(SessionRecord("s2", "h", created_at=2.0))
-        await store.record_call(dataclasses.replace(call("d", 0, [1, 2], [3], lp=[-0.7]), session_id="s2"))
+        held = dataclasses.replace(call("d", 0, [1, 2], [3], lp=[-0.7]), session_id="s2",
+                                   sampling_params={"max_new_tokens": 8, "regex": "go (north|south)"})
+        await store.record_call(held)
 
-    asyncio.run(groupless())
-    export(store.path, tmp_path / "out.jsonl", fmt="jsonl", kind="samples")
-    rows = {r["leaf_call_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
-    assert list(rows["b"]) == ["session_id", "group_id", "task", "agent_id", "parent_agent", "leaf_call_id",
-                               "call_ids", "tokens", "loss_mask", "logprobs", "advantages", "reward", "spans",
-                               "finish_reason", "format_version"]
-    assert rows["b"]["logprobs"] == [0, 0, 0, -0.1, -0.2, 0, -0.3, -0.4]
-    assert rows["b"]["advantages"] == [0, 0, 0, 0, 0, 0, 2.0, 2.0] and rows["c"]["advantages"] is None
-    assert rows["c"]["call_ids"] == ["a", "c"] and rows["c"]["spans"] == [
-        {"call_id": "c", "start": 5, "end": 6, "weight_version": "3", "reward": 1.0}]
-    assert rows["c"]["finish_reason"] == {"type": "stop", "matched": 2} and rows["c"]["task"] == {"id": 1}
-    assert rows["d"]["group_id"] is None and rows["d"]["session_id"] == "s2" and rows["d"]["call_ids"] == ["d"]
+    asyncio.run(more())
+    out = tmp_path / "out.jsonl"
+    assert export(store.path, out, fmt="jsonl", kind="samples") == 3
+    made = {s.leaf_call_id: s for s in iter_training_samples(store.path, status=None)}
+    read = {s.leaf_call_id: s for s in read_jsonl(out)}
+    assert read == made and sorted(read) == ["b", "c", "d"]
+    assert read["d"].calls[0].constraint == ("regex", "go (north|south)") and read["d"].group_id == "s2"
+    assert read["b"].advantages == [None] * 6 + [2.0, 2.0] and read["c"].advantages is None
+    assert recorded_samples(SFTData(source="jsonl", path=str(out))) == list(read.values())
+    parquet = tmp_path / "out.parquet"
+    export(store.path, parquet, fmt="parquet", kind="samples")
+    rows = {r["leaf_call_id"]: r for r in pq.read_table(parquet).to_pylist()}
+    assert list(rows["b"]) == [*json.loads(out.read_text().splitlines()[0])]
+    assert rows["b"]["rollout_logprobs"] == made["b"].rollout_logprobs and rows["b"]["format_version"] == 2
+
+
+def test_reading_an_old_samples_export_says_to_export_again(tmp_path):
+    old = {"session_id": "s", "group_id": None, "tokens": [1, 2], "loss_mask": [0, 1], "logprobs": [0, -0.1],
+           "spans": [{"call_id": "a", "start": 1, "end": 2}], "format_version": 1}
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    from roost.trainer.sample_sources import read_jsonl
+
+    with pytest.raises(ValueError, match=r"old.jsonl:1: a samples export row of format version 1.*export the store"):
+        read_jsonl(tmp_path / "old.jsonl")
 
 
 def _as_version_1(path) -> None:

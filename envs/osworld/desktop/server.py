@@ -7,7 +7,8 @@ Starts the X session (session.py), then serves. Same paths, methods, field names
 as OSWorld's server: GET /screenshot, /accessibility, /terminal, /platform, /cursor_position;
 POST /file, /execute (= /setup/execute), /run_python, /run_bash_script, /screen_size,
 /window_size, /list_directory, /desktop_path, /setup/upload, /setup/launch, /setup/open_file,
-/setup/activate_window, /setup/close_window; plus GET /health. Every command has a timeout
+/setup/activate_window, /setup/close_window; plus GET /health and GET /versions (the
+applications' versions, versions.py). Every command has a timeout
 (a request's `timeout` field where it has one); a command that runs past it is killed with its
 process group and answered 500 with `"timed_out": true`. Bad requests get a 4xx and the
 server keeps serving. /run_python code runs in a child forked from the action runner
@@ -29,6 +30,7 @@ from . import commands, screen, windows
 from .action_runner import ActionRunner, RunnerUnavailable
 from .http_io import BadRequest, Reply, Request
 from .session import DesktopSession, SessionConfig
+from .versions import application_versions
 
 EXECUTE_TIMEOUT_S = 120.0
 PYTHON_TIMEOUT_S = 30.0
@@ -46,6 +48,15 @@ class Desktop:
         self.python = python
         self.runner = runner
         self.a11y_lock = threading.Lock()
+        self._versions: dict[str, str] | None = None
+        self._versions_lock = threading.Lock()
+
+    def versions(self) -> dict[str, str]:
+        """The applications' versions, found at the first request (they do not change while it runs)."""
+        with self._versions_lock:
+            if self._versions is None:
+                self._versions = application_versions(self.env)
+            return self._versions
 
     def run_python(self, code: str, timeout_s: float) -> commands.Completed:
         """Through the action runner; where it is gone, in a python of its own (as it restarts)."""
@@ -94,6 +105,10 @@ def health(desktop: Desktop, request: Request) -> Reply:
     if not desktop.session.alive():
         return Reply.json({"status": "error", "message": "the X server is gone"}, 503)
     return Reply.json({"status": "ok", "display": desktop.display})
+
+
+def versions(desktop: Desktop, request: Request) -> Reply:
+    return Reply.json(desktop.versions())
 
 
 def screenshot(desktop: Desktop, request: Request) -> Reply:
@@ -277,6 +292,7 @@ ROUTES = {
     ("GET", "/health"): health,
     ("GET", "/screenshot"): screenshot,
     ("GET", "/accessibility"): accessibility,
+    ("GET", "/versions"): versions,
     ("GET", "/terminal"): terminal,
     ("GET", "/platform"): platform_name,
     ("GET", "/cursor_position"): cursor_position,
