@@ -25,7 +25,7 @@ from roost.outcome import SessionStatus
 from ..engine.wire import constraint_of
 from .reader import TrajectoryReader
 from .records import AdvantageRecord, CallRecord, IdArray, RewardRecord, SessionRecord
-from .samples import CallRef, Refused, Sample
+from .samples import CallRef, Refused, Sample, SampledSpan, build_sample
 
 
 def iter_training_samples(
@@ -109,12 +109,7 @@ def _path_sample(
 ) -> Sample | list[Refused]:
     """The leaf's sample; or, where calls on its path are not training data, those calls."""
     tokens = list(leaf.prompt_ids) + list(leaf.sampled_ids)
-    n = len(tokens)
-    mask = [0] * n
-    logprobs = [0.0] * n
-    token_call = [-1] * n
-    posted: list[float | None] = [None] * n
-    calls: list[CallRef] = []
+    spans: list[SampledSpan] = []
     blocked: list[Refused] = []
     step_rewards = {r.call_id: r.reward for r in rewards if r.call_id is not None}  # oldest first: latest wins
     path = list(reversed(_ancestors(leaf, by_id)))
@@ -132,34 +127,27 @@ def _path_sample(
         if call.untrainable:
             blocked.append(_refusal(session, call))
             continue
-        record = advantages.get(call.call_id)
-        for i in range(start, end):
-            mask[i] = 1
-            logprobs[i] = call.sampled_logprobs[i - start]
-            token_call[i] = len(calls)
-            if record is not None:
-                posted[i] = record.per_token[i - start] if record.per_token is not None else (record.value or 0.0)
-        calls.append(CallRef(call.call_id, call.weight_version, reward=step_rewards.get(call.call_id),
-                             constraint=constraint_of(call.sampling_params)))
+        ref = CallRef(call.call_id, call.weight_version, reward=step_rewards.get(call.call_id),
+                      constraint=constraint_of(call.sampling_params))
+        spans.append(SampledSpan(start, end, ref, call.sampled_logprobs[: end - start],
+                                 _posted(advantages.get(call.call_id), end - start)))
     if blocked:
         return blocked
-    return Sample(
-        session_id=session.session_id,
-        group_id=session.group_id or session.session_id,
-        agent_id=leaf.agent_id,
-        tokens=tokens,
-        loss_mask=mask,
-        rollout_logprobs=logprobs,
-        token_call=token_call,
-        calls=calls,
-        reward=_reward_for(leaf, rewards),
-        advantages=posted if any(a is not None for a in posted) else None,
-        task=session.task,
-        parent_agent=leaf.parent_agent,
-        leaf_call_id=leaf.call_id,
-        call_ids=[c.call_id for c, _ in path],
+    return build_sample(
+        tokens, spans, session_id=session.session_id, group_id=session.group_id or session.session_id,
+        agent_id=leaf.agent_id, reward=_reward_for(leaf, rewards), task=session.task,
+        parent_agent=leaf.parent_agent, leaf_call_id=leaf.call_id, call_ids=[c.call_id for c, _ in path],
         finish_reason=leaf.finish_reason,
     )
+
+
+def _posted(record: AdvantageRecord | None, n: int) -> list[float | None] | None:
+    """The advantages posted for a call's first `n` sampled tokens (a scalar covers them all)."""
+    if record is None:
+        return None
+    if record.per_token is not None:
+        return list(record.per_token[:n])
+    return [record.value or 0.0] * n
 
 
 def _common(sampled: IdArray, tokens: list[int], start: int, end: int) -> int:

@@ -6,12 +6,13 @@ logprob of each sampled token, and which call (and so which weight version) samp
 Rewards and posted advantages ride along; everything the trainer computes afterwards
 (advantages, loss weights) is derived from samples, never from text. The store builds them
 from the gateway's records (`paths`), the trainer trains on them, and the export writes
-them out.
+them out; every builder goes through `build_sample`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,20 +156,50 @@ class Sample:
         tool results, the next user turn); handy for tests and recorded fixtures.
         """
         tokens: list[int] = []
-        mask: list[int] = []
-        logprobs: list[float] = []
-        token_call: list[int] = []
-        calls = []
+        spans = []
         for index, (context, sampled, sampled_logprobs) in enumerate(turns):
             if len(sampled) != len(sampled_logprobs):
                 raise SampleError(f"call {index}: {len(sampled)} sampled ids but {len(sampled_logprobs)} logprobs")
-            calls.append(CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version=weight_version))
-            tokens += list(context) + list(sampled)
-            mask += [0] * len(context) + [1] * len(sampled)
-            logprobs += [0.0] * len(context) + list(sampled_logprobs)
-            token_call += [-1] * len(context) + [index] * len(sampled)
-        return cls(
-            session_id=session_id, group_id=group_id, agent_id=agent_id, tokens=tokens,
-            loss_mask=mask, rollout_logprobs=logprobs, token_call=token_call, calls=calls,
-            reward=reward,
-        ).validate()
+            tokens += list(context)
+            call = CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version=weight_version)
+            spans.append(SampledSpan(len(tokens), len(tokens) + len(sampled), call, sampled_logprobs))
+            tokens += list(sampled)
+        return build_sample(tokens, spans, session_id=session_id, group_id=group_id, agent_id=agent_id,
+                            reward=reward).validate()
+
+
+@dataclass(frozen=True)
+class SampledSpan:
+    """Tokens `start .. end` of a sample, sampled by one call."""
+
+    start: int
+    end: int
+    call: CallRef
+    logprobs: Sequence[float]
+    """The engine's logprob of each token of the span, in order."""
+    advantages: Sequence[float | None] | None = None
+    """Advantages posted for the span's tokens (one per token), if any."""
+
+
+def build_sample(tokens: list[int], spans: list[SampledSpan], *, session_id: str, group_id: str, agent_id: str,
+                 reward: float | None = None, task: dict[str, Any] | None = None, parent_agent: str | None = None,
+                 leaf_call_id: str | None = None, call_ids: list[str] | None = None,
+                 finish_reason: dict[str, Any] | None = None) -> Sample:
+    """The one way a `Sample` is made from its parts: the path's tokens and the spans its calls
+    sampled (loss mask 1 there, 0 elsewhere), root to leaf; each span's call is one of `calls`,
+    even one that sampled nothing. Not validated: callers that take input from outside do."""
+    n = len(tokens)
+    mask, logprobs, token_call = [0] * n, [0.0] * n, [-1] * n
+    posted: list[float | None] = [None] * n
+    for index, span in enumerate(spans):
+        for offset, i in enumerate(range(span.start, span.end)):
+            mask[i], logprobs[i], token_call[i] = 1, span.logprobs[offset], index
+            if span.advantages is not None:
+                posted[i] = span.advantages[offset]
+    return Sample(
+        session_id=session_id, group_id=group_id, agent_id=agent_id, tokens=tokens, loss_mask=mask,
+        rollout_logprobs=logprobs, token_call=token_call, calls=[span.call for span in spans], reward=reward,
+        advantages=posted if any(a is not None for a in posted) else None, task=task or {},
+        parent_agent=parent_agent, leaf_call_id=leaf_call_id, call_ids=call_ids or [],
+        finish_reason=finish_reason or {},
+    )

@@ -37,7 +37,7 @@ from roost.rollout.gateway.prompt_builder import PromptBuilder
 from roost.rollout.gateway.recording import Sampled, node_for
 from roost.rollout.gateway.token_tree import AgentTree, Node
 from roost.rollout.gateway.wire import ChatMessage, Tool
-from roost.rollout.store.samples import CallRef, Sample
+from roost.rollout.store.samples import CallRef, Sample, SampledSpan, build_sample
 
 TOOL_NAME = "act"
 
@@ -184,16 +184,10 @@ class ChatRenderer:
         """The conversation's last call's tokens, the loss on its replies but the `untrained`
         ones (indices of assistant replies that stay in the context without loss)."""
         calls = self.calls(messages, tools)
-        tokens = list(calls[-1].path)
-        mask = [0] * len(tokens)
-        token_call = [-1] * len(tokens)
-        refs: list[CallRef] = []
-        for number, call in enumerate(calls):
-            if number in untrained:
-                continue
-            for position in range(call.prompt_len, call.path_len):
-                mask[position], token_call[position] = 1, len(refs)
-            refs.append(CallRef(call_id=f"{session_id}/{agent_id}/{len(refs)}", weight_version="expert"))
-        return Sample(session_id=session_id, group_id=group_id, agent_id=agent_id, tokens=tokens, loss_mask=mask,
-                      rollout_logprobs=[0.0] * len(tokens), token_call=token_call, calls=refs,
-                      reward=reward).validate()
+        trained = [call for number, call in enumerate(calls) if number not in untrained]
+        spans = [SampledSpan(call.prompt_len, call.path_len,
+                             CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version="expert"),
+                             [0.0] * (call.path_len - call.prompt_len))
+                 for index, call in enumerate(trained)]
+        return build_sample(list(calls[-1].path), spans, session_id=session_id, group_id=group_id,
+                            agent_id=agent_id, reward=reward).validate()

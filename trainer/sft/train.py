@@ -17,14 +17,14 @@ import json
 import math
 import random
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..advantages import Scored
 from roost.agents.tool_agent import SYSTEM_PROMPT
 from roost.rollout.store.samples import Sample
 
+from ..advantages import Scored
 from ..recipe import AgentConfig, SFTConfig, SFTData
 from .data import ChatRenderer, RecordingAgent, Transcript, tool_agent_messages
 
@@ -94,8 +94,8 @@ async def play_transcripts(env_url: str, split: str, data: SFTData, *, max_turns
             raise ValueError(f"split {split!r} has no tasks to play the expert on")
         chosen = [tasks[i % len(tasks)] for i in range(data.episodes)]
         await run_episodes(chosen, env, agent, (await env.info()).tools,
-                           RunConfig(concurrency=concurrency, max_turns=max_turns, run_id="sft-expert", kind=EpisodeKind.SFT,
-                                     progress=False))
+                           RunConfig(concurrency=concurrency, max_turns=max_turns, run_id="sft-expert",
+                                     kind=EpisodeKind.SFT, progress=False))
     return [t for t in agent.transcripts if t.success]
 
 
@@ -151,4 +151,4 @@ def recorded_samples(data: SFTData) -> list[Sample]:
     if data.source == "jsonl":
         return read_jsonl(data.path)
     samples = [s for s in samples_from_store(data.path) if s.reward is not None and s.reward >= data.min_reward]
-    return [Sample(**{**s.__dict__, "group_id": "sft"}) for s in samples]
+    return [replace(s, group_id="sft") for s in samples]
