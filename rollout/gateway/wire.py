@@ -41,7 +41,7 @@ def tagged(known: tuple[str, ...], default: str | None) -> Discriminator:
 
     def tag(value: Any) -> str:
         kind = value.get("type", default) if isinstance(value, dict) else getattr(value, "type", default)
-        return kind if kind in known else "other"
+        return str(kind) if kind in known else "other"
 
     return Discriminator(tag)
 
