@@ -44,59 +44,51 @@ SYSTEM_PROMPT = "You are in a household text game. Reply with exactly one admiss
 class DemoConfig:
     train_games: int = 1600
     heldout_games: int = 400
-    """One episode per held-out game in each eval row: at 400 the standard error of one run's
-    RL gain is ~2 points (~3 at 200)."""
+    """Held-out games, one episode each in every eval row; the after-SFT and after-RL rows are
+    paired game by game, and this many keep the gain's standard error to a few points."""
     before_episodes: int = 40
-    """The untrained model's row on the first 40 held-out games: it wins only by luck (2-4%
-    choosing among the admissible commands at random, 0% with free replies), and its episodes are
-    slow (all 15 turns, long `help` and `look` replies in the prompt: 100 took 82 s)."""
+    """Held-out games in the untrained model's row (the first ones): it wins only by chance, and
+    its episodes run every turn, so a few games say enough and cost little."""
     expert_episodes: int = 1600
-    """Observing-expert episodes, one per train game (more distinct games generalise better
-    than several episodes of fewer games, for the same cost; measured: 400 games gave ~11%
-    held-out success after SFT, 1,600 gave ~15%)."""
+    """Observing-expert demonstrations, one per train game: more distinct games generalise better
+    than more episodes of fewer games, for the same cost."""
     slips: float = 0.25
+    """Chance of a deliberate mistake before an expert turn, which the expert then recovers from;
+    the slips stay in the context but are not trained on, so SFT shows recoveries."""
     hidden_size: int = 128
     num_layers: int = 2
     sft_steps: int = 200
-    """With replies held to the admissible commands 200 steps read 18.75% held-out success and 300
-    read 21.5%; the time goes to RL steps instead (the free-reply demo took 550)."""
+    """SFT steps: fewer than SFT alone would take, so the demo's time goes to RL."""
     sft_batch: int = 8
     sft_lr: float = 5e-3
     rl_steps: int = 26
     groups_per_step: int = 12
     group_size: int = 8
     equal_outcomes: str = "drop"
-    """Train only on groups that were both won and lost (DAPO's dynamic sampling): about half
-    of the 12 groups a step. Measured from two SFT checkpoints (400 held-out episodes): +3 and
-    +2.75 points, against +0.75 training on every group of 6 a step for the same time."""
+    """`drop`: train only on groups that were both won and lost (DAPO's dynamic sampling). In a
+    group all won or all lost the returns differ only by the luck of the step penalties, which
+    the group's scaling makes as loud as a win."""
     rl_lr: float = 5e-4
     rl_updates_per_batch: int = 2
-    """PPO epochs on each rollout batch (a step's rollouts cost ~5x one epoch on its kept groups).
-    One epoch and 20 steps, at twice the lr, would save ~3 minutes but gained +3.5 where these
-    settings gained +14.5 (from one SFT checkpoint)."""
+    """PPO epochs on each rollout batch: a step's rollouts cost several times one epoch on its
+    kept groups, so a second epoch learns more for little time."""
     invalid_action_penalty: float = 0.1
     """Per invalid command, a step reward on the turn that chose it, so a turn that wastes the
     episode's time scores below its peers (success is still what the table reports)."""
     step_weight: float = 1.0
     """GiGPO's weight on the per-turn advantage (0 is GRPO with discounting)."""
     kl_coef: float | None = None
-    """KL to the policy after SFT; None: none with replies held to the commands, 0.05 with free
-    replies. Held replies need none: RL trains the policy the engine samples (`trainer.grammar_mask`, each token's
-    logprob over the commands' tokens), which holds still where the grammar does. From one SFT
-    checkpoint, 26 RL steps each (400 held-out games, paired): +14.5 at 0 and +11.25 at 0.05. With
-    the unmasked loss the KL term was needed (0 lost 5 points: a negative advantage pushed mass
-    onto tokens the grammar never lets the engine sample, the next-token entropy rose from 1.0 to
-    5.7 of ln 1024) and held the gain near +8 (0.05: +8.0, 0.15: +6.75). Free replies have no
-    grammar to hold them: without the term some runs drifted (entropy and invalid commands rising)
-    and ended below SFT."""
+    """KL to the policy after SFT; None: 0 with replies held to the commands, 0.05 with free
+    replies. Held replies need none: RL trains the policy the engine samples (`trainer.grammar_mask`:
+    each token's logprob over the commands' tokens), which the grammar keeps from drifting, so a
+    KL term would only hold it back. Free replies have no grammar to hold them, and drift without
+    it."""
     eval_temperature: float = 1.0
     allowed_replies: bool = True
     """Hold each reply to the env's admissible commands (the tool agent's `allowed_replies_from:
     admissible_commands`), in the evals and the RL rollouts alike: no turn is lost to an invalid
     command, and RL chooses among commands instead of learning to spell them, each token trained
-    over the commands' tokens (`trainer.grammar_mask`). Measured on fresh clones (400 held-out
-    games, paired): docs/benchmarks.md. Free replies (550 SFT and 18 RL steps) gained +4.25 to +7
-    ± ~2.3."""
+    over the commands' tokens (`trainer.grammar_mask`). The runs either way: docs/benchmarks.md."""
     max_turns: int = 15
     seed: int = 0
 
@@ -151,8 +143,8 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
         "rollout": {"groups_per_step": config.groups_per_step, "group_size": config.group_size,
                     "concurrency": config.groups_per_step * config.group_size,
                     "invalid_action_penalty": config.invalid_action_penalty},
-        # seeded: each row is a function of the weights alone (the same weights read 11-16.5%
-        # over 200 unseeded episodes)
+        # seeded: each row is a function of the weights alone, so two rows differ by training,
+        # not by the luck of the draw
         "eval": {"split": "valid_unseen", "episodes": config.heldout_games,
                  "before_episodes": min(config.before_episodes, config.heldout_games),
                  "args": {"temperature": config.eval_temperature, "seed": config.seed}},
@@ -166,7 +158,8 @@ def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
 def agent_args(config: DemoConfig) -> dict[str, Any]:
     args: dict[str, Any] = {"temperature": 1.0, "max_tokens": 12, "system_prompt": SYSTEM_PROMPT}
     if config.allowed_replies:
-        # the grammar ends each reply with its command; 12 tokens cut ~3% of them short (measured)
+        # the grammar ends each reply with its command, so the limit only has to fit the longest
+        # command (12 tokens cut some short)
         args.update(allowed_replies_from="admissible_commands", max_tokens=32)
     return args
 
