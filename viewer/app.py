@@ -20,12 +20,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from roost.rollout.store.browse_rows import Page
+from roost.rollout.store.readable import StoreUnreadable
+
 from . import pages
-from .call_query import call_detail, call_tokens
 from .plots import plots
-from .queries import Page, StoreQueries
+from .queries import StoreQueries
 from .run_folder import OutsideRunFolder, RunFolder
-from .store_open import StoreUnreadable
 from .tokens import COLOURINGS, TokenText, cells
 from .trace_links import check_trace_url, trace_link
 
@@ -216,8 +217,8 @@ def _session_page(viewer: Viewer, session_id: str, page: Page) -> str:
 
 def _call_page(viewer: Viewer, call_id: str, start: int, colour: str) -> str:
     q = viewer.queries()
-    detail = call_detail(q, call_id)
-    window = call_tokens(q, call_id, start, TOKEN_LIMIT)
+    detail = q.call_detail(call_id)
+    window = q.call_tokens(call_id, start, TOKEN_LIMIT)
     if detail is None or window is None:
         raise PageError(404, f"no call {call_id!r} in {viewer.store_path}; a session's page links its calls")
     text = viewer.text(detail.model)

@@ -12,7 +12,8 @@ from typing import Any
 import jinja2
 import orjson
 
-from .queries import CallRow
+from roost.rollout.store.browse_rows import CallRow
+
 from .templates import TEMPLATES
 
 TEXT_LIMIT = 4000

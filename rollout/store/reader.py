@@ -1,6 +1,9 @@
-"""Synchronous reads of a trajectory store, for the trainer, exports and the control plane.
+"""Synchronous reads of a trajectory store, for the trainer, exports, the control plane and the
+viewer (`browse` adds its paged lists).
 
-Readers never block the gateway's writer: WAL gives each read a consistent snapshot.
+Readers never block the gateway's writer: WAL gives each read a consistent snapshot. A reader
+checks the file when it opens it (`readable`): a file that is not a store, or a store of a schema
+this roost does not read, raises `StoreUnreadable` saying what to do.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from pathlib import Path
 
 from roost.outcome import SessionStatus
 
-from . import schema
+from . import readable, schema
+from .readable import StoreUnreadable
 from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
 from .rows import (
     CALL_COLUMNS,
@@ -23,7 +27,7 @@ from .rows import (
 )
 
 
-class StoreMissing(FileNotFoundError):
+class StoreMissing(StoreUnreadable, FileNotFoundError):
     """The trajectory store file does not exist."""
 
 
@@ -35,10 +39,19 @@ class TrajectoryReader:
         if not path.is_file():
             raise StoreMissing(
                 f"no trajectory store at {path}; pass the --store file the gateway wrote "
-                "(default .roost/trajectories.sqlite in the gateway's working folder)"
+                "(default .roost/trajectories.sqlite in the gateway's working folder; a run folder holds "
+                "trajectories.sqlite once its gateway has started)"
             )
         self.path = path
-        self._conn: sqlite3.Connection = schema.connect(str(path), readonly=True)
+        try:
+            self._conn: sqlite3.Connection = schema.connect(str(path), readonly=True)
+        except sqlite3.Error as exc:
+            raise StoreUnreadable(f"{path} cannot be opened as SQLite ({exc})") from exc
+        try:
+            readable.check(self._conn, path)
+        except StoreUnreadable:
+            self._conn.close()
+            raise
         # an older store (a reader does not migrate it): its columns as it has them
         self._calls = schema.select_columns(self._conn, "calls", CALL_COLUMNS)
         self._sessions = schema.select_columns(self._conn, "sessions", SESSION_COLUMNS, default="NULL")
@@ -100,10 +113,11 @@ class TrajectoryReader:
             return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
         return int(self._conn.execute("SELECT COUNT(*) FROM calls WHERE session_id=?", (session_id,)).fetchone()[0])
 
-    def rewards(self, session_id: str) -> list[RewardRecord]:
+    def rewards(self, session_id: str, limit: int = -1) -> list[RewardRecord]:
+        """The session's rewards in the order they were posted (the first `limit`; -1: all)."""
         rows = self._conn.execute(
             "SELECT session_id, agent_id, call_id, reward, info, created_at FROM rewards "
-            "WHERE session_id=? ORDER BY id", (session_id,),
+            "WHERE session_id=? ORDER BY id LIMIT ?", (session_id, limit),
         )
         return [reward_from_row(r) for r in rows]
 

@@ -34,13 +34,13 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _ids(blob: bytes) -> IdArray:
+def ids_from_blob(blob: bytes) -> IdArray:
     values = array("i")
     values.frombytes(blob)
     return values
 
 
-def _floats(blob: bytes) -> FloatArray:
+def floats_from_blob(blob: bytes) -> FloatArray:
     values = array("d")
     values.frombytes(blob)
     return values
@@ -61,9 +61,9 @@ def call_from_row(row: sqlite3.Row | tuple[Any, ...]) -> CallRecord:
     v = dict(zip(CALL_COLUMNS, row))
     for name in ("finish_reason", "sampling_params", "timings", "request", "response"):
         v[name] = orjson.loads(v[name])
-    v["prompt_ids"] = _ids(v["prompt_ids"])
-    v["sampled_ids"] = _ids(v["sampled_ids"])
-    v["sampled_logprobs"] = _floats(v["sampled_logprobs"])
+    v["prompt_ids"] = ids_from_blob(v["prompt_ids"])
+    v["sampled_ids"] = ids_from_blob(v["sampled_ids"])
+    v["sampled_logprobs"] = floats_from_blob(v["sampled_logprobs"])
     return CallRecord(**v)
 
 
@@ -122,5 +122,5 @@ def reward_from_row(row: tuple[Any, ...]) -> RewardRecord:
 
 
 def advantage_from_row(row: tuple[Any, ...]) -> AdvantageRecord:
-    per_token = list(_floats(row[3])) if row[3] is not None else None
+    per_token = list(floats_from_blob(row[3])) if row[3] is not None else None
     return AdvantageRecord(call_id=row[0], session_id=row[1], value=row[2], per_token=per_token, created_at=row[4])

@@ -174,6 +174,4 @@ def select_columns(conn: sqlite3.Connection, table: str, wanted: tuple[str, ...]
     """`wanted` as a SELECT list over this store's `table`: a column an older store lacks (one a
     reader opened without migrating it) reads as `default`."""
     present = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-    if not present:  # no table yet (the writer creates it): name the columns as they will be
-        return ", ".join(wanted)
     return ", ".join(c if c in present else f"{default} AS {c}" for c in wanted)

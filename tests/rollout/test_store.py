@@ -14,7 +14,7 @@ import pytest
 from roost.outcome import EpisodeOutcome, EpisodeStatus, RewardSource, SessionStatus
 from roost.rollout.store.export import export
 from roost.rollout.store.paths import iter_training_samples
-from roost.rollout.store.reader import StoreMissing, TrajectoryReader
+from roost.rollout.store.reader import StoreMissing, StoreUnreadable, TrajectoryReader
 from roost.rollout.store.records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
 from roost.rollout.store.schema import OUTCOME_COLUMNS, SCHEMA_VERSION
 from roost.rollout.store.trajectory_store import TrajectoryStore
@@ -153,6 +153,26 @@ def test_export_jsonl_and_parquet(store, tmp_path, kind):
 def test_missing_store_says_what_to_do(tmp_path):
     with pytest.raises(StoreMissing, match="--store"):
         TrajectoryReader(tmp_path / "nope.sqlite")
+
+
+def test_a_reader_checks_the_file_is_a_store_it_reads(tmp_path):
+    notes = tmp_path / "notes.sqlite"
+    notes.write_text("not a database\n" * 100)
+    with pytest.raises(StoreUnreadable, match="is not a trajectory store"):
+        TrajectoryReader(notes)
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as conn:  # from before calls had weight versions
+        conn.executescript("CREATE TABLE sessions (session_id TEXT, group_id TEXT, status TEXT);"
+                           "CREATE TABLE calls (call_id TEXT, session_id TEXT, messages TEXT);")
+    with pytest.raises(StoreUnreadable, match=r"older schema.*no agents table.*calls lacks .*calls\.weight_version"
+                                              r".*export it with the roost that wrote it"):
+        TrajectoryReader(old)
+    newer = tmp_path / "new.sqlite"
+    TrajectoryStore(newer).open().close()
+    with sqlite3.connect(newer) as conn:
+        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    with pytest.raises(StoreUnreadable, match="schema version 99; this roost reads up to"):
+        TrajectoryReader(newer)
 
 
 def test_export_cli(store, tmp_path):
