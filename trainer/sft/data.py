@@ -7,43 +7,31 @@ record the same conversation.
 
 A transcript is what a harness did: the first observation and each (command, observation).
 `tool_agent_messages` turns it into the chat the built-in `tool` agent would have sent,
-so a model fine-tuned on it meets the same prompts at rollout time. `ChatRenderer` plays the
-chat through the gateway's own prompt path (message conversion, control-token escaping, the
-model's template, prompt planning, tokenizer): each assistant message is a call whose prompt
-the gateway plans from the messages before it, and whose reply is that message as the
-template renders it, then the end-of-turn token (loss mask 1). Everything else, the text
-between replies included, has loss mask 0: the loss falls on assistant tokens only.
+so a model fine-tuned on it meets the same prompts at rollout time. `ChatRenderer` records the
+chat as the gateway would (`roost.rollout.gateway.transcripts`): each assistant message is a
+call whose prompt the gateway plans from the messages before it, and whose reply is that
+message as the template renders it, then the end-of-turn token (loss mask 1). Everything else,
+the text between replies included, has loss mask 0: the loss falls on assistant tokens only.
 """
 
 from __future__ import annotations
 
 import json
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.agents.tool_agent import SYSTEM_PROMPT
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import Action, Step, TextAction, ToolCall
 from roost.rollout.chat.tokenizer import ChatTokenizer
-from roost.rollout.gateway.chat_calls import plan_chat, render_chat
-from roost.rollout.gateway.errors import InvalidRequest
-from roost.rollout.gateway.messages import argument_defaults, extend_chain, message_key, to_template, tool_dicts
 from roost.rollout.gateway.prompt_builder import PromptBuilder
-from roost.rollout.gateway.recording import Sampled, node_for
-from roost.rollout.gateway.token_tree import AgentTree, Node
-from roost.rollout.gateway.wire import ChatMessage, Tool
+from roost.rollout.gateway.token_tree import Node
+from roost.rollout.gateway.transcripts import conversation_calls
 from roost.rollout.store.samples import CallRef, Sample, SampledSpan, build_sample
 
 TOOL_NAME = "act"
-
-
-class RenderError(ValueError):
-    """A conversation does not render into a training sample (template, roles)."""
 
 
 @dataclass
@@ -134,49 +122,9 @@ class ChatRenderer:
         return self.builder.tokenizer
 
     def calls(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[Node]:
-        """The gateway's token tree of the conversation: a call for each assistant message, its
-        prompt planned by the gateway from the messages before it, its reply that message as
-        the template renders it in the conversation plus the end-of-turn token. Each call
-        must extend the one before, as one sample does."""
-        replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        if not replies:
-            raise RenderError("the conversation has no assistant message: nothing to train on")
-        try:
-            chats = [ChatMessage.model_validate(m) for m in messages]
-            offered = [Tool.model_validate(t) for t in tools] if tools else None
-            dicts = to_template(chats)
-            _, whole = render_chat(self.builder, dicts, tool_dicts(offered), None)
-            tree, calls = AgentTree(), []
-            for number, index in enumerate(replies):
-                plan, chain_end, prompt = plan_chat(self.builder, tree, chats[:index], offered, None, self.policy)
-                if calls and (plan.kind != "extend" or plan.parent is not calls[-1]):
-                    raise RenderError(
-                        f"under reasoning policy {self.policy!r} the prompt of reply {number} does not extend the "
-                        f"call before it ({plan.mismatch or 'the template renders earlier turns differently'}); "
-                        "the gateway would record a fork, which one sample cannot hold")
-                reply = Sampled(self._reply_ids(whole, prompt, number))
-                call = node_for(f"reply-{number}", plan, reply, self.tokenizer,
-                                extend_chain(chain_end, message_key(dicts[index],
-                                                                    argument_defaults(tool_dicts(offered)))))
-                tree.add(call)
-                calls.append(call)
-        except (ValidationError, InvalidRequest) as exc:
-            raise RenderError(f"the gateway would refuse this conversation: {exc}") from exc
-        return calls
-
-    def _reply_ids(self, whole: str, prompt: str, number: int) -> array:
-        """Reply `number`: the text after its prompt in the whole conversation up to the
-        end-of-turn marker, tokenized as the gateway tokenizes text, then the end-of-turn token."""
-        eos = self.tokenizer.eos_text
-        if not whole.startswith(prompt):
-            raise RenderError(f"the chat template renders the prompt of reply {number} differently inside the whole "
-                              "chat; it cannot be trained on as one growing sample")
-        end = whole.find(eos, len(prompt))
-        if end < 0:
-            raise RenderError(f"assistant reply {number} has no end-of-turn marker {eos!r}")
-        ids = self.tokenizer.encode_array(whole[len(prompt):end])
-        ids.append(self.tokenizer.eos_id)
-        return ids
+        """The gateway's token tree of the conversation (`conversation_calls`): a call for each
+        assistant message, each extending the one before."""
+        return conversation_calls(self.builder, messages, tools, self.policy)
 
     def sample(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
                session_id: str, group_id: str = "sft", agent_id: str = "main", reward: float | None = None,
