@@ -6,7 +6,7 @@ cannot express that mapping, so the list is built here.
 
 from setuptools import find_packages, setup
 
-TOP_LEVEL = ["cli", "rollout", "envs", "agents", "sandboxes", "trainer", "bench", "viewer"]
+TOP_LEVEL = ["cli", "rollout", "envs", "agents", "sandboxes", "serving", "trainer", "bench", "viewer"]
 
 packages = ["roost"] + [
     f"roost.{name}" for name in find_packages(include=[f"{top}" for top in TOP_LEVEL] + [f"{top}.*" for top in TOP_LEVEL])

@@ -30,13 +30,14 @@ class EngineCall:
 
 
 class EngineRecorder:
-    """An aiohttp proxy on a free 127.0.0.1 port, on its own thread; a context manager."""
+    """An aiohttp proxy on a 127.0.0.1 port it binds (any free one), on its own thread; a context manager."""
 
     def __init__(self, engine_url: str) -> None:
-        from roost.rollout.server_process import free_port
+        from roost.serving.listen import bind_listener, bound_port
 
         self.engine_url = engine_url.rstrip("/")
-        self.port = free_port()
+        self._sock = bind_listener("127.0.0.1", 0)
+        self.port = bound_port(self._sock)
         self.url = f"http://127.0.0.1:{self.port}"
         self.calls: dict[str, EngineCall] = {}
         self._loop = asyncio.new_event_loop()
@@ -64,7 +65,7 @@ class EngineRecorder:
 
         async def start() -> None:
             await self._runner.setup()
-            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            await web.SockSite(self._runner, self._sock).start()
             self._http = ClientSession()
 
         self._loop.run_until_complete(start())
@@ -74,6 +75,7 @@ class EngineRecorder:
     async def _stop(self) -> None:
         await self._http.close()
         await self._runner.cleanup()
+        self._sock.close()
 
     async def _forward(self, request):
         from aiohttp import web

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from roost.envs.client import EnvClient
 from roost.envs.protocol import Reset, Step, TextAction
-from roost.lifetime import die_with_parent
+from roost.serving.process import start_reporting
 
 
 @dataclass(frozen=True)
@@ -56,28 +58,20 @@ async def run_bench(config: BenchConfig) -> list[BenchResult]:
 
 @contextlib.asynccontextmanager
 async def _server(config: BenchConfig) -> AsyncIterator[tuple[str, subprocess.Popen]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "roost.envs.serve", config.env, "--port", str(port),
+    folder = tempfile.mkdtemp(prefix="roost-bench-env-")
+    port_file = Path(folder) / "port"
+    command = [sys.executable, "-m", "roost.envs.serve", config.env, "--port", "0", "--port-file", str(port_file),
                "--workers", str(config.workers), "--max-episodes", str(max(config.concurrency) + 8)]
     for arg in config.env_args:
         command += ["--env-arg", arg]
-    process = subprocess.Popen(command, preexec_fn=die_with_parent())
-    url = f"http://127.0.0.1:{port}"
+    # started from the loop's own thread: the server dies with the thread that started it
+    process, port = start_reporting(command, port_file, "env server", 120.0)
     try:
-        async with EnvClient(url, timeout_s=5) as probe:
-            for _ in range(600):
-                if process.poll() is not None:
-                    raise RuntimeError(f"env server exited with code {process.returncode}")
-                with contextlib.suppress(Exception):
-                    await probe.health()
-                    break
-                await asyncio.sleep(0.2)
-        yield url, process
+        yield f"http://127.0.0.1:{port}", process
     finally:
         process.terminate()
         process.wait(timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _level(client: EnvClient, process: subprocess.Popen, config: BenchConfig, n: int,

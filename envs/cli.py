@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.serving.listen import PORT_FILE_HELP
 
 envs_app = typer.Typer(help="Environments: list them, check them against the protocol, prepare their data.",
                        no_args_is_help=True)
@@ -40,7 +41,9 @@ def _err(message: str) -> None:
 def serve(
     env: str = typer.Argument(..., help="Env name (see `roost envs list`) or module:function entry point."),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on (with --docker: the host port)."),
+    port: int = typer.Option(8000, help="Port to listen on (with --docker: the host port); 0: any free one "
+                                        "(see --port-file)."),
+    port_file: Optional[Path] = typer.Option(None, help=PORT_FILE_HELP),
     workers: int = typer.Option(os.cpu_count() or 1, help="Worker processes hosting episodes."),
     max_episodes: int = typer.Option(64, help="Live episodes before 429."),
     lease_s: float = typer.Option(600.0, help="Idle seconds before an episode is reaped."),
@@ -64,13 +67,14 @@ def serve(
     server_args = ["--workers", str(workers), "--max-episodes", str(max_episodes), "--lease-s", str(lease_s),
                    "--log-level", log_level.value, *(["--log-json"] if log_json else [])]
     if docker:
-        _serve_docker(env, port, data_dir, base_image, server_args + [a for p in env_arg for a in ("--env-arg", p)])
+        _serve_docker(env, port, data_dir, base_image, server_args + [a for p in env_arg for a in ("--env-arg", p)],
+                      port_file)
         return
     kwargs = parse_env_args(env_arg)
     if data_dir is not None:
         kwargs["data_dir"] = str(data_dir)
     manager = ManagerConfig(workers=workers, max_episodes=max_episodes, lease_s=lease_s)
-    config = ServerConfig(env, kwargs, host, port, manager, trace=trace)
+    config = ServerConfig(env, kwargs, host, port, manager, trace=trace, port_file=port_file)
     from roost.envs.errors import EnvError
 
     _err(f"starting {env} on http://{host}:{port} ({workers} workers, max {max_episodes} episodes)")
@@ -82,9 +86,12 @@ def serve(
 
 
 def _serve_docker(env: str, port: int, data_dir: Optional[Path], base_image: Optional[str],
-                  server_args: list[str]) -> None:
+                  server_args: list[str], port_file: Optional[Path]) -> None:
     import signal
     import threading
+    from urllib.parse import urlsplit
+
+    from roost.serving.listen import report_port
 
     from roost.envs.containers import ContainerConfig, EnvContainer, docker_client, ensure_image
     from roost.envs.registry import resolve
@@ -99,7 +106,8 @@ def _serve_docker(env: str, port: int, data_dir: Optional[Path], base_image: Opt
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        url = container.start()
+        url = container.start()  # port 0: Docker publishes it on a free host port
+        report_port(urlsplit(url).port or port, port_file)
         # A process started in the background inherits SIGINT ignored; it must still stop on it.
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         _err(f"serving {env} from container {container.container.short_id} ({image}) on {url}; Ctrl-C stops it")

@@ -15,9 +15,9 @@ import contextlib
 import json
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from roost.envs.episodes import EpisodeManager, ManagerConfig
@@ -25,6 +25,7 @@ from roost.envs.errors import EnvError
 from roost.envs.worker import WorkerConfig
 from roost.lifetime import stop_on_sigterm
 from roost.logging_setup import LogLevel, configure_logging
+from roost.serving.listen import PORT_FILE_HELP, bind_listener, report_port
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class ServerConfig:
     """A worker silent this long (no heartbeat) is killed, even mid-request."""
     trace: bool = False
     """OpenTelemetry spans (`roost.tracing`; also on with the OTEL_* variables)."""
+    port_file: Path | None = None
+    """Where the port bound is written once listening (port 0: the one the OS picked)."""
 
 
 def _spec(config: ServerConfig):
@@ -71,17 +74,6 @@ def build_app(config: ServerConfig, manager: EpisodeManager | None = None):
     return app
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do, and without it
-    # every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
 def _server(config: ServerConfig, manager: EpisodeManager | None = None):
     import uvicorn
 
@@ -95,9 +87,10 @@ async def serve(config: ServerConfig) -> None:
     a bad entry point) raises its own error here instead of a failed server startup."""
     manager = build_manager(config)
     await manager.start()
-    sock = _bind(config.host, config.port)
+    sock = bind_listener(config.host, config.port)
+    port = report_port(sock, config.port_file)
     log.info("env server for %s on http://%s:%d (%d workers, at most %d episodes)", config.env, config.host,
-             config.port, config.manager.workers, config.manager.max_episodes,
+             port, config.manager.workers, config.manager.max_episodes,
              extra={"env": config.env, "workers": config.manager.workers})
     await _server(config, manager).serve(sockets=[sock])
 
@@ -105,7 +98,7 @@ async def serve(config: ServerConfig) -> None:
 @contextlib.asynccontextmanager
 async def serving(config: ServerConfig) -> AsyncIterator[str]:
     """Serve in the background (port 0 picks a free one); yields the base URL once healthy."""
-    sock = _bind(config.host, config.port)
+    sock = bind_listener(config.host, config.port)
     server = _server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -141,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m roost.envs.serve", description=__doc__.split("\n")[0])
     parser.add_argument("env", help="registry name (alfworld) or module:function entry point")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="0: any free port (see --port-file)")
+    parser.add_argument("--port-file", type=Path, help=PORT_FILE_HELP)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--max-episodes", type=int, default=ManagerConfig.max_episodes)
     parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
@@ -153,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(args.log_level, json=args.log_json)
     config = ServerConfig(args.env, parse_env_args(args.env_arg), args.host, args.port,
                           ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
-                          trace=args.trace)
+                          trace=args.trace, port_file=args.port_file)
     try:
         with stop_on_sigterm():  # the workers stop, closing their episodes, before the server exits
             asyncio.run(serve(config))

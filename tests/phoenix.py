@@ -22,7 +22,6 @@ import pytest
 
 from roost.lifetime import die_with_parent, stop_process
 from roost.rollout.engine.vllm_launch import checkout_dir
-from roost.rollout.server_process import free_port
 
 PHOENIX_BIN_ENV = "ROOST_PHOENIX_BIN"
 STARTUP_S = 180.0
@@ -58,13 +57,24 @@ class Span:
                    raw["context"]["trace_id"])
 
 
+def _phoenix_port() -> int:
+    """A port free when asked. Phoenix is told its ports (PHOENIX_PORT, PHOENIX_GRPC_PORT) and
+    reports none back, unlike roost's servers (`--port 0 --port-file`); one taken before Phoenix
+    binds it fails its start, and the test with it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class PhoenixServer:
     """`phoenix serve` on free 127.0.0.1 ports, its database in `folder`; a context manager."""
 
     def __init__(self, folder: Path):
-        self.port = free_port()
+        self.port = _phoenix_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "PHOENIX_PORT": str(self.port), "PHOENIX_GRPC_PORT": str(free_port()),
+        self.env = {**os.environ, "PHOENIX_PORT": str(self.port), "PHOENIX_GRPC_PORT": str(_phoenix_port()),
                     "PHOENIX_HOST": "127.0.0.1", "PHOENIX_WORKING_DIR": str(folder),
                     "PHOENIX_TELEMETRY_ENABLED": "false"}
         self.log = folder / "phoenix.log"

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from roost.lifetime import die_with_parent, stop_process
-from roost.rollout.server_process import free_port, is_healthy
+from roost.serving.handle import is_healthy
 
 TOY = "roost.tests.envs.toy_envs:make_factory"
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (?P<level>[A-Z]+) (?P<logger>[\w.]+): (?P<message>.*)$")
@@ -48,7 +48,7 @@ def json_records(lines: list[str]) -> list[dict]:
 
 
 def test_the_env_server_logs_info_lines_as_text_by_default(tmp_path):
-    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", str(free_port())],
+    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0"],
                          started, tmp_path / "stderr.log")
     records = text_records(lines)
     ours = [r for r in records if r["logger"] == "roost.envs.serve"]
@@ -57,7 +57,7 @@ def test_the_env_server_logs_info_lines_as_text_by_default(tmp_path):
 
 
 def test_the_env_server_logs_json_lines_with_their_extra_fields(tmp_path):
-    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", str(free_port()), "--log-json"],
+    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0", "--log-json"],
                          started, tmp_path / "stderr.log")
     records = json_records(lines)
     [ours] = [r for r in records if r["logger"] == "roost.envs.serve"]
@@ -69,7 +69,7 @@ def test_the_env_server_logs_json_lines_with_their_extra_fields(tmp_path):
 
 def test_the_gateway_logs_json_when_asked(tmp_path):
     # the openai backend starts without reaching its upstream
-    args = ["gateway", "--backend", "openai", "--engine-url", "http://127.0.0.1:9/v1", "--port", str(free_port()),
+    args = ["gateway", "--backend", "openai", "--engine-url", "http://127.0.0.1:9/v1", "--port", "0",
             "--store", str(tmp_path / "t.sqlite"), "--log-json"]
     lines = stderr_until(args, started, tmp_path / "stderr.log")
     [ours] = [r for r in json_records(lines) if r["logger"] == "roost.gateway"]
@@ -77,20 +77,24 @@ def test_the_gateway_logs_json_when_asked(tmp_path):
 
 
 def test_the_viewer_logs_json_when_asked(tmp_path):
-    lines = stderr_until(["view", str(tmp_path), "--port", str(free_port()), "--log-json"], started,
+    lines = stderr_until(["view", str(tmp_path), "--port", "0", "--log-json"], started,
                          tmp_path / "stderr.log")
     assert {"level": "INFO", "logger": "uvicorn.error"} in [{k: r[k] for k in ("level", "logger")}
                                                             for r in json_records(lines)]
 
 
 def test_below_its_log_level_a_server_prints_nothing(tmp_path):
-    port = free_port()
-    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", str(port), "--log-level", "warning"],
-                         lambda _: is_healthy(f"http://127.0.0.1:{port}"), tmp_path / "stderr.log")
+    port_file = tmp_path / "port"
+
+    def serving(_: list[str]) -> bool:
+        return port_file.is_file() and is_healthy(f"http://127.0.0.1:{port_file.read_text().strip()}")
+
+    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0", "--port-file", str(port_file),
+                          "--log-level", "warning"], serving, tmp_path / "stderr.log")
     assert not text_records(lines)
 
 
 def test_the_engine_logs_what_it_serves(tmp_path):
-    lines = stderr_until(["engine", "--model", "tiny", "--port", str(free_port())], started, tmp_path / "stderr.log")
+    lines = stderr_until(["engine", "--model", "tiny", "--port", "0"], started, tmp_path / "stderr.log")
     ours = [r for r in text_records(lines) if r["logger"] == "roost.rollout.engine.launch"]
     assert ours and ours[0]["level"] == "INFO" and ours[0]["message"].startswith("engine serving ")

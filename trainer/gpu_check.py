@@ -173,11 +173,10 @@ def _sglang_sync(policy, model: Path, timeout_s: float) -> dict[str, Any]:
 async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], timeout_s: float):
     """Start SGLang as a recipe does, load `checkpoint` into it, sample a continuation of `prompt`."""
     from roost.rollout.keys import ENGINE_KEY, new_key
-    from roost.rollout.server_process import free_port
     from roost.rollout.sglang_client import SGLangClient
 
     from .recipe import validate_recipe
-    from .rl.services import SupervisedServer, engine_command, engine_env
+    from .rl.services import SupervisedServer, engine_command, engine_env, sglang_port
     from .weight_sync import sync_weights
 
     # The tiny model's 16-dimension heads: Triton's attention takes them; no CUDA graphs, a quick start.
@@ -185,7 +184,7 @@ async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], t
                               "engine": {"backend": "sglang", "dtype": "bfloat16", "args": [
                                   "--attention-backend", "triton", "--disable-cuda-graph",
                                   "--mem-fraction-static", "0.3"]}})
-    key, port = new_key(ENGINE_KEY), free_port()
+    key, port = new_key(ENGINE_KEY), sglang_port("127.0.0.1")
     server = SupervisedServer("sglang", engine_command(recipe, str(model), "127.0.0.1", port, key), "127.0.0.1",
                               port, log_dir=checkpoint.parent, startup_timeout_s=timeout_s,
                               env=engine_env(recipe, key))

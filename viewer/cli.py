@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.serving.listen import PORT_FILE_HELP, bind_listener, report_port
 
 
 def view(
@@ -18,7 +19,8 @@ def view(
                                                             "{trace_id} in it (Jaeger: "
                                                             "http://127.0.0.1:16686/trace/{trace_id})."),
     host: str = typer.Option("127.0.0.1", help="Loopback only: trajectories are private (ssh -L to view remotely)."),
-    port: int = typer.Option(8950, help="Port to serve on."),
+    port: int = typer.Option(8950, help="Port to serve on; 0: any free one (see --port-file)."),
+    port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
     log_level: LogLevel = level_option(),
     log_json: bool = json_option(),
 ) -> None:
@@ -41,9 +43,10 @@ def view(
                               tokenizer=tokenizer, trace_url=trace_url)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--trace-url") from None
-    app = build_app(config)
+    sock = bind_listener(host, port)
+    port = report_port(sock, port_file)
     typer.echo(f"roost view: http://{host}:{port}/")
-    uvicorn.run(app, host=host, port=port, log_config=None)
+    uvicorn.Server(uvicorn.Config(build_app(config), log_config=None)).run(sockets=[sock])
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -25,6 +25,7 @@ import html as html_lib
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -165,10 +166,12 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from roost.envs.serve import parse_env_args
+    from roost.serving.listen import PORT_FILE_HELP, bind_listener, report_port
 
     parser = argparse.ArgumentParser(prog="python -m roost.envs.webshop.web", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="0: any free port (see --port-file)")
+    parser.add_argument("--port-file", type=Path, help=PORT_FILE_HELP)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--max-episodes", type=int, default=ManagerConfig.max_episodes)
     parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
@@ -176,8 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     app = build_web_app(parse_env_args(args.env_arg),
                         ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s))
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
-    asyncio.run(server.serve())
+    sock = bind_listener(args.host, args.port)
+    report_port(sock, args.port_file)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    asyncio.run(server.serve(sockets=[sock]))
 
 
 if __name__ == "__main__":

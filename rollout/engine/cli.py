@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.serving.listen import PORT_FILE_HELP
 
 from ..keys import ENGINE_KEY, KeysRequired, serving_key
 
@@ -33,7 +34,8 @@ def engine(
                                              "(e.g. \"--optimization-level 0 --max-num-seqs 64\")."),
     vllm_log: Path = typer.Option(Path(".roost/vllm.log"), help="vllm backend: where vLLM's output goes."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --api-key."),
-    port: int = typer.Option(30000, help="Port to bind (SGLang's default)."),
+    port: int = typer.Option(30000, help="Port to bind (SGLang's default); 0: any free one (see --port-file)."),
+    port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
     api_key: str = typer.Option(None, envvar=ENGINE_KEY.env, show_envvar=True,
                                 help="Key of the control routes (weights, pause, cache), as SGLang's --api-key "
                                      "(default: generated and printed)."),
@@ -70,11 +72,11 @@ def engine(
 
         raise typer.Exit(serve_vllm(model, host=host, port=port, api_key=api_key, dtype=dtype,
                                     context_length=context_length, max_running=max_running, vllm_args=vllm_args,
-                                    log_path=vllm_log))
+                                    log_path=vllm_log, port_file=port_file))
     engine_ = build_engine(model, context_length=context_length, max_running=max_running, dtype=dtype,
                            scripted=sampler is Sampler.scripted, script=script,
                            reuse_prefixes=not disable_radix_cache, max_prefill_tokens=max_prefill_tokens)
-    serve(engine_, host=host, port=port, api_key=api_key, trace=trace)
+    serve(engine_, host=host, port=port, api_key=api_key, trace=trace, port_file=port_file)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

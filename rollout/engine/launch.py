@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 
 from roost.rollout.keys import ENGINE_KEY, new_key
-from roost.rollout.server_process import ServerProcess
+from roost.serving.listen import bind_listener, report_port
+from roost.serving.process import ServerProcess
 from roost.tracing import Tracing
 
 from .engine import Engine, EngineConfig
@@ -28,33 +29,41 @@ def build_engine(
     return Engine(config)
 
 
-def serve(engine: Engine, *, host: str, port: int, api_key: str, trace: bool = False) -> None:
-    """Serve until stopped; logs go where the process's logging sends them (`roost.logging_setup`)."""
+def serve(engine: Engine, *, host: str, port: int, api_key: str, trace: bool = False,
+          port_file: Path | None = None) -> None:
+    """Serve until stopped (port 0: any free port, written to `port_file`); logs go where the
+    process's logging sends them (`roost.logging_setup`)."""
     import uvicorn
 
     from .server import create_app
 
+    sock = bind_listener(host, port)
+    port = report_port(sock, port_file)
     tracing = Tracing.start("engine", flag=trace)
     engine.start()
-    log.info("engine serving %s (%s, context %d tokens, %d requests at once)", engine.config.model_path,
-             engine.spec.family, engine.context_length, engine.config.max_running,
-             extra={"model": str(engine.config.model_path), "weight_version": engine.weight_version})
+    log.info("engine serving %s on http://%s:%d (%s, context %d tokens, %d requests at once)",
+             engine.config.model_path, host, port, engine.spec.family, engine.context_length,
+             engine.config.max_running,
+             extra={"model": str(engine.config.model_path), "weight_version": engine.weight_version, "port": port})
     try:
-        uvicorn.run(create_app(engine, api_key, tracing), host=host, port=port, log_config=None, access_log=False)
+        config = uvicorn.Config(create_app(engine, api_key, tracing), log_config=None, access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         engine.stop()
         tracing.shutdown()
 
 
 class EngineProcess(ServerProcess):
-    """`roost engine` in a subprocess on a free 127.0.0.1 port; a context manager. `api_key` is
+    """`roost engine` in a subprocess on 127.0.0.1 (the port it binds, unless `port` names one); a
+    `ServerHandle`. `api_key` is
     the key of its control routes (generated unless given, handed over in the environment).
 
     >>> with EngineProcess(scripted=True) as url: ...
     """
 
     def __init__(self, model: str = "tiny", *, scripted: bool = False, script: Path | None = None,
-                 extra_args: list[str] | None = None, port: int | None = None, startup_timeout_s: float = 120.0,
+                 extra_args: list[str] | None = None, port: int = 0, startup_timeout_s: float = 120.0,
                  api_key: str | None = None):
         args = ["--model", model]
         if scripted:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roost.lifetime import die_with_parent, stop_process
-from roost.rollout.server_process import is_healthy
+from roost.serving.process import is_healthy
 
 VLLM_PYTHON_ENV = "ROOST_VLLM_PYTHON"
 # vLLM's CPU attention kernels support no smaller head.
@@ -68,7 +68,8 @@ def check_servable(model_dir: Path) -> None:
 
 @dataclass
 class VLLMServer:
-    """One vLLM OpenAI/RL server on `host:port` serving `model_dir`, its output in `log_path`."""
+    """One vLLM OpenAI/RL server on `host:port` serving `model_dir`, its output in `log_path`.
+    Port 0: vLLM binds any free port, and `port` becomes the one it bound once started."""
 
     model_dir: Path
     port: int
@@ -116,7 +117,9 @@ class VLLMServer:
             self.process = subprocess.Popen(self.command(python), env=self.environment(python), stdout=log,
                                             stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
         deadline = time.monotonic() + timeout_s
-        while not is_healthy(self.url):
+        while not self.port or not is_healthy(self.url):
+            if not self.port:
+                self.port = bound_port_of(self.process.pid, self.host)
             if self.process.poll() is not None:
                 raise VLLMLaunchError(f"vLLM exited with {self.process.returncode} while starting "
                                       f"{self.model_dir}; the end of {self.log_path}:\n{self.log_tail()}")
@@ -140,6 +143,23 @@ class VLLMServer:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def bound_port_of(pid: int, host: str) -> int:
+    """The TCP port process `pid` bound on `host`, or 0 while it has bound none.
+
+    vLLM's api_server takes `--port 0` (it binds before it builds the engine, then serves on that
+    socket) but reports only the port it was given, so the port is read from the process's own
+    sockets: the first it binds is the HTTP one, before any of its engine's."""
+    import psutil
+
+    try:
+        sockets = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+    wanted = {host, "0.0.0.0", "::"} if host in ("", "0.0.0.0", "::") else {host}
+    bound = sorted((s.fd, s.laddr.port) for s in sockets if s.laddr and s.laddr.ip in wanted and not s.raddr)
+    return bound[0][1] if bound else 0
 
 
 def parse_vllm_args(text: str | None) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.serving.listen import PORT_FILE_HELP
 
 from ..keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
 from .config import DEFAULT_MAX_TOKENS
@@ -37,7 +38,8 @@ def gateway(
                                    "embedded without it: start an embedded engine for --model."),
     model: str = typer.Option(None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --admin-key."),
-    port: int = typer.Option(8000, help="Port to bind."),
+    port: int = typer.Option(8000, help="Port to bind; 0: any free one (see --port-file)."),
+    port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
     admin_key: str = typer.Option(None, envvar=ADMIN_KEY.env, show_envvar=True,
                                   help="Key of the control plane (/sessions, /admin) and trajectory reads "
                                        "(default: generated and printed)."),
@@ -96,9 +98,9 @@ def gateway(
         engine = EngineProcess(model or "tiny", extra_args=engine_args, api_key=engine_key)
         with engine as url:
             serve(config.model_copy(update={"engine_url": url, "model": model or "tiny",
-                                            "engine_key": engine.api_key}))
+                                            "engine_key": engine.api_key}), port_file)
         return
-    serve(config)
+    serve(config, port_file)
 
 
 def preflight(

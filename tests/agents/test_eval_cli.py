@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from roost.rollout.server_process import free_port, stop_process, wait_healthy
+from roost.serving.process import start_reporting, stop_process
 
 ROOST = [sys.executable, "-m", "roost.cli.main"]
 
@@ -20,13 +20,12 @@ def _roost(*args: str, env: dict | None = None) -> dict:
     return json.loads(done.stdout)
 
 
-def test_serve_then_eval_the_expert_against_it(alfworld_data: Path):
-    port = free_port()
-    server = subprocess.Popen([*ROOST, "serve", "alfworld", "--port", str(port), "--workers", "1",
-                               "--data-dir", str(alfworld_data)])
+def test_serve_then_eval_the_expert_against_it(alfworld_data: Path, tmp_path: Path):
+    port_file = tmp_path / "port"
+    server, port = start_reporting([*ROOST, "serve", "alfworld", "--port", "0", "--port-file", str(port_file),
+                                    "--workers", "1", "--data-dir", str(alfworld_data)], port_file, "roost serve", 300)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(server, url, "roost serve", timeout_s=300)
         report = _roost("eval", "alfworld", "--agent", "expert", "--env-url", url, "--episodes", "3",
                         "--split", "valid_unseen", "--json", "--no-progress")
     finally:

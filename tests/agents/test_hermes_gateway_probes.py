@@ -19,7 +19,7 @@ def start_gateway(engine_url: str, store) -> GatewayThread:
 
 def _with_probes(gateway_thread) -> None:
     # Until create_app mounts them, add the probe routes to the running app (routes are read per request).
-    app = gateway_thread._server.config.app
+    app = gateway_thread.server.config.app
     if not any(getattr(r, "path", "") == "/version" for r in app.router.routes):
         app.router.routes.extend(probe_routes(gateway_thread.gateway))
 

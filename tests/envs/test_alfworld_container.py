@@ -15,7 +15,7 @@ import pytest
 from roost.envs.client import EnvClient
 from roost.envs.protocol import TextAction
 from roost.envs.registry import resolve
-from roost.rollout.server_process import free_port, wait_healthy
+from roost.serving.process import start_reporting
 
 pytestmark = pytest.mark.docker
 
@@ -56,14 +56,14 @@ async def test_an_episode_against_the_server_in_the_container(docker_engine, alf
 
 
 @pytest.mark.timeout(600)
-async def test_roost_serve_docker_serves_and_cleans_up(docker_engine, alfworld_image: str, alfworld_data: Path):
-    port = free_port()
-    command = [sys.executable, "-m", "roost.cli.main", "serve", "alfworld", "--docker", "--port", str(port),
-               "--workers", "1", "--data-dir", str(alfworld_data)]
-    server = subprocess.Popen(command)
+async def test_roost_serve_docker_serves_and_cleans_up(docker_engine, alfworld_image: str, alfworld_data: Path,
+                                                      tmp_path: Path):
+    port_file = tmp_path / "port"
+    command = [sys.executable, "-m", "roost.cli.main", "serve", "alfworld", "--docker", "--port", "0",
+               "--port-file", str(port_file), "--workers", "1", "--data-dir", str(alfworld_data)]
+    server, port = start_reporting(command, port_file, "roost serve --docker", 300)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(server, url, "roost serve --docker", timeout_s=300)
         assert await _play_expert(url) == 1.0
     finally:
         server.send_signal(signal.SIGINT)

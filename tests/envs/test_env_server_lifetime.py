@@ -3,7 +3,6 @@ busy in a step, and closes its episodes' envs (their sandboxes) on the way out."
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import httpx
@@ -11,19 +10,19 @@ import psutil
 import pytest
 
 from roost.tests.child_processes import assert_gone
-from roost.rollout.server_process import free_port, wait_healthy
+from roost.serving.process import start_reporting
 
 TOY = "roost.tests.envs.toy_envs:make_factory"
 
 
 def test_a_killed_server_takes_its_workers_and_their_episodes_along(tmp_path):
-    port = free_port()
+    port_file = tmp_path.parent / f"{tmp_path.name}.port"  # the closed_dir folder holds only episodes
+    server, port = start_reporting([sys.executable, "-m", "roost.cli.main", "serve", TOY, "--port", "0", "--port-file",
+                                    str(port_file), "--workers", "2", "--env-arg", f"closed_dir={tmp_path}"],
+                                   port_file, "roost serve", 120, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "roost.cli.main", "serve", TOY, "--port", str(port),
-                               "--workers", "2", "--env-arg", f"closed_dir={tmp_path}"], start_new_session=True)
     workers: list[psutil.Process] = []
     try:
-        wait_healthy(server, url, "roost serve", timeout_s=120)
         workers = psutil.Process(server.pid).children()
         assert len(workers) == 2
         busy = httpx.post(f"{url}/episodes", json={"task_id": "busy"}).json()["episode_id"]

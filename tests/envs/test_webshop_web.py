@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 
 import pytest
 
 from roost.envs.episodes import ManagerConfig
 from roost.envs.webshop.catalog import Catalog
 from roost.envs.webshop.web import build_web_app
+from roost.serving.listen import bind_listener, bound_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
@@ -43,8 +43,7 @@ async def web_url():
     import uvicorn
 
     app = build_web_app({}, ManagerConfig(workers=1))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = bind_listener()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
@@ -52,7 +51,7 @@ async def web_url():
             task.result()
         await asyncio.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{bound_port(sock)}"
     finally:
         server.should_exit = True
         await task

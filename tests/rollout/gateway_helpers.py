@@ -20,7 +20,7 @@ import httpx
 import orjson
 from aiohttp import web
 
-from roost.rollout.server_process import free_port
+from roost.serving.listen import bind_listener, bound_port
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.gateway.preflight import TOOLS as WEATHER_TOOLS
@@ -47,7 +47,8 @@ class EngineSpy:
 
     def __init__(self, engine_url: str):
         self.engine_url = engine_url
-        self.port = free_port()
+        self._sock = bind_listener()
+        self.port = bound_port(self._sock)
         self.url = f"http://127.0.0.1:{self.port}"
         self.seen: dict[str, Seen] = {}
         self._loop = asyncio.new_event_loop()
@@ -64,6 +65,7 @@ class EngineSpy:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._sock.close()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -73,7 +75,7 @@ class EngineSpy:
 
         async def start() -> None:
             await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", self.port).start()
+            await web.SockSite(runner, self._sock).start()
             self._http = aiohttp.ClientSession()
 
         self._loop.run_until_complete(start())

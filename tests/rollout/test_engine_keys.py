@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from roost.rollout.keys import bearer
-from roost.rollout.server_process import free_port
 from roost.rollout.sglang_client import EngineRejected, SGLangClient
 
 FALLBACK = {"rules": [{"match": None, "reply": "OK."}]}  # the scripted engine's own script (tests/conftest.py)
@@ -82,7 +81,7 @@ async def test_the_sglang_client_sends_its_key(scripted_engine):
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3"])
 def test_the_engine_binds_beyond_loopback_only_with_a_key(host):
     clean = {k: v for k, v in os.environ.items() if k != "ROOST_ENGINE_KEY"}
-    command = [sys.executable, "-m", "roost.cli.main", "engine", "--host", host, "--port", str(free_port())]
+    command = [sys.executable, "-m", "roost.cli.main", "engine", "--host", host, "--port", "0"]
     done = subprocess.run(command, env=clean, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "beyond loopback" in done.stderr and "--api-key" in done.stderr and "ROOST_ENGINE_KEY" in done.stderr

@@ -15,7 +15,7 @@ from roost.tests.rollout.gateway_helpers import (
 )
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
-from roost.rollout.server_process import free_port
+from roost.serving.listen import bind_listener, bound_port
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -160,8 +160,8 @@ def test_slow_engine_does_not_block_other_sessions(gateway):
 
 
 def test_engine_down(tmp_path):
-    dead = f"http://127.0.0.1:{free_port()}"
-    server = start_gateway(dead, tmp_path / "t.sqlite", retry_after_s=7)
+    refusing = bind_listener()  # bound, never listening: every connection is refused
+    server = start_gateway(f"http://127.0.0.1:{bound_port(refusing)}", tmp_path / "t.sqlite", retry_after_s=7)
     try:
         session = new_session(server)
         for stream in (False, True):
@@ -174,15 +174,18 @@ def test_engine_down(tmp_path):
         assert view.json()["status"] == "open"
     finally:
         server.stop()
+        refusing.close()
 
 
 def test_health_is_503_while_the_engine_is_unreachable(tmp_path):
-    port = free_port()
+    held = bind_listener()  # the engine's port, refusing connections until the engine binds it
+    port = bound_port(held)
     server = start_gateway(f"http://127.0.0.1:{port}", tmp_path / "t.sqlite")  # comes up before its engine
     try:
         down = httpx.get(f"{server.url}/health")
         assert down.status_code == 503, down.text
         assert down.json()["status"] == "degraded" and down.json()["engine"] == "unreachable"
+        held.close()  # handed over: the engine binds it at once (SO_REUSEADDR)
         with EngineProcess(scripted=True, port=port):
             up = httpx.get(f"{server.url}/health")
             assert up.status_code == 200 and up.json()["status"] == "ok" and up.json()["engine"] == "ok"

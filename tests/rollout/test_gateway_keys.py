@@ -14,7 +14,7 @@ import pytest
 
 from roost.tests.rollout.gateway_helpers import running_gateway, say, stored_calls
 from roost.rollout.keys import bearer
-from roost.rollout.server_process import free_port, stop_process, wait_healthy
+from roost.serving.process import start_reporting, stop_process
 from roost.rollout.store.reader import TrajectoryReader
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **say("Hello.")}
@@ -159,23 +159,22 @@ def roost_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "gateway.example"])
 def test_the_gateway_binds_beyond_loopback_only_with_an_admin_key(host, tmp_path):
     # Without --engine-url it would start an engine first: the refusal comes before that.
-    done = roost_cli("gateway", "--host", host, "--port", str(free_port()), "--store", str(tmp_path / "t.sqlite"))
+    done = roost_cli("gateway", "--host", host, "--port", "0", "--store", str(tmp_path / "t.sqlite"))
     assert done.returncode == 2
     assert "beyond loopback" in done.stderr and "--admin-key" in done.stderr and "ROOST_ADMIN_KEY" in done.stderr
     assert not (tmp_path / "t.sqlite").exists()
 
 
 def test_a_gateway_started_without_a_key_prints_the_one_it_made(scripted_engine_url, tmp_path):
-    port = free_port()
+    port_file = tmp_path / "port"
     clean = {k: v for k, v in os.environ.items() if k not in ("ROOST_ADMIN_KEY", "ROOST_ENGINE_KEY")}
-    process = subprocess.Popen(
+    process, port = start_reporting(
         [sys.executable, "-m", "roost.cli.main", "gateway", "--engine-url", scripted_engine_url, "--model", "tiny",
-         "--port", str(port), "--store", str(tmp_path / "t.sqlite")],
-        env=clean, stderr=subprocess.PIPE, text=True)
+         "--port", "0", "--port-file", str(port_file), "--store", str(tmp_path / "t.sqlite")],
+        port_file, "gateway", 120, env=clean, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         printed = next((line for line in process.stderr if "admin key" in line), "")
-        wait_healthy(process, url, "gateway", 120)
         found = re.search(r"admin key (rak-\S+)", printed)
         assert found and "ROOST_ADMIN_KEY" in printed, printed
         assert httpx.post(f"{url}/sessions", json={}).status_code == 401

@@ -35,7 +35,7 @@ def gateway_schema(gateway):
 
 
 def test_every_route_is_documented_and_nothing_else(gateway):
-    app = gateway._server.config.app
+    app = gateway.server.config.app
     served = {(m.lower(), r.path) for r in app.routes if isinstance(r, Route) for m in r.methods if m != "HEAD"}
     documented = {(op.method, op.path.replace("{model}", "{model:path}")) for op in operations()}
     assert served == documented

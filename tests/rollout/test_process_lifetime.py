@@ -4,25 +4,24 @@ its embedded engine first) or killed (SIGKILL: the engine dies with it)."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 
 import psutil
 import pytest
 
 from roost.tests.child_processes import assert_gone
-from roost.rollout.server_process import free_port, wait_healthy
+from roost.serving.process import start_reporting
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_stopped_or_killed_gateway_leaves_no_engine_behind(tmp_path, sig):
-    port = free_port()
-    gateway = subprocess.Popen([sys.executable, "-m", "roost.cli.main", "gateway", "--model", "tiny",
-                                "--port", str(port), "--store", str(tmp_path / "t.sqlite")], start_new_session=True)
+    port_file = tmp_path / "port"
+    gateway, _ = start_reporting([sys.executable, "-m", "roost.cli.main", "gateway", "--model", "tiny", "--port", "0",
+                                  "--port-file", str(port_file), "--store", str(tmp_path / "t.sqlite")],
+                                 port_file, "roost gateway", 240, start_new_session=True)
     try:
-        wait_healthy(gateway, f"http://127.0.0.1:{port}", "roost gateway", timeout_s=240)
         descendants = psutil.Process(gateway.pid).children(recursive=True)
         assert any("engine" in p.cmdline() for p in descendants)
         gateway.send_signal(sig)

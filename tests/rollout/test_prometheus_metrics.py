@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import httpx
 import openai
+import uvicorn
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as PROMETHEUS_TEXT
 
 from roost.rollout.engine.launch import build_engine
 from roost.rollout.engine.server import create_app
-from roost.tests.app_thread import AppThread
+from roost.serving.thread import UvicornThread
 from roost.tests.prometheus_samples import sample
 from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway
 
@@ -44,12 +45,13 @@ def test_two_engine_servers_on_one_engine_count_their_own_requests():
     engine = build_engine("tiny", scripted=True)
     engine.start()
     try:
-        with AppThread(create_app(engine, "key"), "engine A") as a, AppThread(create_app(engine, "key"), "engine B") as b:
+        with (UvicornThread(uvicorn.Config(create_app(engine, "key"), log_level="warning"), "engine A") as a,
+              UvicornThread(uvicorn.Config(create_app(engine, "key"), log_level="warning"), "engine B") as b):
             body = {"input_ids": [1, 2, 3],
                     "sampling_params": {"max_new_tokens": 8, "custom_params": {"scripted_reply": "OK."}}}
-            answers = [httpx.post(f"{a.url}/generate", json={**body, "stream": stream}, timeout=60)
+            answers = [httpx.post(f"{a}/generate", json={**body, "stream": stream}, timeout=60)
                        for stream in (False, True)]
-            a_text, b_text = scrape(a.url), scrape(b.url)
+            a_text, b_text = scrape(a), scrape(b)
     finally:
         engine.stop()
     assert all(answer.status_code == 200 for answer in answers)

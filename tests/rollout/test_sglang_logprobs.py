@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from roost.rollout.server_process import free_port
+from roost.serving.listen import bind_listener, bound_port
 from roost.rollout.sglang_client import SGLangClient
 from roost.rollout.sglang_logprobs import REPORT_KEY, check_original_logprobs, reported_original_logprobs
 
@@ -35,9 +35,10 @@ def test_sglangs_server_info_does_not_say():
 
 
 async def test_an_engine_that_cannot_be_asked_is_warned_about(caplog):
-    async with SGLangClient(f"http://127.0.0.1:{free_port()}", timeout_s=2) as client:
-        with caplog.at_level(logging.WARNING, logger="roost.sglang"):
-            assert await check_original_logprobs(client) is None
+    with bind_listener() as refusing:  # bound, never listening: every connection is refused
+        async with SGLangClient(f"http://127.0.0.1:{bound_port(refusing)}", timeout_s=2) as client:
+            with caplog.at_level(logging.WARNING, logger="roost.sglang"):
+                assert await check_original_logprobs(client) is None
     assert "RETURN_ORIGINAL_LOGPROB=1" in caplog.text
 
 
@@ -59,8 +60,9 @@ async def test_a_gateway_refuses_an_engine_that_reports_temperature_scaled_logpr
     app.router.add_get("/get_server_info", server_info)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    sock = bind_listener()
+    port = bound_port(sock)
+    await web.SockSite(runner, sock).start()
     gateway = Gateway(GatewayConfig(backend="sglang", engine_url=f"http://127.0.0.1:{port}",
                                     store_path=tmp_path / "store.sqlite"))
     try:

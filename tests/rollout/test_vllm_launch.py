@@ -13,11 +13,10 @@ import sys
 import pytest
 
 from roost.rollout.engine.tiny_model import tiny_model_dir
-from roost.rollout.server_process import free_port
 
 
 def run_engine(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "roost.cli.main", "engine", "--backend", "vllm", "--port", str(free_port()), *args]
+    command = [sys.executable, "-m", "roost.cli.main", "engine", "--backend", "vllm", "--port", "0", *args]
     return subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
 
 

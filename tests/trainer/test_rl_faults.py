@@ -16,7 +16,6 @@ from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.outcome import EpisodeStatus
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
 from roost.trainer.rl.batches import collect_batch
-from roost.rollout.server_process import free_port
 from roost.trainer.rl.services import ServiceActor, SupervisedServer
 from roost.trainer.rl.rollout_workers import GroupSpec, RolloutWorker
 
@@ -66,10 +65,9 @@ class SlowAgent:
 
 
 def env_server(tmp_path) -> SupervisedServer:
-    port = free_port()
-    command = [sys.executable, "-m", "roost.envs.serve", f"{THIS}:make_factory", "--port", str(port), "--workers", "1"]
+    command = [sys.executable, "-m", "roost.envs.serve", f"{THIS}:make_factory", "--port", "0", "--workers", "1"]
     env = {"PYTHONPATH": ":".join(p for p in sys.path if p)}
-    return SupervisedServer("env", command, "127.0.0.1", port, log_dir=tmp_path, env=env, startup_timeout_s=60)
+    return SupervisedServer("env", command, "127.0.0.1", 0, log_dir=tmp_path, env=env, startup_timeout_s=60)
 
 
 def agent_config(delay: float, timeout_s: float) -> dict:
@@ -135,8 +133,8 @@ async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_ver
     from roost.rollout.sglang_client import SGLangClient
     from roost.trainer.rl.services import _roost
 
-    port, key = free_port(), "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it
-    actor = ServiceActor("engine", _roost("engine", "--model", "tiny", "--port", str(port)), "127.0.0.1", port,
+    key = "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it
+    actor = ServiceActor("engine", _roost("engine", "--model", "tiny", "--port", "0"), "127.0.0.1", 0,
                          str(tmp_path), {"ROOST_ENGINE_KEY": key})
     url = actor.start()
     try:

@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import uvicorn
 
 from roost.rollout.keys import bearer
-from roost.tests.app_thread import AppThread
+from roost.serving.thread import UvicornThread
 from roost.tests.rollout.gateway_helpers import TOOL_CALL, WEATHER_TOOLS, new_session, say, start_gateway
 from roost.trainer.checkpoint import save_evals
 from roost.trainer.metrics import MetricsLogger
@@ -80,15 +81,13 @@ def run_dir(scripted_engine_url, tmp_path_factory) -> tuple[Path, dict[str, str]
     return run, played
 
 
-class ViewerServer(AppThread):
-    """A real viewer (uvicorn) on 127.0.0.1 in a background thread; `.url`."""
-
-    def __init__(self, config: ViewerConfig):
-        super().__init__(build_app(config), "the viewer")
+def viewer_server(config: ViewerConfig) -> UvicornThread:
+    """A real viewer (uvicorn) on 127.0.0.1 in a background thread."""
+    return UvicornThread(uvicorn.Config(build_app(config), log_level="warning"), "the viewer")
 
 
 @pytest.fixture(scope="session")
 def viewer(run_dir) -> tuple[str, dict[str, str]]:
     run, played = run_dir
-    with ViewerServer(ViewerConfig(run_dir=run)) as server:
-        yield server.url, played
+    with viewer_server(ViewerConfig(run_dir=run)) as url:
+        yield url, played

@@ -1,11 +1,13 @@
 """The servers a training run needs (engine, gateway, env server), each a supervised subprocess
 inside a Ray actor placed where the recipe says.
 
-    engine = ServiceActor.options(**placement).remote("engine", engine_command(recipe, model, host, port, key),
-                                                      host, port, log_dir, {"ROOST_ENGINE_KEY": key})
+    engine = ServiceActor.options(**placement).remote("engine", engine_command(recipe, model, host, 0, key),
+                                                      host, 0, log_dir, {"ROOST_ENGINE_KEY": key})
     url = ray.get(engine.start.remote())
 
-A server that dies is restarted on the same port by a watchdog thread, and the run goes on:
+roost's servers bind port 0 and report the port they got (`--port-file`); SGLang, which cannot,
+is started on a port chosen for it (`sglang_port`). A server that dies is restarted on the port
+it had by a watchdog thread, and the run goes on:
 episodes in flight when it died end `infra_error` (the runner's label) and are not trained
 on. A restarted engine loads the newest weights the run has synced, at the same version;
 `wait_serving` blocks until it has (the loop waits there before a step's rollouts and
@@ -29,7 +31,9 @@ from typing import Any
 
 from roost.lifetime import die_with_parent, stop_process
 from roost.rollout.keys import ENGINE_KEY
-from roost.rollout.server_process import ServerStartError, is_healthy, wait_healthy
+from roost.serving.handle import ServerStartError, is_healthy
+from roost.serving.listen import read_port
+from roost.serving.process import wait_healthy
 from roost.rollout.sglang_logprobs import ORIGINAL_LOGPROBS_ENV
 
 from ..recipe import Recipe
@@ -37,6 +41,17 @@ from ..recipe import Recipe
 
 class ServiceError(RuntimeError):
     """A server could not be started (see its log)."""
+
+
+def sglang_port(host: str) -> int:
+    """A port for SGLang, free when asked. SGLang cannot bind port 0: its own warm-up request and
+    the ports it derives for its scheduler and workers all come from --port. So, for SGLang only,
+    a port is found free and then bound by the server; one taken in between fails its start."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def _roost(*args: str) -> list[str]:
@@ -115,12 +130,15 @@ def env_command(recipe: Recipe, kwargs: dict[str, Any], host: str, port: int) ->
 
 
 class SupervisedServer:
-    """A server subprocess on a fixed port, restarted by a watchdog thread when it dies."""
+    """A server subprocess, restarted by a watchdog thread when it dies; a `ServerHandle`.
 
-    def __init__(self, name: str, command: list[str], host: str, port: int, *, log_dir: Path,
+    `port` 0: `command` is a roost server's, started with `--port 0`; it reports the port it
+    bound in `log_dir/<name>.port`. Otherwise the server was told `port` in `command` (SGLang)."""
+
+    def __init__(self, name: str, command: list[str], host: str, port: int = 0, *, log_dir: Path,
                  startup_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
-        self.name, self.command, self.port = name, command, port
-        self.url = f"http://{host}:{port}"
+        self.name, self.command, self.host, self.port = name, command, host, port
+        self.port_file = log_dir / f"{name}.port" if port == 0 else None
         self.log_path = log_dir / f"{name}.log"
         self.startup_timeout_s = startup_timeout_s
         self.env = {**os.environ, **(env or {})}
@@ -132,6 +150,24 @@ class SupervisedServer:
         self._serving = threading.Event()
         """Set while the server is up and (after a restart) `after_restart` is done."""
         self._watchdog: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _command(self) -> list[str]:
+        if self.port_file is None:
+            return self.command
+        # A restart comes back on the port the first launch got (the gateway and the runner hold
+        # its URL); a repeated option's last value wins, so this --port overrides the first one.
+        again = ["--port", str(self.port)] if self.port else []
+        return [*self.command, "--port-file", str(self.port_file), *again]
 
     def start(self) -> str:
         # Every launch happens on the watchdog thread: a child asks to die with the thread that
@@ -150,14 +186,20 @@ class SupervisedServer:
     def _launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        command = self._command()
+        if self.port_file is not None:
+            self.port_file.unlink(missing_ok=True)
         # Ray kills an actor without running its cleanup: the server must die with it.
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                         preexec_fn=die_with_parent())
         log.close()
+        see = f"; see {self.log_path} (command: {' '.join(command)})"
         try:
-            wait_healthy(self.process, self.url, self.name, self.startup_timeout_s,
-                         see=f"; see {self.log_path} (command: {' '.join(self.command)})")
+            if self.port_file is not None:
+                self.port = read_port(self.process, self.port_file, self.name, self.startup_timeout_s, see=see)
+            wait_healthy(self.process, self.url, self.name, self.startup_timeout_s, see=see)
         except ServerStartError as exc:
+            stop_process(self.process, timeout_s=5.0)
             raise ServiceError(str(exc)) from None
 
     def healthy(self) -> bool:
@@ -223,6 +265,7 @@ class ServiceActor:
 
     def __init__(self, name: str, command: list[str], host: str, port: int, log_dir: str,
                  env: dict[str, str] | None = None) -> None:
+        """`port` 0: a roost server that reports the port it binds (see `SupervisedServer`)."""
         self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env)
         self.weights: tuple[str, str] | None = None
 

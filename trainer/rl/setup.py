@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
-from roost.rollout.server_process import free_port
 
 from ..recipe import Recipe
-from .services import ServiceActor, engine_command, engine_env, env_command, gateway_command
+from .services import ServiceActor, engine_command, engine_env, env_command, gateway_command, sglang_port
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -155,9 +154,7 @@ def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> EnvS
     if recipe.env.server.url:
         return EnvServer(recipe.env.server.url)
     host = recipe.placement.host
-    port = free_port(host)
-    actor, url = _service("env", env_command(recipe, env_kwargs, host, port), host, port, log_dir,
-                          **actor_options(recipe))
+    actor, url = _service("env", env_command(recipe, env_kwargs, host, 0), host, 0, log_dir, **actor_options(recipe))
     return EnvServer(url, actor)
 
 
@@ -174,16 +171,15 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
     try:
         engine, engine_url = None, recipe.engine.url
         if engine_url is None:
-            port = free_port(host)
+            port = sglang_port(host) if recipe.engine.backend == "sglang" else 0
             command = engine_command(recipe, model, host, port, engine_key, log_dir)
             engine, engine_url = _service("engine", command, host, port, log_dir, engine_env(recipe, engine_key),
                                           **where.engine, **options)
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
-            port = free_port(host)
-            gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, port),
-                                            host, port, log_dir, {**key_env, ADMIN_KEY.env: admin_key}, **options)
+            gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, 0),
+                                            host, 0, log_dir, {**key_env, ADMIN_KEY.env: admin_key}, **options)
             started.append(gateway)
         yield Services(env.actor, engine, gateway, env.url, engine_url, gateway_url, store, engine_key, admin_key)
     finally:
