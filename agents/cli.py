@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -22,11 +22,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 def eval_command(
     env: str = typer.Argument(..., help="Env name (e.g. alfworld) or module:function entry point."),
     agent: str = typer.Option("tool", help=f"Agent: {', '.join(AGENTS)}, or module:Class."),
-    env_url: Optional[str] = typer.Option(None, help="A running env server; without it the env runs here."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint; a roost gateway also records."),
-    model: Optional[str] = typer.Option(None, help="Model name (default: the endpoint's first model)."),
-    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="API key for --base-url."),
-    admin_key: Optional[str] = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
+    env_url: str | None = typer.Option(None, help="A running env server; without it the env runs here."),
+    base_url: str | None = typer.Option(None, help="OpenAI-compatible endpoint; a roost gateway also records."),
+    model: str | None = typer.Option(None, help="Model name (default: the endpoint's first model)."),
+    api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", help="API key for --base-url."),
+    admin_key: str | None = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
                                             help="The gateway's admin key, when --base-url is a roost gateway."),
     episodes: int = typer.Option(10, help="Episodes to run (tasks of the split, cycled)."),
     split: str = typer.Option("train", help="Task split."),
@@ -38,7 +38,7 @@ def eval_command(
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE for the env, when it runs here."),
     agent_arg: list[str] = typer.Option([], "--agent-arg", help="KEY=VALUE for the agent's constructor."),
     workers: int = typer.Option(min(os.cpu_count() or 1, 4), help="Env worker processes, when the env runs here."),
-    run_id: Optional[str] = typer.Option(None, help="Run id; sessions are grouped as RUN_ID/TASK_ID."),
+    run_id: str | None = typer.Option(None, help="Run id; sessions are grouped as RUN_ID/TASK_ID."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary and per-episode results as JSON."),
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
     trace: bool = typer.Option(False, "--trace", help="A trace per episode over OTLP/HTTP (also on with the OTEL_* "
@@ -71,15 +71,15 @@ def run_command(
     command: str = typer.Option(..., "--command", help="Shell command; gets ROOST_BASE_URL, OPENAI_BASE_URL, "
                                 "OPENAI_API_KEY, ROOST_SESSION_ID, ROOST_TASK_JSON, ROOST_ENV_STEP_URL, ROOST_REWARD_FILE."),
     env: str = typer.Option("swe", help="Env name or module:function entry point."),
-    env_url: Optional[str] = typer.Option(None, help="A running env server; without it the env runs here."),
-    base_url: Optional[str] = typer.Option(None, help="A roost gateway (recorded) or any OpenAI endpoint."),
-    model: Optional[str] = typer.Option(None, help="Model name, passed as ROOST_MODEL."),
-    api_key: Optional[str] = typer.Option(None, help="API key when --base-url is not a gateway."),
-    admin_key: Optional[str] = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
+    env_url: str | None = typer.Option(None, help="A running env server; without it the env runs here."),
+    base_url: str | None = typer.Option(None, help="A roost gateway (recorded) or any OpenAI endpoint."),
+    model: str | None = typer.Option(None, help="Model name, passed as ROOST_MODEL."),
+    api_key: str | None = typer.Option(None, help="API key when --base-url is not a gateway."),
+    admin_key: str | None = typer.Option(None, envvar="ROOST_ADMIN_KEY", show_envvar=True,
                                             help="The gateway's admin key, when --base-url is a roost gateway."),
     task: list[str] = typer.Option([], "--task", help="Task id (repeatable; default: every task of the split)."),
     split: str = typer.Option("test", help="Task split."),
-    episodes: Optional[int] = typer.Option(None, help="Episodes to run, the tasks in turn (default: each task once)."),
+    episodes: int | None = typer.Option(None, help="Episodes to run, the tasks in turn (default: each task once)."),
     concurrency: int = typer.Option(1, help="Episodes at once."),
     timeout_s: float = typer.Option(3600.0, help="Per-episode limit on the command."),
     submit: bool = typer.Option(True, help="Submit for the command if it exits with the episode open."),

@@ -40,10 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from roost.agents.evaluate import EvalConfig
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
-from roost.outcome import RewardSource
 from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError, InvalidActionError
 from roost.envs.protocol import Step, ToolCall
 from roost.lifetime import die_with_parent
+from roost.outcome import RewardSource
 from roost.rollout.keys import without_server_keys
 
 SESSION_IN_URL = re.compile(r"/sessions/([^/]+)/")

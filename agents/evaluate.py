@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from roost.agents.gateway_session import recording_gateway
 from roost.agents.registry import load_agent
 from roost.agents.results import EpisodeResult
 from roost.agents.runner import EpisodeHost, RunConfig, run_episodes, summarize
 from roost.envs.protocol import Task, ToolSchema
 from roost.outcome import EpisodeKind
+from roost.rollout.gateway.control.client import recording_gateway
 from roost.tracing import Tracing
 
 

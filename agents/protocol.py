@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roost.outcome import EpisodeStatus, RewardSource
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
+from roost.outcome import EpisodeStatus, RewardSource
 
 
 class AgentError(RuntimeError):

@@ -24,13 +24,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from roost.agents.gateway_session import GatewayClient, ControlPlaneError
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, HarnessTimeout, ModelUnavailable
 from roost.agents.results import EpisodeResult
-from roost.outcome import EpisodeKind, EpisodeStatus, RewardSource
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
 from roost.envs.protocol import Action, Reset, Step, Task, ToolSchema
-from roost.rollout.gateway.wire import SessionCreated
+from roost.outcome import EpisodeKind, EpisodeStatus, RewardSource
+from roost.rollout.gateway.control.client import ControlPlaneError, GatewayClient
+from roost.rollout.gateway.control.wire import SessionCreated
 from roost.tracing import Tracing
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import torch
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import resolve_model
-from roost.rollout.engine_client import engine_client
+from roost.rollout.engine_api.client import engine_client
 
 # No graph compilation for vLLM: minutes of CPU at startup on a small machine.
 VLLM_BENCH_ARGS = "--optimization-level 0"

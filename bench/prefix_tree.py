@@ -107,7 +107,6 @@ def _serve_layout(checkpoint: str, case: str, layout: str, vocab: int, threads: 
     torch.set_num_threads(threads)
     from roost.rollout.engine.model_spec import ModelSpec
     from roost.rollout.engine.rope import inverse_frequencies
-
     from roost.trainer import hf_checkpoint
     from roost.trainer.megatron import convert, parallel
     from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config

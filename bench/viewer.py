@@ -15,8 +15,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from roost.rollout.store import schema
 from roost.outcome import EpisodeOutcome, RewardSource, SessionStatus
+from roost.rollout.store import schema
 from roost.rollout.store.records import CallRecord, SessionRecord
 from roost.rollout.store.rows import INSERT_CALL, INSERT_SESSION, call_row, session_row
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -43,14 +42,14 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on (with --docker: the host port); 0: any free one "
                                         "(see --port-file)."),
-    port_file: Optional[Path] = typer.Option(None, help=PORT_FILE_HELP),
+    port_file: Path | None = typer.Option(None, help=PORT_FILE_HELP),
     workers: int = typer.Option(os.cpu_count() or 1, help="Worker processes hosting episodes."),
     max_episodes: int = typer.Option(64, help="Live episodes before 429."),
     lease_s: float = typer.Option(600.0, help="Idle seconds before an episode is reaped."),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env (repeatable)."),
-    data_dir: Optional[Path] = typer.Option(None, help="The env's data (ALFWorld: the folder holding json_2.1.1; OSWorld: the task folder)."),
+    data_dir: Path | None = typer.Option(None, help="The env's data (ALFWorld: the folder holding json_2.1.1; OSWorld: the task folder)."),
     docker: bool = typer.Option(False, "--docker", help="Build the env's image once and serve from a container."),
-    base_image: Optional[str] = typer.Option(None, help="BASE_IMAGE of the Docker build (default: $ROOST_BASE_IMAGE)."),
+    base_image: str | None = typer.Option(None, help="BASE_IMAGE of the Docker build (default: $ROOST_BASE_IMAGE)."),
     trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
                                                       "variables; docs/tracing.md)."),
     log_level: LogLevel = level_option(),
@@ -85,16 +84,15 @@ def serve(
         raise typer.Exit(1) from None
 
 
-def _serve_docker(env: str, port: int, data_dir: Optional[Path], base_image: Optional[str],
-                  server_args: list[str], port_file: Optional[Path]) -> None:
+def _serve_docker(env: str, port: int, data_dir: Path | None, base_image: str | None,
+                  server_args: list[str], port_file: Path | None) -> None:
     import signal
     import threading
     from urllib.parse import urlsplit
 
-    from roost.serving.listen import report_port
-
     from roost.envs.containers import ContainerConfig, EnvContainer, docker_client, ensure_image
     from roost.envs.registry import resolve
+    from roost.serving.listen import report_port
 
     spec = resolve(env)
     if data_dir is None:
@@ -124,9 +122,9 @@ def check(
     env: str = typer.Argument(..., help="Env name (see `roost envs list`) or module:function entry point."),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env, over its own check "
                                                             "config (repeatable)."),
-    split: Optional[str] = typer.Option(None, help="Split to take the task from (default: the env's choice)."),
-    task: Optional[str] = typer.Option(None, help="Task every episode of the check plays."),
-    probe_text: Optional[str] = typer.Option(None, "--probe-text", help="A text action the env accepts right after "
+    split: str | None = typer.Option(None, help="Split to take the task from (default: the env's choice)."),
+    task: str | None = typer.Option(None, help="Task every episode of the check plays."),
+    probe_text: str | None = typer.Option(None, "--probe-text", help="A text action the env accepts right after "
                                                                        "reset (enables the rules that compare steps)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+
 from roost.envs import errors, wire
 from roost.envs.protocol import Action, EnvInfo, Reset, Step, Task, check_action
 from roost.tracing import Tracing

@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium
 from gymnasium.spaces import Text
+
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import Action, Env, Task, TextAction, ToolCall
 

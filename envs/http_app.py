@@ -13,8 +13,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
-from roost.envs import action_limits, errors, wire
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from roost.envs import action_limits, errors, wire
 from roost.envs.episodes import EpisodeManager, EpisodeRecord
 from roost.envs.limits import BodySizeLimit
 from roost.metrics_http import metrics_response

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from roost.metrics_http import Reading, ReadAtScrape
+from roost.metrics_http import ReadAtScrape, Reading
 
 OP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 

@@ -63,7 +63,6 @@ def build_manager(config: ServerConfig) -> EpisodeManager:
 
 def build_app(config: ServerConfig, manager: EpisodeManager | None = None):
     from roost.envs.http_app import create_app
-
     from roost.tracing import Tracing
 
     manager = manager or build_manager(config)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from roost.envs import protocol
 from roost.envs.errors import InvalidActionError
 

@@ -38,7 +38,6 @@ from roost.envs.errors import ERRORS_BY_CODE, EnvError, EnvFaultError
 from roost.envs.protocol import Env
 from roost.lifetime import die_with_parent, stop_on_sigterm, stop_process
 
-
 CLOSE_TIMEOUT_S = 30
 """How long a stopping worker may take to close its episodes' envs."""
 

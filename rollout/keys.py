@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class KeyKind:
     """One kind of server key: how it looks, how it is given, what it guards."""

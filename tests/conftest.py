@@ -10,7 +10,7 @@ import pytest
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import tiny_model_dir
-from roost.rollout.engine.vllm_launch import VLLMLaunchError, vllm_python
+from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, vllm_python
 
 
 @pytest.fixture(scope="session")

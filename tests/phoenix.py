@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from roost.lifetime import die_with_parent, stop_process
-from roost.rollout.engine.vllm_launch import checkout_dir
+from roost.rollout.engine_api.vllm_launch import checkout_dir
 
 PHOENIX_BIN_ENV = "ROOST_PHOENIX_BIN"
 STARTUP_S = 180.0

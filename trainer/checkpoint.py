@@ -19,8 +19,8 @@ import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 
 @dataclass

@@ -172,8 +172,8 @@ def _sglang_sync(policy, model: Path, timeout_s: float) -> dict[str, Any]:
 
 async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], timeout_s: float):
     """Start SGLang as a recipe does, load `checkpoint` into it, sample a continuation of `prompt`."""
+    from roost.rollout.engine_api.sglang_client import SGLangClient
     from roost.rollout.keys import ENGINE_KEY, new_key
-    from roost.rollout.sglang_client import SGLangClient
 
     from .recipe import validate_recipe
     from .rl.services import SupervisedServer, engine_command, engine_env, sglang_port

@@ -23,15 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roost.agents.gateway_session import GatewayClient, ControlPlaneError
 from roost.rollout.engine.model_spec import read_config
-from roost.rollout.engine.wire import UpdateWeightsAnswer
-from roost.rollout.engine_client import detect_backend, engine_client
-from roost.rollout.sglang_client import EngineError
+from roost.rollout.engine_api.client import detect_backend, engine_client
+from roost.rollout.engine_api.sglang_client import EngineError
+from roost.rollout.engine_api.wire import UpdateWeightsAnswer
+from roost.rollout.gateway.control.client import ControlPlaneError, GatewayClient
 from roost.tracing import Tracing
 
 from .hf_checkpoint import CheckpointMismatch, tokenizer_fingerprint
-
 
 log = logging.getLogger(__name__)
 

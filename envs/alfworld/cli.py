@@ -6,7 +6,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,7 +18,7 @@ def _err(message: str) -> None:
 
 @alfworld_app.command("make-fixtures")
 def make_fixtures(
-    out: Optional[Path] = typer.Option(None, help="Output folder (default: $ROOST_HOME/alfworld, else "
+    out: Path | None = typer.Option(None, help="Output folder (default: $ROOST_HOME/alfworld, else "
                                                   "~/.cache/roost/alfworld)."),
     train: int = typer.Option(6, help="Games in train."),
     valid_seen: int = typer.Option(3, help="Games in valid_seen."),
@@ -65,7 +64,7 @@ def make_fixtures(
 
 @alfworld_app.command("download")
 def download(
-    data_dir: Optional[Path] = typer.Option(None, help="Where to put the data (default: $ALFWORLD_DATA, else "
+    data_dir: Path | None = typer.Option(None, help="Where to put the data (default: $ALFWORLD_DATA, else "
                                                        "~/.cache/alfworld)."),
 ) -> None:
     """Fetch the official ALFWorld data with `alfworld-download` (needs internet), then check it."""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 hermes_app = typer.Typer(help="Hermes tasks: check task files, script their solutions.", no_args_is_help=True)
 
 
-def _tasks(source: Optional[Path]):
+def _tasks(source: Path | None):
     from .task import TaskFormatError, builtin_tasks_path, load_tasks
 
     try:
@@ -22,7 +21,7 @@ def _tasks(source: Optional[Path]):
 
 
 @hermes_app.command("check")
-def check_command(source: Optional[Path] = typer.Argument(None, help="A task file (default: roost's own).")) -> None:
+def check_command(source: Path | None = typer.Argument(None, help="A task file (default: roost's own).")) -> None:
     """Validate a task file (JSON list or JSONL of Hermes tasks) and list its tasks."""
     tasks = _tasks(source)
     typer.echo(f"{len(tasks)} valid tasks")
@@ -33,7 +32,7 @@ def check_command(source: Optional[Path] = typer.Argument(None, help="A task fil
 @hermes_app.command("script")
 def script_command(
     out: Path = typer.Option(..., help="Where to write the rules (JSON)."),
-    tasks: Optional[Path] = typer.Option(None, help="A task file (default: roost's own)."),
+    tasks: Path | None = typer.Option(None, help="A task file (default: roost's own)."),
 ) -> None:
     """Write scripted-sampler rules that make hermes-agent run each task's reference solution."""
     from .scripted import solution_rules

@@ -102,7 +102,7 @@ class Conversation:
         """The outcome, or None if the conversation is still running after `timeout_s`."""
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._done)), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     def interrupt(self) -> None:

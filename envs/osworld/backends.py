@@ -16,9 +16,10 @@ its own that bubblewrap binds there (where bwrap is missing, the folder itself i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Protocol
+from typing import Literal, Protocol
 
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopError
 

@@ -14,7 +14,6 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -53,10 +52,10 @@ def check(
 @osworld_app.command("survey")
 def survey_command(
     tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
-    cache_dir: Optional[Path] = typer.Option(None, help="The files download steps read (default: TASKS/cache)."),
+    cache_dir: Path | None = typer.Option(None, help="The files download steps read (default: TASKS/cache)."),
     run: bool = typer.Option(True, help="Run a do-nothing episode (reset, DONE, evaluate) for each task that "
                                         "can run here; --no-run only sorts them (no desktop)."),
-    domain: Optional[list[str]] = typer.Option(None, help="Survey only this domain (repeatable)."),
+    domain: list[str] | None = typer.Option(None, help="Survey only this domain (repeatable)."),
     split: str = typer.Option("all", help="Survey only this split's tasks (test_all: those OSWorld's index lists)."),
     timeout_s: float = typer.Option(120.0, help="Time limit of one episode."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -116,7 +115,7 @@ def tools() -> None:
 
 @osworld_app.command("make-fixtures")
 def make_fixtures(
-    out: Optional[Path] = typer.Argument(None, help="Folder to write into (default: where the env looks, "
+    out: Path | None = typer.Argument(None, help="Folder to write into (default: where the env looks, "
                                                     "$ROOST_HOME/osworld or ~/.cache/roost/osworld)."),
 ) -> None:
     """Write roost's offline task set (OSWorld's JSON, its files in OUT/cache, train/test indexes)."""

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from roost.envs.osworld.fixture_kit import (HOME, FixtureTask, chain, cloud_file, download, execute, keys, launch,
-                                            step, typed, vm_file)
+from roost.envs.osworld.fixture_kit import (
+    HOME,
+    FixtureTask,
+    chain,
+    cloud_file,
+    download,
+    execute,
+    keys,
+    launch,
+    step,
+    typed,
+    vm_file,
+)
 
 DOMAIN = "mousepad"
 SAVED = {"absent": {"role": "frame", "name": "*"}}

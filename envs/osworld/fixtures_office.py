@@ -10,8 +10,20 @@ from __future__ import annotations
 
 import io
 
-from roost.envs.osworld.fixture_kit import (HOME, LO_PROFILE, LO_SETTINGS, FixtureTask, chain, cloud_file, download,
-                                            execute, keys, step, typed, vm_file)
+from roost.envs.osworld.fixture_kit import (
+    HOME,
+    LO_PROFILE,
+    LO_SETTINGS,
+    FixtureTask,
+    chain,
+    cloud_file,
+    download,
+    execute,
+    keys,
+    step,
+    typed,
+    vm_file,
+)
 
 LO_SETTINGS_FILE = "libreoffice-registrymodifications.xcu"
 SETTLE = "import time; time.sleep(1.0)"

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from roost.envs.osworld.fixture_kit import (HOME, FixtureTask, cloud_file, download, execute, launch, step,
-                                            typed, vm_command, vm_file)
+from roost.envs.osworld.fixture_kit import (
+    HOME,
+    FixtureTask,
+    cloud_file,
+    download,
+    execute,
+    launch,
+    step,
+    typed,
+    vm_command,
+    vm_file,
+)
 
 DOMAIN = "os"
 TERMINAL_READY = {"role": "terminal", "focused": True}

@@ -20,8 +20,9 @@ import importlib
 import importlib.util
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 Kind = Literal["metrics", "getters"]
 

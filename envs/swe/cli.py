@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,7 +11,7 @@ swe_app = typer.Typer(help="SWE tasks: roost's offline fixtures, and checks of t
 
 @swe_app.command("make-fixtures")
 def make_fixtures_command(
-    out: Optional[Path] = typer.Option(None, help="Output folder (default: $ROOST_HOME/swe-fixtures)."),
+    out: Path | None = typer.Option(None, help="Output folder (default: $ROOST_HOME/swe-fixtures)."),
 ) -> None:
     """Build the fixture repositories (git, at their base commits) and tasks.jsonl."""
     from .fixtures import default_dir, make_fixtures

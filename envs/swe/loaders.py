@@ -8,9 +8,9 @@ naming the file, the row and the field.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 from pydantic import ValidationError
 

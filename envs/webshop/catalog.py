@@ -53,7 +53,7 @@ class Catalog:
 
     @classmethod
     def build(cls, raw: RawData, *, source: str, split_sizes: SplitSizes, goals: GoalKind = "human",
-              search: str = "bm25", search_index: str | None = None, seed: int = 0) -> "Catalog":
+              search: str = "bm25", search_index: str | None = None, seed: int = 0) -> Catalog:
         products = load_products(raw)
         rng = random.Random(seed)
         prices = product_prices(products, rng)
@@ -71,7 +71,7 @@ class Catalog:
                    make_search(search, list(by_asin.values()), index=search_index), source)
 
     @classmethod
-    def generated(cls, seed: int = 0, **kwargs) -> "Catalog":
+    def generated(cls, seed: int = 0, **kwargs) -> Catalog:
         from roost.envs.webshop.datagen import DatagenSpec, generate
 
         raw = generate(DatagenSpec(seed=seed))
@@ -79,7 +79,7 @@ class Catalog:
                          seed=seed, **kwargs)
 
     @classmethod
-    def from_dir(cls, data_dir: Path, **kwargs) -> "Catalog":
+    def from_dir(cls, data_dir: Path, **kwargs) -> Catalog:
         """The original files; a folder roost generated keeps its own split sizes (from roost.json)."""
         raw = read_raw(data_dir)
         return cls.build(raw, source=str(data_dir), split_sizes=split_sizes_of(raw), **kwargs)

@@ -8,8 +8,8 @@ Actions are WebShop's text actions (`search[...]`, `click[...]`) or the `search`
 `click` tools. The observation is WebShop's text mode; `info["available_actions"]`
 lists the search bar and the clickables as the original's `get_available_actions`
 does, and `info["admissible_commands"]` the same as actions (`click[...]`; on the search
-page one search with the instruction's own words), as ALFWorld's info does. Buying ends the episode (`terminated`) with the paper's reward, 1.0 meaning
-success; `max_steps` moves without buying truncate it with reward 0. A move the page
+page one search with the instruction's own words), as ALFWorld's info does. Buying ends the
+episode (`terminated`) with the paper's reward, 1.0 meaning success; `max_steps` moves without buying truncate it with reward 0. A move the page
 does not offer raises `InvalidActionError` and leaves the episode as it was.
 
 Modes: `text` (default) and `web`, where `info["html"]` also carries the page as HTML

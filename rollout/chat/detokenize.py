@@ -7,7 +7,7 @@ become stable (the usual prefix/read-offset scheme of vLLM and TGI).
 
 from __future__ import annotations
 
-from .tokenizer import ChatTokenizer
+from roost.rollout.chat.tokenizer import ChatTokenizer
 
 
 class IncrementalDecoder:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ..json_bounds import MAX_ARGUMENT_DEPTH, nesting
+from roost.rollout.json_bounds import MAX_ARGUMENT_DEPTH, nesting
 
 
 @dataclass(frozen=True)

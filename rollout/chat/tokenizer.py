@@ -23,7 +23,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, models
 
-from .control_text import ESCAPE, ControlText
+from roost.rollout.chat.control_text import ESCAPE, ControlText
 
 PROBE = (
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n  Hello, wörld! 123 "

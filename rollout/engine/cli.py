@@ -9,9 +9,8 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.rollout.keys import ENGINE_KEY, KeysRequired, serving_key
 from roost.serving.listen import PORT_FILE_HELP
-
-from ..keys import ENGINE_KEY, KeysRequired, serving_key
 
 
 class EngineBackend(str, Enum):
@@ -60,7 +59,7 @@ def engine(
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
     # to be set before torch loads its OpenMP runtime.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from .launch import build_engine, serve
+    from roost.rollout.engine.launch import build_engine, serve
 
     try:
         api_key = serving_key("roost engine", host, api_key, ENGINE_KEY)
@@ -68,7 +67,7 @@ def engine(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if backend is EngineBackend.vllm:
-        from .vllm_serve import serve_vllm
+        from roost.rollout.engine_api.vllm_serve import serve_vllm
 
         raise typer.Exit(serve_vllm(model, host=host, port=port, api_key=api_key, dtype=dtype,
                                     context_length=context_length, max_running=max_running, vllm_args=vllm_args,

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .grammar import GrammarState
-from .sampling import Drawn, RowDraw, SamplingConfig, choose_tokens, draw
+from roost.rollout.engine.grammar import GrammarState
+from roost.rollout.engine.sampling import Drawn, RowDraw, SamplingConfig, choose_tokens, draw
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,16 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from .grammar import Grammar, Grammars
-from .kv_cache import SlotKVCache
-from .model import CausalLM, Rotary
-from .model_spec import ModelSpec
-from .request import EngineRequest, RequestPlan, StepOutput
-from .sampling import SamplingConfig
-from .scheduler import Scheduler
-from .scripted_sampler import ScriptedSampler, ScriptError
-from .weights import check_fits, read_checkpoint
-from .wire import RequestError, SamplingParams
+from roost.rollout.engine.grammar import Grammar, Grammars
+from roost.rollout.engine.kv_cache import SlotKVCache
+from roost.rollout.engine.model import CausalLM, Rotary
+from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.request import EngineRequest, RequestPlan, StepOutput
+from roost.rollout.engine.sampling import SamplingConfig
+from roost.rollout.engine.scheduler import Scheduler
+from roost.rollout.engine.scripted_sampler import ScriptedSampler, ScriptError
+from roost.rollout.engine.weights import check_fits, read_checkpoint
+from roost.rollout.engine_api.wire import RequestError, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .wire import RequestError, choice_regex
+from roost.rollout.engine_api.wire import RequestError, choice_regex
 
 if TYPE_CHECKING:
     import xgrammar

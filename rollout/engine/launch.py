@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from roost.rollout.engine.engine import Engine, EngineConfig
+from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler
+from roost.rollout.engine.tiny_model import resolve_model
 from roost.rollout.keys import ENGINE_KEY, new_key
 from roost.serving.listen import bind_listener, report_port
 from roost.serving.process import ServerProcess
 from roost.tracing import Tracing
-
-from .engine import Engine, EngineConfig
-from .scripted_sampler import Script, ScriptedSampler
-from .tiny_model import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +34,7 @@ def serve(engine: Engine, *, host: str, port: int, api_key: str, trace: bool = F
     process's logging sends them (`roost.logging_setup`)."""
     import uvicorn
 
-    from .server import create_app
+    from roost.rollout.engine.server import create_app
 
     sock = bind_listener(host, port)
     port = report_port(sock, port_file)

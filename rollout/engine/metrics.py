@@ -8,9 +8,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from roost.metrics_http import Reading, ReadAtScrape
-
-from .engine import Completion, Engine
+from roost.metrics_http import ReadAtScrape, Reading
+from roost.rollout.engine.engine import Completion, Engine
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 

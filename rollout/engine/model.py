@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_cache import SlotKVCache
-from .model_spec import ModelSpec
-from .rope import inverse_frequencies
+from roost.rollout.engine.kv_cache import SlotKVCache
+from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.rope import inverse_frequencies
 
 
 class RMSNorm(nn.Module):

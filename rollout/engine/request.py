@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .grammar import Grammar, GrammarState
-from .sampling import RowDraw, SamplingConfig, new_seed
+from roost.rollout.engine.grammar import Grammar, GrammarState
+from roost.rollout.engine.sampling import RowDraw, SamplingConfig, new_seed
 
 
 @dataclass(frozen=True)

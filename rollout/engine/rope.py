@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .model_spec import ModelSpec, UnsupportedModel
+from roost.rollout.engine.model_spec import ModelSpec, UnsupportedModel
 
 
 def inverse_frequencies(spec: ModelSpec) -> torch.Tensor:

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from .constrained_sampling import GrammarSampler
-from .kv_cache import SlotKVCache
-from .model import CausalLM
-from .request import EngineRequest, StepOutput
+from roost.rollout.engine.constrained_sampling import GrammarSampler
+from roost.rollout.engine.kv_cache import SlotKVCache
+from roost.rollout.engine.model import CausalLM
+from roost.rollout.engine.request import EngineRequest, StepOutput
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from roost.metrics_http import metrics_response
-from roost.tracing import Tracing
-
-from ..hangup import ClientGone, cancelled_on_hangup
-from ..keys import presented_key, same_key
-from .engine import Completion, Engine
-from .metrics import EngineMetrics
-from .scripted_sampler import Script, ScriptedSampler, ScriptError
-from .weights import WeightMismatch
-from .wire import (
+from roost.rollout.engine.engine import Completion, Engine
+from roost.rollout.engine.metrics import EngineMetrics
+from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, ScriptError
+from roost.rollout.engine.weights import WeightMismatch
+from roost.rollout.engine_api.wire import (
     AbortRequest,
     PauseRequest,
     RequestError,
@@ -29,6 +25,9 @@ from .wire import (
     parse_generate,
     parse_sampling_params,
 )
+from roost.rollout.hangup import ClientGone, cancelled_on_hangup
+from roost.rollout.keys import presented_key, same_key
+from roost.tracing import Tracing
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .tokenizer_files import qwen3_tokenizer_dir
+from roost.rollout.engine.tokenizer_files import qwen3_tokenizer_dir
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .tokenizer_files import qwen3_tokenizer_dir
+from roost.rollout.engine.tokenizer_files import qwen3_tokenizer_dir
 
 TINY_SEED = 1234
 TINY_CONFIG = {

@@ -6,21 +6,24 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import orjson
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import routes_control, routes_messages, routes_openai, routes_probes, routes_responses
-from .config import GatewayConfig
-from .errors import MethodNotAllowed, NotFound
-from .gateway import Gateway
-from .http_util import error_response, guarded
-from .openapi import build_openapi
-from .routes_openai import MODEL_CALL_PATHS
-from .routes_probes import roost_version
+from roost.rollout.gateway.anthropic import routes as routes_messages
+from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.control import probes as routes_probes
+from roost.rollout.gateway.control import routes as routes_control
+from roost.rollout.gateway.control.probes import roost_version
+from roost.rollout.gateway.core.errors import MethodNotAllowed, NotFound
+from roost.rollout.gateway.core.http_util import error_response, guarded
+from roost.rollout.gateway.gateway import Gateway
+from roost.rollout.gateway.openai import routes as routes_openai
+from roost.rollout.gateway.openai.routes import MODEL_CALL_PATHS
+from roost.rollout.gateway.openapi import build_openapi
+from roost.rollout.gateway.responses import routes as routes_responses
 
 
 def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlette:
@@ -39,7 +42,8 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
             return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
         return error_response(NotFound(
             f"no endpoint {request.method} {request.url.path}; the gateway serves /v1/chat/completions, "
-            "/v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/models (also under /sessions/{id}/v1 and /sessions/{id}/agents/{agent}/v1) "
+            "/v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/models "
+            "(also under /sessions/{id}/v1 and /sessions/{id}/agents/{agent}/v1) "
             "and the control plane (/sessions, /admin, /health, /metrics); /openapi.json lists every route"))
 
     document = orjson.dumps(build_openapi(roost_version()))

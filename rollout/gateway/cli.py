@@ -9,10 +9,9 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.rollout.gateway.config import DEFAULT_MAX_TOKENS
+from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
 from roost.serving.listen import PORT_FILE_HELP
-
-from ..keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
-from .config import DEFAULT_MAX_TOKENS
 
 
 class Backend(str, Enum):
@@ -33,7 +32,8 @@ class Sessionless(str, Enum):
 
 
 def gateway(
-    backend: Backend = typer.Option(Backend.embedded, help="embedded/sglang: SGLang-API engine; vllm: vLLM (roost engine --backend vllm); all three token-exact; openai: pass-through."),
+    backend: Backend = typer.Option(Backend.embedded, help="embedded/sglang: SGLang-API engine; vllm: vLLM "
+                                    "(roost engine --backend vllm); all three token-exact; openai: pass-through."),
     engine_url: str = typer.Option(None, help="Engine base URL (openai backend: upstream base URL incl. /v1). "
                                    "embedded without it: start an embedded engine for --model."),
     model: str = typer.Option(None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."),
@@ -72,8 +72,8 @@ def gateway(
 ) -> None:
     """Serve the OpenAI-compatible gateway that records token-exact trajectories."""
     configure_logging(log_level, json=log_json)
-    from .config import GatewayConfig
-    from .launch import serve
+    from roost.rollout.gateway.config import GatewayConfig
+    from roost.rollout.gateway.launch import serve
 
     try:
         admin_key = serving_key("roost gateway", host, admin_key, ADMIN_KEY)
@@ -89,7 +89,7 @@ def gateway(
         context_length=context_length, trace=trace, default_max_tokens=default_max_tokens or None,
     )
     if backend is Backend.embedded and engine_url is None:
-        from ..engine.launch import EngineProcess
+        from roost.rollout.engine.launch import EngineProcess
 
         # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
         engine_args = ["--context-length", str(context_length)] if context_length else []
@@ -108,7 +108,7 @@ def preflight(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Check that multi-turn chats with tool calls and reasoning re-render as exact extensions."""
-    from .preflight import format_report, run_preflight
+    from roost.rollout.gateway.preflight import format_report, run_preflight
 
     report = run_preflight(model)
     typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else format_report(report))
@@ -125,8 +125,8 @@ def export(
 ) -> None:
     """Export recorded calls or training samples (calls recorded without token ids or logprobs
     are left out of samples, counted as refused_calls and named on stderr)."""
-    from ..store.export import export as run_export
-    from ..store.samples import Refused
+    from roost.rollout.store.export import export as run_export
+    from roost.rollout.store.samples import Refused
 
     refused: list[Refused] = []
     count = run_export(store, out, fmt=fmt, kind=kind, group_id=group, refused=refused)

@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..keys import ADMIN_KEY, new_key
-
+from roost.rollout.keys import ADMIN_KEY, new_key
 
 DEFAULT_MAX_TOKENS = 4096
 

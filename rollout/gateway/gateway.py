@@ -11,23 +11,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from roost.rollout.chat.reply_parser import HERMES
+from roost.rollout.engine_api.client import EngineClient, engine_client
+from roost.rollout.engine_api.sglang_client import EngineError, EngineRejected, SGLangClient
+from roost.rollout.engine_api.sglang_logprobs import TemperatureScaledLogprobs, check_original_logprobs
+from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.core.backend import Backend
+from roost.rollout.gateway.core.call_pipeline import TokenBackend
+from roost.rollout.gateway.core.engine_context import EngineContext
+from roost.rollout.gateway.core.metrics import GatewayMetrics
+from roost.rollout.gateway.core.passthrough import PassthroughBackend
+from roost.rollout.gateway.core.pause import PauseGate
+from roost.rollout.gateway.core.prompt_builder import PromptBuilder
+from roost.rollout.gateway.core.recording import node_from_call
+from roost.rollout.gateway.core.sessions import SessionRegistry
+from roost.rollout.store.trajectory_store import TrajectoryStore
 from roost.tracing import Tracing
-
-from ..chat.reply_parser import HERMES
-from ..engine_client import EngineClient, engine_client
-from ..sglang_client import EngineError, EngineRejected, SGLangClient
-from ..sglang_logprobs import TemperatureScaledLogprobs, check_original_logprobs
-from ..store.trajectory_store import TrajectoryStore
-from .backend import Backend
-from .call_pipeline import TokenBackend
-from .config import GatewayConfig
-from .engine_context import EngineContext
-from .metrics import GatewayMetrics
-from .passthrough import PassthroughBackend
-from .pause import PauseGate
-from .prompt_builder import PromptBuilder
-from .recording import node_from_call
-from .sessions import SessionRegistry
 
 log = logging.getLogger("roost.gateway")
 
@@ -156,7 +155,7 @@ def _no_nodes(call: Any) -> Any:
 
 
 def _resolve(model: str) -> Path:
-    from ..engine.tiny_model import resolve_model
+    from roost.rollout.engine.tiny_model import resolve_model
 
     try:
         return resolve_model(model)

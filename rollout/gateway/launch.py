@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.keys import ADMIN_KEY, new_key
 from roost.serving.listen import bind_listener, report_port
 from roost.serving.process import ServerProcess
 from roost.serving.thread import UvicornThread
 
-from .config import GatewayConfig
-
 
 def _uvicorn_config(config: GatewayConfig):
     import uvicorn
 
-    from .app import create_app
+    from roost.rollout.gateway.app import create_app
 
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"

@@ -15,7 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from . import anthropic_wire, responses_wire, wire
+from roost.rollout.gateway.anthropic import wire as anthropic_wire
+from roost.rollout.gateway.control import wire as control_wire
+from roost.rollout.gateway.openai import wire
+from roost.rollout.gateway.responses import wire as responses_wire
 
 Auth = Literal["none", "session", "admin"]
 ERROR = "ErrorBody"
@@ -91,33 +94,33 @@ def _responses_ops(prefix: str) -> list[Operation]:
 def _probe_ops(root: str) -> list[Operation]:
     auth: Auth = "none" if root == "" else "session"
     return [
-        Operation("get", f"{root}/version", "What server this is (harness probes)", wire.ServerVersion, auth=auth,
+        Operation("get", f"{root}/version", "What server this is (harness probes)", control_wire.ServerVersion, auth=auth,
                   errors=(401, 404)),
         Operation("get", f"{root}/v1/models/{{model}}", "One model's card", wire.ModelCard, auth=auth,
                   errors=(401, 404)),
-        Operation("post", f"{root}/api/show", "The context window in Ollama's shape", wire.OllamaShow, auth=auth,
+        Operation("post", f"{root}/api/show", "The context window in Ollama's shape", control_wire.OllamaShow, auth=auth,
                   errors=(401, 404)),
     ]
 
 
 def _control_ops() -> list[Operation]:
     return [
-        Operation("post", "/sessions", "Create a session", wire.SessionCreated, body=wire.CreateSession,
+        Operation("post", "/sessions", "Create a session", control_wire.SessionCreated, body=control_wire.CreateSession,
                   body_optional=True, status=201, auth="admin", errors=(400, 401, 409, 413)),
-        Operation("get", "/sessions", "List sessions (filter by group, status)", wire.SessionList, auth="admin",
+        Operation("get", "/sessions", "List sessions (filter by group, status)", control_wire.SessionList, auth="admin",
                   errors=(400, 401)),
-        Operation("get", "/sessions/{sid}", "A session with its agents, calls and rewards", wire.SessionDetail,
+        Operation("get", "/sessions/{sid}", "A session with its agents, calls and rewards", control_wire.SessionDetail,
                   auth="admin"),
-        Operation("post", "/sessions/{sid}/reward", "Reward a session, an agent or a call", wire.Ack,
-                  body=wire.PostReward, auth="admin", errors=(400, 401, 404, 413)),
+        Operation("post", "/sessions/{sid}/reward", "Reward a session, an agent or a call", control_wire.Ack,
+                  body=control_wire.PostReward, auth="admin", errors=(400, 401, 404, 413)),
         Operation("post", "/sessions/{sid}/advantages", "Advantages per call or per sampled token",
-                  wire.AdvantagesAck, body=wire.PostAdvantages, auth="admin", errors=(400, 401, 404, 413)),
-        Operation("post", "/sessions/{sid}/finish", "Finish a session; it takes no more calls", wire.SessionSummary,
-                  body=wire.FinishSession, body_optional=True, auth="admin", errors=(400, 401, 404, 413)),
-        Operation("post", "/admin/pause", "Stop admitting calls; wait (bounded) for in-flight ones", wire.PauseState,
-                  body=wire.PauseRequest, body_optional=True, auth="admin", errors=(400, 401, 413)),
-        Operation("post", "/admin/resume", "Admit calls again", wire.PauseState, auth="admin", errors=(401,)),
-        Operation("get", "/health", "Liveness; 503 while the engine does not answer", wire.GatewayHealth, errors=(),
+                  control_wire.AdvantagesAck, body=control_wire.PostAdvantages, auth="admin", errors=(400, 401, 404, 413)),
+        Operation("post", "/sessions/{sid}/finish", "Finish a session; it takes no more calls", control_wire.SessionSummary,
+                  body=control_wire.FinishSession, body_optional=True, auth="admin", errors=(400, 401, 404, 413)),
+        Operation("post", "/admin/pause", "Stop admitting calls; wait (bounded) for in-flight ones", control_wire.PauseState,
+                  body=control_wire.PauseRequest, body_optional=True, auth="admin", errors=(400, 401, 413)),
+        Operation("post", "/admin/resume", "Admit calls again", control_wire.PauseState, auth="admin", errors=(401,)),
+        Operation("get", "/health", "Liveness; 503 while the engine does not answer", control_wire.GatewayHealth, errors=(),
                   also=(503,)),
         Operation("get", "/metrics", "Prometheus metrics", "text", errors=()),
         Operation("get", "/openapi.json", "This document", None, errors=()),

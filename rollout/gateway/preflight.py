@@ -22,15 +22,15 @@ from array import array
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..chat.reply_parser import HERMES, ReplyFormat, ReplyParser
-from ..chat.tokenizer import ChatTokenizer
-from .anthropic_messages import ThinkingSigner
-from .chat_calls import plan_chat, plan_template
-from .prompt_builder import POLICIES, PromptBuilder
-from .recording import Sampled, build_reply, node_for
-from .token_tree import AgentTree
-from .wire import ChatMessage
-from .wire_roundtrip import WireRoundTrip, wires
+from roost.rollout.chat.reply_parser import HERMES, ReplyFormat, ReplyParser
+from roost.rollout.chat.tokenizer import ChatTokenizer
+from roost.rollout.gateway.anthropic.messages import ThinkingSigner
+from roost.rollout.gateway.core.prompt_builder import POLICIES, PromptBuilder
+from roost.rollout.gateway.core.recording import Sampled, build_reply, node_for
+from roost.rollout.gateway.core.token_tree import AgentTree
+from roost.rollout.gateway.openai.chat_calls import plan_chat, plan_template
+from roost.rollout.gateway.openai.wire import ChatMessage
+from roost.rollout.gateway.wire_roundtrip import WireRoundTrip, wires
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
@@ -187,7 +187,7 @@ def _control_text_problem(builder: PromptBuilder, tokenizer: ChatTokenizer) -> s
 
 
 def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightReport:
-    from ..engine.tiny_model import resolve_model
+    from roost.rollout.engine.tiny_model import resolve_model
 
     loaded = PromptBuilder.from_pretrained(resolve_model(model))
     tokenizer, template = loaded.tokenizer, loaded.template

@@ -62,9 +62,8 @@ def run_tour(console) -> None:
 
     from roost.rollout.engine.launch import EngineProcess
     from roost.rollout.engine.tiny_model import tiny_model_dir
+    from roost.rollout.gateway.launch import GatewayProcess
     from roost.rollout.keys import bearer
-
-    from .launch import GatewayProcess
 
     store = Path(tempfile.mkdtemp(prefix="roost-tour-")) / "trajectories.sqlite"
     with console.status("starting the embedded engine (tiny model) and the gateway"):

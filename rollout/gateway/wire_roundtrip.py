@@ -13,11 +13,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import anthropic_messages, messages, responses_items
-from .anthropic_messages import ThinkingSigner
-from .anthropic_wire import PromptFields
-from .responses_wire import ResponsesRequest
-from .wire import ChatMessage, Tool
+from roost.rollout.gateway.anthropic import messages as anthropic_messages
+from roost.rollout.gateway.anthropic.messages import ThinkingSigner
+from roost.rollout.gateway.anthropic.wire import PromptFields
+from roost.rollout.gateway.core import template_messages as messages
+from roost.rollout.gateway.openai.wire import ChatMessage, Tool
+from roost.rollout.gateway.responses import items as responses_items
+from roost.rollout.gateway.responses.wire import ResponsesRequest
 
 Dicts = list[dict[str, Any]]
 WireRoundTrip = Callable[[Dicts, Dicts, "dict[str, Any] | None"], tuple[Dicts, "Dicts | None"]]

@@ -17,10 +17,19 @@ from typing import Any
 
 import orjson
 
-from .browse_rows import CallDetail, CallRow, GroupRow, Page, SessionRow, StepRow, TokenWindow, reply_text
-from .reader import TrajectoryReader
-from .records import SessionRecord
-from .rows import floats_from_blob, ids_from_blob, session_from_row
+from roost.rollout.store.browse_rows import (
+    CallDetail,
+    CallRow,
+    GroupRow,
+    Page,
+    SessionRow,
+    StepRow,
+    TokenWindow,
+    reply_text,
+)
+from roost.rollout.store.reader import TrajectoryReader
+from roost.rollout.store.records import SessionRecord
+from roost.rollout.store.rows import floats_from_blob, ids_from_blob, session_from_row
 
 CALL_ROW_SQL = ("SELECT call_id, session_id, agent_id, parent_agent, seq, parent_call_id, shared_prefix_len, kind, "
                 "length(prompt_ids)/4, length(sampled_ids)/4, weight_version, finish_reason, response")

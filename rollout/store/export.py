@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from .paths import session_samples
-from .reader import TrajectoryReader
-from .records import FORMAT_VERSION, CallRecord
-from .sample_records import sample_record
-from .samples import Refused
+from roost.rollout.store.paths import session_samples
+from roost.rollout.store.reader import TrajectoryReader
+from roost.rollout.store.records import FORMAT_VERSION, CallRecord
+from roost.rollout.store.sample_records import sample_record
+from roost.rollout.store.samples import Refused
 
 FORMATS = ("jsonl", "parquet")
 KINDS = ("calls", "samples")

@@ -21,11 +21,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from roost.outcome import SessionStatus
-
-from ..engine.wire import constraint_of
-from .reader import TrajectoryReader
-from .records import AdvantageRecord, CallRecord, IdArray, RewardRecord, SessionRecord
-from .samples import CallRef, Refused, Sample, SampledSpan, build_sample
+from roost.rollout.engine_api.wire import constraint_of
+from roost.rollout.store.reader import TrajectoryReader
+from roost.rollout.store.records import AdvantageRecord, CallRecord, IdArray, RewardRecord, SessionRecord
+from roost.rollout.store.samples import CallRef, Refused, Sample, SampledSpan, build_sample
 
 
 def iter_training_samples(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from . import schema
-from .rows import CALL_COLUMNS, SESSION_COLUMNS
+from roost.rollout.store import schema
+from roost.rollout.store.rows import CALL_COLUMNS, SESSION_COLUMNS
 
 ADDED_LATER = {"calls": ("trace_id", "span_id"), "sessions": schema.OUTCOME_COLUMNS}
 NEEDED = {

@@ -12,11 +12,10 @@ import sqlite3
 from pathlib import Path
 
 from roost.outcome import SessionStatus
-
-from . import readable, schema
-from .readable import StoreUnreadable
-from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
-from .rows import (
+from roost.rollout.store import readable, schema
+from roost.rollout.store.readable import StoreUnreadable
+from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+from roost.rollout.store.rows import (
     CALL_COLUMNS,
     SESSION_COLUMNS,
     advantage_from_row,

@@ -9,9 +9,16 @@ from typing import Any
 import orjson
 
 from roost.outcome import EpisodeKind, EpisodeOutcome, EpisodeStatus, RewardSource, SessionStatus
-
-from .records import AdvantageRecord, AgentRecord, CallRecord, FloatArray, IdArray, RewardRecord, SessionRecord
-from .schema import OUTCOME_COLUMNS
+from roost.rollout.store.records import (
+    AdvantageRecord,
+    AgentRecord,
+    CallRecord,
+    FloatArray,
+    IdArray,
+    RewardRecord,
+    SessionRecord,
+)
+from roost.rollout.store.schema import OUTCOME_COLUMNS
 
 CALL_COLUMNS = (
     "call_id", "session_id", "agent_id", "parent_agent", "seq", "endpoint", "backend", "model",

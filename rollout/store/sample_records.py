@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from .records import FORMAT_VERSION
-from .samples import CallRef, Sample, SampleError
+from roost.rollout.store.records import FORMAT_VERSION
+from roost.rollout.store.samples import CallRef, Sample, SampleError
 
 # Rows of `--kind samples` exports before they were Sample records: read by nothing, named here
 # so a reader can say what such a file is.

@@ -17,7 +17,7 @@ OUTCOME_COLUMNS = ("outcome_status", "outcome_reward", "outcome_reward_source", 
 
 def _backfill_outcomes(conn: sqlite3.Connection) -> None:
     """Sessions finished before the outcome had columns carried it in their free finish info."""
-    from .rows import outcome_from_legacy, outcome_row
+    from roost.rollout.store.rows import outcome_from_legacy, outcome_row
 
     finished = conn.execute("SELECT session_id, group_id, finish_info FROM sessions WHERE status='finished'").fetchall()
     conn.executemany(f"UPDATE sessions SET {', '.join(c + '=?' for c in OUTCOME_COLUMNS)} WHERE session_id=?",

@@ -17,13 +17,12 @@ from typing import Any, TypeVar
 import orjson
 
 from roost.outcome import EpisodeOutcome, SessionStatus
-
-from . import schema
-from .reader import TrajectoryReader
-from .records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
-from .rows import INSERT_CALL, INSERT_SESSION, call_row, outcome_row, session_row
-from .schema import OUTCOME_COLUMNS
-from .writer import GroupCommitWriter
+from roost.rollout.store import schema
+from roost.rollout.store.reader import TrajectoryReader
+from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+from roost.rollout.store.rows import INSERT_CALL, INSERT_SESSION, call_row, outcome_row, session_row
+from roost.rollout.store.schema import OUTCOME_COLUMNS
+from roost.rollout.store.writer import GroupCommitWriter
 
 T = TypeVar("T")
 

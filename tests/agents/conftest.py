@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from roost.envs.alfworld.fixtures import FixtureSpec, cached_fixtures
 from roost.rollout.keys import ADMIN_KEY, new_key
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from roost.agents.gateway_session import GatewayClient
 from roost.agents.runner import RunConfig, run_episodes
 from roost.agents.tool_agent import ToolAgent
 from roost.envs.client import EnvClient
@@ -20,6 +19,7 @@ from roost.envs.episodes import ManagerConfig
 from roost.envs.serve import ServerConfig, serving
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.phoenix import PhoenixServer, Span

@@ -10,9 +10,10 @@ import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from roost.agents.gateway_session import GatewayClient, ControlPlaneError, is_gateway
+
 from roost.outcome import EpisodeOutcome, RewardSource
-from roost.rollout.gateway.wire import PauseState, SessionCreated
+from roost.rollout.gateway.control.client import ControlPlaneError, GatewayClient, is_gateway
+from roost.rollout.gateway.control.wire import PauseState, SessionCreated
 from roost.rollout.keys import bearer
 
 
@@ -82,7 +83,7 @@ async def test_a_gateway_is_told_from_a_plain_engine(scripted_gateway: str, scri
 
 
 def test_the_clients_import_the_wire_modules_and_nothing_else_of_the_servers():
-    code = ("import sys, roost.agents.gateway_session, roost.rollout.sglang_client; print(sorted(m for m in sys.modules "
+    code = ("import sys, roost.rollout.gateway.control.client, roost.rollout.engine_api.sglang_client; print(sorted(m for m in sys.modules "
             "if m.startswith(('roost.rollout.gateway.', 'roost.rollout.engine.', 'starlette', 'fastapi', 'uvicorn'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['roost.rollout.engine.wire', 'roost.rollout.gateway.wire']"
+    assert out.strip() == "['roost.rollout.engine_api.wire', 'roost.rollout.gateway.control.wire']"

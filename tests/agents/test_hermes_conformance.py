@@ -14,11 +14,11 @@ import shutil
 import httpx
 import pytest
 
-from roost.agents.gateway_session import GatewayClient
 from roost.agents.harness_check import harness_rig, token_exact_problems
 from roost.agents.hermes import HermesAgent
 from roost.agents.runner import RunConfig, run_episode
 from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.keys import bearer
 
 pytestmark = [

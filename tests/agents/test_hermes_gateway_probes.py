@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.control.probes import routes as probe_routes
 from roost.rollout.gateway.launch import GatewayThread
-from roost.rollout.gateway.routes_probes import routes as probe_routes
 from roost.rollout.keys import bearer
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from roost.agents.gateway_session import GatewayClient
-from roost.agents.protocol import AgentOutcome
+
 from roost.agents.command import CommandAgent
+from roost.agents.protocol import AgentOutcome
 from roost.agents.runner import RunConfig, run_episode, summarize
 from roost.agents.tool_agent import ToolAgent
 from roost.envs.client import EnvClient
@@ -21,6 +21,7 @@ from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import ToolCall
 from roost.envs.serve import ServerConfig, serving
 from roost.rollout.engine.launch import EngineProcess
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.keys import bearer
 from roost.tests.prometheus_samples import sample
 

@@ -12,11 +12,11 @@ import shutil
 import httpx
 import pytest
 
-from roost.agents.gateway_session import GatewayClient
 from roost.agents.harness_check import harness_rig, token_exact_problems
 from roost.agents.mini_swe import MiniSweAgent
 from roost.agents.runner import RunConfig, run_episode
 from roost.envs.swe.fixtures import make_fixtures
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.keys import bearer
 
 pytestmark = pytest.mark.slow

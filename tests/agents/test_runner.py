@@ -6,15 +6,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from roost.agents.evaluate import EvalConfig, evaluate
 from roost.agents.expert import ExpertAgent
-from roost.agents.gateway_session import GatewayClient
 from roost.agents.runner import RunConfig, run_episodes, summarize
 from roost.agents.tool_agent import ToolAgent
 from roost.envs.client import EnvClient
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.keys import bearer
 from roost.tests.prometheus_samples import sample
 from roost.trainer.advantages import Group

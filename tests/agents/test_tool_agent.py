@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from roost.agents.evaluate import EvalConfig, evaluate
 from roost.envs.alfworld.env import make_factory
 from roost.envs.protocol import TextAction

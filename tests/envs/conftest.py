@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from roost.envs.alfworld.fixtures import FixtureSpec, cached_fixtures
 
 

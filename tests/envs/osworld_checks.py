@@ -15,11 +15,10 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
-from roost.envs.osworld.desktop.a11y import NS
 from roost.envs.client import EnvClient
+from roost.envs.osworld.desktop.a11y import NS
 from roost.envs.osworld.desktop_client import DesktopClient, DesktopRequestError
 from roost.envs.protocol import TextAction, ToolCall
-
 
 NOTES = {
     "id": "mousepad-notes", "snapshot": "mousepad", "source": "roost test",

@@ -7,11 +7,11 @@ The build takes BASE_IMAGE from $ROOST_BASE_IMAGE (CI: an offline debootstrap im
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
 from roost.envs.client import EnvClient
 from roost.envs.protocol import TextAction
 from roost.envs.registry import resolve

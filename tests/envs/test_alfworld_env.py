@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from roost.envs.alfworld.env import make_factory
 from roost.envs.errors import BadRequestError, EpisodeFinishedError, InvalidActionError, UnknownTaskError
 from roost.envs.protocol import Env, TextAction, ToolCall

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from roost.envs.alfworld.fixtures import FixtureSpec, make_fixtures
 from roost.envs.alfworld.gamegen import GameSize, GameSpecError
 
@@ -70,8 +71,9 @@ def test_loading_a_game_leaves_sys_argv_alone(alfworld_data: Path):
 
 
 def test_make_fixtures_command_refuses_to_overwrite(tmp_path: Path):
-    from roost.cli.main import build_app
     from typer.testing import CliRunner
+
+    from roost.cli.main import build_app
 
     args = ["envs", "alfworld", "make-fixtures", "--out", str(tmp_path), "--train", "1", "--valid-seen", "0",
             "--valid-unseen", "0", "--receptacles", "4"]

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+
 from roost.envs.client import EnvClient
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.errors import EnvFaultError

@@ -8,6 +8,7 @@ import re
 
 import httpx
 import pytest
+
 from roost.envs.client import EnvClient
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.errors import InvalidActionError

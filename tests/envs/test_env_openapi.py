@@ -11,9 +11,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from schemathesis import GenerationMode, checks
+
 from roost.envs.episodes import ManagerConfig
 from roost.envs.serve import ServerConfig, serving
-from schemathesis import GenerationMode, checks
 
 TOY = "roost.tests.envs.toy_envs:make_factory"
 CASES = 50  # per operation (100 ran clean too)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from roost.envs.client import EnvClient
 from roost.envs.episodes import ManagerConfig
 from roost.envs.errors import (

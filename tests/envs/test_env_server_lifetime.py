@@ -9,8 +9,8 @@ import httpx
 import psutil
 import pytest
 
-from roost.tests.child_processes import assert_gone
 from roost.serving.process import start_reporting
+from roost.tests.child_processes import assert_gone
 
 TOY = "roost.tests.envs.toy_envs:make_factory"
 

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import gymnasium
+
 from roost.envs.episodes import ManagerConfig
 from roost.envs.gym_wrapper import GymEnv
 from roost.envs.serve import ServerConfig, serving

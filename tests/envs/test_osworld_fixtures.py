@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from roost.agents.evaluate import EvalConfig, evaluate
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.envs.client import EnvClient

@@ -20,12 +20,12 @@ import httpx
 import orjson
 from aiohttp import web
 
-from roost.serving.listen import bind_listener, bound_port
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
-from roost.rollout.gateway.preflight import TOOLS as WEATHER_TOOLS
+from roost.rollout.gateway.preflight import TOOLS as WEATHER_TOOLS  # noqa: F401 (the tests' tool list)
 from roost.rollout.keys import bearer
 from roost.rollout.store.reader import TrajectoryReader
+from roost.serving.listen import bind_listener, bound_port
 
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 THINK = "<think>\nThe user asks about the weather; I should call the tool.\n</think>\n\n"

@@ -86,7 +86,7 @@ async def test_top_k_one_is_greedy(engine_url):
 
 
 async def test_stream_yields_the_same_tokens(engine_url):
-    ids, logprobs, last = [], [], None
+    ids, last = [], None
     async with httpx.AsyncClient() as client:
         full = await generate(client, engine_url, **greedy(PROMPTS[1], 16))
         async with client.stream("POST", f"{engine_url}/generate", json={**greedy(PROMPTS[1], 16), "stream": True}) as resp:

@@ -10,8 +10,8 @@ import sys
 import httpx
 import pytest
 
+from roost.rollout.engine_api.sglang_client import EngineRejected, SGLangClient
 from roost.rollout.keys import bearer
-from roost.rollout.sglang_client import EngineRejected, SGLangClient
 
 FALLBACK = {"rules": [{"match": None, "reply": "OK."}]}  # the scripted engine's own script (tests/conftest.py)
 # (path, body): every route that changes the engine

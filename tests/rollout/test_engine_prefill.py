@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roost.rollout.engine.engine import Engine, EngineConfig
-from roost.rollout.engine.wire import SamplingParams
+from roost.rollout.engine_api.wire import SamplingParams
 
 TEXTS = ["The capital of France is", "Once upon a time, in a land far away, there lived", "SELECT"]
 

@@ -13,8 +13,15 @@ import openai  # noqa: E402
 import pytest  # noqa: E402
 
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, new_session, say,
-    start_gateway, stored_calls,
+    THINK,
+    TOOL_CALL,
+    WEATHER_TOOLS,
+    EngineSpy,
+    assert_token_exact,
+    new_session,
+    say,
+    start_gateway,
+    stored_calls,
 )
 
 # litellm's own TypedDicts trip a pydantic warning on import; not ours to fix.

@@ -10,12 +10,18 @@ import time
 import httpx
 import pytest
 
-from roost.tests.rollout.gateway_helpers import (
-    EngineSpy, assert_token_exact, misbehave, new_session, say, start_gateway, stored_calls,
-)
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
 from roost.serving.listen import bind_listener, bound_port
+from roost.tests.rollout.gateway_helpers import (
+    EngineSpy,
+    assert_token_exact,
+    misbehave,
+    new_session,
+    say,
+    start_gateway,
+    stored_calls,
+)
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -28,7 +28,11 @@ import pytest
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
 from roost.tests.rollout.gateway_helpers import (
-    EngineSpy, assert_token_exact, new_session, spied_gateway, stored_calls,
+    EngineSpy,
+    assert_token_exact,
+    new_session,
+    spied_gateway,
+    stored_calls,
 )
 
 HARNESSES = Path(__file__).resolve().parents[2] / ".npm-harnesses"

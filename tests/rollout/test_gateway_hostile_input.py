@@ -6,9 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway
-
 from roost.rollout.keys import bearer
+from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway
 
 BIG = 2**70
 HI = [{"role": "user", "content": "hi"}]

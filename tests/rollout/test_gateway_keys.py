@@ -12,10 +12,10 @@ import sys
 import httpx
 import pytest
 
-from roost.tests.rollout.gateway_helpers import running_gateway, say, stored_calls
 from roost.rollout.keys import bearer
-from roost.serving.process import start_reporting, stop_process
 from roost.rollout.store.reader import TrajectoryReader
+from roost.serving.process import start_reporting, stop_process
+from roost.tests.rollout.gateway_helpers import running_gateway, say, stored_calls
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **say("Hello.")}
 TEXT = {"model": "tiny", "prompt": "hi", "max_tokens": 2}

@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
-from roost.tests.rollout.gateway_helpers import EngineSpy, assert_token_exact, say, stored_calls
 from roost.rollout.gateway.launch import GatewayProcess
 from roost.rollout.keys import bearer
 from roost.rollout.store.reader import TrajectoryReader
+from roost.tests.rollout.gateway_helpers import EngineSpy, assert_token_exact, say, stored_calls
 
 
 @pytest.fixture(scope="module")

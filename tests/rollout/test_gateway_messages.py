@@ -15,7 +15,15 @@ from transformers import AutoTokenizer
 
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, assert_one_path, assert_token_exact, misbehave, new_session, say, start_gateway,
+    THINK,
+    TOOL_CALL,
+    WEATHER_TOOLS,
+    assert_one_path,
+    assert_token_exact,
+    misbehave,
+    new_session,
+    say,
+    start_gateway,
     stored_calls,
 )
 

@@ -12,10 +12,9 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 from starlette.routing import Route
 
-from roost.tests.rollout.gateway_helpers import new_session, start_gateway
-
 from roost.rollout.gateway.openapi import operations
 from roost.rollout.keys import bearer
+from roost.tests.rollout.gateway_helpers import new_session, start_gateway
 
 CASES = 50  # per operation: bounded, so the run stays a few seconds per operation (100 ran clean too)
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,

@@ -13,14 +13,21 @@ import orjson
 import pytest
 from aiohttp import web
 
-from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, new_session, say, start_gateway, stored_calls,
-)
 from roost.rollout.keys import bearer
 from roost.rollout.store.export import export
 from roost.rollout.store.paths import iter_training_samples
 from roost.rollout.store.reader import TrajectoryReader
 from roost.rollout.store.samples import Refused
+from roost.tests.rollout.gateway_helpers import (
+    THINK,
+    TOOL_CALL,
+    WEATHER_TOOLS,
+    EngineSpy,
+    new_session,
+    say,
+    start_gateway,
+    stored_calls,
+)
 
 
 class HostedAPI(EngineSpy):

@@ -12,11 +12,11 @@ from roost.rollout.chat.reply_parser import ReplyParser
 from roost.rollout.chat.template import ChatTemplate
 from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.engine.tiny_model import resolve_model
-from roost.rollout.gateway.chat_calls import plan_chat
-from roost.rollout.gateway.prompt_builder import PromptBuilder
-from roost.rollout.gateway.recording import Sampled, build_reply, node_for
-from roost.rollout.gateway.token_tree import AgentTree
-from roost.rollout.gateway.wire import ChatMessage
+from roost.rollout.gateway.core.prompt_builder import PromptBuilder
+from roost.rollout.gateway.core.recording import Sampled, build_reply, node_for
+from roost.rollout.gateway.core.token_tree import AgentTree
+from roost.rollout.gateway.openai.chat_calls import plan_chat
+from roost.rollout.gateway.openai.wire import ChatMessage
 
 
 @pytest.fixture(scope="module")

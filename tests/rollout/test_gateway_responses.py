@@ -11,7 +11,15 @@ import pytest
 from transformers import AutoTokenizer
 
 from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, assert_one_path, assert_token_exact, misbehave, new_session, say, stored_calls,
+    THINK,
+    TOOL_CALL,
+    WEATHER_TOOLS,
+    assert_one_path,
+    assert_token_exact,
+    misbehave,
+    new_session,
+    say,
+    stored_calls,
 )
 
 SYSTEM = "You are a weather assistant. Use tools when needed."

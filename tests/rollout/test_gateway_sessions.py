@@ -10,13 +10,21 @@ import httpx
 import openai
 import pytest
 
-from roost.tests.rollout.gateway_helpers import (
-    THINK, TOOL_CALL, WEATHER_TOOLS, EngineSpy, assert_token_exact, misbehave, new_session, say,
-    start_gateway, stored_calls,
-)
 from roost.rollout.keys import bearer
 from roost.rollout.store.paths import iter_training_samples
 from roost.tests.prometheus_samples import sample
+from roost.tests.rollout.gateway_helpers import (
+    THINK,
+    TOOL_CALL,
+    WEATHER_TOOLS,
+    EngineSpy,
+    assert_token_exact,
+    misbehave,
+    new_session,
+    say,
+    start_gateway,
+    stored_calls,
+)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from roost.tests.rollout.gateway_helpers import new_session, running_gateway, say, start_gateway, stored_calls
 from roost.rollout.keys import bearer
+from roost.tests.rollout.gateway_helpers import new_session, running_gateway, say, start_gateway, stored_calls
 
 SEEDS = range(12)
 PERSON = {

@@ -10,7 +10,7 @@ import pytest
 import xgrammar
 
 from roost.rollout.chat.reply_parser import HERMES, parse_tool_call
-from roost.rollout.gateway.tool_grammar import Thinking, rename_root, thinking_at, tool_call_ebnf
+from roost.rollout.gateway.core.tool_grammar import Thinking, rename_root, thinking_at, tool_call_ebnf
 
 # a property called root, a literal with "root" and brackets in it: none of them is the rule
 TRICKY = {"type": "object", "properties": {"root": {"const": 'a root [b] "c"'}, "n": {"type": "integer"}},

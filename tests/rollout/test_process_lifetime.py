@@ -9,8 +9,8 @@ import sys
 import psutil
 import pytest
 
-from roost.tests.child_processes import assert_gone
 from roost.serving.process import start_reporting
+from roost.tests.child_processes import assert_gone
 
 pytestmark = pytest.mark.slow
 

@@ -15,14 +15,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from roost.rollout.engine.wire import AbortRequest, PauseRequest, UpdateWeightsRequest, parse_generate
-from roost.rollout.sglang_client import (
+from roost.rollout.engine_api.sglang_client import (
     EngineProtocolError,
     EngineRejected,
     EngineUnavailable,
     SGLangClient,
     parse_generation,
 )
+from roost.rollout.engine_api.wire import AbortRequest, PauseRequest, UpdateWeightsRequest, parse_generate
 
 io_struct = pytest.importorskip("sglang.srt.managers.io_struct")
 sampling = pytest.importorskip("sglang.srt.sampling.sampling_params")

@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
+from roost.rollout.engine_api.sglang_client import SGLangClient
+from roost.rollout.engine_api.sglang_logprobs import REPORT_KEY, check_original_logprobs, reported_original_logprobs
 from roost.serving.listen import bind_listener, bound_port
-from roost.rollout.sglang_client import SGLangClient
-from roost.rollout.sglang_logprobs import REPORT_KEY, check_original_logprobs, reported_original_logprobs
 
 
 async def test_roosts_engine_reports_the_models_own_logprobs(model_engine, caplog):

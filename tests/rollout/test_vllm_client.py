@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from roost.rollout.sglang_client import EngineRejected
-from roost.rollout.vllm_client import VLLMClient, _choice, _finish_reason, _logprobs, vllm_sampling_params
+from roost.rollout.engine_api.sglang_client import EngineRejected
+from roost.rollout.engine_api.vllm_client import VLLMClient, _choice, _finish_reason, _logprobs, vllm_sampling_params
 
 CHECK = """
 import json, sys

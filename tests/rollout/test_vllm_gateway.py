@@ -27,11 +27,16 @@ import pytest
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import tiny_model_dir
-from roost.rollout.engine_client import detect_backend
+from roost.rollout.engine_api.client import detect_backend
+from roost.rollout.engine_api.vllm_client import VLLMClient
 from roost.rollout.keys import bearer
-from roost.rollout.vllm_client import VLLMClient
 from roost.tests.rollout.gateway_helpers import (
-    WEATHER_TOOLS, EngineSpy, assert_token_exact, new_session, start_gateway, stored_calls,
+    WEATHER_TOOLS,
+    EngineSpy,
+    assert_token_exact,
+    new_session,
+    start_gateway,
+    stored_calls,
 )
 from roost.trainer.weight_sync import sync_weights
 
@@ -41,7 +46,7 @@ pytestmark = pytest.mark.vllm
 VLLM_ARGS = "--optimization-level 0 --enforce-eager --max-model-len 4096"
 
 
-def vllm_engine_process(port: int | None = None, api_key: str | None = None) -> EngineProcess:
+def vllm_engine_process(port: int = 0, api_key: str | None = None) -> EngineProcess:
     return EngineProcess("tiny-vllm", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS],
                          port=port, api_key=api_key, startup_timeout_s=900)
 
@@ -188,7 +193,7 @@ def test_weight_update_between_two_calls_changes_logprobs(gateway, vllm_engine, 
     assert (before.weight_version, after.weight_version) == ("default", "1")
     assert list(after.prompt_ids) == list(before.prompt_ids)
     # the recorded logprobs are the new checkpoint's own, output head included (vLLM loses a
-    # tied head on reload unless it is in the folder: roost.rollout.vllm_weights adds it)
+    # tied head on reload unless it is in the folder: roost.rollout.engine_api.vllm_weights adds it)
     expected = checkpoint_logprobs(folder, list(after.prompt_ids), list(after.sampled_ids))
     assert max(abs(a - b) for a, b in zip(after.sampled_logprobs, expected)) < 1e-4
     assert max(abs(a - b) for a, b in zip(before.sampled_logprobs, after.sampled_logprobs)) > 0.1

@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from roost.rollout.vllm_weights import remove_stage, staged_for_reload
+from roost.rollout.engine_api.vllm_weights import remove_stage, staged_for_reload
 
 
 def checkpoint(folder, tied: bool, index: bool = False, head: bool = False):

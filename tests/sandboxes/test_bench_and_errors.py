@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from roost.sandboxes import SandboxConfig, SandboxSpec, SandboxUnavailable, make_backend, start_sandbox
 from roost.bench.cli import register
+from roost.sandboxes import SandboxConfig, SandboxSpec, SandboxUnavailable, make_backend, start_sandbox
 from roost.sandboxes.errors import SandboxError
 
 

@@ -10,6 +10,7 @@ import types
 import pytest
 
 from roost.rollout.store.samples import CallRef, SampleError
+from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
 from roost.trainer.advantages import (
     AdvantageConfig,
     AdvantageError,
@@ -17,8 +18,6 @@ from roost.trainer.advantages import (
     Group,
     compute_advantages,
 )
-
-from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
 
 
 def group_of(rewards, group="g", agent="main"):

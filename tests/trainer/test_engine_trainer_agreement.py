@@ -19,13 +19,13 @@ from roost.rollout.engine.engine import Engine, EngineConfig
 from roost.rollout.engine.model_spec import ModelSpec, UnsupportedModel
 from roost.rollout.engine.rope import inverse_frequencies
 from roost.rollout.engine.tokenizer_files import qwen3_tokenizer_dir
-from roost.rollout.engine.wire import SamplingParams
+from roost.rollout.engine_api.wire import SamplingParams
+from roost.rollout.keys import bearer
+from roost.tests.rollout.gateway_helpers import new_session, running_gateway, stored_calls
 from roost.trainer import hf_checkpoint
 from roost.trainer.megatron import convert
 from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import tree_microbatch
-from roost.rollout.keys import bearer
-from roost.tests.rollout.gateway_helpers import new_session, running_gateway, stored_calls
 
 SHAPE = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,

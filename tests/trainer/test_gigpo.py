@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from roost.rollout.store.samples import Sample
 from roost.trainer.advantages import AdvantageConfig, AdvantageError, EstimatorConfig, Group, compute_advantages
 from roost.trainer.gigpo import episode_steps

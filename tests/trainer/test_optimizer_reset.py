@@ -7,8 +7,8 @@ import copy
 
 import pytest
 import torch
-from roost.tests.trainer.trainer_fixtures import grpo_batch
 
+from roost.tests.trainer.trainer_fixtures import grpo_batch
 from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
 from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 

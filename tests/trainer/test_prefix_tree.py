@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roost.trainer.prefix_tree import PackingError, build_microbatches, plan_microbatches, tree_microbatch, trie_size
-
 from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
+from roost.trainer.prefix_tree import PackingError, build_microbatches, plan_microbatches, tree_microbatch, trie_size
 
 
 def test_shared_prefixes_are_stored_once_in_depth_first_order():

@@ -76,8 +76,8 @@ class Recording:
 @pytest.fixture
 async def recording(scripted_engine_url, tmp_path):
     """A gateway on the scripted engine, recording into a store of its own."""
+    from roost.rollout.engine_api.sglang_client import SGLangClient
     from roost.rollout.gateway.config import GatewayConfig
-    from roost.rollout.sglang_client import SGLangClient
 
     async with SGLangClient(scripted_engine_url) as engine:
         version = int((await engine.model_info())["weight_version"])

@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 from roost.agents.protocol import AgentOutcome, EpisodeContext
-from roost.outcome import EpisodeStatus
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
+from roost.outcome import EpisodeStatus
 from roost.trainer.rl.batches import collect_batch
-from roost.trainer.rl.services import ServiceActor, SupervisedServer
 from roost.trainer.rl.rollout_workers import GroupSpec, RolloutWorker
+from roost.trainer.rl.services import ServiceActor, SupervisedServer
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_lab
 
 
 async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_version(tiny_model_path, tmp_path):
-    from roost.rollout.sglang_client import SGLangClient
+    from roost.rollout.engine_api.sglang_client import SGLangClient
     from roost.trainer.rl.services import _roost
 
     key = "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it

@@ -8,9 +8,8 @@ import pytest
 
 from roost.outcome import EpisodeOutcome, RewardSource
 from roost.rollout.store.samples import Sample, SampleError
-from roost.trainer.sample_sources import group_samples, read_jsonl, write_jsonl
-
 from roost.tests.trainer.trainer_fixtures import agentic_batch, make_sample
+from roost.trainer.sample_sources import group_samples, read_jsonl, write_jsonl
 
 
 def test_from_turns_masks_only_sampled_tokens():
@@ -69,7 +68,6 @@ def test_samples_from_the_trajectory_store(tmp_path):
 
     from roost.rollout.store.records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
     from roost.rollout.store.trajectory_store import TrajectoryStore
-
     from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
     from roost.trainer.sample_sources import samples_from_store
 

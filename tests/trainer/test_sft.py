@@ -9,8 +9,8 @@ from roost.agents.player import PlayerAgent
 from roost.envs.alfworld.observing_expert import ObservingExpert, parse_goal
 from roost.trainer.losses import LossConfig, SampleTerms, policy_loss
 from roost.trainer.recipe import SFTConfig
-from roost.trainer.sft.train import batch_indices, lr_at
 from roost.trainer.sft.data import ChatRenderer, Transcript, tool_agent_messages
+from roost.trainer.sft.train import batch_indices, lr_at
 
 
 def test_the_sft_loss_is_the_weighted_nll_of_the_sampled_tokens():

@@ -15,13 +15,13 @@ from aiohttp import web
 from transformers import AutoTokenizer
 
 from roost.rollout.engine.launch import EngineProcess
-from roost.rollout.gateway.wire import PauseState
+from roost.rollout.engine_api.sglang_client import SGLangClient
+from roost.rollout.gateway.control.wire import PauseState
 from roost.rollout.keys import bearer
-from roost.rollout.sglang_client import SGLangClient
 from roost.rollout.store.samples import Sample
 from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
-from roost.trainer.sample_sources import group_samples, samples_from_store
 from roost.trainer.hf_checkpoint import CheckpointMismatch
+from roost.trainer.sample_sources import group_samples, samples_from_store
 from roost.trainer.weight_sync import WeightSyncError, sync_weights
 
 QUESTIONS = ["Name a colour.", "Count to three."]
@@ -58,7 +58,7 @@ async def record(http: httpx.AsyncClient, gateway_url: str, admin_key: str, roll
             session = (await http.post(f"{gateway_url}/sessions", json={"group_id": group}, headers=admin)).json()
             messages = [{"role": "user", "content": question}]
             reply = ""
-            for turn in range(2):
+            for _ in range(2):
                 answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
                                          json={"model": "tiny", "messages": messages, "max_tokens": 6,
                                                "temperature": 1.0})

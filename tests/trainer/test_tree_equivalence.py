@@ -11,13 +11,12 @@ import torch
 
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.rope import inverse_frequencies
+from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
+from roost.trainer import hf_checkpoint
 from roost.trainer.megatron import convert
 from roost.trainer.megatron.attention import TreeMaskIgnored
 from roost.trainer.megatron.model import build_gpt_model, layer_spec, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import build_microbatches, flat_microbatch
-from roost.trainer import hf_checkpoint
-
-from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
 
 BATCHES = {"grpo": lambda: grpo_batch(), "agentic": lambda: agentic_batch()}
 

@@ -150,7 +150,7 @@ def _logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def _scored_logits(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
     """The output layer's logits at each scored entry's row, [num_scored, 1, vocab / tp]."""
-    from .attention import check_tree_attention, chain_wise
+    from .attention import chain_wise, check_tree_attention
 
     model = getattr(model, "module", model)  # unwrap Megatron DDP
     microbatch = microbatch.to(next(model.parameters()).device)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roost.outcome import UNSCORED
 from roost.envs.protocol import Task, ToolSchema
+from roost.outcome import UNSCORED
 from roost.tracing import Tracing
 
 from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advantages

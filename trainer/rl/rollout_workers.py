@@ -100,15 +100,16 @@ class RolloutWorker:
         return len(self._tasks) + len(self._done)
 
     async def _play_group(self, spec: GroupSpec, args: dict[str, Any] | None) -> GroupOutcome:
-        from roost.agents.gateway_session import GatewayClient
         from roost.agents.runner import RunConfig, run_episode
         from roost.envs.client import EnvClient
+        from roost.rollout.gateway.control.client import GatewayClient
 
         if self._limit is None:
             self._limit = asyncio.Semaphore(self.concurrency)
         agent = self._agent(args)
         config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
-                           kind=spec.kind, timeout_s=self.agent_config["timeout_s"], progress=False, invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
+                           kind=spec.kind, timeout_s=self.agent_config["timeout_s"], progress=False,
+                           invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
         started = time.perf_counter()
         async with EnvClient(self.env_url, tracing=self.tracing) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from roost.lifetime import die_with_parent, stop_process
+from roost.rollout.engine_api.sglang_logprobs import ORIGINAL_LOGPROBS_ENV
 from roost.rollout.keys import ENGINE_KEY
 from roost.serving.handle import ServerStartError, is_healthy
 from roost.serving.listen import read_port
 from roost.serving.process import wait_healthy
-from roost.rollout.sglang_logprobs import ORIGINAL_LOGPROBS_ENV
 
 from ..recipe import Recipe
 
@@ -280,7 +280,7 @@ class ServiceActor:
     def _reload(self) -> None:
         if self.weights is None:
             return
-        from roost.rollout.engine_client import detect_backend, engine_client
+        from roost.rollout.engine_api.client import detect_backend, engine_client
 
         folder, version = self.weights
 

@@ -8,7 +8,7 @@ record the same conversation.
 A transcript is what a harness did: the first observation and each (command, observation).
 `tool_agent_messages` turns it into the chat the built-in `tool` agent would have sent,
 so a model fine-tuned on it meets the same prompts at rollout time. `ChatRenderer` records the
-chat as the gateway would (`roost.rollout.gateway.transcripts`): each assistant message is a
+chat as the gateway would (`roost.rollout.gateway.core.transcripts`): each assistant message is a
 call whose prompt the gateway plans from the messages before it, and whose reply is that
 message as the template renders it, then the end-of-turn token (loss mask 1). Everything else,
 the text between replies included, has loss mask 0: the loss falls on assistant tokens only.
@@ -26,9 +26,9 @@ from roost.agents.tool_agent import SYSTEM_PROMPT
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import Action, Step, TextAction, ToolCall
 from roost.rollout.chat.tokenizer import ChatTokenizer
-from roost.rollout.gateway.prompt_builder import PromptBuilder
-from roost.rollout.gateway.token_tree import Node
-from roost.rollout.gateway.transcripts import conversation_calls
+from roost.rollout.gateway.core.prompt_builder import PromptBuilder
+from roost.rollout.gateway.core.token_tree import Node
+from roost.rollout.gateway.core.transcripts import conversation_calls
 from roost.rollout.store.samples import CallRef, Sample, SampledSpan, build_sample
 
 TOOL_NAME = "act"

@@ -103,7 +103,7 @@ class ActionRunner:
             conn.settimeout(timeout_s)
             try:
                 line = stream.readline()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 kill_group(group)
                 return None, True
             # No answer: the action killed its own process group, its supervisor with it.

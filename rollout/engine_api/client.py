@@ -1,0 +1,86 @@
+"""What roost asks of a rollout engine, whichever family serves it.
+
+`EngineClient` is the interface the gateway, weight sync and the RL services use; two clients
+satisfy it: `SGLangClient` (SGLang's native API, which roost's embedded engine speaks too) and
+`VLLMClient` (vLLM's token-in generate API and its RL routes). `engine_client` builds the one
+for an engine kind; `detect_backend` asks a running server which kind it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Literal, Protocol, Self
+
+import httpx
+
+from roost.rollout.engine_api.sglang_client import Generation, GenerationDelta, SGLangClient
+from roost.rollout.engine_api.vllm_client import VLLMClient
+from roost.rollout.engine_api.wire import UpdateWeightsAnswer
+
+EngineBackend = Literal["embedded", "sglang", "vllm"]
+ENGINE_BACKENDS: tuple[str, ...] = ("embedded", "sglang", "vllm")
+
+
+class EngineClient(Protocol):
+    """Token ids in, token ids and the model's own logprobs out; pause, resume, new weights."""
+
+    base_url: str
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], *,
+                       rid: str | None = None) -> Generation: ...
+
+    def generate_stream(self, input_ids: list[int], sampling_params: dict[str, Any], *,
+                        rid: str | None = None) -> AsyncIterator[GenerationDelta]: ...
+
+    async def health(self) -> bool: ...
+
+    async def model_info(self) -> dict[str, Any]: ...
+
+    async def update_weights_from_disk(self, model_path: str, *,
+                                       weight_version: str | None = None) -> UpdateWeightsAnswer: ...
+
+    async def abort(self, rid: str) -> Any: ...
+
+    async def flush_cache(self) -> Any: ...
+
+    async def pause_generation(self) -> Any: ...
+
+    async def continue_generation(self) -> Any: ...
+
+
+def engine_client(backend: str, base_url: str, **kwargs: Any) -> EngineClient:
+    """The client for an engine of kind `backend` (`embedded` and `sglang` speak SGLang's API)."""
+    if backend == "vllm":
+        return VLLMClient(base_url, **kwargs)
+    if backend in ("embedded", "sglang"):
+        return SGLangClient(base_url, **kwargs)
+    raise ValueError(f"unknown engine backend {backend!r}; expected one of {', '.join(ENGINE_BACKENDS)}")
+
+
+async def detect_backend(base_url: str, *, timeout_s: float = 5.0) -> EngineBackend:
+    """Which API the server at `base_url` speaks: SGLang's (and roost's engine's) answer
+    `GET /get_model_info`; vLLM has no such route and answers `GET /version` with its version.
+    A server that answers neither (down, starting) is taken as SGLang's."""
+    url = base_url.rstrip("/")
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as http:
+            if (await http.get(f"{url}/get_model_info")).status_code == 200:
+                return "sglang"
+            answer = await http.get(f"{url}/version")
+    except httpx.HTTPError:
+        return "sglang"
+    return "vllm" if answer.status_code == 200 and "version" in _json(answer) else "sglang"
+
+
+def _json(answer: httpx.Response) -> dict[str, Any]:
+    try:
+        body = answer.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

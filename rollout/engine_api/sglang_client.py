@@ -1,0 +1,315 @@
+"""One async client for SGLang's native API.
+
+The gateway talks to the embedded engine and to a real SGLang server through this client
+alone. Requests are built with the engine's own request models and answers read with its
+answer models (`roost.rollout.engine_api.wire`, which imports nothing of the server); their fields
+follow SGLang's own protocol classes (`GenerateReqInput`, `SamplingParams`, the `meta_info` of
+`/generate`), and the contract tests check the requests with those classes so the two cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import aiohttp
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from roost.rollout.engine_api.wire import (
+    AbortRequest,
+    GenerateAnswer,
+    GenerateRequest,
+    PauseRequest,
+    UpdateWeightsAnswer,
+    UpdateWeightsRequest,
+)
+from roost.rollout.keys import bearer
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class EngineError(Exception):
+    """The rollout engine could not serve a request."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class EngineUnavailable(EngineError):
+    """The engine is down, timed out, or failed (5xx): retry later."""
+
+
+class EngineRejected(EngineError):
+    """The engine refused the request as invalid (4xx): do not retry unchanged."""
+
+
+class EngineProtocolError(EngineError):
+    """The engine answered something that is not SGLang's answer format."""
+
+
+@dataclass
+class Generation:
+    """One finished `/generate` answer, reduced to what roost records."""
+
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: dict[str, Any]
+    weight_version: str
+    prompt_tokens: int
+    text: str = ""
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationDelta:
+    """The tokens one streamed chunk added; `finish_reason` is set on the last chunk."""
+
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: dict[str, Any] | None
+    weight_version: str
+
+
+def _logprob_values(entries: list[Any]) -> list[float]:
+    # SGLang: meta_info.output_token_logprobs = [[logprob, token_id, text|None], ...]
+    try:
+        return [float(entry[0]) for entry in entries]
+    except (TypeError, ValueError, IndexError) as exc:
+        raise EngineProtocolError(f"malformed output_token_logprobs: {entries[:3]!r}") from exc
+
+
+def _answer(body: Any, what: str) -> GenerateAnswer:
+    try:
+        return GenerateAnswer.model_validate(body)
+    except ValidationError as exc:
+        raise EngineProtocolError(f"not an SGLang {what}: {str(body)[:200]}") from exc
+
+
+def parse_generation(body: Any) -> Generation:
+    """Read a non-streamed `/generate` answer, checking SGLang's field names."""
+    answer = _answer(body, "/generate answer")
+    meta = answer.meta_info
+    generation = Generation(
+        output_ids=answer.output_ids,
+        output_logprobs=_logprob_values(meta.output_token_logprobs or []),
+        finish_reason=meta.finish_reason or {"type": "unknown"},
+        weight_version=meta.weight_version,
+        prompt_tokens=meta.prompt_tokens,
+        text=answer.text,
+        meta_info=body["meta_info"],
+    )
+    if len(generation.output_logprobs) != len(answer.output_ids):
+        raise EngineProtocolError(
+            f"{len(answer.output_ids)} output ids but {len(generation.output_logprobs)} logprobs"
+        )
+    return generation
+
+
+def _body(request: BaseModel) -> dict[str, Any]:
+    """The fields set on `request`, None left out, in the model's order. The values go as they
+    are (no copy through `model_dump`: a /generate prompt can be tens of thousands of ids)."""
+    given = request.model_fields_set
+    return {name: value for name in type(request).model_fields
+            if name in given and (value := getattr(request, name)) is not None}
+
+
+class EngineHTTP:
+    """The HTTP plumbing of an engine client: one pooled aiohttp session, JSON requests, errors
+    mapped to `EngineError`s. `api_key` (the engine's `--api-key`) goes with every request as a
+    bearer token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 5.0,
+        max_connections: int = 1024,
+        trace_configs: list[aiohttp.TraceConfig] | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self._trace_configs = trace_configs  # roost.tracing: client spans, traceparent to the engine
+        self._headers = {**JSON_HEADERS, **bearer(api_key)}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                  trace_configs=self._trace_configs)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        url = f"{self.base_url}{path}"
+        try:
+            body = None if payload is None else orjson.dumps(payload)
+            async with self._http().request(method, url, data=body, headers=self._headers) as resp:
+                raw = await resp.read()
+                _raise_for_status(resp.status, raw, url)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
+        return _decode_json(raw, url)
+
+    async def _stream(self, path: str, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST `payload` and yield the decoded `data:` chunks of the server-sent-event answer."""
+        url = f"{self.base_url}{path}"
+        try:
+            async with self._http().post(url, data=orjson.dumps(payload), headers=self._headers) as resp:
+                if resp.status >= 400:
+                    _raise_for_status(resp.status, await resp.read(), url)
+                async for line in resp.content:
+                    chunk = _sse_data(line)
+                    if chunk is not None:
+                        yield chunk
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise EngineUnavailable(f"engine stream from {self.base_url} broke: {exc!r}") from exc
+
+    async def health(self) -> bool:
+        try:
+            await self._request("GET", "/health")
+        except EngineError:
+            return False
+        return True
+
+
+class SGLangClient(EngineHTTP):
+    """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
+    engine asks for the key on its control routes, SGLang on every route but `/health`.
+    """
+
+    @staticmethod
+    def generate_payload(
+        input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
+    ) -> dict[str, Any]:
+        # Not validated: this runs for every model call, and validating a long prompt's ids
+        # costs several times what sending them does (the contract tests check the payload
+        # against both roost's engine and SGLang's GenerateReqInput).
+        request = GenerateRequest.model_construct(input_ids=list(input_ids), sampling_params=dict(sampling_params),
+                                                  return_logprob=True, stream=stream, rid=rid)
+        return _body(request)
+
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+    ) -> Generation:
+        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid)
+        return parse_generation(await self._request("POST", "/generate", payload))
+
+    async def generate_stream(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+    ) -> AsyncIterator[GenerationDelta]:
+        """Stream a generation. SGLang sends incremental `output_ids` per chunk and
+        cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
+        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
+        seen = 0
+        async for chunk in self._stream("/generate", payload):
+            delta = _stream_delta(chunk, seen)
+            seen += len(delta.output_ids)
+            yield delta
+
+    async def model_info(self) -> dict[str, Any]:
+        return await self._request("GET", "/get_model_info")
+
+    async def server_info(self) -> dict[str, Any]:
+        """SGLang's `/get_server_info`: its server arguments and scheduler state."""
+        return await self._request("GET", "/get_server_info")
+
+    async def update_weights_from_disk(
+        self, model_path: str, *, weight_version: str | None = None
+    ) -> UpdateWeightsAnswer:
+        request = UpdateWeightsRequest(model_path=model_path, weight_version=weight_version)
+        answer = await self._request("POST", "/update_weights_from_disk", _body(request))
+        try:
+            return UpdateWeightsAnswer.model_validate(answer)
+        except ValidationError as exc:
+            raise EngineProtocolError(f"not an SGLang /update_weights_from_disk answer: {str(answer)[:200]}") from exc
+
+    async def abort(self, rid: str) -> Any:
+        """Stop a running or waiting request (SGLang's `/abort_request`)."""
+        return await self._request("POST", "/abort_request", _body(AbortRequest(rid=rid)))
+
+    async def flush_cache(self) -> Any:
+        return await self._request("POST", "/flush_cache")
+
+    async def pause_generation(self) -> Any:
+        return await self._request("POST", "/pause_generation", _body(PauseRequest()))
+
+    async def continue_generation(self) -> Any:
+        return await self._request("POST", "/continue_generation", {})
+
+
+def _decode_json(raw: bytes, url: str) -> Any:
+    if not raw.strip():
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # /health and /flush_cache may answer plain text in SGLang.
+        return {"text": raw.decode(errors="replace")}
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")[:500]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", err))
+        return str(err or body.get("message") or body.get("detail") or body)[:500]
+    return str(body)[:500]
+
+
+def _raise_for_status(status: int, raw: bytes, url: str) -> None:
+    if status < 400:
+        return
+    message = f"{url} answered {status}: {_error_message(raw)}"
+    if status >= 500 or status == 429:
+        raise EngineUnavailable(message, status)
+    raise EngineRejected(message, status)
+
+
+def _sse_data(line: bytes) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EngineProtocolError(f"undecodable stream chunk: {data[:200]!r}") from exc
+
+
+def _stream_delta(chunk: dict[str, Any], seen: int) -> GenerationDelta:
+    answer = _answer(chunk, "stream chunk")
+    ids, meta = answer.output_ids, answer.meta_info
+    # the logprobs are cumulative: only the new ones are read
+    logprobs = _logprob_values((meta.output_token_logprobs or [])[seen : seen + len(ids)])
+    if len(logprobs) != len(ids):
+        raise EngineProtocolError(f"stream chunk has {len(ids)} ids but {len(logprobs)} new logprobs")
+    return GenerationDelta(
+        output_ids=ids,
+        output_logprobs=logprobs,
+        finish_reason=meta.finish_reason,
+        weight_version=meta.weight_version,
+    )

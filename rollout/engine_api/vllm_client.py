@@ -1,0 +1,270 @@
+"""One async client for vLLM's token-in API and its RL routes, with `SGLangClient`'s methods.
+
+The gateway renders and tokenizes itself and sends token ids to `/inference/v1/generate`; the
+sampled ids come back with their logprobs, which are the model's own distribution when vLLM
+runs with `--logprobs-mode raw_logprobs` (as `roost engine --backend vllm` starts it). Sampling
+parameters arrive in SGLang's names (the gateway builds one shape for every engine) and are
+renamed to vLLM's `SamplingParams`. Pause, resume, weight versions and aborts go through vLLM's
+RL routes, and new weights are loaded from disk by the workers' `reload_weights` through
+`/collective_rpc` (vLLM's weight-transfer engines target GPUs, this path works on CPU too;
+a tied model's output head is added to the folder first: `roost.rollout.engine_api.vllm_weights`). The
+RL and dev routes exist only on a server started with `VLLM_SERVER_DEV_MODE=1`.
+
+Wire models mirror vLLM's own request and answer classes
+(`vllm.entrypoints.scale_out.token_in_token_out.protocol`: `GenerateRequest`,
+`GenerateTokensResponse`, `GenerateTokensStreamResponse`); the contract tests validate the
+requests with those classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from roost.rollout.engine_api.sglang_client import (
+    EngineError,
+    EngineHTTP,
+    EngineProtocolError,
+    EngineRejected,
+    Generation,
+    GenerationDelta,
+)
+from roost.rollout.engine_api.vllm_weights import remove_stage, staged_for_reload
+from roost.rollout.engine_api.wire import UpdateWeightsAnswer
+
+GENERATE_PATH = "/inference/v1/generate"
+# SGLang's sampling parameter names → vLLM's (`vllm.SamplingParams`).
+SAMPLING_NAMES = {
+    "max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
+    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+    "min_new_tokens": "min_tokens", "ignore_eos": "ignore_eos", "skip_special_tokens": "skip_special_tokens",
+    "spaces_between_special_tokens": "spaces_between_special_tokens",
+    "no_stop_trim": "include_stop_str_in_output", "sampling_seed": "seed", "n": "n",
+    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "repetition_penalty": "repetition_penalty", "custom_params": "extra_args",
+}
+# What has no vLLM counterpart but changes nothing: SGLang's stream chunking.
+SAMPLING_IGNORED = {"stream_interval"}
+
+
+class VLLMGenerateRequest(BaseModel):
+    """The fields of vLLM's `GenerateRequest` that roost sends."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str | None = None
+    token_ids: list[int]
+    sampling_params: dict[str, Any]
+    stream: bool = False
+    output_mode: str = "tokens"
+
+
+class VLLMLogProb(BaseModel):
+    """`GenerateLogProbsContent`: the sampled token at one position."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    token_id: int
+    logprob: float
+
+
+class VLLMLogProbs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: list[VLLMLogProb] | None = None
+
+
+class WeightVersionSpan(BaseModel):
+    """`vllm.outputs.WeightVersionSpan`: output tokens [start, end) came from weights `version`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: str
+    start: int
+    end: int
+
+
+class VLLMChoice(BaseModel):
+    """A choice of `GenerateTokensResponse` or `GenerateTokensStreamResponse` (answers are read
+    leniently: a newer vLLM may add fields)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    index: int = 0
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+    logprobs: VLLMLogProbs | None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+
+
+class VLLMGenerateAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    request_id: str | None = None
+    choices: list[VLLMChoice]
+
+
+def vllm_sampling_params(params: dict[str, Any]) -> dict[str, Any]:
+    """SGLang-named sampling parameters → vLLM's, asking for the sampled token's logprob."""
+    unknown = sorted(set(params) - set(SAMPLING_NAMES) - SAMPLING_IGNORED)
+    if unknown:
+        raise EngineRejected(f"sampling parameters {unknown} have no vLLM counterpart; leave them out", 400)
+    out = {SAMPLING_NAMES[name]: value for name, value in params.items() if name in SAMPLING_NAMES}
+    # logprobs=0: the sampled token's logprob alone, no alternatives.
+    return {**out, "logprobs": 0}
+
+
+def _finish_reason(choice: VLLMChoice, ids: list[int]) -> dict[str, Any]:
+    """vLLM's finish reason in SGLang's shape: `matched` is the stop string or id, or the EOS id."""
+    kind = choice.finish_reason or "unknown"
+    if kind == "stop":
+        matched = choice.stop_reason if choice.stop_reason is not None else (ids[-1] if ids else None)
+        return {"type": "stop", "matched": matched}
+    if kind == "length":
+        return {"type": "length", "length": len(ids)}
+    return {"type": kind}
+
+
+def _logprobs(choice: VLLMChoice, ids: list[int]) -> list[float]:
+    content = choice.logprobs.content if choice.logprobs is not None else None
+    values = [entry.logprob for entry in content or []]
+    if len(values) != len(ids):
+        raise EngineProtocolError(
+            f"vLLM answered {len(ids)} token ids but {len(values)} logprobs; was it started with "
+            "logprobs allowed (--max-logprobs >= 0)?")
+    return values
+
+
+def _choice(body: Any, what: str) -> VLLMChoice:
+    try:
+        answer = VLLMGenerateAnswer.model_validate(body)
+    except ValidationError as exc:
+        raise EngineProtocolError(f"not a vLLM {what}: {str(body)[:200]}") from exc
+    if len(answer.choices) != 1:
+        raise EngineProtocolError(f"vLLM {what} has {len(answer.choices)} choices, expected 1")
+    return answer.choices[0]
+
+
+class VLLMClient(EngineHTTP):
+    """Async client for a vLLM server (0.32 or later): `SGLangClient`'s methods over vLLM's API."""
+
+    def __init__(self, base_url: str, **kwargs: Any):
+        super().__init__(base_url, **kwargs)
+        # The version the next tokens come from, until an answer says otherwise: vLLM names
+        # it only on a stream's last chunk.
+        self.weight_version = "default"
+
+    def generate_payload(self, input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool,
+                         rid: str | None) -> dict[str, Any]:
+        request = VLLMGenerateRequest.model_construct(
+            request_id=rid, token_ids=list(input_ids), sampling_params=vllm_sampling_params(sampling_params),
+            stream=stream, output_mode="tokens")
+        return {name: value for name, value in request.__dict__.items() if value is not None}
+
+    def _version(self, choice: VLLMChoice) -> str:
+        if choice.weight_versions:
+            self.weight_version = choice.weight_versions[-1].version
+        return self.weight_version
+
+    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], *,
+                       rid: str | None = None) -> Generation:
+        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid)
+        choice = _choice(await self._request("POST", GENERATE_PATH, payload), "/inference/v1/generate answer")
+        ids = choice.token_ids or []
+        return Generation(output_ids=ids, output_logprobs=_logprobs(choice, ids),
+                          finish_reason=_finish_reason(choice, ids), weight_version=self._version(choice),
+                          prompt_tokens=len(input_ids))
+
+    async def generate_stream(self, input_ids: list[int], sampling_params: dict[str, Any], *,
+                              rid: str | None = None) -> AsyncIterator[GenerationDelta]:
+        """Stream a generation; each vLLM chunk carries the new ids and their logprobs."""
+        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
+        async for chunk in self._stream(GENERATE_PATH, payload):
+            yield self._delta(_choice(chunk, "stream chunk"))
+
+    def _delta(self, choice: VLLMChoice) -> GenerationDelta:
+        ids = choice.token_ids or []
+        reason = _finish_reason(choice, ids) if choice.finish_reason is not None else None
+        return GenerationDelta(output_ids=ids, output_logprobs=_logprobs(choice, ids), finish_reason=reason,
+                               weight_version=self._version(choice))
+
+    async def model_info(self) -> dict[str, Any]:
+        """SGLang's `/get_model_info` fields, from vLLM's `/v1/models` and `/weight_info`."""
+        models = (await self._request("GET", "/v1/models")).get("data") or []
+        if not models:
+            raise EngineProtocolError(f"vLLM at {self.base_url} lists no model in /v1/models")
+        model = models[0]
+        path = model.get("root") or model["id"]
+        await self._refresh_version()
+        return {"model_path": path, "tokenizer_path": path, "served_model_name": model["id"],
+                "max_context_length": model.get("max_model_len"), "weight_version": self.weight_version,
+                "engine": "vllm"}
+
+    async def _refresh_version(self) -> None:
+        try:
+            self.weight_version = str((await self._request("GET", "/weight_info"))["weight_version"])
+        except (EngineRejected, KeyError, TypeError):
+            pass  # a server without VLLM_SERVER_DEV_MODE=1 has no /weight_info
+
+    async def update_weights_from_disk(self, model_path: str, *,
+                                       weight_version: str | None = None) -> UpdateWeightsAnswer:
+        """Load the checkpoint folder `model_path` into every worker, in place, between a pause
+        that lets running requests finish and a resume; the prefix cache is dropped (its keys
+        and values came from the old weights) and `weight_version` becomes vLLM's version."""
+        # A tied model's checkpoint goes through a staged folder holding its output head too
+        # (see roost.rollout.engine_api.vllm_weights); a folder not visible here is sent as it is.
+        try:
+            stage = await asyncio.to_thread(staged_for_reload, Path(model_path))
+        except (OSError, ValueError) as exc:  # unreadable config or weights: nothing was sent
+            return UpdateWeightsAnswer(success=False, message=f"could not read the checkpoint {model_path}: {exc}")
+        try:
+            return await self._reload(str(stage or model_path), model_path, weight_version)
+        finally:
+            if stage is not None:
+                await asyncio.to_thread(remove_stage, stage)
+
+    async def _reload(self, weights_path: str, model_path: str, weight_version: str | None) -> UpdateWeightsAnswer:
+        try:
+            await self._request("POST", "/pause?mode=wait")
+            try:
+                await self._request("POST", "/collective_rpc",
+                                    {"method": "reload_weights", "kwargs": {"weights_path": weights_path}})
+                await self._request("POST", "/reset_prefix_cache")
+                if weight_version is not None:
+                    await self._request("POST", "/update_weight_version", {"new_version": weight_version})
+            finally:
+                await self._request("POST", "/resume")
+        except EngineRejected as exc:
+            return UpdateWeightsAnswer(success=False, message=_dev_mode_hint(exc))
+        except EngineError as exc:
+            return UpdateWeightsAnswer(success=False, message=str(exc))
+        await self._refresh_version()
+        return UpdateWeightsAnswer(success=True, message=f"loaded {model_path}", weight_version=self.weight_version)
+
+    async def abort(self, rid: str) -> Any:
+        return await self._request("POST", "/inference/v1/abort_requests", {"request_ids": [rid]})
+
+    async def flush_cache(self) -> Any:
+        return await self._request("POST", "/reset_prefix_cache")
+
+    async def pause_generation(self) -> Any:
+        # "keep": running requests freeze and go on after /resume, as SGLang's in_place pause.
+        return await self._request("POST", "/pause?mode=keep")
+
+    async def continue_generation(self) -> Any:
+        return await self._request("POST", "/resume")
+
+    async def is_paused(self) -> bool:
+        return bool((await self._request("GET", "/is_paused")).get("is_paused"))
+
+
+def _dev_mode_hint(exc: EngineRejected) -> str:
+    if exc.status == 404:
+        return (f"{exc}: vLLM serves its RL and dev routes only when started with VLLM_SERVER_DEV_MODE=1 "
+                "(roost engine --backend vllm sets it)")
+    return str(exc)

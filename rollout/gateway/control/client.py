@@ -1,0 +1,129 @@
+"""The gateway's control plane, as its clients call it: the runner's sessions and the trainer's pause.
+
+    POST /sessions                 CreateSession  → SessionCreated (session_id, key, base_url, ...)
+    POST /sessions/{sid}/reward    PostReward     → Ack (to the session, or to one call: a step reward)
+    GET  /sessions/{sid}                          → SessionDetail (the session's calls, ...)
+    POST /sessions/{sid}/finish    FinishSession  → SessionSummary ({"outcome": EpisodeOutcome, "info": {...}})
+    POST /admin/pause|resume       PauseRequest   → PauseState
+
+The bodies and answers are the gateway's own wire models (`roost.rollout.gateway.control.wire`, which
+imports nothing of the server). `base_url` (`{gateway}/sessions/{sid}/v1`) goes to the harness
+as its OpenAI base URL, with the session's `key` as its API key, so every model call of the
+episode is recorded under the session. The control plane takes the gateway's admin key; the
+harness never sees it.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from roost.outcome import EpisodeOutcome
+from roost.rollout.gateway.control.wire import (
+    Ack,
+    CreateSession,
+    FinishSession,
+    GatewayHealth,
+    PauseRequest,
+    PauseState,
+    PostReward,
+    SessionCreated,
+    SessionDetail,
+    SessionSummary,
+)
+from roost.rollout.keys import ADMIN_KEY, bearer
+from roost.tracing import Tracing
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+class ControlPlaneError(RuntimeError):
+    """The gateway refused or failed a control-plane call."""
+
+
+class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
+    """`async with GatewayClient(url, admin_key=...) as gateway:` closes its connections at the end."""
+
+    def __init__(self, url: str, *, admin_key: str | None, timeout_s: float = 30.0,
+                 tracing: Tracing | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, headers=bearer(admin_key))
+        if tracing is not None:
+            tracing.instrument_httpx(self._http)  # traceparent on every control-plane call
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, group_id: str, task: dict[str, Any], metadata: dict[str, Any] | None = None,
+                             traceparent: str | None = None) -> SessionCreated:
+        """`traceparent`: the span the session's model calls are parented on (the episode's)."""
+        body = CreateSession(group_id=group_id, task=task, metadata=metadata or {}, traceparent=traceparent)
+        return await self._request("POST", "/sessions", SessionCreated, body)
+
+    async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None,
+                          call_id: str | None = None) -> None:
+        body = PostReward(reward=reward, info=info or {}, call_id=call_id)
+        await self._request("POST", f"/sessions/{session_id}/reward", Ack, body)
+
+    async def call_ids(self, session_id: str) -> list[str]:
+        """The session's recorded calls, in the order they were made."""
+        view = await self._request("GET", f"/sessions/{session_id}", SessionDetail)
+        return [c.call_id for c in sorted(view.calls, key=lambda c: c.seq)]
+
+    async def finish(self, session_id: str, outcome: EpisodeOutcome, **info: Any) -> None:
+        """`info`: anything else about the episode, for people (task id, steps, stop reason)."""
+        body = FinishSession(outcome=outcome, info=info)
+        await self._request("POST", f"/sessions/{session_id}/finish", SessionSummary, body)
+
+    async def pause(self) -> PauseState:
+        """Stop the gateway admitting calls; it answers once the in-flight ones finished (or its
+        drain timeout passed: then `drained` is false)."""
+        return await self._request("POST", "/admin/pause", PauseState, PauseRequest())
+
+    async def resume(self) -> PauseState:
+        return await self._request("POST", "/admin/resume", PauseState)
+
+    async def _request(self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None) -> Answer:
+        # Only the fields the caller gave travel; the gateway applies its own defaults.
+        payload = None if body is None else body.model_dump(mode="json", exclude_unset=True, exclude_none=True)
+        try:
+            response = await self._http.request(method, path, json=payload)
+        except httpx.HTTPError as exc:
+            raise ControlPlaneError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        if not response.is_success:
+            raise ControlPlaneError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
+        try:
+            return answer.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise ControlPlaneError(f"{method} {self.url}{path} answered something other than a {answer.__name__} "
+                               f"(is it a roost gateway of this version?): {exc}") from exc
+
+
+async def is_gateway(url: str) -> bool:
+    """Whether `url` is a roost gateway (its open `/health` names its backend) rather than a plain
+    OpenAI endpoint."""
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            response = await http.get(f"{url.rstrip('/')}/health")
+        GatewayHealth.model_validate_json(response.content)
+    except (httpx.HTTPError, ValidationError):
+        return False
+    return response.status_code == 200
+
+
+async def recording_gateway(base_url: str | None, admin_key: str | None,
+                            tracing: Tracing | None = None) -> GatewayClient | None:
+    """A client of the gateway at `base_url`, or None when `base_url` is a plain OpenAI endpoint.
+    Raises `ValueError` for a gateway without its admin key."""
+    if not base_url or not await is_gateway(base_url):
+        return None
+    if not admin_key:
+        raise ValueError(f"{base_url} is a roost gateway: pass its admin key (--admin-key or {ADMIN_KEY.env}) "
+                         f"to record the episodes, or use {base_url.rstrip('/')}/v1 to run them unrecorded")
+    return GatewayClient(base_url, admin_key=admin_key, tracing=tracing)

@@ -1,0 +1,191 @@
+"""The control plane's bodies and answers (sessions, rewards, advantages, pause, health) and the
+answers to harnesses' probes.
+
+Both ends use these models: the gateway parses and answers with them, and its client
+(`control/client.py`) sends and reads them; so this module imports nothing of the server.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from roost.outcome import EpisodeOutcome, SessionStatus
+from roost.rollout.gateway.core.wire_base import Wire
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+class CreateSession(Wire):
+    """`POST /sessions`."""
+
+    group_id: str | None = Field(None, description="Group (e.g. GRPO group / training step) the session belongs to")
+    task: dict[str, Any] = Field(default_factory=dict, description="Task metadata (id, split, env, seed, ...)")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else to keep with the session")
+    session_id: str | None = Field(None, description="Choose the id (default: random)")
+    reasoning_policy: Literal["keep", "drop"] | None = Field(None, description="Override the gateway's policy")
+    traceparent: str | None = Field(None, max_length=128, description=(
+        "W3C traceparent of the episode's span (tracing on): the session's model calls that bring no "
+        "traceparent of their own are its children (default: this request's own traceparent)"))
+
+    @field_validator("session_id")
+    @classmethod
+    def _plain_token(cls, sid: str | None) -> str | None:
+        # The id becomes a path segment of the session's base_url: `.`, `..`, `/` or `%2e` there
+        # would be normalised by clients into another path (`/sessions/../v1` is `/v1`).
+        if sid is not None and not SESSION_ID.fullmatch(sid):
+            raise ValueError("must be 1-128 letters, digits, '_' or '-', starting with a letter or digit "
+                             "(it is a path segment of the session's base_url); choose another or omit it")
+        return sid
+
+
+class PostReward(Wire):
+    """`POST /sessions/{sid}/reward`: to the session, or to one agent, or to one call."""
+
+    reward: float
+    agent: str | None = None
+    call_id: str | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallAdvantage(Wire):
+    call_id: str
+    advantage: float | list[float]
+
+
+class PostAdvantages(Wire):
+    """`POST /sessions/{sid}/advantages`: a scalar per call, or one value per sampled token."""
+
+    advantages: list[CallAdvantage]
+
+
+class FinishSession(Wire):
+    """`POST /sessions/{sid}/finish`."""
+
+    outcome: EpisodeOutcome | None = Field(None, description="how the episode ended: status, reward, kind, reason")
+    info: dict[str, Any] = Field(default_factory=dict, description="anything else about the episode, for people "
+                                 "(task id, steps, stop reason); without `outcome`, read for its `status` and `reward`")
+
+
+class PauseRequest(Wire):
+    """`POST /admin/pause`: stop admitting calls; wait (bounded) for in-flight ones to finish."""
+
+    drain_timeout_s: float = Field(60.0, ge=0.0)
+
+
+class ServerVersion(Wire):
+    version: str
+    server: str
+
+
+class OllamaShow(Wire):
+    model_info: dict[str, int]
+    parameters: str
+    capabilities: list[str]
+    details: dict[str, str]
+
+
+class SessionCreated(Wire):
+    """The answer to `POST /sessions`: `base_url` goes to the harness, `key` is its API key."""
+
+    session_id: str
+    key: str
+    base_url: str
+    group_id: str | None
+    reasoning_policy: Literal["keep", "drop"]
+    created_at: float
+
+
+class SessionSummary(Wire):
+    session_id: str
+    group_id: str | None
+    task: dict[str, Any]
+    metadata: dict[str, Any]
+    status: SessionStatus
+    reasoning_policy: Literal["keep", "drop"]
+    created_at: float
+    finished_at: float | None
+    outcome: EpisodeOutcome | None = None
+    """How the episode ended; None while the session is open."""
+    finish_info: dict[str, Any] | None
+
+
+class SessionListItem(SessionSummary):
+    calls: int
+
+
+class SessionList(Wire):
+    """`GET /sessions`."""
+
+    sessions: list[SessionListItem]
+
+
+class AgentView(Wire):
+    agent_id: str
+    parent_agent: str | None
+
+
+class CallView(Wire):
+    call_id: str
+    agent_id: str
+    parent_agent: str | None
+    seq: int
+    endpoint: str
+    parent_call_id: str | None
+    kind: str
+    reuse: str | None
+    shared_prefix_len: int
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: dict[str, Any] | None
+    weight_version: str | None
+    timings: dict[str, Any]
+    response: dict[str, Any] | None
+    prompt_ids: list[int] | None = None
+    sampled_ids: list[int] | None = None
+    sampled_logprobs: list[float] | None = None
+
+
+class RewardView(Wire):
+    reward: float
+    agent: str | None
+    call_id: str | None
+    info: dict[str, Any]
+
+
+class SessionDetail(SessionSummary):
+    """`GET /sessions/{sid}` (`?tokens=1` adds each call's ids and logprobs)."""
+
+    agents: list[AgentView]
+    calls: list[CallView]
+    rewards: list[RewardView]
+
+
+class Ack(Wire):
+    ok: Literal[True]
+
+
+class AdvantagesAck(Ack):
+    calls: int
+
+
+class PauseState(Wire):
+    """The answer to `POST /admin/pause` and `/admin/resume`; `drained` (pause only) says whether
+    the in-flight calls finished within the drain timeout."""
+
+    paused: bool
+    drained: bool | None = None
+    in_flight: int
+
+
+class GatewayHealth(Wire):
+    """`GET /health` (open: no key); `degraded` (503) while the engine does not answer."""
+
+    status: Literal["ok", "degraded"]
+    engine: str
+    paused: bool
+    backend: str
+    model: str | None
+    in_flight: int

@@ -1,0 +1,294 @@
+"""One model call on a token engine (embedded or SGLang), whatever wire it came in on.
+
+resolve the target (the route) → plan the prompt on the agent's token tree (the wire's
+front-end) → generate → record → respond (the front-end formats the answer or the stream).
+Every wire runs this once; a front-end only parses its request and formats what the pipeline
+hands it. A call is committed to the store before any of its answer that depends on the
+reply's end is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive
+
+from roost.rollout.chat.detokenize import IncrementalDecoder
+from roost.rollout.chat.reply_parser import ParsedReply, ReplyEvent, ReplyParser, collect
+from roost.rollout.engine_api.sglang_client import EngineError
+from roost.rollout.gateway.core.backend import Counting, Front
+from roost.rollout.gateway.core.engine_context import EngineContext
+from roost.rollout.gateway.core.errors import BackendUnavailable, engine_failure
+from roost.rollout.gateway.core.pause import PauseGate
+from roost.rollout.gateway.core.prompt_builder import PromptPlan
+from roost.rollout.gateway.core.recording import CallTarget, Sampled, call_record, new_id, node_for, timings
+from roost.rollout.gateway.core.stop_strings import StopTrimmer, trim_stop
+from roost.rollout.gateway.core.template_messages import ArgumentDefaults, extend_chain, reply_message_key
+from roost.tracing import TraceIds
+
+ENGINE_PROBE_S = 5.0  # an engine slower than this to answer /health counts as unreachable
+
+
+@dataclass
+class Prepared:
+    """A call ready for the engine: where it goes, its prompt, and how its reply is read."""
+
+    req: Any  # the wire's parsed request, for its front-end's formatting
+    target: CallTarget
+    model: str
+    plan: PromptPlan
+    params: dict[str, Any]
+    n: int
+    stream: bool
+    stops: list[str]
+    raw_body: bytes
+    received: float
+    chain_end: bytes | None = None
+    """The rendered messages' chain key (replies get keys later calls continue); None: a raw prompt."""
+    parse_reply: bool = True
+    """Split the reply into reasoning, content and tool calls; False: all of it is content."""
+    parse_tools: bool = False
+    skip_special_tokens: bool = True
+    constraint: dict[str, str] | None = None
+    """What held the reply to a grammar (structured_outputs.Constraint.record), for the stored call."""
+    trace: TraceIds = TraceIds()
+    """The call's `gateway.call` span (tracing on), stored with the call."""
+    argument_defaults: ArgumentDefaults = field(default_factory=dict)
+    """The tools' argument defaults, which the reply's key leaves out as the prompt's keys do."""
+    notes: list[str] = field(default_factory=list)
+    """What the request carried that was accepted without being acted on (request_notes.py)."""
+
+
+@dataclass
+class Outcome:
+    """One finished choice, recorded."""
+
+    call_id: str
+    sampled: Sampled
+    reply: ParsedReply
+    tool_ids: list[str]
+
+
+def recorded_response(front: Front, p: Prepared, outcome: Outcome) -> dict[str, Any]:
+    """The reply as stored, with the constraint that held it (its grammar is in the stored
+    sampling params) and the notes on what the request carried that was not acted on."""
+    response = front.record_response(p, outcome)
+    if p.constraint is not None:
+        response = {**response, "constraint": p.constraint}
+    return response if not p.notes else {**response, "notes": p.notes}
+
+
+class PlainText:
+    """The reply parser of a raw prompt: everything is content."""
+
+    def feed(self, text: str) -> list[ReplyEvent]:
+        return [ReplyEvent("content", text)] if text else []
+
+    def finish(self) -> list[ReplyEvent]:
+        return []
+
+
+class TokenBackend:
+    """The token engine as a `Backend`: every call planned, generated and recorded token by token."""
+
+    def __init__(self, ctx: EngineContext, gate: PauseGate):
+        self.ctx = ctx
+        self.gate = gate
+        self.served_model = ctx.served_model
+
+    async def call(self, front: Front, target: CallTarget, req: Any, raw_body: bytes, received: float,
+                   receive: Receive) -> Response:
+        """Admit the call past the pause gate; it counts as in flight until its answer is out
+        (for a stream: until the stream ends)."""
+        await self.gate.enter()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.gate.exit()
+
+        handed_over = False
+        tracing = self.ctx.tracing
+        try:
+            with tracing.span("gateway.plan"):
+                p = await front.prepare(self.ctx, target, req, raw_body, received)
+            p.trace = tracing.current()
+            self.ctx.notes.warn(p.notes)
+            if p.stream:
+                response = await self._stream(front, p, release)
+                handed_over = True
+                return response
+            return await self._complete(front, p, receive)
+        finally:
+            if not handed_over:
+                release()
+
+    async def count_tokens(self, front: Counting, target: CallTarget, req: Any, raw_body: bytes) -> int:
+        return await front.count(self.ctx, target, req, raw_body)
+
+    async def model_cards(self) -> list[dict[str, Any]]:
+        return [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "roost",
+                 "max_model_len": self.ctx.context_length}]
+
+    async def models(self) -> Response:
+        body = {"object": "list", "data": await self.model_cards()}
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    async def engine_health(self) -> str:
+        try:
+            answers = await asyncio.wait_for(self.ctx.client.health(), ENGINE_PROBE_S)
+        except TimeoutError:
+            answers = False
+        return "ok" if answers else "unreachable"
+
+    async def close(self) -> None:
+        await self.ctx.client.close()
+        self.ctx.preparers.shutdown(wait=False, cancel_futures=True)
+
+    def _parser(self, p: Prepared) -> ReplyParser | PlainText:
+        if not p.parse_reply:
+            return PlainText()
+        return ReplyParser(self.ctx.reply_format, parse_tools=p.parse_tools)
+
+    async def _record(self, front: Front, p: Prepared, call_id: str, sampled: Sampled, events: list[ReplyEvent],
+                      tool_ids: list[str], started: float, engine_done: float) -> Outcome:
+        """Store the call (committed on return) and add it to the agent's tree."""
+        ctx = self.ctx
+        outcome = Outcome(call_id, sampled, collect(events), tool_ids)
+        reply = outcome.reply
+        if reply.failures:
+            ctx.metrics.tool_parse_failures.inc(len(reply.failures))
+        reply_key = None
+        if p.chain_end is not None:
+            calls = [(c.name, c.arguments) for c in reply.tool_calls]
+            reply_key = extend_chain(p.chain_end, reply_message_key(reply.content, calls, p.argument_defaults))
+        record = call_record(
+            call_id=call_id, target=p.target, endpoint=front.endpoint, backend=ctx.config.backend, model=p.model,
+            plan=p.plan, sampled=sampled, sampling_params=p.params, request=orjson.Fragment(p.raw_body),
+            response=recorded_response(front, p, outcome),
+            timings=timings(p.received, started, engine_done, time.perf_counter()), reply_key=reply_key,
+            trace=p.trace,
+        )
+        # A stream records after its call span ended: its record span is still that span's child.
+        with ctx.tracing.span("gateway.record", {"roost.call_id": call_id}, parent=p.trace.traceparent):
+            await ctx.record(record)
+        p.target.session.tree(p.target.agent).add(node_for(call_id, p.plan, sampled, ctx.tokenizer, reply_key))
+        ctx.count_call(front.endpoint, p.plan, sampled)
+        return outcome
+
+    async def _complete(self, front: Front, p: Prepared, receive: Receive) -> Response:
+        ctx = self.ctx
+        call_ids = [new_id() for _ in range(p.n)]
+        started = time.perf_counter()
+        try:
+            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.n": p.n}):
+                generations = await ctx.generate(front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids,
+                                                 receive)
+        except EngineError as exc:
+            raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
+        engine_done = time.perf_counter()
+        if any(gen.finish_reason.get("type") == "abort" for gen in generations):
+            raise BackendUnavailable("the engine aborted the generation (paused or restarting?); retry",
+                                     retry_after_s=ctx.config.retry_after_s, code="engine_aborted")
+        recorded = []
+        for cid, gen in zip(call_ids, generations):
+            sampled = ctx.sampled_from(gen)
+            text = ctx.tokenizer.decode(sampled.ids, skip_special_tokens=p.skip_special_tokens)
+            parser = self._parser(p)
+            events = parser.feed(trim_stop(text, sampled.finish_reason)) + parser.finish()
+            tool_ids = [front.tool_id() for e in events if e.kind == "tool_call"]
+            recorded.append(self._record(front, p, cid, sampled, events, tool_ids, started, engine_done))
+        outcomes = [await recorded[0]] if len(recorded) == 1 else list(await asyncio.gather(*recorded))
+        body = front.answer(ctx, p, outcomes)
+        ctx.observe(front.endpoint, p.received, engine_done - started)
+        return Response(orjson.dumps(body), media_type="application/json",
+                        headers=ctx.call_headers(p.target, call_ids, engine_done - started))
+
+    async def _stream(self, front: Front, p: Prepared, release: Callable[[], None]) -> Response:
+        """Open the engine stream before answering, so an engine failure is a plain 503."""
+        ctx = self.ctx
+        call_id = new_id()
+        started = time.perf_counter()
+        engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id)
+        try:
+            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids),
+                                                     "roost.stream": True}):
+                first = await anext(engine_stream)
+        except StopAsyncIteration:
+            await engine_stream.aclose()
+            raise BackendUnavailable("the engine closed the stream without a token; retry",
+                                     retry_after_s=ctx.config.retry_after_s, code="engine_protocol_error") from None
+        except EngineError as exc:
+            await engine_stream.aclose()
+            raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
+        frames = self._frames(front, p, call_id, first, engine_stream, started, release)
+        return StreamingResponse(frames, media_type="text/event-stream", headers=ctx.call_headers(p.target, [call_id]))
+
+    async def _frames(self, front: Front, p: Prepared, call_id: str, first: Any, engine_stream: AsyncIterator,
+                      started: float, release: Callable[[], None]) -> AsyncIterator[bytes]:
+        ctx = self.ctx
+        out = front.streamer(ctx, p, call_id, first.weight_version)
+        sampled = Sampled()
+        decoder = IncrementalDecoder(ctx.tokenizer, skip_special_tokens=p.skip_special_tokens)
+        trimmer = StopTrimmer(p.stops)
+        parser = self._parser(p)
+        events: list[ReplyEvent] = []
+        tool_ids: list[str] = []
+        try:
+            for frame in out.opening():
+                yield frame
+            delta = first
+            while True:
+                sampled.ids.extend(delta.output_ids)
+                sampled.logprobs.extend(delta.output_logprobs)
+                sampled.weight_version = delta.weight_version
+                text = trimmer.feed(decoder.push(delta.output_ids))
+                if delta.finish_reason is not None:
+                    sampled.finish_reason = delta.finish_reason
+                    text += trimmer.feed(decoder.flush()) + trimmer.finish(delta.finish_reason)
+                new = parser.feed(text) if text else []
+                if delta.finish_reason is not None:
+                    new += parser.finish()
+                events.extend(new)
+                for event in new:
+                    tool_id = front.tool_id() if event.kind == "tool_call" else None
+                    if tool_id is not None:
+                        tool_ids.append(tool_id)
+                    for frame in out.event(event, tool_id):
+                        yield frame
+                if delta.finish_reason is not None:
+                    break
+                try:
+                    delta = await anext(engine_stream)
+                except StopAsyncIteration:
+                    raise BackendUnavailable("the engine stream ended before a finish reason",
+                                             code="engine_protocol_error") from None
+            engine_done = time.perf_counter()
+            if sampled.finish_reason.get("type") == "abort":
+                raise BackendUnavailable("the engine aborted the generation (paused or restarting?); retry",
+                                         code="engine_aborted")
+            outcome = await self._record(front, p, call_id, sampled, events, tool_ids, started, engine_done)
+            for frame in out.closing(outcome):
+                yield frame
+            ctx.observe(front.endpoint, p.received, engine_done - started)
+        except EngineError as exc:
+            # Headers are out: the failure can only be reported inside the stream. The call
+            # is not recorded, as no complete reply was returned.
+            yield out.failure(engine_failure(exc, ctx.metrics, ctx.config.retry_after_s))
+        except BackendUnavailable as error:
+            ctx.metrics.engine_errors.labels(error.code).inc()
+            yield out.failure(error)
+        except (asyncio.CancelledError, GeneratorExit):
+            ctx.metrics.calls_aborted.labels(front.endpoint).inc()  # the client left mid-stream: nothing recorded
+            raise
+        finally:
+            release()
+            await engine_stream.aclose()

@@ -1,0 +1,132 @@
+"""What the token-engine call handlers share: the engine client, the tokenizer and
+template, the store, metrics, limits and the threads that prepare big calls. Built once per
+gateway and passed explicitly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from starlette.types import Receive
+
+from roost.rollout.chat.reply_parser import ReplyFormat
+from roost.rollout.chat.tokenizer import ChatTokenizer
+from roost.rollout.engine_api.client import EngineClient
+from roost.rollout.engine_api.sglang_client import Generation
+from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.core.errors import ClientDisconnected, ModelNotFound, StoreUnavailable
+from roost.rollout.gateway.core.metrics import GatewayMetrics
+from roost.rollout.gateway.core.prompt_builder import PromptBuilder, PromptPlan
+from roost.rollout.gateway.core.recording import CallTarget, Sampled
+from roost.rollout.gateway.core.request_notes import NoteLog
+from roost.rollout.hangup import ClientGone, cancelled_on_hangup
+from roost.rollout.store.records import CallRecord, ids_array, logprob_array
+from roost.rollout.store.trajectory_store import TrajectoryStore
+from roost.rollout.store.writer import StoreClosed
+from roost.tracing import Tracing
+
+T = TypeVar("T")
+# Requests smaller than this are prepared on the event loop: rendering and tokenizing them
+# takes less than handing them to a thread would.
+INLINE_BODY_BYTES = 64 * 1024
+ABORT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class EngineContext:
+    config: GatewayConfig
+    client: EngineClient
+    tokenizer: ChatTokenizer
+    builder: PromptBuilder
+    store: TrajectoryStore
+    metrics: GatewayMetrics
+    served_model: str
+    context_length: int
+    reply_format: ReplyFormat
+    preparers: ThreadPoolExecutor
+    tracing: Tracing
+    notes: NoteLog = field(default_factory=NoteLog)
+
+    async def off_loop(self, body_bytes: int, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` (rendering, tokenizing), on a prepare thread when the request is big, so
+        that one big call does not hold up the others, /health included."""
+        if body_bytes < INLINE_BODY_BYTES:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.preparers, partial(fn, *args))
+
+    def check_model(self, model: str) -> None:
+        if model != self.served_model and model.rsplit("/", 1)[-1] != self.served_model:
+            raise ModelNotFound(
+                f"model {model!r} is not served here; this gateway serves {self.served_model!r} "
+                "(see GET /v1/models)", param="model",
+            )
+
+    async def generate(self, endpoint: str, prompt: list[int], params: dict[str, Any], call_ids: list[str],
+                       receive: Receive) -> list[Generation]:
+        """One engine request per choice, the call id as SGLang's rid; n=1 is awaited directly
+        (a task per call would cost a loop iteration on the hot path). When the client
+        disconnects first, the engine requests are closed and aborted and nothing is recorded."""
+        try:
+            async with cancelled_on_hangup(receive):
+                if len(call_ids) == 1:
+                    return [await self.client.generate(prompt, params, rid=call_ids[0])]
+                return list(await asyncio.gather(*(self.client.generate(prompt, params, rid=c) for c in call_ids)))
+        except ClientGone:
+            self.metrics.calls_aborted.labels(endpoint).inc()
+            await self._abort(call_ids)
+            raise ClientDisconnected("the client disconnected before the answer; the call was aborted") from None
+
+    async def _abort(self, call_ids: list[str]) -> None:
+        """Closing the connection stops the embedded engine at once; SGLang notices it only
+        every few seconds, so it is told as well. An engine that cannot be told (no
+        /abort_request, down, slow) has still seen the connection close."""
+        aborts = asyncio.gather(*(self.client.abort(rid) for rid in call_ids), return_exceptions=True)
+        try:
+            await asyncio.wait_for(aborts, ABORT_TIMEOUT_S)
+        except TimeoutError:
+            pass
+
+    def sampled_from(self, gen: Generation) -> Sampled:
+        return Sampled(ids_array(gen.output_ids), logprob_array(gen.output_logprobs),
+                       gen.finish_reason, gen.weight_version)
+
+    def token_strings(self, ids: Any) -> list[str]:
+        return [self.tokenizer.decode([t]) for t in ids]
+
+    async def record(self, record: CallRecord) -> None:
+        try:
+            await self.store.record_call(record)
+        except StoreClosed as exc:
+            raise StoreUnavailable(f"the trajectory store is closed ({exc}); the gateway is shutting down") from exc
+        except Exception as exc:  # sqlite3 errors: disk full, I/O error, locked
+            raise StoreUnavailable(
+                f"the call could not be recorded ({type(exc).__name__}: {exc}); it was not returned, retry; "
+                f"check the store at {self.store.path}"
+            ) from exc
+
+    def count_call(self, endpoint: str, plan: PromptPlan, sampled: Sampled) -> None:
+        m = self.metrics
+        m.calls.labels(endpoint, plan.kind, plan.reuse).inc()
+        m.prompt_tokens.inc(len(plan.prompt_ids))
+        m.reused_tokens.inc(plan.shared_prefix_len)
+        m.completion_tokens.inc(len(sampled.ids))
+
+    def observe(self, endpoint: str, received: float, engine_s: float) -> None:
+        total = time.perf_counter() - received
+        self.metrics.latency.labels(endpoint).observe(total)
+        self.metrics.engine_latency.labels(endpoint).observe(engine_s)
+        self.metrics.overhead.labels(endpoint).observe(max(total - engine_s, 0.0))
+
+    @staticmethod
+    def call_headers(target: CallTarget, call_ids: list[str], engine_s: float | None = None) -> dict[str, str]:
+        headers = {"X-Roost-Call-Id": ",".join(call_ids), "X-Roost-Session-Id": target.session.session_id,
+                   "X-Roost-Agent": target.agent}
+        if engine_s is not None:
+            # Server-Timing lets a client split its latency into engine time and gateway time.
+            headers["Server-Timing"] = f"engine;dur={engine_s * 1e3:.3f}"
+        return headers
