@@ -3,7 +3,6 @@
 - `protocol`: what a harness is given (`EpisodeContext`) and returns.
 - `runner`: task → gateway session → env episode → harness → reward → finish.
 - `results`: how an episode ended (`EpisodeResult`; its status and outcome are `roost.outcome`'s).
-- `gateway_session`: the runner's calls to the gateway's control plane.
 - `tool_agent`: the built-in tool-calling agent (official `openai` client).
 - `expert`: follows the env's own plan (ALFWorld: the PDDL planner).
 - `command`: any command as the harness (`roost run --command`).

@@ -59,6 +59,6 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
         lifespan=lifespan,
     )
     app.state.gateway = gw
-    # Model calls get their own server span (routes_openai.call_span), parented on the session's
+    # Model calls get their own server span (openai/routes.call_span), parented on the session's
     # episode when the harness sends no traceparent.
     return gw.tracing.instrument_app(app, untraced=MODEL_CALL_PATHS)

@@ -1,4 +1,4 @@
-"""The gateway's answers to harness probes (`routes_probes`), as hermes-agent reads them."""
+"""The gateway's answers to harness probes (`control/probes.py`), as hermes-agent reads them."""
 
 from __future__ import annotations
 

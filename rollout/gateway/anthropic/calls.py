@@ -1,6 +1,6 @@
-"""`/v1/messages`: the Anthropic Messages front-end on the call pipeline (call_pipeline.py).
+"""`/v1/messages`: the Anthropic Messages front-end on the call pipeline (core/call_pipeline.py).
 
-The request's blocks become the chat messages the template renders (anthropic_messages.py)
+The request's blocks become the chat messages the template renders (anthropic/messages.py)
 and are planned on the agent's token tree as chat calls are; the parsed reply (reasoning,
 content, tool calls) is answered as thinking, text and tool_use blocks, or as Anthropic's
 stream events.

@@ -45,7 +45,7 @@ class ThinkingSigner:
 
 def tool_dicts(req: PromptFields) -> list[dict[str, Any]] | None:
     """Anthropic's client tools as the OpenAI tool dicts chat renders (the same header key for both
-    wires); server tools are left out (messages_options.py notes them)."""
+    wires); server tools are left out (anthropic/options.py notes them)."""
     out = [function_tool(tool.name, tool.description, tool.input_schema)
            for tool in req.tools or () if isinstance(tool, ToolParam)]
     return out or None

@@ -1,4 +1,4 @@
-"""`/v1/chat/completions`: the chat wire's front-end on the call pipeline (call_pipeline.py).
+"""`/v1/chat/completions`: the chat wire's front-end on the call pipeline (core/call_pipeline.py).
 
 It renders the messages with the model's template and plans the prompt on the agent's token
 tree (prompt_builder.py), and formats the parsed reply (content, reasoning, tool calls) as an

@@ -1,4 +1,4 @@
-"""`/v1/completions`: the text wire's front-end on the call pipeline (call_pipeline.py).
+"""`/v1/completions`: the text wire's front-end on the call pipeline (core/call_pipeline.py).
 
 A raw prompt, no template: a text prompt is tokenized as is (no special tokens added); a
 list of ids is sent to the engine unchanged, which is the way to drive the engine

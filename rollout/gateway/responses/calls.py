@@ -1,7 +1,7 @@
-"""`/v1/responses`: the OpenAI Responses front-end on the call pipeline (call_pipeline.py).
+"""`/v1/responses`: the OpenAI Responses front-end on the call pipeline (core/call_pipeline.py).
 
 The input items (after those of the `previous_response_id` chain, read back from the store)
-become the chat messages the template renders (responses_items.py) and are planned on the
+become the chat messages the template renders (responses/items.py) and are planned on the
 agent's token tree as chat calls are; the parsed reply is answered as reasoning, message and
 function_call output items, or as the Responses stream events.
 """
