@@ -165,12 +165,12 @@ class StepProxy:
     async def _step(self, request):
         from aiohttp import web
 
-        from roost.envs.action_limits import load_json
         from roost.envs.wire import StepRequest
+        from roost.serving.json_bounds import load_json
 
         try:
             # the body is the action itself: its arguments sit one level down
-            raw = load_json(await request.text(), "tool-call arguments", enclosing=1)
+            raw = load_json(await request.text(), "tool-call arguments", enclosing=1, error=InvalidActionError)
             action = StepRequest.of_body({"action": raw}).to_protocol()
         except InvalidActionError as exc:
             return self._refused(web, exc)

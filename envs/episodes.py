@@ -183,7 +183,7 @@ class EpisodeManager:
             return step
 
     async def refuse(self, episode_id: str, error: InvalidActionError) -> NoReturn:
-        """Answer an action that could not even be read (past `action_limits`) as an invalid
+        """Answer an action that could not even be read (past `roost.serving.json_bounds`) as an invalid
         one: counted, the episode's lease renewed, the episode unchanged."""
         record = self.get(episode_id)
         async with record.lock:

@@ -15,10 +15,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from roost.envs import action_limits, errors, wire
+from roost.envs import errors, wire
 from roost.envs.episodes import EpisodeManager, EpisodeRecord
 from roost.envs.limits import BodySizeLimit
 from roost.metrics_http import metrics_response
+from roost.serving.json_bounds import load_json
 from roost.tracing import Tracing
 
 log = logging.getLogger(__name__)
@@ -98,11 +99,12 @@ STEP_BODY = {"requestBody": {"required": True, "content": {"application/json": {
 
 
 def step_request(body: bytes) -> wire.StepRequest:
-    """Parse a step body within `action_limits`. FastAPI's own parsing would answer a body
+    """Parse a step body within `roost.serving.json_bounds`. FastAPI's own parsing would answer a body
     nested 1,000 deep, or an integer of 5,000 digits, with an opaque 400 no runner can score."""
     try:
         # {"action": {"arguments": ...}}: the arguments sit two levels down
-        return wire.StepRequest.of_body(action_limits.load_json(body.decode(), "tool-call arguments", enclosing=2))
+        return wire.StepRequest.of_body(load_json(body.decode(), "tool-call arguments", enclosing=2,
+                                                     error=errors.InvalidActionError))
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from None
     except ValueError as exc:  # not UTF-8 or not JSON (an InvalidActionError is no ValueError)

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from roost.envs.action_limits import check_json, load_json
 from roost.envs.errors import InvalidActionError
+from roost.serving.json_bounds import check_json, load_json
 
 ToolSchema = dict[str, Any]
 """An OpenAI function tool: `{"type": "function", "function": {"name", "description", "parameters"}}`."""
@@ -45,13 +45,13 @@ class ToolCall:
     id: str | None = None
 
     def parsed_arguments(self) -> dict[str, Any]:
-        """The arguments as a dict; malformed JSON, or JSON past `action_limits`, is the
+        """The arguments as a dict; malformed JSON, or JSON past `roost.serving.json_bounds`, is the
         agent's error, not the env's."""
         if isinstance(self.arguments, dict):
-            check_json(self.arguments, self.arguments_label)
+            check_json(self.arguments, self.arguments_label, error=InvalidActionError)
             return self.arguments
         try:
-            value = load_json(self.arguments or "{}", self.arguments_label)
+            value = load_json(self.arguments or "{}", self.arguments_label, error=InvalidActionError)
         except json.JSONDecodeError as exc:
             raise InvalidActionError(
                 f"{self.arguments_label} are not valid JSON ({exc.msg} at {exc.pos}): "
@@ -71,10 +71,10 @@ Action = TextAction | ToolCall
 
 
 def check_action(action: Action) -> None:
-    """Raise `InvalidActionError` where a tool call's object arguments are past `action_limits`:
+    """Raise `InvalidActionError` where a tool call's object arguments are past `roost.serving.json_bounds`:
     done where an action enters (a server, an episode manager) before anything pickles it."""
     if isinstance(action, ToolCall) and not isinstance(action.arguments, str):
-        check_json(action.arguments, action.arguments_label)
+        check_json(action.arguments, action.arguments_label, error=InvalidActionError)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from roost.envs.action_limits import load_json
 from roost.envs.errors import InvalidActionError
 from roost.envs.protocol import Action, TextAction
+from roost.serving.json_bounds import load_json
 
 from .computer13 import computer13_code
 from .tool_actions import tool_arguments, tool_call_actions
@@ -105,7 +105,7 @@ def computer13_action(text: str) -> DesktopAction:
     """A computer_13 action given as JSON text (a fenced ```json block is accepted too)."""
     body = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", text)
     try:
-        value = load_json(body, "the computer_13 action")
+        value = load_json(body, "the computer_13 action", error=InvalidActionError)
     except json.JSONDecodeError as exc:
         raise InvalidActionError(f"the computer_13 action is not JSON ({exc.msg} at {exc.pos}): {text[:200]!r}; "
                                  'send one object like {"action_type": "CLICK", "x": 10, "y": 20}, '

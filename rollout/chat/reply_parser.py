@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from roost.rollout.json_bounds import MAX_ARGUMENT_DEPTH, nesting
+from roost.serving.json_bounds import MAX_DEPTH, nesting
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ def parse_tool_call(body: str) -> ParsedToolCall:
     if not isinstance(args, dict):
         raise ToolCallError(f'tool call "arguments" must be an object, got {type(args).__name__}')
     depth = nesting(args)
-    if depth > MAX_ARGUMENT_DEPTH:
-        raise ToolCallError(f'tool call "arguments" nest {depth} deep; at most {MAX_ARGUMENT_DEPTH} levels are taken')
+    if depth > MAX_DEPTH:
+        raise ToolCallError(f'tool call "arguments" nest {depth} deep; at most {MAX_DEPTH} levels are taken')
     match = _CANONICAL_CALL.match(body)
     if match is not None:
         raw = match.group("args").rstrip()

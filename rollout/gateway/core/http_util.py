@@ -18,7 +18,7 @@ from roost.rollout.gateway.core.errors import (
     anthropic_body,
 )
 from roost.rollout.gateway.core.metrics import GatewayMetrics
-from roost.rollout.json_bounds import out_of_bounds
+from roost.serving.json_bounds import out_of_bounds
 
 log = logging.getLogger("roost.gateway")
 M = TypeVar("M", bound=BaseModel)

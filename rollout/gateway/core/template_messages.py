@@ -17,7 +17,7 @@ import orjson
 
 from roost.rollout.gateway.core.errors import InvalidRequest
 from roost.rollout.gateway.openai.wire import ChatMessage, OtherTool, Tool
-from roost.rollout.json_bounds import MAX_ARGUMENT_DEPTH, nesting
+from roost.serving.json_bounds import MAX_DEPTH, nesting
 
 _SORTED = orjson.OPT_SORT_KEYS
 
@@ -78,7 +78,7 @@ def _canonical_arguments(arguments: str | dict[str, Any], defaults: dict[str, An
         except orjson.JSONDecodeError:
             return {"__raw__": arguments}
         # deeper than a tool call may be, the text is its own key (orjson cannot write it back)
-        if nesting(value) > MAX_ARGUMENT_DEPTH:
+        if nesting(value) > MAX_DEPTH:
             return {"__raw__": arguments}
     if defaults and isinstance(value, dict):
         return {k: v for k, v in value.items() if not (k in defaults and _same_json(v, defaults[k]))}
