@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from roost.serving.body import BodyOverLimit, read_limited
 
 
 class BodySizeLimit:
@@ -18,23 +21,13 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        try:
+            body = await read_limited(Request(scope, receive), self.max_bytes)
+        except BodyOverLimit:
             await self._refuse(send)
             return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        except ClientDisconnect:
+            return
         replayed = False
 
         async def replay() -> Message:

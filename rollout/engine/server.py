@@ -27,6 +27,7 @@ from roost.rollout.engine_api.wire import (
 )
 from roost.rollout.hangup import ClientGone, cancelled_on_hangup
 from roost.rollout.keys import presented_key, same_key
+from roost.serving.body import BodyOverLimit, read_limited
 from roost.tracing import Tracing
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -39,14 +40,10 @@ def error(status: int, message: str, kind: str = "invalid_request_error",
 
 
 async def read_json(request: Request) -> Any:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise RequestError(f"request body of {length} bytes exceeds the {MAX_BODY_BYTES}-byte limit", 413)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise RequestError(f"request body exceeds the {MAX_BODY_BYTES}-byte limit", 413)
+    try:
+        body = await read_limited(request, MAX_BODY_BYTES)
+    except BodyOverLimit as exc:
+        raise RequestError(str(exc), 413) from None
     if not body:
         return {}
     try:

@@ -18,6 +18,7 @@ from roost.rollout.gateway.core.errors import (
     anthropic_body,
 )
 from roost.rollout.gateway.core.metrics import GatewayMetrics
+from roost.serving.body import BodyOverLimit, read_limited
 from roost.serving.json_bounds import out_of_bounds
 
 log = logging.getLogger("roost.gateway")
@@ -26,21 +27,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused as soon as it is known to pass `limit` bytes: by its Content-Length,
-    else (chunked) while it arrives, so an endless body is never held."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise BodyTooLarge(f"request body of {length} bytes exceeds the gateway's {limit}-byte limit")
-    chunks, size = [], 0
+    """The body within `limit` bytes (`roost.serving.body`), its refusal the gateway's errors."""
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(f"request body exceeds the gateway's {limit}-byte limit")
-            chunks.append(chunk)
+        return await read_limited(request, limit)
+    except BodyOverLimit as exc:
+        size = f"of {exc.declared} bytes " if exc.declared else ""
+        raise BodyTooLarge(f"request body {size}exceeds the gateway's {limit}-byte limit") from None
     except ClientDisconnect:
         raise ClientDisconnected("the client disconnected while sending the request body") from None
-    return b"".join(chunks)
 
 
 def parse(model: type[M], body: bytes) -> M:
