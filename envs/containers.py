@@ -45,11 +45,13 @@ class ContainerConfig:
 def build_context(spec: EnvSpec, into: Path) -> Path:
     """Lay out the build context: the env's Dockerfile and requirements, `roost/envs`,
     `roost/sandboxes` (envs that run commands, such as SWE and Hermes, use it in the container),
-    `roost/serving` (the server's listening socket) and the top-level modules the server imports: `lifetime` (how its worker processes end),
+    `roost/serving` (the server's listening socket) and the top-level modules the server imports: `key_value` (its --env-arg values),
+    `lifetime` (how its worker processes end),
     `metrics_http` (its /metrics), `logging_setup` (its --log-level, --log-json) and `tracing`
     (its spans, off unless asked for; OpenTelemetry itself is not in the image)."""
     import roost
     import roost.envs
+    import roost.key_value
     import roost.lifetime
     import roost.logging_setup
     import roost.metrics_http
@@ -65,7 +67,7 @@ def build_context(spec: EnvSpec, into: Path) -> Path:
             shutil.copy2(package / name, into / name)
     (into / "roost").mkdir()
     shutil.copy2(Path(roost.__file__), into / "roost" / "__init__.py")
-    for module in (roost.lifetime, roost.metrics_http, roost.logging_setup, roost.tracing):
+    for module in (roost.key_value, roost.lifetime, roost.metrics_http, roost.logging_setup, roost.tracing):
         shutil.copy2(Path(module.__file__), into / "roost" / Path(module.__file__).name)
     for package in (roost.envs, roost.sandboxes, roost.serving):
         name = Path(package.__file__).parent.name

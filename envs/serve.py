@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from typing import Any
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.errors import EnvError
 from roost.envs.worker import WorkerConfig
+from roost.key_value import KeyValueError, parse_pair
 from roost.lifetime import stop_on_sigterm
 from roost.logging_setup import LogLevel, configure_logging
 from roost.serving.listen import PORT_FILE_HELP, bind_listener, report_port
@@ -116,17 +116,11 @@ async def serving(config: ServerConfig) -> AsyncIterator[str]:
 
 
 def parse_env_args(pairs: list[str]) -> dict[str, Any]:
-    """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (numbers, booleans)."""
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"env argument {pair!r} is not KEY=VALUE")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
-    return kwargs
+    """`KEY=VALUE` pairs, values in `roost.key_value`'s syntax (YAML, which takes JSON)."""
+    try:
+        return dict(map(parse_pair, pairs))
+    except KeyValueError as exc:
+        raise ValueError(f"env argument {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from roost.key_value import KeyValueError, parse_pair
+
 ALIASES = {"steps": "schedule.steps", "seed": "schedule.seed", "output_dir": "schedule.output_dir"}
 
 
@@ -350,18 +352,14 @@ class Recipe(_Section):
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`key.path=value` pairs (values parsed as YAML) → a nested dict."""
+    """`key.path=value` pairs (values in `roost.key_value`'s syntax, YAML) → a nested dict."""
     nested: dict[str, Any] = {}
     for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise RecipeError(f"override {pair!r} is not KEY=VALUE (e.g. --set trainer.lr=1e-5)")
-        path = ALIASES.get(key, key).split(".")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"override {pair!r}: the value is not valid YAML: {exc}") from exc
+            key, value = parse_pair(pair)
+        except KeyValueError as exc:
+            raise RecipeError(f"override {exc} (e.g. --set trainer.lr=1e-5)") from None
+        path = ALIASES.get(key, key).split(".")
         node = nested
         for part in path[:-1]:
             node = node.setdefault(part, {})
