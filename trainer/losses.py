@@ -16,27 +16,33 @@ from dataclasses import dataclass
 
 import torch
 
+from roost.trainer.recipe import LossSection
+
+# The recipe's loss section is where a default lives; LossConfig reads the fields the recipe has
+# from it, so a LossConfig built without a recipe trains as a recipe that leaves them out.
+_RECIPE = LossSection()
+
 
 @dataclass
 class LossConfig:
     """How the policy loss is computed; one of these per training recipe."""
 
-    kind: str = "ppo"
+    kind: str = _RECIPE.kind
     """`ppo` (token-level clipped ratio), `grpo` (same clip, KL in the loss, sequence-mean
     aggregation by default), `gspo` (sequence-level ratio) or `sft` (negative log-likelihood of
     the loss-masked tokens; advantages and rollout logprobs are ignored)."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    """PPO clip range [1 - clip_low, 1 + clip_high]; clip_high 0.28 gives DAPO's clip-higher."""
-    dual_clip: float | None = 3.0
+    clip_low: float = _RECIPE.clip_low
+    clip_high: float = _RECIPE.clip_high
+    """PPO clip range [1 - clip_low, 1 + clip_high]; clip_high 0.28 (the default) is DAPO's clip-higher."""
+    dual_clip: float | None = _RECIPE.dual_clip
     """Dual clip c > 1: for negative advantages the loss is capped at -A * c. None disables it."""
     gspo_clip_low: float = 3e-4
     gspo_clip_high: float = 4e-4
-    tis_cap: float | None = 2.0
+    tis_cap: float | None = _RECIPE.tis_cap
     """Truncated importance sampling cap against the rollout logprobs; None disables it."""
-    kl_coef: float = 0.0
+    kl_coef: float = _RECIPE.kl_coef
     """Weight of the k3 KL estimate to the reference model (needs reference logprobs)."""
-    aggregation: str | None = None
+    aggregation: str | None = _RECIPE.aggregation
     """`token_mean` (all tokens of the step count equally) or `seq_mean_token_mean` (each
     sample counts equally); None picks token_mean, or seq_mean_token_mean for grpo."""
 

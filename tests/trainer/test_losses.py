@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from roost.trainer.losses import LossConfig, SampleTerms, policy_loss, token_weights
+from roost.trainer.recipe import LossSection
 
 
 def terms(logprob, old, adv, rollout=None, weight=1.0, ref=None):
@@ -89,3 +90,8 @@ def test_microbatching_does_not_change_the_loss_or_gradient(kind):
     assert float(split) == pytest.approx(float(whole), rel=1e-6)
     for a, b in zip(whole_grads, split_grads):
         torch.testing.assert_close(a, b)
+
+
+def test_a_loss_config_without_a_recipe_has_the_recipes_defaults():
+    assert LossConfig() == LossConfig(**LossSection().model_dump())
+    assert LossConfig().clip_high == 0.28
