@@ -3,6 +3,7 @@ models and reads its answers with the answer models, so both ends share one defi
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -83,7 +84,11 @@ async def test_a_gateway_is_told_from_a_plain_engine(scripted_gateway: str, scri
 
 
 def test_the_clients_import_the_wire_modules_and_nothing_else_of_the_servers():
-    code = ("import sys, roost.rollout.gateway.control.client, roost.rollout.engine_api.sglang_client; print(sorted(m for m in sys.modules "
-            "if m.startswith(('roost.rollout.gateway.', 'roost.rollout.engine.', 'starlette', 'fastapi', 'uvicorn'))))")
+    clients = ("roost.rollout.gateway.control.client", "roost.rollout.engine_api.sglang_client")
+    code = (f"import sys, {', '.join(clients)}; print(sorted(m for m in sys.modules "
+            "if m.startswith(('roost.rollout.gateway', 'roost.rollout.engine', 'starlette', 'fastapi', 'uvicorn'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['roost.rollout.engine_api.wire', 'roost.rollout.gateway.control.wire']"
+    packages = ["roost.rollout.engine_api", "roost.rollout.gateway", "roost.rollout.gateway.control",
+                "roost.rollout.gateway.core"]
+    wires = ["roost.rollout.engine_api.wire", "roost.rollout.gateway.control.wire", "roost.rollout.gateway.core.wire_base"]
+    assert ast.literal_eval(out) == sorted([*clients, *packages, *wires])
