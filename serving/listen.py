@@ -29,10 +29,11 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do, and without it
     # every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    # SO_REUSEADDR lets a restart bind the port its predecessor had while that one's connections
+    # sit in TIME_WAIT, and Linux allows it only when the old sockets had the option too. With
+    # port 0 it is set only after the bind: set before, Linux may hand two sockets, both bound and
+    # not yet listening, the same port (the second server's listen() then fails with EADDRINUSE).
     if port:
-        # A fixed port (a restart on the port a server had) may still hold connections in
-        # TIME_WAIT. Never with port 0: Linux then hands two such sockets, both bound and not yet
-        # listening, the same port, and the second server's listen() fails with EADDRINUSE.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
@@ -41,6 +42,7 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.close()
         raise OSError(exc.errno, f"cannot bind {host}:{port} ({exc.strerror}); pass --port 0 to take any free "
                                  "port (the server reports the one it got)") from None
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.set_inheritable(True)
     return sock
 
