@@ -41,8 +41,12 @@ def samples_from_store(
     not training data (a pass-through call without token ids or logprobs), which is added to
     `refused` with why.
     """
-    samples = iter_training_samples(store, group_ids=group_ids, session_ids=session_ids, status=status,
-                                    refused=refused)
+    return with_sampled_tokens(iter_training_samples(store, group_ids=group_ids, session_ids=session_ids,
+                                                     status=status, refused=refused))
+
+
+def with_sampled_tokens(samples: Iterable[Sample]) -> Iterator[Sample]:
+    """The samples that hold a sampled token: a path without one has nothing to train on."""
     return (sample for sample in samples if sample.num_sampled)
 
 

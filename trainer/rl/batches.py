@@ -27,7 +27,7 @@ from roost.outcome import EpisodeStatus
 from roost.rollout.store.samples import Refused, Sample
 
 from ..advantages import Group
-from ..sample_sources import group_samples
+from ..sample_sources import group_samples, with_sampled_tokens
 
 
 @dataclass
@@ -99,9 +99,7 @@ def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_versio
                 if outcome.status is not EpisodeStatus.OK:
                     continue
                 rewards.append(float(outcome.reward))
-                for sample in session_samples(reader, session, refused):
-                    if not sample.num_sampled:
-                        continue
+                for sample in with_sampled_tokens(session_samples(reader, session, refused)):
                     sample_versions = sampled_versions(sample)
                     age = _age(sample_versions, current_version)
                     # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
