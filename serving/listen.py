@@ -42,7 +42,8 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.close()
         raise OSError(exc.errno, f"cannot bind {host}:{port} ({exc.strerror}); pass --port 0 to take any free "
                                  "port (the server reports the one it got)") from None
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if not port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.set_inheritable(True)
     return sock
 
