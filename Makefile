@@ -93,6 +93,7 @@ TYPECHECK_ROOT := .roost/typecheck
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	mkdir -p $(TYPECHECK_ROOT) && ln -sfn $(CURDIR) $(TYPECHECK_ROOT)/roost
 	cd $(TYPECHECK_ROOT) && MYPYPATH=. $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml $(TYPED)
 

@@ -37,4 +37,6 @@ def parse_pair(pair: str) -> tuple[str, Any]:
     try:
         return key, yaml.load(raw, Loader=_Loader)  # _Loader is a SafeLoader
     except yaml.YAMLError as exc:
-        raise KeyValueError(f"{pair!r}: the value is not valid YAML (quote a string that is meant as text): {exc}") from exc
+        raise KeyValueError(
+            f"{pair!r}: the value is not valid YAML (quote a string that is meant as text): {exc}"
+        ) from exc

@@ -43,8 +43,12 @@ def level_option() -> Any:
 def json_option() -> Any:
     import typer
 
-    return typer.Option(False, "--log-json", help="Log one JSON object per line (time, level, logger, message "
-                                                 "and the record's extra fields) instead of text.")
+    return typer.Option(
+        False,
+        "--log-json",
+        help="Log one JSON object per line (time, level, logger, message "
+        "and the record's extra fields) instead of text.",
+    )
 
 
 class StderrHandler(logging.StreamHandler):
@@ -64,8 +68,12 @@ class JsonFormatter(logging.Formatter):
     as `extra=`, and the traceback when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-               "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        out = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
@@ -74,8 +82,9 @@ class JsonFormatter(logging.Formatter):
         return jsonlib.dumps(out, default=str)
 
 
-def configure_logging(level: str | LogLevel = LogLevel.info, *, json: bool = False,
-                      stream: TextIO | None = None) -> None:
+def configure_logging(
+    level: str | LogLevel = LogLevel.info, *, json: bool = False, stream: TextIO | None = None
+) -> None:
     """Send every logger's records at `level` and above to `stream` (stderr), as text or JSON lines.
     Replaces the root logger's handlers, so calling it again does not print records twice."""
     handler = logging.StreamHandler(stream) if stream is not None else StderrHandler()

@@ -96,9 +96,16 @@ class EpisodeOutcome(BaseModel):
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
             reward = None
         try:
-            source = RewardSource(info.get("reward_source", RewardSource.ENV if reward is not None else RewardSource.NONE))
+            source = RewardSource(
+                info.get("reward_source", RewardSource.ENV if reward is not None else RewardSource.NONE)
+            )
         except ValueError:
             source = RewardSource.NONE
         error = info.get("error")
-        return cls(status=status, reward=None if reward is None else float(reward), reward_source=source, kind=kind,
-                   reason=str(error)[:4000] if error else None)
+        return cls(
+            status=status,
+            reward=None if reward is None else float(reward),
+            reward_source=source,
+            kind=kind,
+            reason=str(error)[:4000] if error else None,
+        )

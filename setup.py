@@ -9,7 +9,8 @@ from setuptools import find_packages, setup
 TOP_LEVEL = ["cli", "rollout", "envs", "agents", "sandboxes", "serving", "trainer", "bench", "viewer"]
 
 packages = ["roost"] + [
-    f"roost.{name}" for name in find_packages(include=[f"{top}" for top in TOP_LEVEL] + [f"{top}.*" for top in TOP_LEVEL])
+    f"roost.{name}"
+    for name in find_packages(include=[f"{top}" for top in TOP_LEVEL] + [f"{top}.*" for top in TOP_LEVEL])
 ]
 
 setup(packages=packages, package_data={"roost": ["py.typed"], "": ["*.json", "*.yaml", "Dockerfile", "*.txt"]})

@@ -78,8 +78,15 @@ class Tracing:
         return self._tracer is not None
 
     @contextlib.contextmanager
-    def span(self, name: str, attributes: Mapping[str, Any] | None = None, *, parent: str | None = None,
-             link: str | None = None, server: bool = False) -> Iterator[Any]:
+    def span(
+        self,
+        name: str,
+        attributes: Mapping[str, Any] | None = None,
+        *,
+        parent: str | None = None,
+        link: str | None = None,
+        server: bool = False,
+    ) -> Iterator[Any]:
         """A span around the block, a child of the current span, or of `parent` (a traceparent)
         when given; `link` (a traceparent) adds a link to another span; `server`: it serves a
         request. Yields the span (None when off)."""
@@ -91,8 +98,9 @@ class Tracing:
         context = _context_of(parent) if parent else None
         links = [trace.Link(_span_context_of(link))] if link and _span_context_of(link).is_valid else None
         kind = trace.SpanKind.SERVER if server else trace.SpanKind.INTERNAL
-        with self._tracer.start_as_current_span(name, context=context, kind=kind, links=links,
-                                                attributes=_attributes(attributes)) as span:
+        with self._tracer.start_as_current_span(
+            name, context=context, kind=kind, links=links, attributes=_attributes(attributes)
+        ) as span:
             yield span
 
     def current(self) -> TraceIds:
@@ -122,8 +130,13 @@ class Tracing:
         from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
         excluded = ",".join(p for p in (UNTRACED_PATHS, untraced) if p)
-        app.add_middleware(OpenTelemetryMiddleware, tracer_provider=self.provider, excluded_urls=excluded,
-                           default_span_details=_route_span_details, exclude_spans=["receive", "send"])
+        app.add_middleware(
+            OpenTelemetryMiddleware,
+            tracer_provider=self.provider,
+            excluded_urls=excluded,
+            default_span_details=_route_span_details,
+            exclude_spans=["receive", "send"],
+        )
         return app
 
     def instrument_httpx(self, client: Any) -> Any:
@@ -162,18 +175,23 @@ def _provider(part: str) -> Any:
         raise TracingUnavailable(
             f"tracing is on (--trace or OTEL_* variables) but OpenTelemetry is not installed ({exc}); "
             "install roost's `tracing` extra (pip install 'roost[tracing]') or unset OTEL_TRACES_EXPORTER "
-            "and OTEL_EXPORTER_OTLP_ENDPOINT") from exc
+            "and OTEL_EXPORTER_OTLP_ENDPOINT"
+        ) from exc
     service = os.environ.get("OTEL_SERVICE_NAME") or f"roost-{part}"
-    provider = TracerProvider(resource=Resource.create({"service.name": service, "service.namespace": "roost",
-                                                        "roost.part": part}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service, "service.namespace": "roost", "roost.part": part})
+    )
     provider.add_span_processor(BatchSpanProcessor(_exporter()))
     return provider
 
 
 def _exporter() -> Any:
     kind = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
-    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
     if kind == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -182,7 +200,8 @@ def _exporter() -> Any:
         raise TracingUnavailable(
             f"OTEL_TRACES_EXPORTER={kind} with protocol {protocol}: roost exports traces over OTLP/HTTP "
             "(protobuf) or to the console; set OTEL_TRACES_EXPORTER=otlp (or console) and "
-            "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, with the receiver's HTTP port (4318)")
+            "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, with the receiver's HTTP port (4318)"
+        )
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()

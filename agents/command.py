@@ -89,22 +89,36 @@ class CommandAgent:
         if proxy.fault is not None:
             raise EnvFaultError(f"the env failed while the command acted: {proxy.fault}")
         stop = "done" if proxy.finished else ("timeout" if code is None else "gave_up")
-        return AgentOutcome(turns=proxy.steps, invalid_actions=proxy.invalid, stop_reason=stop, reward=file_reward,
-                            reward_source=RewardSource.FILE, exit_code=code, output_tail=output)
+        return AgentOutcome(
+            turns=proxy.steps,
+            invalid_actions=proxy.invalid,
+            stop_reason=stop,
+            reward=file_reward,
+            reward_source=RewardSource.FILE,
+            exit_code=code,
+            output_tail=output,
+        )
 
-    async def _run_command(self, ctx: EpisodeContext, step_url: str, reward_file: Path,
-                           cwd: str) -> tuple[int | None, str]:
+    async def _run_command(
+        self, ctx: EpisodeContext, step_url: str, reward_file: Path, cwd: str
+    ) -> tuple[int | None, str]:
         env = {**without_server_keys(os.environ), **command_environment(ctx, step_url, reward_file)}
-        proc = await asyncio.create_subprocess_shell(self.config.command, cwd=cwd, env=env, start_new_session=True,
-                                                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                                                     stderr=asyncio.subprocess.STDOUT,
-                                                     preexec_fn=die_with_parent(signal.SIGKILL))
+        proc = await asyncio.create_subprocess_shell(
+            self.config.command,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=die_with_parent(signal.SIGKILL),
+        )
         tail = bytearray()
 
         async def read() -> None:
             while chunk := await proc.stdout.read(1 << 16):
                 tail.extend(chunk)
-                del tail[:-self.config.output_chars]
+                del tail[: -self.config.output_chars]
 
         try:
             await asyncio.wait_for(asyncio.gather(read(), proc.wait()), self.config.timeout_s)
@@ -122,13 +136,26 @@ class CommandAgent:
 def command_environment(ctx: EpisodeContext, step_url: str, reward_file: Path) -> dict[str, str]:
     base_url = ctx.base_url or ""
     match = SESSION_IN_URL.search(base_url)
-    task = {"id": ctx.task.id, "split": ctx.task.split, "metadata": ctx.task.metadata,
-            "observation": ctx.reset.observation.text, "tools": ctx.tools, "info": ctx.reset.info}
-    return {"ROOST_BASE_URL": base_url, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": ctx.api_key or "EMPTY",
-            "ROOST_SESSION_ID": match.group(1) if match else "", "ROOST_TASK_JSON": json.dumps(task, default=str),
-            "ROOST_ENV_STEP_URL": step_url, "ROOST_REWARD_FILE": str(reward_file),
-            "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": ctx.api_key or "EMPTY",
-            **({"ROOST_MODEL": ctx.model} if ctx.model else {})}
+    task = {
+        "id": ctx.task.id,
+        "split": ctx.task.split,
+        "metadata": ctx.task.metadata,
+        "observation": ctx.reset.observation.text,
+        "tools": ctx.tools,
+        "info": ctx.reset.info,
+    }
+    return {
+        "ROOST_BASE_URL": base_url,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": ctx.api_key or "EMPTY",
+        "ROOST_SESSION_ID": match.group(1) if match else "",
+        "ROOST_TASK_JSON": json.dumps(task, default=str),
+        "ROOST_ENV_STEP_URL": step_url,
+        "ROOST_REWARD_FILE": str(reward_file),
+        "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"),
+        "ANTHROPIC_API_KEY": ctx.api_key or "EMPTY",
+        **({"ROOST_MODEL": ctx.model} if ctx.model else {}),
+    }
 
 
 class StepProxy:
@@ -175,16 +202,28 @@ class StepProxy:
         except InvalidActionError as exc:
             return self._refused(web, exc)
         except ValueError as exc:  # not JSON, not an action (a ValidationError is a ValueError)
-            return _error(web, 400, "bad_request", f"not an action ({exc}); send {{'type': 'text', 'text': ...}} "
-                          "or {'type': 'tool_call', 'name': ..., 'arguments': {...}}")
+            return _error(
+                web,
+                400,
+                "bad_request",
+                f"not an action ({exc}); send {{'type': 'text', 'text': ...}} "
+                "or {'type': 'tool_call', 'name': ..., 'arguments': {...}}",
+            )
         try:
             step = await self.ctx.step(action)
         except EnvError as exc:
             return self._refused(web, exc)
         self.record(step)
-        return web.json_response({"observation": step.observation.text, "reward": step.reward,
-                                  "terminated": step.terminated, "truncated": step.truncated,
-                                  "info": step.info}, dumps=lambda o: json.dumps(o, default=str))
+        return web.json_response(
+            {
+                "observation": step.observation.text,
+                "reward": step.reward,
+                "terminated": step.terminated,
+                "truncated": step.truncated,
+                "info": step.info,
+            },
+            dumps=lambda o: json.dumps(o, default=str),
+        )
 
     def _refused(self, web, exc: EnvError):
         self.invalid += exc.code == "invalid_action"
@@ -205,19 +244,35 @@ def _read_reward(path: Path) -> float | None:
         value = json.loads(path.read_text())
         return float(value["reward"] if isinstance(value, dict) else value)
     except (ValueError, KeyError, TypeError) as exc:
-        raise AgentError(f"the command's reward file {path} is not {{\"reward\": <number>}}: {exc}") from exc
+        raise AgentError(f'the command\'s reward file {path} is not {{"reward": <number>}}: {exc}') from exc
 
 
 COMMAND_GRACE_S = 60.0
 """How long past a command's own timeout the runner waits before it cuts the episode off."""
 
 
-def command_eval(command: str, env: str, *, timeout_s: float = 3600.0, submit: bool = True, concurrency: int = 1,
-                 episodes: int | None = None, **fields: Any) -> EvalConfig:
+def command_eval(
+    command: str,
+    env: str,
+    *,
+    timeout_s: float = 3600.0,
+    submit: bool = True,
+    concurrency: int = 1,
+    episodes: int | None = None,
+    **fields: Any,
+) -> EvalConfig:
     """`roost run`'s evaluation: `command` as the harness, each task once (or `episodes`, the
     tasks in turn), no progress bar; `fields` are the other `EvalConfig` fields."""
     agent_kwargs = {"command": command, "timeout_s": timeout_s, "submit_tool": "submit" if submit else None}
     # The command's own limit ends it first (killed, its output kept); the runner's is the backstop.
-    return EvalConfig(env, agent=CommandAgent.name, agent_kwargs=agent_kwargs, concurrency=concurrency,
-                      workers=max(1, min(concurrency, 4)), episodes=episodes, progress=False,
-                      timeout_s=timeout_s + COMMAND_GRACE_S, **fields)
+    return EvalConfig(
+        env,
+        agent=CommandAgent.name,
+        agent_kwargs=agent_kwargs,
+        concurrency=concurrency,
+        workers=max(1, min(concurrency, 4)),
+        episodes=episodes,
+        progress=False,
+        timeout_s=timeout_s + COMMAND_GRACE_S,
+        **fields,
+    )

@@ -68,9 +68,16 @@ class Evaluation:
 
     def report(self) -> dict[str, Any]:
         """The summary and per-episode results, as `roost eval --json` prints them."""
-        return {"env": self.config.env, "agent": self.agent, "split": self.config.split, **summarize(self.results),
-                "recorded": self.recorded, "run_id": self.run_id, "seconds": self.seconds,
-                "results": [r.to_json() for r in self.results]}
+        return {
+            "env": self.config.env,
+            "agent": self.agent,
+            "split": self.config.split,
+            **summarize(self.results),
+            "recorded": self.recorded,
+            "run_id": self.run_id,
+            "seconds": self.seconds,
+            "results": [r.to_json() for r in self.results],
+        }
 
 
 async def evaluate(config: EvalConfig) -> dict[str, Any]:
@@ -81,14 +88,23 @@ async def evaluate(config: EvalConfig) -> dict[str, Any]:
 async def play(config: EvalConfig) -> Evaluation:
     agent = load_agent(config.agent, **config.agent_kwargs)
     if agent.needs_model and not config.base_url:
-        raise ValueError(f"agent {agent.name!r} needs a model: pass --base-url (an OpenAI-compatible endpoint "
-                         "or a roost gateway)")
+        raise ValueError(
+            f"agent {agent.name!r} needs a model: pass --base-url (an OpenAI-compatible endpoint or a roost gateway)"
+        )
     tracing = Tracing.start("runner", flag=config.trace)
     gateway = await recording_gateway(config.base_url, config.admin_key, tracing)
-    run = RunConfig(concurrency=config.concurrency, max_turns=config.max_turns, model=config.model,
-                    base_url=None if gateway else config.base_url, api_key=config.api_key,
-                    run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}", kind=EpisodeKind.EVAL,
-                    timeout_s=config.timeout_s, progress=config.progress, tracing=tracing)
+    run = RunConfig(
+        concurrency=config.concurrency,
+        max_turns=config.max_turns,
+        model=config.model,
+        base_url=None if gateway else config.base_url,
+        api_key=config.api_key,
+        run_id=config.run_id or f"eval-{uuid.uuid4().hex[:8]}",
+        kind=EpisodeKind.EVAL,
+        timeout_s=config.timeout_s,
+        progress=config.progress,
+        tracing=tracing,
+    )
     started = time.perf_counter()
     try:
         async with _episode_host(config, tracing) as (host, tools):
@@ -98,8 +114,9 @@ async def play(config: EvalConfig) -> Evaluation:
         if gateway is not None:
             await gateway.aclose()
         await asyncio.to_thread(tracing.shutdown)
-    return Evaluation(config, agent.name, run.run_id, gateway is not None, results,
-                      round(time.perf_counter() - started, 2))
+    return Evaluation(
+        config, agent.name, run.run_id, gateway is not None, results, round(time.perf_counter() - started, 2)
+    )
 
 
 def _episode_tasks(config: EvalConfig, available: list[Task]) -> list[Task]:
@@ -128,7 +145,8 @@ async def _episode_host(config: EvalConfig, tracing: Tracing) -> AsyncIterator[t
     from roost.envs.worker import WorkerConfig
 
     workers = max(1, min(config.workers, config.concurrency))
-    manager = EpisodeManager(WorkerConfig(config.env, config.env_kwargs),
-                             ManagerConfig(workers=workers, max_episodes=config.concurrency + 4))
+    manager = EpisodeManager(
+        WorkerConfig(config.env, config.env_kwargs), ManagerConfig(workers=workers, max_episodes=config.concurrency + 4)
+    )
     async with manager:
         yield manager, manager.info.tools

@@ -23,8 +23,10 @@ class ExpertAgent:
         for turn in range(ctx.max_turns):
             plan = info.get("expert_plan")
             if not plan:
-                raise AgentError(f"the env gave no expert plan at turn {turn} of {ctx.task.id} "
-                                 "(does it support options={'expert_plan': True}?)")
+                raise AgentError(
+                    f"the env gave no expert plan at turn {turn} of {ctx.task.id} "
+                    "(does it support options={'expert_plan': True}?)"
+                )
             step = await ctx.step(TextAction(plan[0]))
             if step.done:
                 return AgentOutcome(turns=turn + 1)

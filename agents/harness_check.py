@@ -86,8 +86,12 @@ class EngineRecorder:
             payload = orjson.loads(body)
             call = EngineCall(list(payload.get("input_ids") or []))
             self.calls[payload.get("rid", "")] = call
-        async with self._http.request(request.method, f"{self.engine_url}{request.path_qs}", data=body,
-                                      headers={"content-type": "application/json"}) as upstream:
+        async with self._http.request(
+            request.method,
+            f"{self.engine_url}{request.path_qs}",
+            data=body,
+            headers={"content-type": "application/json"},
+        ) as upstream:
             if upstream.headers.get("content-type", "").startswith("text/event-stream"):
                 response = web.StreamResponse(status=upstream.status, headers={"content-type": "text/event-stream"})
                 await response.prepare(request)

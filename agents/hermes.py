@@ -51,12 +51,18 @@ class HermesAgent:
         if not ctx.base_url:
             raise AgentError("hermes-agent needs a model: pass --base-url (a gateway or an OpenAI endpoint)")
         if not any(t["function"]["name"] == RUN_AGENT for t in ctx.tools):
-            raise AgentError(f"this env offers no {RUN_AGENT!r} tool: the hermes-agent harness plays the Hermes "
-                             "env (roost eval hermes --agent hermes)")
+            raise AgentError(
+                f"this env offers no {RUN_AGENT!r} tool: the hermes-agent harness plays the Hermes "
+                "env (roost eval hermes --agent hermes)"
+            )
         model = ctx.model or await _first_model(ctx.base_url, ctx.api_key)
-        args: dict[str, Any] = {"base_url": ctx.base_url, "api_key": ctx.api_key or "EMPTY", "model": model,
-                                "max_iterations": self.config.max_iterations or ctx.max_turns,
-                                "wait_s": self.config.wait_s}
+        args: dict[str, Any] = {
+            "base_url": ctx.base_url,
+            "api_key": ctx.api_key or "EMPTY",
+            "model": model,
+            "max_iterations": self.config.max_iterations or ctx.max_turns,
+            "wait_s": self.config.wait_s,
+        }
         for _ in range(self.config.max_polls):
             step = await ctx.step(ToolCall(RUN_AGENT, args))
             if step.done:
@@ -70,9 +76,12 @@ def _outcome(info: dict[str, Any]) -> AgentOutcome:
     if status == "model_unavailable":
         raise ModelUnavailable(f"the model endpoint failed during hermes-agent's run: {_error(info)}")
     stop = STOP_REASONS.get(status, "gave_up")
-    return AgentOutcome(turns=int(info.get("api_calls") or 0), stop_reason=stop, error=_error(info),
-                        extra={"status": status, "exit_reason": info.get("exit_reason", ""),
-                               "tool_calls": info.get("tool_calls", [])})
+    return AgentOutcome(
+        turns=int(info.get("api_calls") or 0),
+        stop_reason=stop,
+        error=_error(info),
+        extra={"status": status, "exit_reason": info.get("exit_reason", ""), "tool_calls": info.get("tool_calls", [])},
+    )
 
 
 def _error(info: dict[str, Any]) -> str | None:
@@ -87,8 +96,9 @@ async def _first_model(base_url: str, api_key: str | None) -> str:
 
     try:
         async with httpx.AsyncClient(timeout=30) as http:
-            response = await http.get(f"{base_url.rstrip('/')}/models",
-                                      headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"})
+            response = await http.get(
+                f"{base_url.rstrip('/')}/models", headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"}
+            )
             response.raise_for_status()
             return response.json()["data"][0]["id"]
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:

@@ -71,8 +71,12 @@ class MiniSweAgent:
             raise _classify(exc) from exc
         exit_status = result.get("exit_status", "")
         stop = "done" if env.finished else ("max_turns" if exit_status == "LimitsExceeded" else exit_status.lower())
-        return AgentOutcome(turns=agent.n_calls, invalid_actions=env.invalid_actions, stop_reason=stop or "gave_up",
-                            extra={"exit_status": exit_status, "trajectory_format": "mini-swe-agent-1.1"})
+        return AgentOutcome(
+            turns=agent.n_calls,
+            invalid_actions=env.invalid_actions,
+            stop_reason=stop or "gave_up",
+            extra={"exit_status": exit_status, "trajectory_format": "mini-swe-agent-1.1"},
+        )
 
     def _build(self, ctx: EpisodeContext, model_name: str, env: EnvStepEnvironment):
         import importlib
@@ -87,14 +91,24 @@ class MiniSweAgent:
         litellm.suppress_debug_info = True  # its "Provider List" banner on every unpriced model
 
         spec = yaml.safe_load(get_config_path(self.config.config_file).read_text())
-        model_spec = {k: v for k, v in (spec.get("model") or {}).items()
-                      if k not in ("model_name", "model_kwargs", "model_class")}
+        model_spec = {
+            k: v for k, v in (spec.get("model") or {}).items() if k not in ("model_name", "model_kwargs", "model_class")
+        }
         module, _, attr = MODEL_CLASSES[self.config.model_class].partition(":")
         model = getattr(importlib.import_module(module), attr)(
-            **model_spec, model_name=f"openai/{model_name}", cost_tracking="ignore_errors",
-            model_kwargs={"api_base": ctx.base_url, "api_key": ctx.api_key or "EMPTY", "drop_params": True,
-                          "temperature": self.config.temperature, "max_tokens": self.config.max_tokens,
-                          "timeout": self.config.timeout_s, "num_retries": 0})
+            **model_spec,
+            model_name=f"openai/{model_name}",
+            cost_tracking="ignore_errors",
+            model_kwargs={
+                "api_base": ctx.base_url,
+                "api_key": ctx.api_key or "EMPTY",
+                "drop_params": True,
+                "temperature": self.config.temperature,
+                "max_tokens": self.config.max_tokens,
+                "timeout": self.config.timeout_s,
+                "num_retries": 0,
+            },
+        )
         agent_spec = {k: v for k, v in (spec.get("agent") or {}).items() if k not in ("output_path",)}
         agent_spec |= {"step_limit": self.config.step_limit or ctx.max_turns, "cost_limit": 0.0}
         return DefaultAgent(model, env, **agent_spec)
@@ -114,8 +128,9 @@ class EnvStepEnvironment:
 
         command = action.get("command", "")
         try:
-            step = asyncio.run_coroutine_threadsafe(self.ctx.step(ToolCall("bash", {"command": command})),
-                                                    self.loop).result()
+            step = asyncio.run_coroutine_threadsafe(
+                self.ctx.step(ToolCall("bash", {"command": command})), self.loop
+            ).result()
         except InvalidActionError as exc:
             self.invalid_actions += 1
             return {"output": str(exc), "returncode": -1, "exception_info": f"invalid action: {exc}"}
@@ -159,8 +174,12 @@ def _classify(exc: Exception) -> Exception:
         import litellm
     except ImportError:
         return AgentError(f"mini-swe-agent failed: {type(exc).__name__}: {exc}")
-    unavailable = (litellm.exceptions.APIConnectionError, litellm.exceptions.ServiceUnavailableError,
-                   litellm.exceptions.InternalServerError, litellm.exceptions.Timeout)
+    unavailable = (
+        litellm.exceptions.APIConnectionError,
+        litellm.exceptions.ServiceUnavailableError,
+        litellm.exceptions.InternalServerError,
+        litellm.exceptions.Timeout,
+    )
     if isinstance(exc, unavailable):
         return ModelUnavailable(f"the model endpoint failed: {type(exc).__name__}: {exc}")
     return AgentError(f"mini-swe-agent failed: {type(exc).__name__}: {exc}")
@@ -171,8 +190,9 @@ async def _first_model(base_url: str, api_key: str | None) -> str:
 
     try:
         async with httpx.AsyncClient(timeout=30) as http:
-            response = await http.get(f"{base_url.rstrip('/')}/models",
-                                      headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"})
+            response = await http.get(
+                f"{base_url.rstrip('/')}/models", headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"}
+            )
             response.raise_for_status()
             return response.json()["data"][0]["id"]
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:

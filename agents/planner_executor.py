@@ -15,8 +15,10 @@ from typing import Any
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
 from roost.agents.tool_agent import SYSTEM_PROMPT, ToolAgent
 
-PLANNER_PROMPT = ("You plan for an agent in a text environment. Read the task and the observation, then write "
-                  "a short numbered plan of commands. Do not act yourself.")
+PLANNER_PROMPT = (
+    "You plan for an agent in a text environment. Read the task and the observation, then write "
+    "a short numbered plan of commands. Do not act yourself."
+)
 
 
 def agent_url(base_url: str, agent: str) -> str:
@@ -31,8 +33,9 @@ class PlannerExecutor:
     needs_model = True
     reset_options: dict[str, Any] = {}
 
-    def __init__(self, temperature: float = 0.7, max_tokens: int = 256, plan_tokens: int = 128,
-                 timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, temperature: float = 0.7, max_tokens: int = 256, plan_tokens: int = 128, timeout_s: float = 600.0
+    ) -> None:
         self.temperature, self.max_tokens = temperature, max_tokens
         self.plan_tokens, self.timeout_s = plan_tokens, timeout_s
 
@@ -40,10 +43,22 @@ class PlannerExecutor:
         if not ctx.base_url:
             raise AgentError("the planner-executor needs a model: pass --base-url (a roost gateway)")
         plan = await self._plan(ctx)
-        executor = ToolAgent(temperature=self.temperature, max_tokens=self.max_tokens, timeout_s=self.timeout_s,
-                             system_prompt=f"{SYSTEM_PROMPT}\n\nThe planner's plan:\n{plan}")
-        executor_ctx = EpisodeContext(ctx.task, ctx.reset, ctx.tools, ctx.step, agent_url(ctx.base_url, "executor"),
-                                      ctx.api_key, ctx.model, ctx.max_turns)
+        executor = ToolAgent(
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            timeout_s=self.timeout_s,
+            system_prompt=f"{SYSTEM_PROMPT}\n\nThe planner's plan:\n{plan}",
+        )
+        executor_ctx = EpisodeContext(
+            ctx.task,
+            ctx.reset,
+            ctx.tools,
+            ctx.step,
+            agent_url(ctx.base_url, "executor"),
+            ctx.api_key,
+            ctx.model,
+            ctx.max_turns,
+        )
         outcome = await executor.run(executor_ctx)
         outcome.extra["plan"] = plan
         return outcome
@@ -53,14 +68,23 @@ class PlannerExecutor:
 
         from roost.agents.protocol import ModelUnavailable
 
-        client = openai.AsyncOpenAI(base_url=agent_url(ctx.base_url or "", "planner"), api_key=ctx.api_key or "EMPTY",
-                                    timeout=self.timeout_s, max_retries=2)
+        client = openai.AsyncOpenAI(
+            base_url=agent_url(ctx.base_url or "", "planner"),
+            api_key=ctx.api_key or "EMPTY",
+            timeout=self.timeout_s,
+            max_retries=2,
+        )
         try:
             model = ctx.model or (await client.models.list()).data[0].id
             reply = await client.chat.completions.create(
-                model=model, temperature=self.temperature, max_tokens=self.plan_tokens,
-                messages=[{"role": "system", "content": PLANNER_PROMPT},
-                          {"role": "user", "content": ctx.reset.observation.text}])
+                model=model,
+                temperature=self.temperature,
+                max_tokens=self.plan_tokens,
+                messages=[
+                    {"role": "system", "content": PLANNER_PROMPT},
+                    {"role": "user", "content": ctx.reset.observation.text},
+                ],
+            )
         except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as exc:
             raise ModelUnavailable(f"model endpoint {ctx.base_url} failed: {exc}") from exc
         finally:

@@ -26,8 +26,9 @@ AGENTS: dict[str, str] = {
 def load_agent(name: str, **kwargs: Any) -> Agent:
     target = AGENTS.get(name, name)
     if ":" not in target:
-        raise KeyError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))} "
-                       "(or give one as 'package.module:Class')")
+        raise KeyError(
+            f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))} (or give one as 'package.module:Class')"
+        )
     module, _, attr = target.partition(":")
     made = getattr(importlib.import_module(module), attr)(**kwargs)
     return PlayerAgent(made) if isinstance(made, Player) and not hasattr(made, "run") else made

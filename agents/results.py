@@ -40,9 +40,13 @@ class EpisodeResult:
 
     def outcome(self, kind: EpisodeKind) -> EpisodeOutcome:
         """What the session of this episode stores: the reward only when the episode was scored."""
-        return EpisodeOutcome(status=self.status, reward=self.reward if self.scored else None,
-                              reward_source=self.reward_source if self.scored else RewardSource.NONE, kind=kind,
-                              reason=self.error[:4000] if self.error else None)
+        return EpisodeOutcome(
+            status=self.status,
+            reward=self.reward if self.scored else None,
+            reward_source=self.reward_source if self.scored else RewardSource.NONE,
+            kind=kind,
+            reason=self.error[:4000] if self.error else None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status.value, "reward_source": self.reward_source.value}

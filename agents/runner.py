@@ -39,8 +39,14 @@ log = logging.getLogger(__name__)
 class EpisodeHost(Protocol):
     """Where episodes run: `roost.envs.client.EnvClient` (a server) or `EpisodeManager` (in-process)."""
 
-    async def create(self, *, task_id: str | None = None, seed: int | None = None, split: str | None = None,
-                     options: dict[str, Any] | None = None) -> tuple[str, Reset]: ...
+    async def create(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[str, Reset]: ...
 
     async def step(self, episode_id: str, action: Action) -> Step: ...
 
@@ -92,43 +98,83 @@ class _Tracker:
         return step
 
 
-async def run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
-                      gateway: GatewayClient | None = None) -> EpisodeResult:
+async def run_episode(
+    task: Task,
+    host: EpisodeHost,
+    agent: Agent,
+    tools: list[ToolSchema],
+    config: RunConfig,
+    gateway: GatewayClient | None = None,
+) -> EpisodeResult:
     """One episode, in an `episode` span: a child of the current span if any, else a trace's root."""
-    attributes = {"roost.task_id": task.id, "roost.split": task.split, "roost.run_id": config.run_id,
-                  "roost.agent": agent.name}
+    attributes = {
+        "roost.task_id": task.id,
+        "roost.split": task.split,
+        "roost.run_id": config.run_id,
+        "roost.agent": agent.name,
+    }
     with config.tracing.span("episode", attributes) as span:
         result = await _run_episode(task, host, agent, tools, config, gateway)
         if span is not None:
-            ended = {"roost.status": result.status.value, "roost.session_id": result.session_id,
-                     "roost.reward": result.reward, "roost.steps": result.steps}
+            ended = {
+                "roost.status": result.status.value,
+                "roost.session_id": result.session_id,
+                "roost.reward": result.reward,
+                "roost.steps": result.steps,
+            }
             span.set_attributes({k: v for k, v in ended.items() if v is not None})
     return result
 
 
-async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[ToolSchema], config: RunConfig,
-                       gateway: GatewayClient | None) -> EpisodeResult:
+async def _run_episode(
+    task: Task,
+    host: EpisodeHost,
+    agent: Agent,
+    tools: list[ToolSchema],
+    config: RunConfig,
+    gateway: GatewayClient | None,
+) -> EpisodeResult:
     started = time.perf_counter()
     session: SessionCreated | None = None
     episode_id: str | None = None
     invalid_calls: list[int] = []
     try:
         if gateway is not None:
-            session = await gateway.create_session(f"{config.run_id}/{task.id}", _task_meta(task),
-                                                   {"run_id": config.run_id, "agent": agent.name},
-                                                   traceparent=config.tracing.current().traceparent)
+            session = await gateway.create_session(
+                f"{config.run_id}/{task.id}",
+                _task_meta(task),
+                {"run_id": config.run_id, "agent": agent.name},
+                traceparent=config.tracing.current().traceparent,
+            )
         episode_id, reset = await _create(host, task, agent, config)
         tracker = _Tracker(host, episode_id)
-        ctx = EpisodeContext(task, reset, tools, tracker.step,
-                             session.base_url if session else config.base_url,
-                             session.key if session else config.api_key, config.model, config.max_turns)
+        ctx = EpisodeContext(
+            task,
+            reset,
+            tools,
+            tracker.step,
+            session.base_url if session else config.base_url,
+            session.key if session else config.api_key,
+            config.model,
+            config.max_turns,
+        )
         outcome = await _played(agent, ctx, config.timeout_s)
         invalid_calls = outcome.invalid_calls
         reward, source = _reward(tracker, outcome)
-        result = EpisodeResult(task.id, task.split, reward=reward, reward_source=source, steps=tracker.steps,
-                               success=tracker.terminated and tracker.reward > 0, turns=outcome.turns,
-                               invalid_actions=outcome.invalid_actions, stop_reason=outcome.stop_reason,
-                               error=outcome.error, exit_code=outcome.exit_code, output_tail=outcome.output_tail)
+        result = EpisodeResult(
+            task.id,
+            task.split,
+            reward=reward,
+            reward_source=source,
+            steps=tracker.steps,
+            success=tracker.terminated and tracker.reward > 0,
+            turns=outcome.turns,
+            invalid_actions=outcome.invalid_actions,
+            stop_reason=outcome.stop_reason,
+            error=outcome.error,
+            exit_code=outcome.exit_code,
+            output_tail=outcome.output_tail,
+        )
     except (EnvFaultError, EpisodeNotFoundError, ModelUnavailable, ControlPlaneError) as exc:
         result = _failed(task, EpisodeStatus.INFRA_ERROR, exc)
     except AgentError as exc:
@@ -139,8 +185,9 @@ async def _run_episode(task: Task, host: EpisodeHost, agent: Agent, tools: list[
     finally:
         if episode_id is not None:
             await _quietly(host.delete(episode_id))
-    result = replace(result, session_id=session.session_id if session else None,
-                     seconds=round(time.perf_counter() - started, 3))
+    result = replace(
+        result, session_id=session.session_id if session else None, seconds=round(time.perf_counter() - started, 3)
+    )
     if gateway is not None and session is not None:
         with config.tracing.span("episode.report", {"roost.session_id": session.session_id}):
             result = await _report(gateway, session, result, config, invalid_calls)
@@ -171,8 +218,14 @@ def _failed(task: Task, status: EpisodeStatus, exc: Exception) -> EpisodeResult:
     return EpisodeResult(task.id, task.split, status, error=f"{type(exc).__name__}: {exc}")
 
 
-async def run_episodes(tasks: list[Task], host: EpisodeHost, agent: Agent, tools: list[ToolSchema],
-                       config: RunConfig, gateway: GatewayClient | None = None) -> list[EpisodeResult]:
+async def run_episodes(
+    tasks: list[Task],
+    host: EpisodeHost,
+    agent: Agent,
+    tools: list[ToolSchema],
+    config: RunConfig,
+    gateway: GatewayClient | None = None,
+) -> list[EpisodeResult]:
     """Run all tasks, `config.concurrency` at a time, with a progress bar on stderr."""
     from tqdm.auto import tqdm
 
@@ -224,8 +277,9 @@ async def _create(host: EpisodeHost, task: Task, agent: Agent, config: RunConfig
             await asyncio.sleep(exc.retry_after)
 
 
-async def _report(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, config: RunConfig,
-                  invalid_calls: list[int]) -> EpisodeResult:
+async def _report(
+    gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, config: RunConfig, invalid_calls: list[int]
+) -> EpisodeResult:
     """Post the episode's reward (when scored) and finish its session; a gateway that fails
     makes a scored episode `infra_error` (its reward never reached the store)."""
     penalty = config.invalid_action_penalty
@@ -233,12 +287,25 @@ async def _report(gateway: GatewayClient, session: SessionCreated, result: Episo
         if result.scored and result.reward is not None:
             placed = await _penalise_calls(gateway, session, result, penalty, invalid_calls) if penalty else 0
             shaped = result.reward - penalty * (result.invalid_actions - placed)
-            await gateway.post_reward(session.session_id, shaped, {"success": result.success, "env_reward": result.reward,
-                                                                   "invalid_actions": result.invalid_actions,
-                                                                   "source": result.reward_source.value})
+            await gateway.post_reward(
+                session.session_id,
+                shaped,
+                {
+                    "success": result.success,
+                    "env_reward": result.reward,
+                    "invalid_actions": result.invalid_actions,
+                    "source": result.reward_source.value,
+                },
+            )
         # an unscored episode (infra_error, timeout, agent_error) has no reward: none is stored
-        await gateway.finish(session.session_id, result.outcome(config.kind), task_id=result.task_id, steps=result.steps,
-                             stop_reason=result.stop_reason, exit_code=result.exit_code)
+        await gateway.finish(
+            session.session_id,
+            result.outcome(config.kind),
+            task_id=result.task_id,
+            steps=result.steps,
+            stop_reason=result.stop_reason,
+            exit_code=result.exit_code,
+        )
     except ControlPlaneError as exc:
         log.warning("could not report episode %s to the gateway: %s", result.task_id, exc)
         if result.scored:
@@ -246,8 +313,9 @@ async def _report(gateway: GatewayClient, session: SessionCreated, result: Episo
     return result
 
 
-async def _penalise_calls(gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float,
-                          invalid_calls: list[int]) -> int:
+async def _penalise_calls(
+    gateway: GatewayClient, session: SessionCreated, result: EpisodeResult, penalty: float, invalid_calls: list[int]
+) -> int:
     """Post the penalty of each invalid action on the call that chose it; returns how many were
     placed. Only when the session holds exactly one call per turn (else which call chose what
     is unknown, and the penalty stays on the episode)."""
@@ -257,8 +325,9 @@ async def _penalise_calls(gateway: GatewayClient, session: SessionCreated, resul
     if len(call_ids) != result.turns or not all(0 <= i < len(call_ids) for i in invalid_calls):
         return 0
     for index, count in sorted(Counter(invalid_calls).items()):
-        await gateway.post_reward(session.session_id, -penalty * count, {"invalid_actions": count},
-                                  call_id=call_ids[index])
+        await gateway.post_reward(
+            session.session_id, -penalty * count, {"invalid_actions": count}, call_id=call_ids[index]
+        )
     return len(invalid_calls)
 
 

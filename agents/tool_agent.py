@@ -36,9 +36,15 @@ class ToolAgent:
     needs_model = True
     reset_options: dict[str, Any] = {}
 
-    def __init__(self, temperature: float = 0.7, max_tokens: int = 256, system_prompt: str = SYSTEM_PROMPT,
-                 timeout_s: float = 600.0, seed: int | None = None,
-                 allowed_replies_from: str | None = None) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.7,
+        max_tokens: int = 256,
+        system_prompt: str = SYSTEM_PROMPT,
+        timeout_s: float = 600.0,
+        seed: int | None = None,
+        allowed_replies_from: str | None = None,
+    ) -> None:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.system_prompt = system_prompt
@@ -59,11 +65,16 @@ class ToolAgent:
         import openai
 
         if not ctx.base_url:
-            raise AgentError("the tool agent needs a model: pass --base-url "
-                             "(an OpenAI-compatible endpoint or a roost gateway)")
-        client = openai.AsyncOpenAI(base_url=ctx.base_url, api_key=ctx.api_key or "EMPTY",
-                                    timeout=self.timeout_s, max_retries=2,
-                                    http_client=openai.DefaultAsyncHttpxClient(verify=self._tls))
+            raise AgentError(
+                "the tool agent needs a model: pass --base-url (an OpenAI-compatible endpoint or a roost gateway)"
+            )
+        client = openai.AsyncOpenAI(
+            base_url=ctx.base_url,
+            api_key=ctx.api_key or "EMPTY",
+            timeout=self.timeout_s,
+            max_retries=2,
+            http_client=openai.DefaultAsyncHttpxClient(verify=self._tls),
+        )
         try:
             model = ctx.model or await _first_model(client)
             return await self._play(client, model, ctx)
@@ -71,8 +82,10 @@ class ToolAgent:
             await client.close()
 
     async def _play(self, client: Any, model: str, ctx: EpisodeContext) -> AgentOutcome:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt},
-                                          {"role": "user", "content": ctx.reset.observation.text}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": ctx.reset.observation.text},
+        ]
         outcome = AgentOutcome()
         allowed = self._allowed_replies(ctx.reset.info, "reset")
         while outcome.turns < ctx.max_turns:
@@ -96,18 +109,25 @@ class ToolAgent:
             return None
         replies = info.get(self.allowed_replies_from)
         if not (isinstance(replies, list) and replies and all(isinstance(r, str) and r for r in replies)):
-            raise AgentError(f"allowed_replies_from={self.allowed_replies_from!r}: the env's info after {where} "
-                             f"holds {replies!r} there, not a non-empty list of strings; name an info key the "
-                             "env fills (ALFWorld's and WebShop's: admissible_commands) or drop the option")
+            raise AgentError(
+                f"allowed_replies_from={self.allowed_replies_from!r}: the env's info after {where} "
+                f"holds {replies!r} there, not a non-empty list of strings; name an info key the "
+                "env fills (ALFWorld's and WebShop's: admissible_commands) or drop the option"
+            )
         return replies
 
-    async def _complete(self, client: Any, model: str, messages: list[dict[str, Any]], ctx: EpisodeContext,
-                        allowed: list[str] | None) -> Any:
+    async def _complete(
+        self, client: Any, model: str, messages: list[dict[str, Any]], ctx: EpisodeContext, allowed: list[str] | None
+    ) -> Any:
         import openai
         from openai.types.chat import ChatCompletion
 
-        body: dict[str, Any] = {"model": model, "messages": messages, "temperature": self.temperature,
-                                "max_tokens": self.max_tokens}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
         if ctx.tools:
             body["tools"] = ctx.tools
         if allowed is not None:
@@ -127,8 +147,9 @@ class ToolAgent:
             raise AgentError(f"model endpoint refused the request: {exc}") from exc
         return response.choices[0].message
 
-    async def _act(self, reply: Any, messages: list[dict[str, Any]], outcome: AgentOutcome,
-                   ctx: EpisodeContext) -> Step | None:
+    async def _act(
+        self, reply: Any, messages: list[dict[str, Any]], outcome: AgentOutcome, ctx: EpisodeContext
+    ) -> Step | None:
         if reply.tool_calls:
             step = None
             for call in reply.tool_calls:
@@ -149,8 +170,9 @@ class ToolAgent:
         return step
 
     @staticmethod
-    async def _step(action: TextAction | ToolCall, outcome: AgentOutcome,
-                    ctx: EpisodeContext) -> tuple[Step | None, str]:
+    async def _step(
+        action: TextAction | ToolCall, outcome: AgentOutcome, ctx: EpisodeContext
+    ) -> tuple[Step | None, str]:
         try:
             step = await ctx.step(action)
         except InvalidActionError as exc:

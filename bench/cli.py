@@ -10,8 +10,9 @@ import typer
 
 def bench_env(
     env: str = typer.Argument("alfworld", help="Env name or entry point."),
-    concurrency: list[int] = typer.Option([], "--concurrency",
-                                          help="Concurrent episodes (repeatable; default 1, 8, 32; osworld: 1, 4)."),
+    concurrency: list[int] = typer.Option(
+        [], "--concurrency", help="Concurrent episodes (repeatable; default 1, 8, 32; osworld: 1, 4)."
+    ),
     seconds: float = typer.Option(5.0, help="Measuring time per quantity and level."),
     workers: int = typer.Option(os.cpu_count() or 1, help="Server worker processes."),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE passed to the env (repeatable)."),
@@ -27,27 +28,35 @@ def bench_env(
     if env == "osworld":
         config = env_bench.BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 4)), seconds, workers)
         results = osworld_bench.as_json(asyncio.run(osworld_bench.run_osworld_bench(config)))
-        line = ("osworld desktops={desktops:>2}: reset {reset_ms_median:8.1f} ms  step {step_ms_median:7.1f} ms  "
-                "{rss_mb_per_desktop:7.1f} MB/desktop")
+        line = (
+            "osworld desktops={desktops:>2}: reset {reset_ms_median:8.1f} ms  step {step_ms_median:7.1f} ms  "
+            "{rss_mb_per_desktop:7.1f} MB/desktop"
+        )
     else:
         config = env_bench.BenchConfig(env, tuple(env_arg), tuple(concurrency or (1, 8, 32)), seconds, workers)
         results = env_bench.as_json(asyncio.run(env_bench.run_bench(config)))
-        line = ("{env} c={concurrency:>3}: {resets_per_s:8.2f} resets/s {steps_per_s:8.2f} steps/s "
-                "{rss_mb_per_episode:7.2f} MB/episode")
+        line = (
+            "{env} c={concurrency:>3}: {resets_per_s:8.2f} resets/s {steps_per_s:8.2f} steps/s "
+            "{rss_mb_per_episode:7.2f} MB/episode"
+        )
     typer.echo(json.dumps(results, indent=1) if as_json else "\n".join(line.format(**r) for r in results))
 
 
 def bench_engine(
     model: str = typer.Option(None, help="Model to benchmark (default: tiny; tiny-vllm when vllm is compared)."),
-    backend: list[str] = typer.Option(["embedded"], "--backend",
-                                      help="Engine to measure: embedded or vllm (repeatable; rows side by side)."),
+    backend: list[str] = typer.Option(
+        ["embedded"], "--backend", help="Engine to measure: embedded or vllm (repeatable; rows side by side)."
+    ),
     concurrency: str = typer.Option("1,8,32", help="Comma-separated concurrency levels."),
     new_tokens: int = typer.Option(64, help="Tokens generated per request."),
     prompt_tokens: int = typer.Option(32, help="Prompt length per request."),
     temperatures: str = typer.Option("0,1", help="Comma-separated temperatures (0: greedy; RL samples at 1)."),
     hf: bool = typer.Option(True, "--hf/--no-hf", help="Also measure Hugging Face generate on each batch."),
-    constraint: str = typer.Option(None, help="Also measure each level of the embedded engine with every request "
-                                              "held to a grammar: json (a JSON schema)."),
+    constraint: str = typer.Option(
+        None,
+        help="Also measure each level of the embedded engine with every request "
+        "held to a grammar: json (a JSON schema).",
+    ),
     as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per level."),
 ) -> None:
     """Decode tokens/s and time to first token of each engine (vs Hugging Face `generate`) on
@@ -59,8 +68,9 @@ def bench_engine(
     if unknown:
         raise typer.BadParameter(f"unknown backend {unknown}; expected embedded or vllm", param_hint="--backend")
     if constraint is not None and constraint not in CONSTRAINTS:
-        raise typer.BadParameter(f"unknown constraint {constraint!r}; choose one of {', '.join(CONSTRAINTS)}",
-                                 param_hint="--constraint")
+        raise typer.BadParameter(
+            f"unknown constraint {constraint!r}; choose one of {', '.join(CONSTRAINTS)}", param_hint="--constraint"
+        )
     levels = [int(c) for c in concurrency.split(",")]
     temps = tuple(float(t) for t in temperatures.split(","))
     for row in run_bench(model, levels, new_tokens, prompt_tokens, temps, tuple(backend), hf, constraint):
@@ -77,8 +87,7 @@ def bench_gateway(
     """Same chat load straight to the engine's scripted sampler and through the gateway."""
     from roost.bench.gateway import run_bench
 
-    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url,
-                         wire=wire):
+    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url, wire=wire):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 
@@ -95,8 +104,9 @@ def bench_sandbox(
     """
     from roost.bench.sandbox import run_bench
 
-    for row in run_bench([b.strip() for b in backends.split(",") if b.strip()], reps=reps, execs=execs,
-                         repo_files=repo_files):
+    for row in run_bench(
+        [b.strip() for b in backends.split(",") if b.strip()], reps=reps, execs=execs, repo_files=repo_files
+    ):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 

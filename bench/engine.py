@@ -33,9 +33,16 @@ VLLM_BENCH_ARGS = "--optimization-level 0"
 # Without minLength the tiny model closed the string, and ended its reply, after 7 to 10 tokens in
 # a third of the requests, and the rows left idle weighed on the constrained rate.
 CONSTRAINTS = {
-    "json": {"json_schema": json.dumps({"type": "object",
-                                        "properties": {"reply": {"type": "string", "minLength": 4096}},
-                                        "required": ["reply"], "additionalProperties": False})},
+    "json": {
+        "json_schema": json.dumps(
+            {
+                "type": "object",
+                "properties": {"reply": {"type": "string", "minLength": 4096}},
+                "required": ["reply"],
+                "additionalProperties": False,
+            }
+        )
+    },
 }
 
 
@@ -50,10 +57,18 @@ def _prompts(count: int, length: int, seed: int = 0) -> list[list[int]]:
     return torch.randint(1000, 100000, (count, length), generator=gen).tolist()
 
 
-async def _engine_run(backend: str, url: str, api_key: str, prompts: list[list[int]], new_tokens: int,
-                      temperature: float, constraint: dict | None = None) -> Measured:
+async def _engine_run(
+    backend: str,
+    url: str,
+    api_key: str,
+    prompts: list[list[int]],
+    new_tokens: int,
+    temperature: float,
+    constraint: dict | None = None,
+) -> Measured:
     params = {"max_new_tokens": new_tokens, "temperature": temperature, "ignore_eos": True, **(constraint or {})}
     async with engine_client(backend, url, api_key=api_key, max_connections=len(prompts) + 4) as client:
+
         async def one(ids: list[int]) -> tuple[int, float]:
             sent, first, produced = time.perf_counter(), None, 0
             async for delta in client.generate_stream(ids, params):
@@ -70,8 +85,13 @@ async def _engine_run(backend: str, url: str, api_key: str, prompts: list[list[i
 
 def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int, temperature: float) -> float:
     ids = torch.tensor(prompts)
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
-                  do_sample=temperature > 0, **({"temperature": temperature, "top_k": 0} if temperature > 0 else {}))
+    kwargs = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=0,
+        do_sample=temperature > 0,
+        **({"temperature": temperature, "top_k": 0} if temperature > 0 else {}),
+    )
     with torch.inference_mode():
         model.generate(ids[:1], **{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
         start = time.perf_counter()
@@ -82,45 +102,82 @@ def _hf_tok_s(model, prompts: list[list[int]], new_tokens: int, temperature: flo
 
 def _engine_process(backend: str, model: str, levels: list[int]) -> EngineProcess:
     if backend == "vllm":
-        return EngineProcess(model, extra_args=["--backend", "vllm", "--max-running", str(max(levels)),
-                                                "--vllm-args", VLLM_BENCH_ARGS], startup_timeout_s=900)
+        return EngineProcess(
+            model,
+            extra_args=["--backend", "vllm", "--max-running", str(max(levels)), "--vllm-args", VLLM_BENCH_ARGS],
+            startup_timeout_s=900,
+        )
     return EngineProcess(model, extra_args=["--max-running", str(max(levels))])
 
 
-def _engine_rows(backend: str, model: str, levels: list[int], new_tokens: int, prompt_tokens: int,
-                 temperatures: tuple[float, ...], constraint: str | None = None) -> list[dict]:
+def _engine_rows(
+    backend: str,
+    model: str,
+    levels: list[int],
+    new_tokens: int,
+    prompt_tokens: int,
+    temperatures: tuple[float, ...],
+    constraint: str | None = None,
+) -> list[dict]:
     rows = []
     with (process := _engine_process(backend, model, levels)) as url:
+
         def measure(level: int, temperature: float, held: str | None) -> Measured:
             # a constrained run gets other prompts: the engine keeps the first run's in its prefix cache
             prompts = _prompts(level, prompt_tokens, seed=1 if held else 0)
-            return asyncio.run(_engine_run(backend, url, process.api_key, prompts, new_tokens, temperature,
-                                           CONSTRAINTS[held] if held else None))
+            return asyncio.run(
+                _engine_run(
+                    backend, url, process.api_key, prompts, new_tokens, temperature, CONSTRAINTS[held] if held else None
+                )
+            )
 
         for temperature in temperatures:
             for level in levels:
                 measured = measure(level, temperature, None)
-                row = {"backend": backend, "model": model, "temperature": temperature, "concurrency": level,
-                       "new_tokens": new_tokens, "prompt_tokens": prompt_tokens,
-                       "engine_tok_s": round(measured.tok_s, 1), "ttft_ms_p50": round(measured.ttft_ms_p50, 1)}
+                row = {
+                    "backend": backend,
+                    "model": model,
+                    "temperature": temperature,
+                    "concurrency": level,
+                    "new_tokens": new_tokens,
+                    "prompt_tokens": prompt_tokens,
+                    "engine_tok_s": round(measured.tok_s, 1),
+                    "ttft_ms_p50": round(measured.ttft_ms_p50, 1),
+                }
                 rows.append(row)
                 if constraint is not None and backend == "embedded":
                     held = measure(level, temperature, constraint)
-                    rows.append({**row, "constraint": constraint, "engine_tok_s": round(held.tok_s, 1),
-                                 "ttft_ms_p50": round(held.ttft_ms_p50, 1),
-                                 "vs_unconstrained": round(held.tok_s / measured.tok_s, 2)})
+                    rows.append(
+                        {
+                            **row,
+                            "constraint": constraint,
+                            "engine_tok_s": round(held.tok_s, 1),
+                            "ttft_ms_p50": round(held.ttft_ms_p50, 1),
+                            "vs_unconstrained": round(held.tok_s / measured.tok_s, 2),
+                        }
+                    )
     return rows
 
 
-def run_bench(model: str | None, levels: list[int], new_tokens: int, prompt_tokens: int,
-              temperatures: tuple[float, ...] = (0.0, 1.0), backends: tuple[str, ...] = ("embedded",),
-              hf: bool = True, constraint: str | None = None) -> list[dict]:
+def run_bench(
+    model: str | None,
+    levels: list[int],
+    new_tokens: int,
+    prompt_tokens: int,
+    temperatures: tuple[float, ...] = (0.0, 1.0),
+    backends: tuple[str, ...] = ("embedded",),
+    hf: bool = True,
+    constraint: str | None = None,
+) -> list[dict]:
     """One row per backend, temperature and concurrency level; with `hf`, each unconstrained row
     also holds Hugging Face `generate`'s rate on the same batch; with `constraint` (a key of
     CONSTRAINTS), a constrained row after each of the embedded engine's, with `vs_unconstrained`."""
     model = model or ("tiny-vllm" if "vllm" in backends else "tiny")
-    rows = [row for backend in backends
-            for row in _engine_rows(backend, model, levels, new_tokens, prompt_tokens, temperatures, constraint)]
+    rows = [
+        row
+        for backend in backends
+        for row in _engine_rows(backend, model, levels, new_tokens, prompt_tokens, temperatures, constraint)
+    ]
     if hf:
         _add_hf(rows, model, new_tokens, prompt_tokens)
     return rows

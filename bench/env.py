@@ -60,8 +60,20 @@ async def run_bench(config: BenchConfig) -> list[BenchResult]:
 async def _server(config: BenchConfig) -> AsyncIterator[tuple[str, subprocess.Popen]]:
     folder = tempfile.mkdtemp(prefix="roost-bench-env-")
     port_file = Path(folder) / "port"
-    command = [sys.executable, "-m", "roost.envs.serve", config.env, "--port", "0", "--port-file", str(port_file),
-               "--workers", str(config.workers), "--max-episodes", str(max(config.concurrency) + 8)]
+    command = [
+        sys.executable,
+        "-m",
+        "roost.envs.serve",
+        config.env,
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--workers",
+        str(config.workers),
+        "--max-episodes",
+        str(max(config.concurrency) + 8),
+    ]
     for arg in config.env_args:
         command += ["--env-arg", arg]
     # started from the loop's own thread: the server dies with the thread that started it
@@ -74,16 +86,18 @@ async def _server(config: BenchConfig) -> AsyncIterator[tuple[str, subprocess.Po
         shutil.rmtree(folder, ignore_errors=True)
 
 
-async def _level(client: EnvClient, process: subprocess.Popen, config: BenchConfig, n: int,
-                 baseline: float) -> BenchResult:
+async def _level(
+    client: EnvClient, process: subprocess.Popen, config: BenchConfig, n: int, baseline: float
+) -> BenchResult:
     resets = await _count(n, config.seconds, lambda: _reset_once(client, config.split))
     episodes = await asyncio.gather(*(client.create(split=config.split, seed=i) for i in range(n)))
     per_episode = max(0.0, _rss_mb(process.pid) - baseline) / n
     live = {eid: reset for eid, reset in episodes}
     steps = await _count(n, config.seconds, _stepper(client, live, config.split))
     await asyncio.gather(*(client.delete(eid) for eid in live))
-    return BenchResult(config.env, n, round(resets, 2), round(steps, 2), round(per_episode, 2),
-                       config.workers, config.seconds)
+    return BenchResult(
+        config.env, n, round(resets, 2), round(steps, 2), round(per_episode, 2), config.workers, config.seconds
+    )
 
 
 async def _count(n: int, seconds: float, op) -> float:

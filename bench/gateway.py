@@ -32,8 +32,10 @@ from roost.rollout.gateway.preflight import TOOLS
 
 REPLY = '<tool_call>\n{"name": "search", "arguments": {"q": "roost gateway"}}\n</tool_call>'
 MAX_TOKENS = 64
-_WORDS = ("the agent reads the observation carefully and decides which tool to call next while keeping "
-          "track of what it has already tried and what the environment said in reply ").split()
+_WORDS = (
+    "the agent reads the observation carefully and decides which tool to call next while keeping "
+    "track of what it has already tried and what the environment said in reply "
+).split()
 
 
 def _text(n_words: int, seed: int) -> str:
@@ -87,8 +89,13 @@ async def _drive(send: Sender, concurrency: int, seconds: float) -> tuple[float,
 
 
 def _direct_sender(engine_url: str, input_ids: list[int]):
-    body = orjson.dumps({"input_ids": input_ids, "return_logprob": True,
-                         "sampling_params": {"max_new_tokens": MAX_TOKENS, "custom_params": {"scripted_reply": REPLY}}})
+    body = orjson.dumps(
+        {
+            "input_ids": input_ids,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": MAX_TOKENS, "custom_params": {"scripted_reply": REPLY}},
+        }
+    )
 
     async def send(http: aiohttp.ClientSession) -> tuple[bool, None]:
         async with http.post(f"{engine_url}/generate", data=body, headers={"content-type": "application/json"}) as r:
@@ -107,14 +114,26 @@ def _wire_request(wire: str, model: str, messages: list[dict[str, Any]]) -> tupl
     if wire == "chat":
         return "/v1/chat/completions", {"messages": messages, "tools": TOOLS, **scripted}, b'"tool_calls"'
     if wire == "messages":
-        tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
-                  "input_schema": t["function"]["parameters"]} for t in TOOLS]
+        tools = [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"]["description"],
+                "input_schema": t["function"]["parameters"],
+            }
+            for t in TOOLS
+        ]
         body = {"system": messages[0]["content"], "messages": messages[1:], "tools": tools, **scripted}
         return "/v1/messages", body, b'"tool_use"'
     if wire == "responses":
         tools = [{"type": "function", **t["function"]} for t in TOOLS]
-        body = {"instructions": messages[0]["content"], "input": messages[1:], "tools": tools,
-                "max_output_tokens": MAX_TOKENS, "model": model, "custom_params": scripted["custom_params"]}
+        body = {
+            "instructions": messages[0]["content"],
+            "input": messages[1:],
+            "tools": tools,
+            "max_output_tokens": MAX_TOKENS,
+            "model": model,
+            "custom_params": scripted["custom_params"],
+        }
         return "/v1/responses", body, b'"function_call"'
     raise ValueError(f"unknown wire {wire!r}; choose one of {', '.join(WIRES)}")
 
@@ -155,8 +174,15 @@ def _row(wire: str, concurrency: int, direct: tuple, gateway: tuple) -> dict[str
     }
 
 
-async def _run_levels(engine_url: str, gateway_url: str, input_ids: list[int], messages: list[dict[str, Any]],
-                      levels: list[int], seconds: float, wire: str) -> list[dict[str, Any]]:
+async def _run_levels(
+    engine_url: str,
+    gateway_url: str,
+    input_ids: list[int],
+    messages: list[dict[str, Any]],
+    levels: list[int],
+    seconds: float,
+    wire: str,
+) -> list[dict[str, Any]]:
     direct = _direct_sender(engine_url, input_ids)
     via_gateway = _gateway_sender(gateway_url, "tiny", messages, wire)
     rows = []
@@ -184,8 +210,9 @@ def _prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
     return hf.backend_tokenizer.encode(text, add_special_tokens=False).ids
 
 
-def run_bench(levels: list[int], *, seconds: float = 4.0, engine_url: str | None = None,
-              wire: str = "chat") -> list[dict[str, Any]]:
+def run_bench(
+    levels: list[int], *, seconds: float = 4.0, engine_url: str | None = None, wire: str = "chat"
+) -> list[dict[str, Any]]:
     from roost.rollout.engine.launch import EngineProcess
 
     if wire not in WIRES:

@@ -38,16 +38,20 @@ class DesktopBenchResult:
 
 
 async def run_osworld_bench(config: BenchConfig, steps: int = 5) -> list[DesktopBenchResult]:
-    env_args = config.env_args if any(a.startswith("observation_type=") for a in config.env_args) else (
-        *config.env_args, "observation_type=screenshot_a11y_tree")
+    env_args = (
+        config.env_args
+        if any(a.startswith("observation_type=") for a in config.env_args)
+        else (*config.env_args, "observation_type=screenshot_a11y_tree")
+    )
     config = BenchConfig(config.env, env_args, config.concurrency, config.seconds, config.workers, config.split)
     async with _server(config) as (url, process):
         async with EnvClient(url, timeout_s=300) as client:
             task_id = _bench_task(await client.tasks(config.split))
             baseline = _rss_mb(process.pid)
             observation = dict(a.split("=", 1) for a in env_args)["observation_type"]
-            return [await _level(client, process.pid, task_id, n, steps, baseline, observation)
-                    for n in config.concurrency]
+            return [
+                await _level(client, process.pid, task_id, n, steps, baseline, observation) for n in config.concurrency
+            ]
 
 
 def _bench_task(tasks: list) -> str:
@@ -55,8 +59,9 @@ def _bench_task(tasks: list) -> str:
     return next((t.id for t in tasks if t.metadata.get("domain") == BENCH_DOMAIN), tasks[0].id)
 
 
-async def _level(client: EnvClient, pid: int, task_id: str, n: int, steps: int, baseline: float,
-                 observation: str) -> DesktopBenchResult:
+async def _level(
+    client: EnvClient, pid: int, task_id: str, n: int, steps: int, baseline: float, observation: str
+) -> DesktopBenchResult:
     resets: list[float] = []
     step_times: list[float] = []
 
@@ -77,8 +82,15 @@ async def _level(client: EnvClient, pid: int, task_id: str, n: int, steps: int, 
 
     await asyncio.gather(*(step_one(e) for e in episodes))
     await asyncio.gather(*(client.delete(e) for e in episodes))
-    return DesktopBenchResult("osworld", n, round(statistics.median(resets), 1), round(statistics.median(step_times), 1),
-                              round(rss, 1), observation, task_id)
+    return DesktopBenchResult(
+        "osworld",
+        n,
+        round(statistics.median(resets), 1),
+        round(statistics.median(step_times), 1),
+        round(rss, 1),
+        observation,
+        task_id,
+    )
 
 
 def as_json(results: list[DesktopBenchResult]) -> list[dict]:

@@ -33,8 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 BENCH_CONFIG = {
-    "num_hidden_layers": 8, "hidden_size": 512, "intermediate_size": 1536, "num_attention_heads": 8,
-    "num_key_value_heads": 4, "head_dim": 64,
+    "num_hidden_layers": 8,
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
 }
 
 
@@ -56,11 +60,21 @@ class CaseResult:
 
 def grpo_case(rng: random.Random, vocab: int, rollouts: int = 8, prompt: int = 1024, answer: int = 128):
     head = [rng.randrange(vocab) for _ in range(prompt)]
-    return [(head + [rng.randrange(vocab) for _ in range(answer)], [0] * prompt + [1] * answer) for _ in range(rollouts)]
+    return [
+        (head + [rng.randrange(vocab) for _ in range(answer)], [0] * prompt + [1] * answer) for _ in range(rollouts)
+    ]
 
 
-def agentic_case(rng: random.Random, vocab: int, turns: int = 8, branches: int = 4, branch_after: int = 4,
-                 task: int = 256, sampled: int = 64, observation: int = 64):
+def agentic_case(
+    rng: random.Random,
+    vocab: int,
+    turns: int = 8,
+    branches: int = 4,
+    branch_after: int = 4,
+    task: int = 256,
+    sampled: int = 64,
+    observation: int = 64,
+):
     def turn() -> tuple[list[int], list[int]]:
         return ([rng.randrange(vocab) for _ in range(sampled + observation)], [1] * sampled + [0] * observation)
 
@@ -140,11 +154,14 @@ def _serve_layout(checkpoint: str, case: str, layout: str, vocab: int, threads: 
         started = time.perf_counter()
         logprobs = step()
         conn.send({"step_s": time.perf_counter() - started})
-    conn.send({
-        "tokens": sum(mb.num_tokens for mb in microbatches),
-        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before,
-        "logprobs": [lp.tolist() for lp in logprobs], "sampled": sum(len(s) for s in scored),
-    })
+    conn.send(
+        {
+            "tokens": sum(mb.num_tokens for mb in microbatches),
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before,
+            "logprobs": [lp.tolist() for lp in logprobs],
+            "sampled": sum(len(s) for s in scored),
+        }
+    )
     parallel.shutdown()
 
 
@@ -202,11 +219,18 @@ def run_case(checkpoint: Path, case: str, vocab: int, repeats: int = 2, threads:
     flat, tree = runs["flat"], runs["tree"]
     diff = max(abs(a - b) for x, y in zip(flat["logprobs"], tree["logprobs"]) for a, b in zip(x, y))
     return CaseResult(
-        case=case, samples=len(flat["logprobs"]), flat_tokens=flat["tokens"], tree_tokens=tree["tokens"],
-        sampled_tokens=flat["sampled"], ideal_speedup=round(flat["tokens"] / tree["tokens"], 3),
-        flat_step_s=round(flat["step_s"], 3), tree_step_s=round(tree["step_s"], 3),
-        speedup=round(flat["step_s"] / tree["step_s"], 3), flat_peak_mb=round(flat["peak_mb"], 1),
-        tree_peak_mb=round(tree["peak_mb"], 1), max_abs_logprob_diff=diff,
+        case=case,
+        samples=len(flat["logprobs"]),
+        flat_tokens=flat["tokens"],
+        tree_tokens=tree["tokens"],
+        sampled_tokens=flat["sampled"],
+        ideal_speedup=round(flat["tokens"] / tree["tokens"], 3),
+        flat_step_s=round(flat["step_s"], 3),
+        tree_step_s=round(tree["step_s"], 3),
+        speedup=round(flat["step_s"] / tree["step_s"], 3),
+        flat_peak_mb=round(flat["peak_mb"], 1),
+        tree_peak_mb=round(tree["peak_mb"], 1),
+        max_abs_logprob_diff=diff,
     )
 
 
@@ -220,4 +244,3 @@ def run_bench(cases: list[str], vocab: int = 4096, repeats: int = 2, threads: in
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         checkpoint = bench_checkpoint(Path(tmp) / "bench-qwen3", vocab)
         return [asdict(run_case(checkpoint, case, vocab, repeats, threads)) for case in cases]
-

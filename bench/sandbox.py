@@ -58,12 +58,27 @@ async def bench_backend(name: str, config: SandboxConfig, repo: Path, reps: int,
             await sandbox.exec("true")
             rounds.append((time.perf_counter() - start) * 1000)
         limits = sandbox.limits_enforced
-    return {"backend": name, "available": True, "start_ms": _median(starts), "exec_ms": _median(rounds),
-            "fresh_repo_ms": _median(fresh), "reps": reps, "execs": execs, "limits_enforced": limits}
+    return {
+        "backend": name,
+        "available": True,
+        "start_ms": _median(starts),
+        "exec_ms": _median(rounds),
+        "fresh_repo_ms": _median(fresh),
+        "reps": reps,
+        "execs": execs,
+        "limits_enforced": limits,
+    }
 
 
-def run_bench(backends: list[str], *, reps: int = 5, execs: int = 20, repo_files: int = 500,
-              file_bytes: int = 2000, config: SandboxConfig | None = None) -> list[dict]:
+def run_bench(
+    backends: list[str],
+    *,
+    reps: int = 5,
+    execs: int = 20,
+    repo_files: int = 500,
+    file_bytes: int = 2000,
+    config: SandboxConfig | None = None,
+) -> list[dict]:
     config = config or SandboxConfig()
     root = Path(tempfile.mkdtemp(prefix="roost-bench-"))
     try:

@@ -36,9 +36,13 @@ def search_latency(catalog: Catalog, repeats: int = 3) -> dict[str, float | int 
             best = min(best, time.perf_counter() - started)
         timings.append(best * 1000)
     deciles = statistics.quantiles(timings, n=10)
-    return {"search_backend": catalog.search.name, "search_products": len(catalog.products),
-            "search_queries": len(queries), "search_p50_ms": round(statistics.median(timings), 3),
-            "search_p90_ms": round(deciles[8], 3)}
+    return {
+        "search_backend": catalog.search.name,
+        "search_products": len(catalog.products),
+        "search_queries": len(queries),
+        "search_p50_ms": round(statistics.median(timings), 3),
+        "search_p90_ms": round(deciles[8], 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,24 +59,34 @@ def main(argv: list[str] | None = None) -> None:
 
     kwargs = parse_env_args(args.env_arg)
     catalog_kwargs = {k: kwargs[k] for k in ("seed", "goals", "search", "search_index") if k in kwargs}
-    catalog = (Catalog.from_dir(kwargs["data_dir"], **catalog_kwargs) if kwargs.get("data_dir")
-               else Catalog.generated(**catalog_kwargs))
+    catalog = (
+        Catalog.from_dir(kwargs["data_dir"], **catalog_kwargs)
+        if kwargs.get("data_dir")
+        else Catalog.generated(**catalog_kwargs)
+    )
     search = search_latency(catalog)
     results: list[dict] = [search]
     if not args.search_only:
         from roost.bench.env import BenchConfig, run_bench
 
-        config = BenchConfig("webshop", tuple(args.env_arg), tuple(args.concurrency or (1, 8, 32)),
-                             args.seconds, args.workers)
+        config = BenchConfig(
+            "webshop", tuple(args.env_arg), tuple(args.concurrency or (1, 8, 32)), args.seconds, args.workers
+        )
         results = [{**asdict(r), **search} for r in asyncio.run(run_bench(config))]
     if args.json:
         print(json.dumps(results, indent=1))
         return
     for r in results:
-        server = (f"c={r['concurrency']:>3}: {r['resets_per_s']:8.2f} resets/s {r['steps_per_s']:8.2f} steps/s "
-                  f"{r['rss_mb_per_episode']:6.2f} MB/episode; " if "concurrency" in r else "")
-        print(f"webshop {server}search p50 {r['search_p50_ms']:.2f} ms, p90 {r['search_p90_ms']:.2f} ms "
-              f"({r['search_backend']}, {r['search_products']} products)")
+        server = (
+            f"c={r['concurrency']:>3}: {r['resets_per_s']:8.2f} resets/s {r['steps_per_s']:8.2f} steps/s "
+            f"{r['rss_mb_per_episode']:6.2f} MB/episode; "
+            if "concurrency" in r
+            else ""
+        )
+        print(
+            f"webshop {server}search p50 {r['search_p50_ms']:.2f} ms, p90 {r['search_p90_ms']:.2f} ms "
+            f"({r['search_backend']}, {r['search_products']} products)"
+        )
 
 
 if __name__ == "__main__":

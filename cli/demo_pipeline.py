@@ -101,58 +101,131 @@ class DemoConfig:
     @classmethod
     def quick(cls) -> DemoConfig:
         # every group kept: two steps of a barely trained model rarely win and lose in one group
-        return cls(train_games=24, heldout_games=16, expert_episodes=48, sft_steps=60, rl_steps=2,
-                   groups_per_step=4, group_size=4, equal_outcomes="keep")
+        return cls(
+            train_games=24,
+            heldout_games=16,
+            expert_episodes=48,
+            sft_steps=60,
+            rl_steps=2,
+            groups_per_step=4,
+            group_size=4,
+            equal_outcomes="keep",
+        )
 
 
 def demo_recipe(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Recipe:
     """The demo as a recipe: the same `roost train` pipeline, its sizes chosen for 2 cores."""
-    key = hashlib.sha256(repr((config.train_games, config.heldout_games, config.expert_episodes, config.slips,
-                               config.seed)).encode()).hexdigest()[:12]
-    return validate_recipe({
-        "name": "demo",
-        "description": "SFT → GiGPO on ALFWorld with a small-vocabulary Qwen3 model.",
-        "env": {"name": "alfworld", "split": "train",
+    key = hashlib.sha256(
+        repr((config.train_games, config.heldout_games, config.expert_episodes, config.slips, config.seed)).encode()
+    ).hexdigest()[:12]
+    return validate_recipe(
+        {
+            "name": "demo",
+            "description": "SFT → GiGPO on ALFWorld with a small-vocabulary Qwen3 model.",
+            "env": {
+                "name": "alfworld",
+                "split": "train",
                 "prepare": "roost.envs.alfworld.prepare:fixtures",
-                "prepare_args": {"train": config.train_games, "valid_seen": 0, "valid_unseen": config.heldout_games,
-                                 "receptacles": 3, "distractors": 2, "seed": config.seed},
-                "server": {"workers": 2, "max_episodes": 128}},
-        "agent": {"harness": "tool", "tools": False, "max_turns": config.max_turns, "timeout_s": 300,
-                  "args": agent_args(config)},
-        "model": {"small_vocab": {"vocab_size": 1024, "hidden_size": config.hidden_size,
-                                  "intermediate_size": 3 * config.hidden_size,
-                                  "num_hidden_layers": config.num_layers, "num_attention_heads": 4,
-                                  "num_key_value_heads": 2, "head_dim": config.hidden_size // 4,
-                                  "seed": config.seed}},
-        "engine": {"backend": "embedded", "max_running": 128},
-        "sft": {"data": {"source": "expert", "episodes": config.expert_episodes,
-                         "harness_args": {"order": "random", "slips": config.slips},
-                         "cache": str(cache_dir / f"transcripts-{key}.jsonl")},
-                "steps": config.sft_steps, "batch_size": config.sft_batch, "lr": config.sft_lr,
-                "warmup_steps": 20, "min_lr_ratio": 0.1},
-        "trainer": {"lr": config.rl_lr, "adam_betas": [0.9, 0.95], "token_budget": 16384, "threads": 2,
-                    "old_logprobs": "rollout",
-                    # each episode counts once, however many turns it ran (failures run longest)
-                    "loss": {"kind": "ppo", "clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0,
-                             "aggregation": "seq_mean_token_mean", "kl_coef": config.kl}},
-        # GiGPO: a turn is credited against the group's turns from the same observation, so a
-        # good move in a failed episode is not pushed down, nor a wasted turn in a won one
-        "algorithm": {"advantage": {"name": "gigpo", "options": {"gamma": 0.95, "step_weight": config.step_weight,
-                                                                  "equal_outcomes": config.equal_outcomes}},
-                      "mode": "sync", "updates_per_batch": config.rl_updates_per_batch},
-        "rollout": {"groups_per_step": config.groups_per_step, "group_size": config.group_size,
-                    "concurrency": config.groups_per_step * config.group_size,
-                    "invalid_action_penalty": config.invalid_action_penalty},
-        # seeded: each row is a function of the weights alone, so two rows differ by training,
-        # not by the luck of the draw
-        "eval": {"split": "valid_unseen", "episodes": config.heldout_games,
-                 "before_episodes": min(config.before_episodes, config.heldout_games),
-                 "args": {"temperature": config.eval_temperature, "seed": config.seed}},
-        "schedule": {"steps": config.rl_steps, "checkpoint_every": 0, "keep_checkpoints": 1,
-                     "output_dir": str(run_dir), "resume": False, "seed": config.seed},
-        "placement": {"num_cpus": os.cpu_count() or 2, "trainer_cpus": 1},
-        "metrics": {"console": False, "jsonl": True},
-    }, "roost demo")
+                "prepare_args": {
+                    "train": config.train_games,
+                    "valid_seen": 0,
+                    "valid_unseen": config.heldout_games,
+                    "receptacles": 3,
+                    "distractors": 2,
+                    "seed": config.seed,
+                },
+                "server": {"workers": 2, "max_episodes": 128},
+            },
+            "agent": {
+                "harness": "tool",
+                "tools": False,
+                "max_turns": config.max_turns,
+                "timeout_s": 300,
+                "args": agent_args(config),
+            },
+            "model": {
+                "small_vocab": {
+                    "vocab_size": 1024,
+                    "hidden_size": config.hidden_size,
+                    "intermediate_size": 3 * config.hidden_size,
+                    "num_hidden_layers": config.num_layers,
+                    "num_attention_heads": 4,
+                    "num_key_value_heads": 2,
+                    "head_dim": config.hidden_size // 4,
+                    "seed": config.seed,
+                }
+            },
+            "engine": {"backend": "embedded", "max_running": 128},
+            "sft": {
+                "data": {
+                    "source": "expert",
+                    "episodes": config.expert_episodes,
+                    "harness_args": {"order": "random", "slips": config.slips},
+                    "cache": str(cache_dir / f"transcripts-{key}.jsonl"),
+                },
+                "steps": config.sft_steps,
+                "batch_size": config.sft_batch,
+                "lr": config.sft_lr,
+                "warmup_steps": 20,
+                "min_lr_ratio": 0.1,
+            },
+            "trainer": {
+                "lr": config.rl_lr,
+                "adam_betas": [0.9, 0.95],
+                "token_budget": 16384,
+                "threads": 2,
+                "old_logprobs": "rollout",
+                # each episode counts once, however many turns it ran (failures run longest)
+                "loss": {
+                    "kind": "ppo",
+                    "clip_low": 0.2,
+                    "clip_high": 0.28,
+                    "tis_cap": 2.0,
+                    "aggregation": "seq_mean_token_mean",
+                    "kl_coef": config.kl,
+                },
+            },
+            # GiGPO: a turn is credited against the group's turns from the same observation, so a
+            # good move in a failed episode is not pushed down, nor a wasted turn in a won one
+            "algorithm": {
+                "advantage": {
+                    "name": "gigpo",
+                    "options": {
+                        "gamma": 0.95,
+                        "step_weight": config.step_weight,
+                        "equal_outcomes": config.equal_outcomes,
+                    },
+                },
+                "mode": "sync",
+                "updates_per_batch": config.rl_updates_per_batch,
+            },
+            "rollout": {
+                "groups_per_step": config.groups_per_step,
+                "group_size": config.group_size,
+                "concurrency": config.groups_per_step * config.group_size,
+                "invalid_action_penalty": config.invalid_action_penalty,
+            },
+            # seeded: each row is a function of the weights alone, so two rows differ by training,
+            # not by the luck of the draw
+            "eval": {
+                "split": "valid_unseen",
+                "episodes": config.heldout_games,
+                "before_episodes": min(config.before_episodes, config.heldout_games),
+                "args": {"temperature": config.eval_temperature, "seed": config.seed},
+            },
+            "schedule": {
+                "steps": config.rl_steps,
+                "checkpoint_every": 0,
+                "keep_checkpoints": 1,
+                "output_dir": str(run_dir),
+                "resume": False,
+                "seed": config.seed,
+            },
+            "placement": {"num_cpus": os.cpu_count() or 2, "trainer_cpus": 1},
+            "metrics": {"console": False, "jsonl": True},
+        },
+        "roost demo",
+    )
 
 
 def agent_args(config: DemoConfig) -> dict[str, Any]:
@@ -194,8 +267,10 @@ def table(result: DemoResult) -> Any:
     from roost.trainer.eval_compare import paired_gain
 
     gain = paired_gain(result.evals.get("after_sft", {}), result.evals.get("final", {}))
-    out = Table(title="held-out success (ALFWorld valid_unseen games)",
-                caption=f"RL over SFT: {gain}, paired game by game" if gain else None)
+    out = Table(
+        title="held-out success (ALFWorld valid_unseen games)",
+        caption=f"RL over SFT: {gain}, paired game by game" if gain else None,
+    )
     for column in ("stage", "success rate", "episodes", "mean reward"):
         out.add_column(column)
     for label, name in (("before", "before SFT"), ("after_sft", "after SFT"), ("final", "after RL")):
@@ -203,7 +278,10 @@ def table(result: DemoResult) -> Any:
         if row is None:
             continue
         rate = row.get("success_rate")
-        out.add_row(name, "n/a" if rate is None else f"{rate:.1%}", f"{row['scored']}/{row['episodes']}",
-                    "n/a" if row.get("mean_reward") is None else f"{row['mean_reward']:.2f}")
+        out.add_row(
+            name,
+            "n/a" if rate is None else f"{rate:.1%}",
+            f"{row['scored']}/{row['episodes']}",
+            "n/a" if row.get("mean_reward") is None else f"{row['mean_reward']:.2f}",
+        )
     return out
-

@@ -20,11 +20,18 @@ from roost.tracing import Tracing
 
 
 class EnvClient:
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, client: httpx.AsyncClient | None = None,
-                 tracing: Tracing | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        client: httpx.AsyncClient | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._client = client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s,
-                                                   limits=httpx.Limits(max_connections=256))
+        self._client = client or httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout_s, limits=httpx.Limits(max_connections=256)
+        )
         if tracing is not None:
             tracing.instrument_httpx(self._client)  # traceparent on every episode request
 
@@ -52,13 +59,21 @@ class EnvClient:
             return wire.Health.model_validate(response.json())
         raise _error_of(response)
 
-    async def create(self, *, task_id: str | None = None, seed: int | None = None, split: str | None = None,
-                     options: dict[str, Any] | None = None) -> tuple[str, Reset]:
+    async def create(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[str, Reset]:
         body = wire.ResetRequest(task_id=task_id, seed=seed, split=split, options=options or {})
         created = wire.EpisodeCreated.model_validate(
-            await self._request("POST", "/episodes", json=body.model_dump(exclude_none=True)))
-        return created.episode_id, Reset(created.task_id, created.observation.to_protocol(),
-                                         created.tools, created.info)
+            await self._request("POST", "/episodes", json=body.model_dump(exclude_none=True))
+        )
+        return created.episode_id, Reset(
+            created.task_id, created.observation.to_protocol(), created.tools, created.info
+        )
 
     async def step(self, episode_id: str, action: Action) -> Step:
         check_action(action)  # the server's own check, before a deep structure reaches the JSON encoder
@@ -126,8 +141,14 @@ class RemoteEnv:
     async def tasks(self, split: str) -> list[Task]:
         return await self._client.tasks(split)
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None, split: str | None = None,
-                    options: dict[str, Any] | None = None) -> Reset:
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset:
         await self._end()
         self._episode_id, reset = await self._client.create(task_id=task_id, seed=seed, split=split, options=options)
         return reset

@@ -71,8 +71,9 @@ def build_context(spec: EnvSpec, into: Path) -> Path:
         shutil.copy2(Path(module.__file__), into / "roost" / Path(module.__file__).name)
     for package in (roost.envs, roost.sandboxes, roost.serving):
         name = Path(package.__file__).parent.name
-        shutil.copytree(Path(package.__file__).parent, into / "roost" / name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            Path(package.__file__).parent, into / "roost" / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
     return into
 
 
@@ -113,8 +114,9 @@ def ensure_image(client: Any, spec: EnvSpec, base_image: str | None = None, log=
         if base_image:
             buildargs["BASE_IMAGE"] = base_image
         lines = []
-        for chunk in client.api.build(path=str(context), tag=tag, buildargs=buildargs, rm=True,
-                                      forcerm=True, pull=False, decode=True):
+        for chunk in client.api.build(
+            path=str(context), tag=tag, buildargs=buildargs, rm=True, forcerm=True, pull=False, decode=True
+        ):
             if "stream" in chunk:
                 lines.append(chunk["stream"])
             if "error" in chunk:
@@ -149,15 +151,27 @@ class EnvContainer:
         self.url = ""
 
     def start(self) -> str:
-        command = ["python3", "-m", "roost.envs.serve", self.config.spec.name,
-                   "--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
+        command = [
+            "python3",
+            "-m",
+            "roost.envs.serve",
+            self.config.spec.name,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(CONTAINER_PORT),
+        ]
         volumes = {}
         if self.config.data_dir is not None:
             volumes[str(Path(self.config.data_dir).resolve())] = {"bind": CONTAINER_DATA, "mode": "ro"}
             command += ["--env-arg", f"data_dir={CONTAINER_DATA}"]
         created = self.client.api.create_container(
-            self.image, command + list(self.config.server_args), ports=[CONTAINER_PORT],
-            labels={"roost.env": self.config.spec.name}, host_config=self._host_config(volumes))
+            self.image,
+            command + list(self.config.server_args),
+            ports=[CONTAINER_PORT],
+            labels={"roost.env": self.config.spec.name},
+            host_config=self._host_config(volumes),
+        )
         self.container = self.client.containers.get(created["Id"])
         try:
             self.container.start()
@@ -172,9 +186,12 @@ class EnvContainer:
         """Docker's host config: the port on 127.0.0.1, the data mount, and what the env's spec needs."""
         needs = self.config.spec.container
         host_config = self.client.api.create_host_config(
-            binds=volumes, port_bindings={CONTAINER_PORT: ("127.0.0.1", self.config.host_port or None)},
-            shm_size=needs.shm_size, init=needs.init or None,
-            security_opt=["seccomp=unconfined", "apparmor=unconfined"] if needs.nested_sandbox else None)
+            binds=volumes,
+            port_bindings={CONTAINER_PORT: ("127.0.0.1", self.config.host_port or None)},
+            shm_size=needs.shm_size,
+            init=needs.init or None,
+            security_opt=["seccomp=unconfined", "apparmor=unconfined"] if needs.nested_sandbox else None,
+        )
         if needs.nested_sandbox:
             # What `docker run --security-opt systempaths=unconfined` sends (the SDK has no word for
             # it): a user namespace may mount a fresh /proc only where no part of /proc is covered.
@@ -215,4 +232,5 @@ class EnvContainer:
                 pass
             time.sleep(0.5)
         raise ContainerError(
-            f"{self.url}/health did not answer within {self.config.start_timeout_s:.0f}s\n{self.logs()}")
+            f"{self.url}/health did not answer within {self.config.start_timeout_s:.0f}s\n{self.logs()}"
+        )

@@ -69,8 +69,9 @@ class EpisodeRecord:
 
 
 class EpisodeManager:
-    def __init__(self, worker_config: WorkerConfig, config: ManagerConfig = ManagerConfig(),
-                 metrics: EnvMetrics | None = None) -> None:
+    def __init__(
+        self, worker_config: WorkerConfig, config: ManagerConfig = ManagerConfig(), metrics: EnvMetrics | None = None
+    ) -> None:
         self.worker_config = worker_config
         self.config = config
         self.metrics = metrics or EnvMetrics()
@@ -135,13 +136,20 @@ class EpisodeManager:
             await self._replace(worker, str(exc))
             raise
 
-    async def create(self, *, task_id: str | None = None, seed: int | None = None,
-                     split: str | None = None, options: dict[str, Any] | None = None) -> tuple[str, Reset]:
+    async def create(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[str, Reset]:
         await self._heal()
         if self._reserved >= self.config.max_episodes:
             self.metrics.capacity_rejections.inc()
-            raise CapacityError(f"all {self.config.max_episodes} episode slots are in use; retry shortly",
-                                retry_after=1.0)
+            raise CapacityError(
+                f"all {self.config.max_episodes} episode slots are in use; retry shortly", retry_after=1.0
+            )
         self._reserved += 1
         worker = self._pick_worker()
         record = EpisodeRecord(uuid.uuid4().hex, task_id or "", worker)
@@ -150,8 +158,9 @@ class EpisodeManager:
         started = time.perf_counter()
         try:
             async with record.lock:
-                reset = await self._call(record, "reset",
-                                         dict(task_id=task_id, seed=seed, split=split, options=options))
+                reset = await self._call(
+                    record, "reset", dict(task_id=task_id, seed=seed, split=split, options=options)
+                )
         except BaseException:
             self._end(record, "closed" if record.state == "running" else record.state)
             self.episodes.pop(record.id, None)
@@ -232,7 +241,8 @@ class EpisodeManager:
             raise EnvFaultError(f"episode {record.id} failed: {record.error}")
         if record.state == "reaped":
             raise EpisodeNotFoundError(
-                f"episode {record.id} was reaped after {self.config.lease_s:.0f}s idle; start a new one")
+                f"episode {record.id} was reaped after {self.config.lease_s:.0f}s idle; start a new one"
+            )
         if record.state != "running":
             raise EpisodeFinishedError(f"episode {record.id} is {record.state}; start a new one")
 

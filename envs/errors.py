@@ -68,6 +68,13 @@ class EnvFaultError(EnvError):
 
 ERRORS_BY_CODE: dict[str, type[EnvError]] = {
     cls.code: cls
-    for cls in (BadRequestError, UnknownTaskError, InvalidActionError, EpisodeNotFoundError,
-                EpisodeFinishedError, CapacityError, EnvFaultError)
+    for cls in (
+        BadRequestError,
+        UnknownTaskError,
+        InvalidActionError,
+        EpisodeNotFoundError,
+        EpisodeFinishedError,
+        CapacityError,
+        EnvFaultError,
+    )
 }

@@ -41,9 +41,12 @@ def _errors(*statuses: int) -> dict[int | str, dict]:
 
 
 DESCRIBE = {
-    400: "Bad request", 404: "No such task or episode", 409: "The episode is finished",
+    400: "Bad request",
+    404: "No such task or episode",
+    409: "The episode is finished",
     413: "Request body too large",
-    422: "Invalid body or invalid action", 429: "At capacity: retry after Retry-After seconds",
+    422: "Invalid body or invalid action",
+    429: "At capacity: retry after Retry-After seconds",
     500: "Environment fault (type env_error); the episode ends as failed",
 }
 
@@ -94,8 +97,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 # The step route parses its own body (below), so FastAPI cannot see its schema: say it here.
-STEP_BODY = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": wire.inline_schema(wire.StepRequest)}}}}
+STEP_BODY = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": wire.inline_schema(wire.StepRequest)}}}
+}
 
 
 def step_request(body: bytes) -> wire.StepRequest:
@@ -103,8 +107,9 @@ def step_request(body: bytes) -> wire.StepRequest:
     nested 1,000 deep, or an integer of 5,000 digits, with an opaque 400 no runner can score."""
     try:
         # {"action": {"arguments": ...}}: the arguments sit two levels down
-        return wire.StepRequest.of_body(load_json(body.decode(), "tool-call arguments", enclosing=2,
-                                                     error=errors.InvalidActionError))
+        return wire.StepRequest.of_body(
+            load_json(body.decode(), "tool-call arguments", enclosing=2, error=errors.InvalidActionError)
+        )
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from None
     except ValueError as exc:  # not UTF-8 or not JSON (an InvalidActionError is no ValueError)
@@ -113,9 +118,14 @@ def step_request(body: bytes) -> wire.StepRequest:
 
 def _status(manager: EpisodeManager, record: EpisodeRecord) -> wire.EpisodeView:
     return wire.EpisodeView(
-        episode_id=record.id, task_id=record.task_id, state=record.state, steps=record.steps,
-        total_reward=record.total_reward, created_at=record.created_at,
-        last_active_at=record.last_active_at, lease_expires_at=manager.lease_expires_at(record),
+        episode_id=record.id,
+        task_id=record.task_id,
+        state=record.state,
+        steps=record.steps,
+        total_reward=record.total_reward,
+        created_at=record.created_at,
+        last_active_at=record.last_active_at,
+        lease_expires_at=manager.lease_expires_at(record),
         error=record.error,
     )
 
@@ -124,16 +134,25 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
     @app.post("/episodes", response_model=wire.EpisodeCreated, responses=_errors(400, 404, 413, 422, 429, 500))
     async def create_episode(request: wire.ResetRequest) -> wire.EpisodeCreated:
         with tracing.span("env.reset", {"roost.task_id": request.task_id, "roost.split": request.split}) as span:
-            episode_id, reset = await manager.create(task_id=request.task_id, seed=request.seed,
-                                                     split=request.split, options=request.options)
+            episode_id, reset = await manager.create(
+                task_id=request.task_id, seed=request.seed, split=request.split, options=request.options
+            )
             if span is not None:
                 span.set_attributes({"roost.episode_id": episode_id, "roost.task_id": reset.task_id})
-        return wire.EpisodeCreated(episode_id=episode_id, task_id=reset.task_id,
-                                   observation=wire.ObservationWire.of(reset.observation),
-                                   tools=reset.tools, info=reset.info)
+        return wire.EpisodeCreated(
+            episode_id=episode_id,
+            task_id=reset.task_id,
+            observation=wire.ObservationWire.of(reset.observation),
+            tools=reset.tools,
+            info=reset.info,
+        )
 
-    @app.post("/episodes/{episode_id}/step", response_model=wire.StepResponse,
-              responses=_errors(400, 404, 409, 413, 422, 500), openapi_extra=STEP_BODY)
+    @app.post(
+        "/episodes/{episode_id}/step",
+        response_model=wire.StepResponse,
+        responses=_errors(400, 404, 409, 413, 422, 500),
+        openapi_extra=STEP_BODY,
+    )
     async def step_episode(episode_id: str, request: Request) -> wire.StepResponse:
         with tracing.span("env.step", {"roost.episode_id": episode_id}) as span:
             try:
@@ -142,11 +161,22 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
                 await manager.refuse(episode_id, exc)
             step = await manager.step(episode_id, action)
             if span is not None:
-                span.set_attributes({"roost.reward": step.reward, "roost.terminated": step.terminated,
-                                     "roost.truncated": step.truncated})
-        return wire.StepResponse(episode_id=episode_id, observation=wire.ObservationWire.of(step.observation),
-                                 reward=step.reward, terminated=step.terminated, truncated=step.truncated,
-                                 info=step.info, tools=step.tools)
+                span.set_attributes(
+                    {
+                        "roost.reward": step.reward,
+                        "roost.terminated": step.terminated,
+                        "roost.truncated": step.truncated,
+                    }
+                )
+        return wire.StepResponse(
+            episode_id=episode_id,
+            observation=wire.ObservationWire.of(step.observation),
+            reward=step.reward,
+            terminated=step.terminated,
+            truncated=step.truncated,
+            info=step.info,
+            tools=step.tools,
+        )
 
     @app.get("/episodes/{episode_id}", response_model=wire.EpisodeView, responses=_errors(404))
     async def get_episode(episode_id: str) -> wire.EpisodeView:
@@ -159,21 +189,32 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
     @app.get("/tasks", response_model=wire.TaskList, responses=_errors(400, 422, 500))
     async def list_tasks(split: str = "train") -> wire.TaskList:
         tasks = await manager.tasks(split)
-        return wire.TaskList(split=split, tasks=[wire.TaskWire(id=t.id, split=t.split, metadata=t.metadata)
-                                                 for t in tasks])
+        return wire.TaskList(
+            split=split, tasks=[wire.TaskWire(id=t.id, split=t.split, metadata=t.metadata) for t in tasks]
+        )
 
     @app.get("/info", response_model=wire.EnvInfoResponse)
     async def info() -> wire.EnvInfoResponse:
         i = manager.info
-        return wire.EnvInfoResponse(name=i.name, version=i.version, description=i.description, tools=i.tools,
-                                    splits=list(i.splits), max_episodes=manager.config.max_episodes,
-                                    lease_s=manager.config.lease_s, versions=i.versions)
+        return wire.EnvInfoResponse(
+            name=i.name,
+            version=i.version,
+            description=i.description,
+            tools=i.tools,
+            splits=list(i.splits),
+            max_episodes=manager.config.max_episodes,
+            lease_s=manager.config.lease_s,
+            versions=i.versions,
+        )
 
     @app.get("/health", response_model=wire.Health, responses={503: {"model": wire.Health}})
     async def health() -> JSONResponse:
         alive, wanted = manager.capacity()
-        body = wire.Health(status="ok" if alive >= wanted else "degraded", live_episodes=manager.live,
-                           workers=wire.WorkerCount(alive=alive, wanted=wanted))
+        body = wire.Health(
+            status="ok" if alive >= wanted else "degraded",
+            live_episodes=manager.live,
+            workers=wire.WorkerCount(alive=alive, wanted=wanted),
+        )
         return JSONResponse(body.model_dump(), status_code=200 if body.status == "ok" else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse)

@@ -25,8 +25,9 @@ class EnvMetrics:
         self.capacity_rejections = counter("roost_env_capacity_rejections_total", "Resets refused at max_episodes")
         self.reaped = counter("roost_env_reaped_total", "Episodes closed after their lease expired")
         self.worker_restarts = counter("roost_env_worker_restarts_total", "Env workers replaced")
-        self.op_seconds = Histogram("roost_env_op_seconds", "Time of one env operation (reset, step)", ("op",),
-                                    buckets=OP_BUCKETS, registry=r)
+        self.op_seconds = Histogram(
+            "roost_env_op_seconds", "Time of one env operation (reset, step)", ("op",), buckets=OP_BUCKETS, registry=r
+        )
 
     def read_at_scrape(self, readings: list[Reading]) -> None:
         """Values the manager owns (live episodes, workers), read when scraped."""

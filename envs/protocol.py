@@ -54,8 +54,7 @@ class ToolCall:
             value = load_json(self.arguments or "{}", self.arguments_label, error=InvalidActionError)
         except json.JSONDecodeError as exc:
             raise InvalidActionError(
-                f"{self.arguments_label} are not valid JSON ({exc.msg} at {exc.pos}): "
-                f"{self.arguments[:200]!r}"
+                f"{self.arguments_label} are not valid JSON ({exc.msg} at {exc.pos}): {self.arguments[:200]!r}"
             ) from None
         if not isinstance(value, dict):
             raise InvalidActionError(f"{self.arguments_label} must be a JSON object, got {value!r:.200}")
@@ -133,8 +132,14 @@ class Env(Protocol):
 
     async def tasks(self, split: str) -> list[Task]: ...
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
-                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset: ...
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset: ...
 
     async def step(self, action: Action) -> Step: ...
 

@@ -83,25 +83,44 @@ ENVS: dict[str, EnvSpec] = {
         "roost.envs.alfworld.env:make_factory",
         "ALFWorld household tasks as TextWorld PDDL games (text, admissible commands as a tool).",
         default_data="roost.envs.alfworld.catalog:default_data_dir",
-        check="roost.envs.alfworld.prepare:check_config", cli="roost.envs.alfworld.cli:register",
+        check="roost.envs.alfworld.prepare:check_config",
+        cli="roost.envs.alfworld.cli:register",
     ),
-    "webshop": EnvSpec("webshop", "roost.envs.webshop.env:make_factory",
-                       "WebShop online shopping: search, click, buy; the paper's reward (text or web pages).",
-                       routes="roost.envs.webshop.web:web_router",
-                       check="roost.envs.webshop.prepare:check_config", cli="roost.envs.webshop.cli:register"),
-    "swe": EnvSpec("swe", "roost.envs.swe.env:make_factory",
-                   "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
-                   call_timeout_s=1800.0, check="roost.envs.swe.prepare:check_config", cli="roost.envs.swe.cli:register"),
-    "hermes": EnvSpec("hermes", "roost.envs.hermes.env:make_factory",
-                      "hermes-agent per episode: its terminal and file tools in a sandbox, rewarded by a verifier.",
-                      check="roost.envs.hermes.prepare:check_config", cli="roost.envs.hermes.cli:register"),
-    "osworld": EnvSpec("osworld", "roost.envs.osworld.env:make_factory",
-                       "OSWorld desktop tasks: a real X desktop per episode, pyautogui/computer_13 actions, "
-                       "screenshots and accessibility trees, OSWorld's evaluators.",
-                       call_timeout_s=600.0, default_data="roost.envs.osworld.task_set:default_tasks_dir",
-                       check="roost.envs.osworld.prepare:check_config", cli="roost.envs.osworld.cli:register",
-                       # Each desktop in the container gets its own /home/user from bubblewrap.
-                       container=ContainerNeeds(nested_sandbox=True, shm_size="1g", init=True)),
+    "webshop": EnvSpec(
+        "webshop",
+        "roost.envs.webshop.env:make_factory",
+        "WebShop online shopping: search, click, buy; the paper's reward (text or web pages).",
+        routes="roost.envs.webshop.web:web_router",
+        check="roost.envs.webshop.prepare:check_config",
+        cli="roost.envs.webshop.cli:register",
+    ),
+    "swe": EnvSpec(
+        "swe",
+        "roost.envs.swe.env:make_factory",
+        "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
+        call_timeout_s=1800.0,
+        check="roost.envs.swe.prepare:check_config",
+        cli="roost.envs.swe.cli:register",
+    ),
+    "hermes": EnvSpec(
+        "hermes",
+        "roost.envs.hermes.env:make_factory",
+        "hermes-agent per episode: its terminal and file tools in a sandbox, rewarded by a verifier.",
+        check="roost.envs.hermes.prepare:check_config",
+        cli="roost.envs.hermes.cli:register",
+    ),
+    "osworld": EnvSpec(
+        "osworld",
+        "roost.envs.osworld.env:make_factory",
+        "OSWorld desktop tasks: a real X desktop per episode, pyautogui/computer_13 actions, "
+        "screenshots and accessibility trees, OSWorld's evaluators.",
+        call_timeout_s=600.0,
+        default_data="roost.envs.osworld.task_set:default_tasks_dir",
+        check="roost.envs.osworld.prepare:check_config",
+        cli="roost.envs.osworld.cli:register",
+        # Each desktop in the container gets its own /home/user from bubblewrap.
+        container=ContainerNeeds(nested_sandbox=True, shm_size="1g", init=True),
+    ),
 }
 
 
@@ -115,8 +134,10 @@ def resolve(name: str) -> EnvSpec:
         return ENVS[name]
     if ":" in name:
         return EnvSpec(name, name)
-    raise KeyError(f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))} "
-                   "(or give an entry point as 'package.module:function')")
+    raise KeyError(
+        f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))} "
+        "(or give an entry point as 'package.module:function')"
+    )
 
 
 def load_factory(name: str, **kwargs: Any) -> EnvFactory:

@@ -77,8 +77,9 @@ def _server(config: ServerConfig, manager: EpisodeManager | None = None):
     import uvicorn
 
     # log_config=None: uvicorn logs through the process's logging (`roost.logging_setup`)
-    return uvicorn.Server(uvicorn.Config(build_app(config, manager), log_config=None, access_log=False,
-                                         timeout_graceful_shutdown=5))
+    return uvicorn.Server(
+        uvicorn.Config(build_app(config, manager), log_config=None, access_log=False, timeout_graceful_shutdown=5)
+    )
 
 
 async def serve(config: ServerConfig) -> None:
@@ -88,9 +89,15 @@ async def serve(config: ServerConfig) -> None:
     await manager.start()
     sock = bind_listener(config.host, config.port)
     port = report_port(sock, config.port_file)
-    log.info("env server for %s on http://%s:%d (%d workers, at most %d episodes)", config.env, config.host,
-             port, config.manager.workers, config.manager.max_episodes,
-             extra={"env": config.env, "workers": config.manager.workers})
+    log.info(
+        "env server for %s on http://%s:%d (%d workers, at most %d episodes)",
+        config.env,
+        config.host,
+        port,
+        config.manager.workers,
+        config.manager.max_episodes,
+        extra={"env": config.env, "workers": config.manager.workers},
+    )
     await _server(config, manager).serve(sockets=[sock])
 
 
@@ -138,9 +145,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
     args = parser.parse_args(argv)
     configure_logging(args.log_level, json=args.log_json)
-    config = ServerConfig(args.env, parse_env_args(args.env_arg), args.host, args.port,
-                          ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
-                          trace=args.trace, port_file=args.port_file)
+    config = ServerConfig(
+        args.env,
+        parse_env_args(args.env_arg),
+        args.host,
+        args.port,
+        ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
+        trace=args.trace,
+        port_file=args.port_file,
+    )
     try:
         with stop_on_sigterm():  # the workers stop, closing their episodes, before the server exits
             asyncio.run(serve(config))

@@ -87,8 +87,9 @@ class StepRequest(Wire):
         """The wire form of an action; `InvalidActionError` where it is past the wire's limits."""
         if isinstance(action, protocol.TextAction):
             return cls.of_body({"action": {"type": "text", "text": action.text}})
-        return cls.of_body({"action": {"type": "tool_call", "name": action.name, "arguments": action.arguments,
-                                       "id": action.id}})
+        return cls.of_body(
+            {"action": {"type": "tool_call", "name": action.name, "arguments": action.arguments, "id": action.id}}
+        )
 
     def to_protocol(self) -> protocol.Action:
         a = self.action

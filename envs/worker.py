@@ -160,8 +160,13 @@ class WorkerHandle:
         fds = [theirs.fileno(), heartbeat.fileno()]
         # stdout=2: what env code prints (OSWorld's getters do) goes to the server's stderr, never
         # into the stdout of a CLI that runs the server in-process (`roost eval --json`)
-        self.process = subprocess.Popen([sys.executable, "-m", "roost.envs.worker", *map(str, fds)], pass_fds=fds,
-                                        stdin=subprocess.DEVNULL, stdout=2, preexec_fn=die_with_parent())
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "roost.envs.worker", *map(str, fds)],
+            pass_fds=fds,
+            stdin=subprocess.DEVNULL,
+            stdout=2,
+            preexec_fn=die_with_parent(),
+        )
         theirs.close()
         heartbeat.close()
         self._heartbeat.setblocking(False)
@@ -193,8 +198,10 @@ class WorkerHandle:
                 self._heard_at = time.monotonic()
         silent = time.monotonic() - self._heard_at
         if silent > self.config.hang_timeout_s:
-            return (f"env worker {self.index} sent no heartbeat for {silent:.0f}s (stopped, or stuck in native "
-                    "code); killed it")
+            return (
+                f"env worker {self.index} sent no heartbeat for {silent:.0f}s (stopped, or stuck in native "
+                "code); killed it"
+            )
         return None
 
     async def ready(self) -> Any:

@@ -31,8 +31,9 @@ class KeyKind:
 
 
 ADMIN_KEY = KeyKind("admin key", "rak-", "--admin-key", "ROOST_ADMIN_KEY", "/sessions and /admin")
-ENGINE_KEY = KeyKind("engine key", "rek-", "--api-key", "ROOST_ENGINE_KEY",
-                     "/update_weights_from_disk and the other control routes")
+ENGINE_KEY = KeyKind(
+    "engine key", "rek-", "--api-key", "ROOST_ENGINE_KEY", "/update_weights_from_disk and the other control routes"
+)
 
 
 class KeysRequired(ValueError):
@@ -87,6 +88,10 @@ def serving_key(server: str, host: str, given: str | None, kind: KeyKind) -> str
             f"{kind.env}, and give the same key to its clients (see docs/gateway.md, Keys)"
         )
     key = new_key(kind)
-    print(f"{server}: {kind.name} {key} (generated; send it as 'Authorization: Bearer <key>' to {kind.guards}; "
-          f"set {kind.flag} or {kind.env} to choose it)", file=sys.stderr, flush=True)
+    print(
+        f"{server}: {kind.name} {key} (generated; send it as 'Authorization: Bearer <key>' to {kind.guards}; "
+        f"set {kind.flag} or {kind.env} to choose it)",
+        file=sys.stderr,
+        flush=True,
+    )
     return key

@@ -28,8 +28,15 @@ class SandboxBase:
         self._start_error: SandboxError | None = None
         self._snapshot_dir = SNAPSHOT_DIR
 
-    async def exec(self, command: str, *, timeout_s: float | None = None, output_limit: int | None = None,
-                   cwd: str | None = None, env: dict[str, str] | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        output_limit: int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
         raise NotImplementedError
 
     async def record_start(self) -> None:
@@ -48,9 +55,11 @@ class SandboxBase:
         self._check_open()
         if self._start_record is None:
             raise self._start_error or SandboxError("diff() before the sandbox recorded its start state")
-        result = await self.exec(diff_script(self._start_record, self._snapshot_dir),
-                                 timeout_s=max(self.config.timeout_s, 300),
-                                 output_limit=max(self.config.output_limit_bytes, 64 << 20))
+        result = await self.exec(
+            diff_script(self._start_record, self._snapshot_dir),
+            timeout_s=max(self.config.timeout_s, 300),
+            output_limit=max(self.config.output_limit_bytes, 64 << 20),
+        )
         return check_diff(result)
 
     async def __aenter__(self):
@@ -67,8 +76,10 @@ class SandboxBase:
             raise SandboxClosed(f"this {self.backend} sandbox is closed; start a new one for another episode")
 
     def _defaults(self, timeout_s: float | None, output_limit: int | None) -> tuple[float, int]:
-        return (timeout_s if timeout_s is not None else self.config.timeout_s,
-                output_limit if output_limit is not None else self.config.output_limit_bytes)
+        return (
+            timeout_s if timeout_s is not None else self.config.timeout_s,
+            output_limit if output_limit is not None else self.config.output_limit_bytes,
+        )
 
 
 def to_result(raw: RawResult, *, oom: bool) -> ExecResult:
@@ -84,5 +95,6 @@ def to_result(raw: RawResult, *, oom: bool) -> ExecResult:
     code = raw.returncode
     if code is not None and code < 0:
         code = 128 - code  # killed by a signal: report it the way a shell does
-    return ExecResult(raw.output.decode("utf-8", errors="replace"), code, outcome, raw.duration_s,
-                      truncated=raw.overflowed)
+    return ExecResult(
+        raw.output.decode("utf-8", errors="replace"), code, outcome, raw.duration_s, truncated=raw.overflowed
+    )

@@ -72,7 +72,8 @@ class BubblewrapBackend:
         if spec.image is not None and not Path(spec.image).is_dir():
             raise SandboxUnavailable(
                 f"bubblewrap takes an unpacked root filesystem folder as its image, not {spec.image!r}; "
-                "unpack one (`docker export`) or use backend 'docker'.")
+                "unpack one (`docker export`) or use backend 'docker'."
+            )
         sandbox = BubblewrapSandbox(self.config, spec)
         try:
             await sandbox.prepare(self.use_overlay)
@@ -109,20 +110,34 @@ class BubblewrapSandbox(SandboxBase):
         limits = self.config.limits
         memory = limits.memory_mb * (1 << 20) if limits.memory_mb else None
         self.group, self.limits_reason = await asyncio.to_thread(
-            LimitGroup.create, memory, limits.pids_max, limits.cpus)
+            LimitGroup.create, memory, limits.pids_max, limits.cpus
+        )
         self.limits_enforced = self.group is not None
         await asyncio.to_thread(write_owner, self.root, self.group)
         await self.record_start()
 
-    async def exec(self, command: str, *, timeout_s: float | None = None, output_limit: int | None = None,
-                   cwd: str | None = None, env: dict[str, str] | None = None,
-                   stdin: bytes | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        output_limit: int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
         self._check_open()
         timeout_s, output_limit = self._defaults(timeout_s, output_limit)
         argv = self._argv(command, cwd, env)
         before = self.group.oom_kills() if self.group else 0
-        raw = await run_process(argv, timeout_s=timeout_s, output_limit=output_limit, env=_host_env(),
-                                stdin=stdin, kill_extra=self.group.kill_all if self.group else None)
+        raw = await run_process(
+            argv,
+            timeout_s=timeout_s,
+            output_limit=output_limit,
+            env=_host_env(),
+            stdin=stdin,
+            kill_extra=self.group.kill_all if self.group else None,
+        )
         oom = self.group is not None and self.group.oom_kills() > before
         return to_result(raw, oom=oom)
 
@@ -134,8 +149,10 @@ class BubblewrapSandbox(SandboxBase):
         if raw.returncode == MISSING_EXIT:
             raise SandboxFileNotFound(f"{path!r} is not a file in the sandbox (workdir {self.workdir})")
         if raw.returncode != 0 or raw.overflowed:
-            raise SandboxError(f"reading {path!r} failed (exit {raw.returncode}, over {MAX_FILE_BYTES} bytes: "
-                               f"{raw.overflowed}): {raw.output[-300:]!r}")
+            raise SandboxError(
+                f"reading {path!r} failed (exit {raw.returncode}, over {MAX_FILE_BYTES} bytes: "
+                f"{raw.overflowed}): {raw.output[-300:]!r}"
+            )
         return raw.output
 
     async def write_file(self, path: str, data: bytes | str) -> None:
@@ -144,8 +161,9 @@ class BubblewrapSandbox(SandboxBase):
         payload = data.encode() if isinstance(data, str) else data
         raw = await self._raw(f'mkdir -p -- "$(dirname -- {quoted})" && cat > {quoted}', stdin=payload)
         if raw.returncode != 0:
-            raise SandboxError(f"writing {path!r} failed (exit {raw.returncode}): "
-                               f"{raw.output.decode(errors='replace')[-300:]}")
+            raise SandboxError(
+                f"writing {path!r} failed (exit {raw.returncode}): {raw.output.decode(errors='replace')[-300:]}"
+            )
 
     async def close(self) -> None:
         if self.closed:
@@ -156,14 +174,27 @@ class BubblewrapSandbox(SandboxBase):
         await asyncio.to_thread(remove_tree, self.root)
 
     async def _raw(self, command: str, *, output_limit: int = 1 << 16, stdin: bytes | None = None):
-        return await run_process(self._argv(command, None, None), timeout_s=max(self.config.timeout_s, 60),
-                                 output_limit=output_limit, env=_host_env(), stdin=stdin,
-                                 kill_extra=self.group.kill_all if self.group else None)
+        return await run_process(
+            self._argv(command, None, None),
+            timeout_s=max(self.config.timeout_s, 60),
+            output_limit=output_limit,
+            env=_host_env(),
+            stdin=stdin,
+            kill_extra=self.group.kill_all if self.group else None,
+        )
 
     def _argv(self, command: str, cwd: str | None, env: dict[str, str] | None) -> list[str]:
         workdir_source = self.overlay.merged if self.overlay else self.repo
-        argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
-                "--hostname", "roost-sandbox"]
+        argv = [
+            "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "roost-sandbox",
+        ]
         if self.config.limits.network:
             argv.append("--share-net")
         argv += self._filesystem()

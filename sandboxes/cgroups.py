@@ -29,8 +29,9 @@ class LimitGroup:
     removed: bool = field(default=False)
 
     @classmethod
-    def create(cls, memory_bytes: int | None, pids_max: int | None,
-               cpus: float | None) -> tuple[LimitGroup | None, str | None]:
+    def create(
+        cls, memory_bytes: int | None, pids_max: int | None, cpus: float | None
+    ) -> tuple[LimitGroup | None, str | None]:
         """A new group with the given limits, or (None, why not)."""
         name = f"roost-sandbox-{uuid.uuid4().hex[:12]}"
         try:
@@ -189,7 +190,7 @@ def _v1_mounts() -> dict[str, tuple[Path, str]]:
 
 def _relative(path: str, mount_root: str) -> str:
     if mount_root != "/" and path.startswith(mount_root):
-        path = path[len(mount_root):]
+        path = path[len(mount_root) :]
     return path.lstrip("/")
 
 

@@ -29,11 +29,14 @@ from .protocol import Capabilities, ExecResult, Outcome, SandboxSpec
 
 KEEPER_PID_FILE = "/.roost-keeper.pid"
 KEEPER = f"echo $$ > {KEEPER_PID_FILE} && exec sleep infinity"
-KILL_ALL = (f"keeper=$(cat {KEEPER_PID_FILE} 2>/dev/null); for round in 1 2 3; do "
-            "for d in /proc/[0-9]*; do p=${d#/proc/}; case $p in 1|$$|$keeper) ;; "
-            "*) kill -9 $p 2>/dev/null;; esac; done; done; true")
-OOM_COUNTER = ("cat /sys/fs/cgroup/memory.events 2>/dev/null || "
-               "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || true")
+KILL_ALL = (
+    f"keeper=$(cat {KEEPER_PID_FILE} 2>/dev/null); for round in 1 2 3; do "
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; case $p in 1|$$|$keeper) ;; "
+    "*) kill -9 $p 2>/dev/null;; esac; done; done; true"
+)
+OOM_COUNTER = (
+    "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || true"
+)
 # Docker carries stdout and stderr as separate streams, which loses their interleaving: one pipe keeps it.
 MERGE_STDERR = ["/bin/sh", "-c", 'exec "$@" 2>&1', "sh"]
 LABEL = "roost.sandbox"
@@ -55,8 +58,11 @@ class DockerBackend:
             import docker
 
             options = self.config.docker
-            self._client = (docker.DockerClient(base_url=options.base_url, timeout=120) if options.base_url
-                            else docker.from_env(timeout=120))
+            self._client = (
+                docker.DockerClient(base_url=options.base_url, timeout=120)
+                if options.base_url
+                else docker.from_env(timeout=120)
+            )
         return self._client
 
     async def available(self) -> str | None:
@@ -67,8 +73,11 @@ class DockerBackend:
                 return "the docker SDK is not installed; `pip install docker` (roost's 'sandboxes' extra)"
             try:
                 options = self.config.docker
-                probe = (docker.DockerClient(base_url=options.base_url, timeout=options.ping_timeout_s)
-                         if options.base_url else docker.from_env(timeout=options.ping_timeout_s))
+                probe = (
+                    docker.DockerClient(base_url=options.base_url, timeout=options.ping_timeout_s)
+                    if options.base_url
+                    else docker.from_env(timeout=options.ping_timeout_s)
+                )
                 probe.ping()
                 probe.close()
             except Exception as exc:  # the SDK raises several unrelated types for "no engine"
@@ -80,8 +89,10 @@ class DockerBackend:
     def image_for(self, spec: SandboxSpec) -> str:
         image = spec.image or self.config.docker.default_image or os.environ.get("ROOST_BASE_IMAGE")
         if not image:
-            raise SandboxUnavailable("no image for a docker sandbox: name one in the spec, set "
-                                     "docker.default_image, or export ROOST_BASE_IMAGE")
+            raise SandboxUnavailable(
+                "no image for a docker sandbox: name one in the spec, set "
+                "docker.default_image, or export ROOST_BASE_IMAGE"
+            )
         return image
 
     async def start(self, spec: SandboxSpec) -> DockerSandbox:
@@ -124,12 +135,21 @@ class DockerSandbox(SandboxBase):
             kwargs["nano_cpus"] = int(limits.cpus * 1e9)
         try:
             self.container = self.client.containers.run(
-                image, ["/bin/sh", "-c", KEEPER], detach=True, init=self.config.docker.init,
-                name=f"roost-sandbox-{uuid.uuid4().hex[:12]}", working_dir=self.workdir,
-                labels={LABEL: "1"}, security_opt=["no-new-privileges"], **kwargs)
+                image,
+                ["/bin/sh", "-c", KEEPER],
+                detach=True,
+                init=self.config.docker.init,
+                name=f"roost-sandbox-{uuid.uuid4().hex[:12]}",
+                working_dir=self.workdir,
+                labels={LABEL: "1"},
+                security_opt=["no-new-privileges"],
+                **kwargs,
+            )
         except docker.errors.ImageNotFound as exc:
-            raise SandboxUnavailable(f"image {image!r} is not on the Docker engine ({exc}); build or load "
-                                     "it first (images cannot be pulled here)") from exc
+            raise SandboxUnavailable(
+                f"image {image!r} is not on the Docker engine ({exc}); build or load "
+                "it first (images cannot be pulled here)"
+            ) from exc
         except docker.errors.APIError as exc:
             raise SandboxError(f"could not start a container from {image!r}: {exc}") from exc
 
@@ -137,6 +157,7 @@ class DockerSandbox(SandboxBase):
         if not directory.is_dir():
             raise SandboxError(f"sandbox source {directory} is not a directory; pass a repository folder")
         with tempfile.TemporaryFile() as archive:
+
             def pack_and_put() -> None:
                 with tarfile.open(fileobj=archive, mode="w") as tar:
                     tar.add(str(directory), arcname=".")
@@ -146,14 +167,25 @@ class DockerSandbox(SandboxBase):
 
             await asyncio.to_thread(pack_and_put)
 
-    async def exec(self, command: str, *, timeout_s: float | None = None, output_limit: int | None = None,
-                   cwd: str | None = None, env: dict[str, str] | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        output_limit: int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
         self._check_open()
         timeout_s, output_limit = self._defaults(timeout_s, output_limit)
         start = time.monotonic()
         exec_id = await asyncio.to_thread(
-            self.api.exec_create, self.container.id, [*MERGE_STDERR, *self.config.shell, command],
-            workdir=_inside(cwd, self.workdir), environment={**self.spec.env, **(env or {})})
+            self.api.exec_create,
+            self.container.id,
+            [*MERGE_STDERR, *self.config.shell, command],
+            workdir=_inside(cwd, self.workdir),
+            environment={**self.spec.env, **(env or {})},
+        )
         reader = _StreamReader(self.api, exec_id["Id"], output_limit)
         done = await reader.wait(timeout_s)
         if not done or reader.overflowed.is_set():

@@ -42,7 +42,8 @@ class LocalBackend:
         if spec.image is not None:
             raise SandboxUnavailable(
                 f"the local backend cannot start from image {spec.image!r}: it runs on the host. "
-                "Use backend 'docker' for images, or pass a directory.")
+                "Use backend 'docker' for images, or pass a directory."
+            )
         if not self._swept:
             await asyncio.to_thread(sweep, ROOT_PREFIX)
             self._swept = True
@@ -77,28 +78,46 @@ class LocalSandbox(SandboxBase):
         limits = self.config.limits
         memory = limits.memory_mb * (1 << 20) if limits.memory_mb else None
         self.group, self.limits_reason = await asyncio.to_thread(
-            LimitGroup.create, memory, limits.pids_max, limits.cpus)
+            LimitGroup.create, memory, limits.pids_max, limits.cpus
+        )
         self.limits_enforced = self.group is not None
         await asyncio.to_thread(write_owner, self.root, self.group)
         await self.record_start()
 
     def environment(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.scratch),
-               "TMPDIR": str(self.scratch), "LANG": "C.UTF-8"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.scratch),
+            "TMPDIR": str(self.scratch),
+            "LANG": "C.UTF-8",
+        }
         return env | self.spec.env | (extra or {})
 
-    async def exec(self, command: str, *, timeout_s: float | None = None, output_limit: int | None = None,
-                   cwd: str | None = None, env: dict[str, str] | None = None,
-                   stdin: bytes | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        output_limit: int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
         self._check_open()
         timeout_s, output_limit = self._defaults(timeout_s, output_limit)
         argv = [*self.config.shell, command]
         if self.group is not None:
             argv = ["/bin/sh", "-c", CGROUP_JOIN, "sh", *self.group.procs_files(), "--", *argv]
         before = self.group.oom_kills() if self.group else 0
-        raw = await run_process(argv, timeout_s=timeout_s, output_limit=output_limit,
-                                env=self.environment(env), cwd=self._host_path(cwd or "."), stdin=stdin,
-                                kill_extra=self.group.kill_all if self.group else None)
+        raw = await run_process(
+            argv,
+            timeout_s=timeout_s,
+            output_limit=output_limit,
+            env=self.environment(env),
+            cwd=self._host_path(cwd or "."),
+            stdin=stdin,
+            kill_extra=self.group.kill_all if self.group else None,
+        )
         oom = self.group is not None and self.group.oom_kills() > before
         return to_result(raw, oom=oom)
 
@@ -139,8 +158,14 @@ async def copy_tree(source: Path, target: Path) -> None:
         raise SandboxError(f"sandbox source {source} is not a directory; pass a repository folder")
     target.mkdir(parents=True)
     proc = await asyncio.create_subprocess_exec(
-        "cp", "-a", "--reflink=auto", f"{source}/.", str(target),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        "cp",
+        "-a",
+        "--reflink=auto",
+        f"{source}/.",
+        str(target),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await proc.communicate()
     if proc.returncode != 0:
         raise SandboxError(f"copying {source} into the sandbox failed: {err.decode(errors='replace')[-500:]}")

@@ -63,8 +63,9 @@ async def overlay_works() -> str | None:
         overlay = Overlay.under(root / "lower", root)
         argv = overlay.wrap(["/bin/sh", "-c", 'echo y > "$0/g" && cat "$0/f"', str(overlay.merged)])
         try:
-            proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.STDOUT)
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            )
             out, _ = await asyncio.wait_for(proc.communicate(), 10)
         except (TimeoutError, OSError) as exc:
             return f"unshare failed: {exc}"

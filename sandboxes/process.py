@@ -33,15 +33,27 @@ class RawResult:
     duration_s: float
 
 
-async def run_process(argv: Sequence[str], *, timeout_s: float, output_limit: int, env: dict[str, str],
-                      cwd: str | None = None, stdin: bytes | None = None,
-                      kill_extra: Callable[[], None] | None = None) -> RawResult:
+async def run_process(
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    output_limit: int,
+    env: dict[str, str],
+    cwd: str | None = None,
+    stdin: bytes | None = None,
+    kill_extra: Callable[[], None] | None = None,
+) -> RawResult:
     """Run `argv`; kill it on timeout or once it has printed more than `output_limit` bytes."""
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
+        *argv,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGKILL),
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     buffer = bytearray()
     overflowed = asyncio.Event()
@@ -77,8 +89,9 @@ async def run_process(argv: Sequence[str], *, timeout_s: float, output_limit: in
     if feeder is not None:
         feeder.cancel()
     killed = timed_out or overflowed.is_set()
-    return RawResult(bytes(buffer), None if killed else proc.returncode, timed_out,
-                     overflowed.is_set(), time.monotonic() - start)
+    return RawResult(
+        bytes(buffer), None if killed else proc.returncode, timed_out, overflowed.is_set(), time.monotonic() - start
+    )
 
 
 async def _wait_all(proc: asyncio.subprocess.Process, reader: asyncio.Task) -> None:

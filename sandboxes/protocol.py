@@ -86,8 +86,15 @@ class Sandbox(Protocol):
     scratch_dir: str
     """A writable folder outside `workdir`, private to this sandbox, kept between commands."""
 
-    async def exec(self, command: str, *, timeout_s: float | None = None, output_limit: int | None = None,
-                   cwd: str | None = None, env: dict[str, str] | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        output_limit: int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
         """Run `command` with the configured shell; defaults come from the SandboxConfig."""
         ...
 
@@ -107,8 +114,7 @@ class Sandbox(Protocol):
         """Make the current state the one `diff()` compares against (start() already did, once)."""
         ...
 
-    async def close(self) -> None:
-        ...
+    async def close(self) -> None: ...
 
     async def __aenter__(self) -> Sandbox: ...
 
@@ -125,5 +131,4 @@ class SandboxBackend(Protocol):
         """None when this backend can start sandboxes here, else why not (and how to fix it)."""
         ...
 
-    async def start(self, spec: SandboxSpec) -> Sandbox:
-        ...
+    async def start(self, spec: SandboxSpec) -> Sandbox: ...

@@ -36,7 +36,8 @@ async def make_backend(config: SandboxConfig) -> SandboxBackend:
         reasons.append(f"{name}: {reason}")
     raise SandboxUnavailable(
         "no sandbox backend is available (" + "; ".join(reasons) + "). Start a Docker engine or install "
-        "bubblewrap; backend='local' runs without isolation, for development only.")
+        "bubblewrap; backend='local' runs without isolation, for development only."
+    )
 
 
 async def start_sandbox(config: SandboxConfig, spec: SandboxSpec) -> Sandbox:

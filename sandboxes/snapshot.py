@@ -72,7 +72,8 @@ def parse_start(result: ExecResult) -> str:
     if not result.ok or len(words) < 2 or words[-2] not in ("repo", "snap"):
         raise SandboxError(
             f"could not record the working directory's start state (exit {result.exit_code}, "
-            f"{result.outcome.value}): {result.output.strip()[-500:]!r}; diff() needs git in the sandbox")
+            f"{result.outcome.value}): {result.output.strip()[-500:]!r}; diff() needs git in the sandbox"
+        )
     return f"{words[-2]} {words[-1]}"
 
 
@@ -81,5 +82,6 @@ def check_diff(result: ExecResult) -> str:
         raise SandboxError(
             f"git diff in the sandbox failed (exit {result.exit_code}, {result.outcome.value}): "
             f"{result.output.strip()[-500:]!r}; expected a patch. Raise output_limit_bytes if the "
-            "patch is larger than the output cap.")
+            "patch is larger than the output cap."
+        )
     return result.output

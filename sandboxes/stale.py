@@ -18,9 +18,13 @@ OWNER_FILE = "owner.json"
 
 
 def write_owner(root: Path, group: LimitGroup | None) -> None:
-    owner = {"pid": os.getpid(), "start": process_start_time(os.getpid()),
-             "cgroups": None if group is None else {"version": group.version,
-                                                    "dirs": {k: str(v) for k, v in group.dirs.items()}}}
+    owner = {
+        "pid": os.getpid(),
+        "start": process_start_time(os.getpid()),
+        "cgroups": None
+        if group is None
+        else {"version": group.version, "dirs": {k: str(v) for k, v in group.dirs.items()}},
+    }
     (root / OWNER_FILE).write_text(json.dumps(owner))
 
 

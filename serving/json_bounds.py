@@ -56,8 +56,12 @@ def load_json(text: str, what: str, *, enclosing: int = 0, error: ErrorType = Js
     depth = text_depth(text) - enclosing
     if depth > MAX_DEPTH:
         raise error(f"{what} nest {depth} deep; at most {MAX_DEPTH} levels are accepted")
-    return json.loads(text, parse_int=partial(_int, what, error), parse_float=partial(_float, what, error),
-                      parse_constant=partial(_constant, what, error))
+    return json.loads(
+        text,
+        parse_int=partial(_int, what, error),
+        parse_float=partial(_float, what, error),
+        parse_constant=partial(_constant, what, error),
+    )
 
 
 def check_json(value: Any, what: str, *, error: ErrorType = JsonBoundsError) -> None:
@@ -78,8 +82,10 @@ def check_json(value: Any, what: str, *, error: ErrorType = JsonBoundsError) -> 
             continue
         elif isinstance(item, int):
             if abs(item) >= _INT_BOUND:
-                raise error(f"{what} hold an integer of more than {MAX_INT_DIGITS:,} digits; "
-                            f"at most {MAX_INT_DIGITS:,} are accepted")
+                raise error(
+                    f"{what} hold an integer of more than {MAX_INT_DIGITS:,} digits; "
+                    f"at most {MAX_INT_DIGITS:,} are accepted"
+                )
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise error(f"{what} hold {item}; only finite numbers are accepted")
@@ -97,8 +103,10 @@ def out_of_bounds(request: BaseModel, body: bytes) -> tuple[str, str] | None:
         if isinstance(item, bool):
             continue
         if isinstance(item, int) and not INT64_MIN <= item <= INT64_MAX:
-            return where, (f"{_integer(item)} is past the signed 64-bit range ({INT64_MIN} to {INT64_MAX}) "
-                           "that the engine and the store hold")
+            return where, (
+                f"{_integer(item)} is past the signed 64-bit range ({INT64_MIN} to {INT64_MAX}) "
+                "that the engine and the store hold"
+            )
         if isinstance(item, float) and not math.isfinite(item):
             return where, f"{item} is not a finite number; send a finite one"
     return None

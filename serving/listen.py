@@ -40,8 +40,11 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise OSError(exc.errno, f"cannot bind {host}:{port} ({exc.strerror}); pass --port 0 to take any free "
-                                 "port (the server reports the one it got)") from None
+        raise OSError(
+            exc.errno,
+            f"cannot bind {host}:{port} ({exc.strerror}); pass --port 0 to take any free "
+            "port (the server reports the one it got)",
+        ) from None
     if not port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.set_inheritable(True)

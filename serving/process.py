@@ -35,8 +35,16 @@ def wait_healthy(process: subprocess.Popen, url: str, name: str, timeout_s: floa
     raise ServerStartError(f"{name} did not answer {url}/health within {timeout_s:.0f}s{see}")
 
 
-def start_reporting(command: list[str], port_file: Path, name: str, timeout_s: float, *, host: str = "127.0.0.1",
-                    see: str = "", **popen: object) -> tuple[subprocess.Popen, int]:
+def start_reporting(
+    command: list[str],
+    port_file: Path,
+    name: str,
+    timeout_s: float,
+    *,
+    host: str = "127.0.0.1",
+    see: str = "",
+    **popen: object,
+) -> tuple[subprocess.Popen, int]:
     """Start `command` (which ends in `--port-file port_file`), wait for the port it reports and
     then for its /health; the process and its port. The process dies with this thread."""
     port_file.unlink(missing_ok=True)
@@ -55,8 +63,15 @@ class ServerProcess:
     """`roost SUBCOMMAND --port P --port-file F ARGS...` in a subprocess; a `ServerHandle`.
     `port` 0 (the default) lets the server take any free port; `url` names the one it got."""
 
-    def __init__(self, subcommand: str, args: list[str], *, port: int = 0,
-                 startup_timeout_s: float = 120.0, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        subcommand: str,
+        args: list[str],
+        *,
+        port: int = 0,
+        startup_timeout_s: float = 120.0,
+        env: dict[str, str] | None = None,
+    ):
         self.name = subcommand
         self.port = port
         self.args = args
@@ -70,15 +85,25 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self, port_file: Path) -> list[str]:
-        return [sys.executable, "-m", "roost.cli.main", self.name, "--port", str(self.port),
-                "--port-file", str(port_file), *self.args]
+        return [
+            sys.executable,
+            "-m",
+            "roost.cli.main",
+            self.name,
+            "--port",
+            str(self.port),
+            "--port-file",
+            str(port_file),
+            *self.args,
+        ]
 
     def start(self) -> str:
         self._folder = tempfile.mkdtemp(prefix=f"roost-{self.name}-")
         port_file = Path(self._folder) / "port"
         try:
-            self.process, self.port = start_reporting(self.command(port_file), port_file, self.name,
-                                                      self.startup_timeout_s, env=self.env)
+            self.process, self.port = start_reporting(
+                self.command(port_file), port_file, self.name, self.startup_timeout_s, env=self.env
+            )
         except BaseException:
             self.stop()
             raise

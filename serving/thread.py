@@ -36,8 +36,9 @@ class UvicornThread:
         return f"http://{self._host}:{bound_port(self._sock)}"
 
     def start(self) -> str:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self._sock])),
-                                        name=self.name, daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.server.serve(sockets=[self._sock])), name=self.name, daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while not self.server.started:

@@ -53,8 +53,13 @@ class Span:
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Span:
-        return cls(raw["name"], raw["context"]["span_id"], raw.get("parent_id"), raw.get("attributes") or {},
-                   raw["context"]["trace_id"])
+        return cls(
+            raw["name"],
+            raw["context"]["span_id"],
+            raw.get("parent_id"),
+            raw.get("attributes") or {},
+            raw["context"]["trace_id"],
+        )
 
 
 def _phoenix_port() -> int:
@@ -74,23 +79,30 @@ class PhoenixServer:
     def __init__(self, folder: Path):
         self.port = _phoenix_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "PHOENIX_PORT": str(self.port), "PHOENIX_GRPC_PORT": str(_phoenix_port()),
-                    "PHOENIX_HOST": "127.0.0.1", "PHOENIX_WORKING_DIR": str(folder),
-                    "PHOENIX_TELEMETRY_ENABLED": "false"}
+        self.env = {
+            **os.environ,
+            "PHOENIX_PORT": str(self.port),
+            "PHOENIX_GRPC_PORT": str(_phoenix_port()),
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_WORKING_DIR": str(folder),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
         self.log = folder / "phoenix.log"
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> PhoenixServer:
         binary = phoenix_bin()
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen([str(binary), "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            preexec_fn=die_with_parent())
+            self.process = subprocess.Popen(
+                [str(binary), "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
+            )
         deadline = time.monotonic() + STARTUP_S
         while not self._healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 stop_process(self.process)
-                raise RuntimeError(f"phoenix serve did not come up on {self.url}; its log:\n"
-                                   f"{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"phoenix serve did not come up on {self.url}; its log:\n{self.log.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         return self
 

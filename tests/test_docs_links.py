@@ -16,8 +16,12 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 
 
 def doc_pages() -> list[Path]:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-             *sorted(ROOT.glob("envs/*/README.md")), *sorted(ROOT.glob("recipes/**/README.md"))]
+    pages = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted(ROOT.glob("envs/*/README.md")),
+        *sorted(ROOT.glob("recipes/**/README.md")),
+    ]
     return [p for p in pages if p.is_file()]
 
 
@@ -50,8 +54,12 @@ def anchors(page: Path) -> set[str]:
 
 
 def relative_links(page: Path) -> list[str]:
-    return [target for line in prose_lines(page) for target in LINK.findall(CODE_SPAN.sub("", line))
-            if not re.match(r"[a-z][a-z0-9+.-]*:", target)]
+    return [
+        target
+        for line in prose_lines(page)
+        for target in LINK.findall(CODE_SPAN.sub("", line))
+        if not re.match(r"[a-z][a-z0-9+.-]*:", target)
+    ]
 
 
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -74,7 +82,7 @@ def layout_rows() -> list[tuple[str, str]]:
     lines = ARCHITECTURE.read_text().splitlines()
     start = lines.index("## Layout")
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("## "):
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
@@ -105,6 +113,9 @@ def test_layout_table_names_every_package_folder():
 
 
 def test_layout_table_imports_match_their_folders():
-    wrong = [(folder, module) for folder, module in layout_rows()
-             if module != "—" and module != "roost." + folder.rstrip("/").replace("/", ".")]
+    wrong = [
+        (folder, module)
+        for folder, module in layout_rows()
+        if module != "—" and module != "roost." + folder.rstrip("/").replace("/", ".")
+    ]
     assert not wrong, f"docs/architecture.md's layout table gives the wrong import for: {wrong}"

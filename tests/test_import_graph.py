@@ -56,7 +56,7 @@ def _cycle(graph: dict[str, dict[str, str]]) -> list[str] | None:
         state[path[-1]] = "on path"
         for nxt in graph.get(path[-1], {}):
             if state.get(nxt) == "on path":
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(path + [nxt])):
                 return found
         state[path[-1]] = "done"

@@ -22,8 +22,12 @@ TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (?P<level>[A-Z]+) (?P<l
 def stderr_until(args: list[str], done: Callable[[list[str]], bool], log: Path) -> list[str]:
     """Run `roost ARGS` until `done(its stderr lines so far)`; its stderr lines up to then."""
     with log.open("w") as err:
-        process = subprocess.Popen([sys.executable, "-m", "roost.cli.main", *args], stdout=subprocess.DEVNULL,
-                                   stderr=err, preexec_fn=die_with_parent())
+        process = subprocess.Popen(
+            [sys.executable, "-m", "roost.cli.main", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=die_with_parent(),
+        )
     try:
         deadline = time.monotonic() + 120
         while not done(log.read_text().splitlines()):
@@ -48,8 +52,7 @@ def json_records(lines: list[str]) -> list[dict]:
 
 
 def test_the_env_server_logs_info_lines_as_text_by_default(tmp_path):
-    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0"],
-                         started, tmp_path / "stderr.log")
+    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0"], started, tmp_path / "stderr.log")
     records = text_records(lines)
     ours = [r for r in records if r["logger"] == "roost.envs.serve"]
     assert ours and ours[0]["level"] == "INFO" and ours[0]["message"].startswith(f"env server for {TOY}")
@@ -57,8 +60,9 @@ def test_the_env_server_logs_info_lines_as_text_by_default(tmp_path):
 
 
 def test_the_env_server_logs_json_lines_with_their_extra_fields(tmp_path):
-    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0", "--log-json"],
-                         started, tmp_path / "stderr.log")
+    lines = stderr_until(
+        ["serve", TOY, "--workers", "1", "--port", "0", "--log-json"], started, tmp_path / "stderr.log"
+    )
     records = json_records(lines)
     [ours] = [r for r in records if r["logger"] == "roost.envs.serve"]
     assert (ours["level"], ours["env"], ours["workers"]) == ("INFO", TOY, 1)
@@ -69,18 +73,28 @@ def test_the_env_server_logs_json_lines_with_their_extra_fields(tmp_path):
 
 def test_the_gateway_logs_json_when_asked(tmp_path):
     # the openai backend starts without reaching its upstream
-    args = ["gateway", "--backend", "openai", "--engine-url", "http://127.0.0.1:9/v1", "--port", "0",
-            "--store", str(tmp_path / "t.sqlite"), "--log-json"]
+    args = [
+        "gateway",
+        "--backend",
+        "openai",
+        "--engine-url",
+        "http://127.0.0.1:9/v1",
+        "--port",
+        "0",
+        "--store",
+        str(tmp_path / "t.sqlite"),
+        "--log-json",
+    ]
     lines = stderr_until(args, started, tmp_path / "stderr.log")
     [ours] = [r for r in json_records(lines) if r["logger"] == "roost.gateway"]
     assert ours["level"] == "INFO" and (ours["backend"], ours["store"]) == ("openai", str(tmp_path / "t.sqlite"))
 
 
 def test_the_viewer_logs_json_when_asked(tmp_path):
-    lines = stderr_until(["view", str(tmp_path), "--port", "0", "--log-json"], started,
-                         tmp_path / "stderr.log")
-    assert {"level": "INFO", "logger": "uvicorn.error"} in [{k: r[k] for k in ("level", "logger")}
-                                                            for r in json_records(lines)]
+    lines = stderr_until(["view", str(tmp_path), "--port", "0", "--log-json"], started, tmp_path / "stderr.log")
+    assert {"level": "INFO", "logger": "uvicorn.error"} in [
+        {k: r[k] for k in ("level", "logger")} for r in json_records(lines)
+    ]
 
 
 def test_below_its_log_level_a_server_prints_nothing(tmp_path):
@@ -89,8 +103,11 @@ def test_below_its_log_level_a_server_prints_nothing(tmp_path):
     def serving(_: list[str]) -> bool:
         return port_file.is_file() and is_healthy(f"http://127.0.0.1:{port_file.read_text().strip()}")
 
-    lines = stderr_until(["serve", TOY, "--workers", "1", "--port", "0", "--port-file", str(port_file),
-                          "--log-level", "warning"], serving, tmp_path / "stderr.log")
+    lines = stderr_until(
+        ["serve", TOY, "--workers", "1", "--port", "0", "--port-file", str(port_file), "--log-level", "warning"],
+        serving,
+        tmp_path / "stderr.log",
+    )
     assert not text_records(lines)
 
 

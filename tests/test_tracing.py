@@ -12,26 +12,31 @@ from starlette.applications import Starlette
 from roost.tracing import Tracing, TracingUnavailable, wanted
 
 
-@pytest.mark.parametrize(("flag", "environ", "on"), [
-    (False, {}, False),
-    (True, {}, True),
-    (False, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
-    (False, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
-    (False, {"OTEL_TRACES_EXPORTER": "otlp"}, True),
-    (False, {"OTEL_SERVICE_NAME": "mine"}, False),  # a name alone exports nothing
-    (True, {"OTEL_TRACES_EXPORTER": "none"}, False),
-    (True, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_SDK_DISABLED": "true"}, False),
-])
+@pytest.mark.parametrize(
+    ("flag", "environ", "on"),
+    [
+        (False, {}, False),
+        (True, {}, True),
+        (False, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
+        (False, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
+        (False, {"OTEL_TRACES_EXPORTER": "otlp"}, True),
+        (False, {"OTEL_SERVICE_NAME": "mine"}, False),  # a name alone exports nothing
+        (True, {"OTEL_TRACES_EXPORTER": "none"}, False),
+        (True, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_SDK_DISABLED": "true"}, False),
+    ],
+)
 def test_tracing_is_on_with_the_flag_or_the_standard_variables(flag, environ, on):
     assert wanted(flag, environ) is on
 
 
 def test_off_imports_nothing_of_opentelemetry_and_changes_nothing():
-    code = ("import sys; from roost.tracing import Tracing; from starlette.applications import Starlette\n"
-            "t = Tracing.start('gateway'); app = Starlette()\n"
-            "assert t.instrument_app(app) is app and not app.user_middleware and t.aiohttp_trace_configs() == []\n"
-            "with t.span('x') as span: assert span is None and t.current().traceparent is None\n"
-            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    code = (
+        "import sys; from roost.tracing import Tracing; from starlette.applications import Starlette\n"
+        "t = Tracing.start('gateway'); app = Starlette()\n"
+        "assert t.instrument_app(app) is app and not app.user_middleware and t.aiohttp_trace_configs() == []\n"
+        "with t.span('x') as span: assert span is None and t.current().traceparent is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

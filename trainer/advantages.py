@@ -150,8 +150,9 @@ def reinforce_pp(group: Group, *, baseline: bool = True) -> EstimatorResult:
 reinforce_pp.batch_whiten = True  # type: ignore[attr-defined]
 
 
-def gae(group: Group, *, critic: str | Callable[[list[Sample]], list[list[float]]], gamma: float = 1.0,
-        lam: float = 0.95) -> EstimatorResult:
+def gae(
+    group: Group, *, critic: str | Callable[[list[Sample]], list[list[float]]], gamma: float = 1.0, lam: float = 0.95
+) -> EstimatorResult:
     """Generalised advantage estimation over each sample's sampled tokens.
 
     `critic(samples)` gives a value per token of each sample (a value model's forward, or
@@ -262,8 +263,11 @@ def _posted(sample: Sample, estimated: list[float] | None) -> list[float] | None
 
 def _fully_posted(sample: Sample) -> bool:
     tokens = sample.advantages or [None] * len(sample.tokens)
-    return all(tokens[i] is not None or sample.calls[c].advantage is not None
-               for i, (m, c) in enumerate(zip(sample.loss_mask, sample.token_call)) if m)
+    return all(
+        tokens[i] is not None or sample.calls[c].advantage is not None
+        for i, (m, c) in enumerate(zip(sample.loss_mask, sample.token_call))
+        if m
+    )
 
 
 def compute_advantages(groups: Sequence[Group], config: AdvantageConfig) -> tuple[list[Scored], dict[str, int]]:
@@ -318,4 +322,6 @@ def _whiten(items: list[Scored]) -> None:
         return
     mean, std = mean_std(values)
     for item in items:
-        item.advantages = [(a - mean) / (std + 1e-6) if m else 0.0 for a, m in zip(item.advantages, item.sample.loss_mask)]
+        item.advantages = [
+            (a - mean) / (std + 1e-6) if m else 0.0 for a, m in zip(item.advantages, item.sample.loss_mask)
+        ]

@@ -92,7 +92,8 @@ class AllowedTokens:
                     f"call {call_id}: sampled token {i} (id {token}) does not follow its recorded "
                     f"{constraint[0]} as roost's xgrammar reads it (an engine with other grammar settings, "
                     "SGLang's free JSON whitespace say, sampled it); the call is trained on the model's unmasked "
-                    "distribution")
+                    "distribution"
+                )
 
     def _grammar(self, field: str, value: Any) -> xgrammar.CompiledGrammar:
         key = repr((field, value))

@@ -83,8 +83,9 @@ def prune_checkpoints(run_dir: Path, keep: int, *protected: str | None) -> None:
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return
-    folders = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                     key=lambda p: p.stat().st_mtime)
+    folders = sorted(
+        (p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.stat().st_mtime
+    )
     kept = {Path(p).resolve() for p in protected if p}
     for folder in folders[: max(0, len(folders) - keep)]:
         if not any(folder.resolve() == k or folder.resolve() in k.parents for k in kept):

@@ -9,11 +9,16 @@ from roost.logging_setup import LogLevel, configure_logging, json_option, level_
 
 def train(
     recipe: str = typer.Argument(..., help="Recipe YAML, e.g. recipes/alfworld/cpu.yaml."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set trainer.lr=1e-5 (repeatable; "
-                                   "`steps` is schedule.steps)."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a recipe key: --set trainer.lr=1e-5 (repeatable; `steps` is schedule.steps)."
+    ),
     show: bool = typer.Option(False, "--show", help="Print the validated recipe and exit."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress bars per stage, as "
-                                  "`roost demo` shows them (--no-progress: plain lines, e.g. for a log file)."),
+    progress: bool = typer.Option(
+        True,
+        "--progress/--no-progress",
+        help="Live progress bars per stage, as "
+        "`roost demo` shows them (--no-progress: plain lines, e.g. for a log file).",
+    ),
     log_level: LogLevel = level_option(),
     log_json: bool = json_option(),
 ) -> None:
@@ -44,8 +49,10 @@ def train(
     typer.echo(f"done: {summary.steps} RL steps; run folder {summary.run_dir}")
     for label, result in summary.evals.items():
         rate = result.get("success_rate")
-        typer.echo(f"  eval {label}: success {'n/a' if rate is None else f'{rate:.2f}'} "
-                   f"over {result['scored']} of {result['episodes']} episodes on {result['split']}")
+        typer.echo(
+            f"  eval {label}: success {'n/a' if rate is None else f'{rate:.2f}'} "
+            f"over {result['scored']} of {result['episodes']} episodes on {result['split']}"
+        )
     typer.echo(f"trajectories: {summary.store} (roost trajectories export --store {summary.store} --out FILE)")
 
 

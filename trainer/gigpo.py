@@ -40,8 +40,16 @@ class Step:
     """Discounted return from this step to the end of its episode."""
 
 
-def gigpo(group: Group, *, gamma: float = 0.95, step_weight: float = 1.0, scale: bool = True, eps: float = 1e-6,
-          equal_rewards: str = "drop", equal_outcomes: str = "keep") -> EstimatorResult:
+def gigpo(
+    group: Group,
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    scale: bool = True,
+    eps: float = 1e-6,
+    equal_rewards: str = "drop",
+    equal_outcomes: str = "keep",
+) -> EstimatorResult:
     """Episode advantage (GRPO over returns) plus `step_weight` × the anchor-state step advantage.
 
     `scale=False` centres both levels without dividing by their std (verl-agent's `mean_norm`);
@@ -87,8 +95,10 @@ def episode_steps(sample: Sample, outcome: float, gamma: float) -> list[Step]:
         returns[k] = running
     key = (sample.session_id, sample.agent_id)
     starts = [0] + [end for _, _, end in spans[:-1]]
-    return [Step(sample.calls[call].call_id, key, tuple(sample.tokens[before:start]), ret)
-            for (call, start, _), before, ret in zip(spans, starts, returns)]
+    return [
+        Step(sample.calls[call].call_id, key, tuple(sample.tokens[before:start]), ret)
+        for (call, start, _), before, ret in zip(spans, starts, returns)
+    ]
 
 
 def _anchor_advantages(steps: list[Step], scale: bool, eps: float) -> dict[str, float]:

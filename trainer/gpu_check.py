@@ -42,8 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-timeout", type=float, default=600.0, help="Seconds SGLang may take to start.")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() and not args.cpu:
-        report({"check": "cuda", "status": "skip", "reason": "no CUDA device here; run make gpu-check on a machine "
-                "with one (--cpu runs the trainer checks on the CPU)"})
+        report(
+            {
+                "check": "cuda",
+                "status": "skip",
+                "reason": "no CUDA device here; run make gpu-check on a machine "
+                "with one (--cpu runs the trainer checks on the CPU)",
+            }
+        )
         return 0
     results = run_checks(args.sglang_timeout)
     return int(any(result["status"] == "fail" for result in results))
@@ -106,8 +112,14 @@ def _batch(vocab: int, seed: int = 0) -> list:
         prompt, shared = tokens(24), tokens(3)
         for i in range(4):
             answer = (shared if i % 2 else []) + tokens(8 - (3 if i % 2 else 0))
-            samples.append(Sample.from_turns([(prompt, answer, [-rng.random() * 3 for _ in answer])],
-                                             session_id=f"g{group}s{i}", group_id=f"g{group}", reward=float(i % 3)))
+            samples.append(
+                Sample.from_turns(
+                    [(prompt, answer, [-rng.random() * 3 for _ in answer])],
+                    session_id=f"g{group}s{i}",
+                    group_id=f"g{group}",
+                    reward=float(i % 3),
+                )
+            )
     return samples
 
 
@@ -128,8 +140,14 @@ def _tree_vs_flat(policy, samples, step) -> dict[str, Any]:
     if not (step.updated and math.isfinite(step.loss) and math.isfinite(step.grad_norm)):
         result["status"] = "fail"
     device = next(policy.model.parameters()).device
-    return {**result, "device": str(device), "step_loss": step.loss, "grad_norm": step.grad_norm,
-            "tree_tokens": step.tree_tokens, "flat_tokens": sum(len(s.tokens) for s in samples)}
+    return {
+        **result,
+        "device": str(device),
+        "step_loss": step.loss,
+        "grad_norm": step.grad_norm,
+        "tree_tokens": step.tree_tokens,
+        "flat_tokens": sum(len(s.tokens) for s in samples),
+    }
 
 
 def _te_tree_mask(policy, samples) -> dict[str, Any]:
@@ -154,20 +172,28 @@ def _sglang_sync(policy, model: Path, timeout_s: float) -> dict[str, Any]:
     if not torch.cuda.is_available():
         return {"status": "skip", "reason": "SGLang serves on a GPU only"}
     if importlib.util.find_spec("sgl_kernel") is None:
-        return {"status": "skip", "reason": "SGLang's serving dependencies are missing (sgl_kernel): "
-                "pip install sglang==0.5.3 with its dependencies"}
+        return {
+            "status": "skip",
+            "reason": "SGLang's serving dependencies are missing (sgl_kernel): "
+            "pip install sglang==0.5.3 with its dependencies",
+        }
     folder = Path(tempfile.mkdtemp(prefix="roost-gpu-check-"))  # kept: SGLang's log is there
     checkpoint = policy.export_hf(folder / "step-1")
     prompt = AutoTokenizer.from_pretrained(model)("The weather today")["input_ids"]
     generation = asyncio.run(_served_generation(model, checkpoint, prompt, timeout_s))
-    probe = Sample.from_turns([(prompt, generation.output_ids, generation.output_logprobs)],
-                              session_id="probe", group_id="probe")
+    probe = Sample.from_turns(
+        [(prompt, generation.output_ids, generation.output_logprobs)], session_id="probe", group_id="probe"
+    )
     ours = policy.logprobs([probe])[0]
     result = _verdict(_max_diff([ours], [torch.tensor(generation.output_logprobs)]), BF16_TOLERANCE)
     if generation.weight_version != "gpu-check-1":
         result.update(status="fail", weight_version=generation.weight_version)
-    return {**result, "temperature": SGLANG_TEMPERATURE, "tokens": len(generation.output_ids),
-            "log": str(folder / "sglang.log")}
+    return {
+        **result,
+        "temperature": SGLANG_TEMPERATURE,
+        "tokens": len(generation.output_ids),
+        "log": str(folder / "sglang.log"),
+    }
 
 
 async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], timeout_s: float):
@@ -180,21 +206,37 @@ async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], t
     from .weight_sync import sync_weights
 
     # The tiny model's 16-dimension heads: Triton's attention takes them; no CUDA graphs, a quick start.
-    recipe = validate_recipe({"name": "gpu-check", "env": {"name": "none"}, "placement": {"engine_gpus": 1},
-                              "engine": {"backend": "sglang", "dtype": "bfloat16", "args": [
-                                  "--attention-backend", "triton", "--disable-cuda-graph",
-                                  "--mem-fraction-static", "0.3"]}})
+    recipe = validate_recipe(
+        {
+            "name": "gpu-check",
+            "env": {"name": "none"},
+            "placement": {"engine_gpus": 1},
+            "engine": {
+                "backend": "sglang",
+                "dtype": "bfloat16",
+                "args": ["--attention-backend", "triton", "--disable-cuda-graph", "--mem-fraction-static", "0.3"],
+            },
+        }
+    )
     key, port = new_key(ENGINE_KEY), sglang_port("127.0.0.1")
-    server = SupervisedServer("sglang", engine_command(recipe, str(model), "127.0.0.1", port, key), "127.0.0.1",
-                              port, log_dir=checkpoint.parent, startup_timeout_s=timeout_s,
-                              env=engine_env(recipe, key))
+    server = SupervisedServer(
+        "sglang",
+        engine_command(recipe, str(model), "127.0.0.1", port, key),
+        "127.0.0.1",
+        port,
+        log_dir=checkpoint.parent,
+        startup_timeout_s=timeout_s,
+        env=engine_env(recipe, key),
+    )
     await asyncio.to_thread(server.start)
     try:
-        await sync_weights(server.url, checkpoint, weight_version="gpu-check-1", engine_key=key,
-                           engine_backend="sglang")
+        await sync_weights(
+            server.url, checkpoint, weight_version="gpu-check-1", engine_key=key, engine_backend="sglang"
+        )
         async with SGLangClient(server.url, api_key=key) as client:
-            return await client.generate(prompt, {"max_new_tokens": 16, "temperature": SGLANG_TEMPERATURE,
-                                                  "ignore_eos": True})
+            return await client.generate(
+                prompt, {"max_new_tokens": 16, "temperature": SGLANG_TEMPERATURE, "ignore_eos": True}
+            )
     finally:
         await asyncio.to_thread(server.stop)
 

@@ -18,8 +18,15 @@ from safetensors.torch import load_file, save_file
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model", "tokenizer_config.json",
-                   "special_tokens_map.json", "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+)
 
 
 class CheckpointMismatch(ValueError):
@@ -63,8 +70,9 @@ def check_tokenizer(folder: str | Path, vocab_size: int) -> None:
         )
 
 
-def write_checkpoint(tensors: dict[str, torch.Tensor], source: str | Path, out: str | Path,
-                     dtype: torch.dtype | None = None) -> Path:
+def write_checkpoint(
+    tensors: dict[str, torch.Tensor], source: str | Path, out: str | Path, dtype: torch.dtype | None = None
+) -> Path:
     """Write `tensors` as `out/model.safetensors` with the source's config and tokenizer."""
     source, out = Path(source), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -75,8 +83,9 @@ def write_checkpoint(tensors: dict[str, torch.Tensor], source: str | Path, out: 
                 shutil.copy2(item, staging / item.name)
         if dtype is not None:
             tensors = {k: v.to(dtype) for k, v in tensors.items()}
-        save_file({k: v.contiguous() for k, v in tensors.items()}, staging / "model.safetensors",
-                  metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, staging / "model.safetensors", metadata={"format": "pt"}
+        )
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)

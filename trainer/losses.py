@@ -83,8 +83,14 @@ class SampleTerms:
 def policy_loss(terms: Sequence[SampleTerms], config: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """The summed loss of these samples and a few detached statistics (also summed)."""
     total = torch.zeros((), device=terms[0].logprobs.device) if terms else torch.zeros(())
-    stats = {"clip_fraction": 0.0, "tis_mean": 0.0, "kl": 0.0, "tokens": 0.0, "neg_logprob": 0.0,
-             "rollout_abs_diff": 0.0}
+    stats = {
+        "clip_fraction": 0.0,
+        "tis_mean": 0.0,
+        "kl": 0.0,
+        "tokens": 0.0,
+        "neg_logprob": 0.0,
+        "rollout_abs_diff": 0.0,
+    }
     for t in terms:
         if t.logprobs.numel() == 0:
             continue

@@ -25,18 +25,26 @@ from .recipe import MetricsConfig
 
 # What the console line shows, in order, with its format.
 CONSOLE = [
-    ("reward", "reward {:.3f}"), ("success", "success {:.2f}"), ("success_rate", "success rate {:.2f}"),
-    ("invalid_actions", "invalid {:.1f}/ep"), ("loss", "loss {:.4f}"),
-    ("kl", "kl {:.4f}"), ("clip_fraction", "clip {:.3f}"), ("entropy", "entropy {:.3f}"),
-    ("logprob_mismatch", "mismatch {:.4f}"), ("staleness", "stale {:.2f}"),
-    ("rollout_tokens_per_s", "{:.0f} tok/s"), ("tree_saving", "tree -{:.0%}"),
+    ("reward", "reward {:.3f}"),
+    ("success", "success {:.2f}"),
+    ("success_rate", "success rate {:.2f}"),
+    ("invalid_actions", "invalid {:.1f}/ep"),
+    ("loss", "loss {:.4f}"),
+    ("kl", "kl {:.4f}"),
+    ("clip_fraction", "clip {:.3f}"),
+    ("entropy", "entropy {:.3f}"),
+    ("logprob_mismatch", "mismatch {:.4f}"),
+    ("staleness", "stale {:.2f}"),
+    ("rollout_tokens_per_s", "{:.0f} tok/s"),
+    ("tree_saving", "tree -{:.0%}"),
 ]
 FAULTS = (*(s.value for s in UNSCORED), "dropped_stale", "dropped_groups", "untrainable_calls")
 
 
 class MetricsLogger:
-    def __init__(self, config: MetricsConfig, run_dir: Path, *, run_name: str = "roost",
-                 echo: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, config: MetricsConfig, run_dir: Path, *, run_name: str = "roost", echo: Callable[[str], None] = print
+    ) -> None:
         self.config = config
         self.echo = echo
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +57,9 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict[str, Any], *, stage: str = "rl") -> None:
         values = {k: v for k, v in metrics.items() if _is_number(v)}
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps({"stage": stage, "step": step, "time": round(time.time(), 3), **metrics}) + "\n")
+            self._jsonl.write(
+                json.dumps({"stage": stage, "step": step, "time": round(time.time(), 3), **metrics}) + "\n"
+            )
             self._jsonl.flush()
         if self._tb is not None:
             for key, value in values.items():
@@ -96,9 +106,11 @@ def _tensorboard(folder: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
-        raise RuntimeError("metrics.tensorboard is on but the `tensorboard` package is missing; install "
-                           "roost's tracking extra (pip install -e '.[tracking]'), or set metrics.tensorboard: "
-                           "false") from exc
+        raise RuntimeError(
+            "metrics.tensorboard is on but the `tensorboard` package is missing; install "
+            "roost's tracking extra (pip install -e '.[tracking]'), or set metrics.tensorboard: "
+            "false"
+        ) from exc
     return SummaryWriter(str(folder))
 
 
@@ -106,7 +118,8 @@ def _wandb(config: MetricsConfig, name: str, folder: Path) -> Any:
     try:
         import wandb
     except ImportError as exc:
-        raise RuntimeError("metrics.wandb_project is set but the `wandb` package is missing; install roost's "
-                           "tracking extra (pip install -e '.[tracking]'), or remove metrics.wandb_project") from exc
-    return wandb.init(project=config.wandb_project, name=name, dir=str(folder), mode=config.wandb_mode,
-                      resume="allow")
+        raise RuntimeError(
+            "metrics.wandb_project is set but the `wandb` package is missing; install roost's "
+            "tracking extra (pip install -e '.[tracking]'), or remove metrics.wandb_project"
+        ) from exc
+    return wandb.init(project=config.wandb_project, name=name, dir=str(folder), mode=config.wandb_mode, resume="allow")

@@ -48,8 +48,10 @@ class TreeLayout:
     segments: list[Segment]
 
     def to(self, device: torch.device) -> TreeLayout:
-        segments = [Segment(g.start, g.end, g.keys.to(device), None if g.mask is None else g.mask.to(device))
-                    for g in self.segments]
+        segments = [
+            Segment(g.start, g.end, g.keys.to(device), None if g.mask is None else g.mask.to(device))
+            for g in self.segments
+        ]
         return TreeLayout(self.subtree_end.to(device), segments)
 
     def dense_mask(self) -> torch.Tensor:
@@ -90,10 +92,15 @@ class Microbatch:
         if self.input_ids.device == torch.device(device):
             return self
         return Microbatch(
-            input_ids=self.input_ids.to(device), position_ids=self.position_ids.to(device),
-            tree=None if self.tree is None else self.tree.to(device), score_rows=self.score_rows.to(device),
-            score_targets=self.score_targets.to(device), sample_index=self.sample_index,
-            sample_scores=self.sample_scores, num_tokens=self.num_tokens, layout=self.layout,
+            input_ids=self.input_ids.to(device),
+            position_ids=self.position_ids.to(device),
+            tree=None if self.tree is None else self.tree.to(device),
+            score_rows=self.score_rows.to(device),
+            score_targets=self.score_targets.to(device),
+            sample_index=self.sample_index,
+            sample_scores=self.sample_scores,
+            num_tokens=self.num_tokens,
+            layout=self.layout,
             score_allowed=None if self.score_allowed is None else self.score_allowed.to(device),
         )
 
@@ -162,7 +169,9 @@ def _depth_first(trie: _Trie, roots: dict[int, int]) -> tuple[list[int], list[in
 
 
 def tree_microbatch(
-    sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int],
+    sequences: Sequence[Sequence[int]],
+    scored: Sequence[Sequence[int]],
+    sample_index: Sequence[int],
     allowed: Sequence[torch.Tensor | None] | None = None,
 ) -> Microbatch:
     """Pack sequences into one depth-first token trie.
@@ -219,8 +228,7 @@ def tree_microbatch(
     )
 
 
-def _masks(scored: Sequence[Sequence[int]],
-           allowed: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor | None]:
+def _masks(scored: Sequence[Sequence[int]], allowed: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor | None]:
     masks = list(allowed) if allowed is not None else [None] * len(scored)
     for positions, rows in zip(scored, masks):
         if rows is not None and len(rows) != len(positions):
@@ -265,8 +273,11 @@ def _segments(parent: list[int]) -> list[Segment]:
 
 
 def flat_microbatch(
-    sequences: Sequence[Sequence[int]], scored: Sequence[Sequence[int]], sample_index: Sequence[int],
-    allowed: Sequence[torch.Tensor | None] | None = None, pad_id: int = 0,
+    sequences: Sequence[Sequence[int]],
+    scored: Sequence[Sequence[int]],
+    sample_index: Sequence[int],
+    allowed: Sequence[torch.Tensor | None] | None = None,
+    pad_id: int = 0,
 ) -> Microbatch:
     """Lay sequences out one per row (right-padded), causal attention: the reference layout."""
     masks = _masks(scored, allowed)
@@ -294,14 +305,18 @@ def flat_microbatch(
         sample_scores=sample_scores,
         num_tokens=sum(len(sequence) for sequence in sequences),
         layout="flat",
-        score_allowed=_stack([row for positions, rows in zip(scored, masks)
-                              for row in (rows if rows is not None else [None] * len(positions))], masks),
+        score_allowed=_stack(
+            [
+                row
+                for positions, rows in zip(scored, masks)
+                for row in (rows if rows is not None else [None] * len(positions))
+            ],
+            masks,
+        ),
     )
 
 
-def plan_microbatches(
-    sequences: Sequence[Sequence[int]], groups: Sequence[str], token_budget: int
-) -> list[list[int]]:
+def plan_microbatches(sequences: Sequence[Sequence[int]], groups: Sequence[str], token_budget: int) -> list[list[int]]:
     """Assign sequences to microbatches of at most `token_budget` tree tokens.
 
     One tree per group (sequences of a group share prefixes); a group whose tree exceeds

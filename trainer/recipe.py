@@ -177,14 +177,18 @@ class EstimatorSection(_Section):
         from .advantages import ESTIMATORS, load_estimator
 
         if self.name not in ESTIMATORS and ":" not in self.name and "." not in self.name:
-            raise ValueError(f"unknown advantage estimator {self.name!r}: use one of {', '.join(ESTIMATORS)} "
-                             "or a hook's dotted path, module:function")
+            raise ValueError(
+                f"unknown advantage estimator {self.name!r}: use one of {', '.join(ESTIMATORS)} "
+                "or a hook's dotted path, module:function"
+            )
         if self.name in ESTIMATORS:  # a hook's options are its own business (and importing it may be costly)
             allowed = list(inspect.signature(load_estimator(self.name)).parameters)[1:]
             unknown = sorted(set(self.options) - set(allowed))
             if unknown:
-                raise ValueError(f"advantage estimator {self.name!r} has no option {', '.join(unknown)}: "
-                                 f"it takes {', '.join(allowed)}")
+                raise ValueError(
+                    f"advantage estimator {self.name!r} has no option {', '.join(unknown)}: "
+                    f"it takes {', '.join(allowed)}"
+                )
         return self
 
 
@@ -328,22 +332,30 @@ class Recipe(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
         if self.model.small_vocab is not None and (self.sft is None or self.sft.data.source != "expert"):
-            raise ValueError("model.small_vocab trains its tokenizer on expert transcripts: it needs "
-                             "sft.data.source: expert")
+            raise ValueError(
+                "model.small_vocab trains its tokenizer on expert transcripts: it needs sft.data.source: expert"
+            )
         if self.algorithm.updates_per_batch > 1 and self.trainer.old_logprobs != "rollout":
-            raise ValueError("algorithm.updates_per_batch > 1 needs trainer.old_logprobs: rollout (with `current` "
-                             "the ratio is always 1 and the clip never acts)")
+            raise ValueError(
+                "algorithm.updates_per_batch > 1 needs trainer.old_logprobs: rollout (with `current` "
+                "the ratio is always 1 and the clip never acts)"
+            )
         unknown = sorted(set(self.algorithm.per_agent) - set(self.agent.agents))
         if unknown:
-            raise ValueError(f"algorithm.per_agent names agent(s) {unknown} that agent.agents "
-                             f"({self.agent.agents}) does not list")
+            raise ValueError(
+                f"algorithm.per_agent names agent(s) {unknown} that agent.agents ({self.agent.agents}) does not list"
+            )
         if self.agent.harness == "tool" and self.agent.args.get("seed") is not None and self.rollout.group_size > 1:
-            raise ValueError("agent.args.seed makes every episode of a group play the same way (the tool agent "
-                             "seeds each call from it, the task and the turn), so groups carry no signal: "
-                             "set the seed under eval.args instead")
+            raise ValueError(
+                "agent.args.seed makes every episode of a group play the same way (the tool agent "
+                "seeds each call from it, the task and the turn), so groups carry no signal: "
+                "set the seed under eval.args instead"
+            )
         if self.rollout.concurrency < self.rollout.group_size:
-            raise ValueError(f"rollout.concurrency ({self.rollout.concurrency}) must be at least "
-                             f"rollout.group_size ({self.rollout.group_size}) so a group plays at once")
+            raise ValueError(
+                f"rollout.concurrency ({self.rollout.concurrency}) must be at least "
+                f"rollout.group_size ({self.rollout.group_size}) so a group plays at once"
+            )
         return self
 
     @property

@@ -29,8 +29,12 @@ def group_samples(samples: Iterable[Sample]) -> list[Group]:
 
 
 def samples_from_store(
-    store: str | Path, *, group_ids: Iterable[str] | None = None, session_ids: Iterable[str] | None = None,
-    status: SessionStatus | None = SessionStatus.FINISHED, refused: list[Refused] | None = None,
+    store: str | Path,
+    *,
+    group_ids: Iterable[str] | None = None,
+    session_ids: Iterable[str] | None = None,
+    status: SessionStatus | None = SessionStatus.FINISHED,
+    refused: list[Refused] | None = None,
 ) -> Iterator[Sample]:
     """The root-to-leaf samples of the matching sessions that have something to train on.
 
@@ -41,8 +45,9 @@ def samples_from_store(
     not training data (a pass-through call without token ids or logprobs), which is added to
     `refused` with why.
     """
-    return with_sampled_tokens(iter_training_samples(store, group_ids=group_ids, session_ids=session_ids,
-                                                     status=status, refused=refused))
+    return with_sampled_tokens(
+        iter_training_samples(store, group_ids=group_ids, session_ids=session_ids, status=status, refused=refused)
+    )
 
 
 def with_sampled_tokens(samples: Iterable[Sample]) -> Iterator[Sample]:

@@ -77,8 +77,12 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float, trac
         except ControlPlaneError as exc:
             raise WeightSyncError(f"gateway {url} could not be paused: {exc}") from exc
         if state.drained is False:
-            log.warning("gateway %s paused with %d calls still in flight after its drain timeout; they finish "
-                        "while the weights change", url, state.in_flight)
+            log.warning(
+                "gateway %s paused with %d calls still in flight after its drain timeout; they finish "
+                "while the weights change",
+                url,
+                state.in_flight,
+            )
         try:
             yield
         finally:
@@ -89,27 +93,44 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float, trac
 
 
 async def sync_weights(
-    engine_url: str, folder: str | Path, *, weight_version: str | None = None, engine_key: str | None = None,
-    gateway_url: str | None = None, admin_key: str | None = None, timeout_s: float = 600.0,
-    engine_backend: str | None = None, tracing: Tracing | None = None,
+    engine_url: str,
+    folder: str | Path,
+    *,
+    weight_version: str | None = None,
+    engine_key: str | None = None,
+    gateway_url: str | None = None,
+    admin_key: str | None = None,
+    timeout_s: float = 600.0,
+    engine_backend: str | None = None,
+    tracing: Tracing | None = None,
 ) -> SyncResult:
     """Load the checkpoint at `folder` into the engine (its key: `engine_key`; its kind:
     `engine_backend`, asked of the server when None), pausing the gateway (its key: `admin_key`)
     around it; in a `weight_sync` span when `tracing` is on."""
     tracing = tracing or Tracing()
     with tracing.span("weight_sync", {"roost.weight_version": weight_version, "roost.folder": str(folder)}):
-        return await _sync_weights(engine_url, folder, weight_version, engine_key, gateway_url, admin_key, timeout_s,
-                                   engine_backend, tracing)
+        return await _sync_weights(
+            engine_url, folder, weight_version, engine_key, gateway_url, admin_key, timeout_s, engine_backend, tracing
+        )
 
 
-async def _sync_weights(engine_url: str, folder: str | Path, weight_version: str | None, engine_key: str | None,
-                        gateway_url: str | None, admin_key: str | None, timeout_s: float,
-                        engine_backend: str | None, tracing: Tracing) -> SyncResult:
+async def _sync_weights(
+    engine_url: str,
+    folder: str | Path,
+    weight_version: str | None,
+    engine_key: str | None,
+    gateway_url: str | None,
+    admin_key: str | None,
+    timeout_s: float,
+    engine_backend: str | None,
+    tracing: Tracing,
+) -> SyncResult:
     started = time.perf_counter()
     folder = Path(folder).resolve()
     backend = engine_backend or await detect_backend(engine_url)
-    async with engine_client(backend, engine_url, api_key=engine_key, timeout_s=timeout_s,
-                             trace_configs=tracing.aiohttp_trace_configs()) as engine:
+    async with engine_client(
+        backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
+    ) as engine:
         check_compatible(folder, await engine.model_info())
         async with _paused(gateway_url, admin_key, timeout_s, tracing):
             paused = time.perf_counter()
@@ -124,4 +145,3 @@ async def _sync_weights(engine_url: str, folder: str | Path, weight_version: str
     if weight_version is not None and version != weight_version:
         raise WeightSyncError(f"engine reports weight version {version!r}, expected {weight_version!r}")
     return SyncResult(weight_version=version, seconds=time.perf_counter() - started, paused_s=paused_s)
-

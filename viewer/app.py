@@ -149,8 +149,9 @@ def _routes(app: FastAPI, viewer: Viewer) -> None:
         rows = await asyncio.to_thread(lambda: viewer.queries().groups(page, version=version, prefix=prefix))
         what = f"played on weights v{version}" if version is not None else f"starting {prefix!r}" if prefix else ""
         query = "".join(f"{k}={v}&" for k, v in (("version", version), ("prefix", prefix)) if v is not None)
-        return viewer.renderer.render("groups.html", title=f"Groups {what}".strip(), rows=rows, page=page,
-                                      url=f"/groups?{query}")
+        return viewer.renderer.render(
+            "groups.html", title=f"Groups {what}".strip(), rows=rows, page=page, url=f"/groups?{query}"
+        )
 
     @app.get("/group", response_class=HTMLResponse)
     async def group(id: str = Query(..., min_length=1, max_length=512), offset: int = _offset()) -> str:
@@ -161,8 +162,9 @@ def _routes(app: FastAPI, viewer: Viewer) -> None:
         return await asyncio.to_thread(_session_page, viewer, session_id, Page(offset, 500))
 
     @app.get("/calls/{call_id}", response_class=HTMLResponse)
-    async def call(call_id: str, start: int = _offset(),
-                   colour: Literal["logprob", "advantage", "reward"] = "logprob") -> str:
+    async def call(
+        call_id: str, start: int = _offset(), colour: Literal["logprob", "advantage", "reward"] = "logprob"
+    ) -> str:
         return await asyncio.to_thread(_call_page, viewer, call_id, start, colour)
 
     @app.get("/files/{relative:path}", response_class=PlainTextResponse)
@@ -180,17 +182,26 @@ def _run_page(viewer: Viewer) -> str:
         notes += [note] if note else []
         metrics = run.metrics()
         if metrics.bad_lines:
-            notes.append(f"metrics.jsonl: {metrics.bad_lines} line(s) could not be read (a run still writing, "
-                         "or cut short); the rest are plotted")
+            notes.append(
+                f"metrics.jsonl: {metrics.bad_lines} line(s) could not be read (a run still writing, "
+                "or cut short); the rest are plotted"
+            )
         stage_plots = [(stage, p) for stage, rows in metrics.by_stage.items() if (p := plots(rows))]
     try:
         steps = viewer.queries().steps()
     except StoreUnreadable as exc:
         store_error = str(exc)
     title = f"Run {run.root}" if run is not None else f"Store {viewer.store_path}"
-    return viewer.renderer.render("run.html", title=title, notes=notes, store_error=store_error, steps=steps,
-                                  evals={k: v for k, v in evals.items() if isinstance(v, dict)},
-                                  plots=stage_plots, files=run.listing() if run else [])
+    return viewer.renderer.render(
+        "run.html",
+        title=title,
+        notes=notes,
+        store_error=store_error,
+        steps=steps,
+        evals={k: v for k, v in evals.items() if isinstance(v, dict)},
+        plots=stage_plots,
+        files=run.listing() if run else [],
+    )
 
 
 def _group_page(viewer: Viewer, group_id: str, page: Page) -> str:
@@ -199,20 +210,28 @@ def _group_page(viewer: Viewer, group_id: str, page: Page) -> str:
     if not rows and page.offset == 0:
         raise PageError(404, f"no group {group_id!r} in {viewer.store_path}; the groups page lists those it holds")
     episodes = [{"row": r, "calls": q.calls(r.session_id, Page(0, 100))} for r in rows]
-    return viewer.renderer.render("group.html", title=f"Group {group_id}", episodes=episodes, page=page,
-                                  url=f"/group?id={group_id}&")
+    return viewer.renderer.render(
+        "group.html", title=f"Group {group_id}", episodes=episodes, page=page, url=f"/group?id={group_id}&"
+    )
 
 
 def _session_page(viewer: Viewer, session_id: str, page: Page) -> str:
     q = viewer.queries()
     s = q.session(session_id)
     if s is None:
-        raise PageError(404, f"no session {session_id!r} in {viewer.store_path}; open its group to see the "
-                             "sessions the store holds")
+        raise PageError(
+            404, f"no session {session_id!r} in {viewer.store_path}; open its group to see the sessions the store holds"
+        )
     calls = q.calls(session_id, page)
-    return viewer.renderer.render("session.html", title=f"Session {session_id}", s=s, rewards=q.rewards(session_id),
-                                  trees=pages.trees(q.agents(session_id), calls), page=page,
-                                  more_calls=len(calls) == page.limit)
+    return viewer.renderer.render(
+        "session.html",
+        title=f"Session {session_id}",
+        s=s,
+        rewards=q.rewards(session_id),
+        trees=pages.trees(q.agents(session_id), calls),
+        page=page,
+        more_calls=len(calls) == page.limit,
+    )
 
 
 def _call_page(viewer: Viewer, call_id: str, start: int, colour: str) -> str:
@@ -223,17 +242,35 @@ def _call_page(viewer: Viewer, call_id: str, start: int, colour: str) -> str:
         raise PageError(404, f"no call {call_id!r} in {viewer.store_path}; a session's page links its calls")
     text = viewer.text(detail.model)
     score = _score(q, detail, colour)
-    token_cells = cells(text.texts(window.ids), window.ids, window.logprobs, start=window.start,
-                        prompt_len=window.prompt_len, shared=detail.row.shared_prefix_len,
-                        version=detail.row.weight_version, colouring=colour, score=score)
+    token_cells = cells(
+        text.texts(window.ids),
+        window.ids,
+        window.logprobs,
+        start=window.start,
+        prompt_len=window.prompt_len,
+        shared=detail.row.shared_prefix_len,
+        version=detail.row.weight_version,
+        colouring=colour,
+        score=score,
+    )
     shown, notes = pages.messages(detail.request)
     if start >= window.total > 0:
         notes.append(f"the call has {window.total} tokens; start={start} is past its end")
-    return viewer.renderer.render("call.html", title=f"Call {call_id}", notes=notes, c=detail, messages=shown,
-                                  reply=pages.reply_view(detail.response), w=window, cells=token_cells,
-                                  colour=colour, colourings=COLOURINGS, limit=TOKEN_LIMIT,
-                                  tokenizer=str(text.folder) if text.folder else None,
-                                  trace_link=trace_link(viewer.config.trace_url, detail.trace.get("trace_id", "")))
+    return viewer.renderer.render(
+        "call.html",
+        title=f"Call {call_id}",
+        notes=notes,
+        c=detail,
+        messages=shown,
+        reply=pages.reply_view(detail.response),
+        w=window,
+        cells=token_cells,
+        colour=colour,
+        colourings=COLOURINGS,
+        limit=TOKEN_LIMIT,
+        tokenizer=str(text.folder) if text.folder else None,
+        trace_link=trace_link(viewer.config.trace_url, detail.trace.get("trace_id", "")),
+    )
 
 
 def _score(q: StoreQueries, detail: Any, colour: str) -> list[float] | float | None:

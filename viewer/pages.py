@@ -54,8 +54,9 @@ class Renderer:
     """The jinja2 environment of the viewer's templates."""
 
     def __init__(self) -> None:
-        self.env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
-                                      undefined=jinja2.StrictUndefined)
+        self.env = jinja2.Environment(
+            loader=jinja2.DictLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
+        )
         self.env.globals["fmt"] = fmt
 
     def render(self, name: str, *, title: str, notes: list[str] | None = None, **context: Any) -> str:
@@ -67,15 +68,23 @@ def messages(request: dict[str, Any]) -> tuple[list[MessageView], list[str]]:
     raw = request.get("messages")
     if not isinstance(raw, list):
         prompt = request.get("prompt")
-        return ([MessageView("prompt", _cut(prompt if isinstance(prompt, str) else _json(prompt)))]
-                if prompt is not None else []), []
+        return (
+            [MessageView("prompt", _cut(prompt if isinstance(prompt, str) else _json(prompt)))]
+            if prompt is not None
+            else []
+        ), []
     notes = [f"showing the last {MESSAGE_LIMIT} of {len(raw)} messages"] if len(raw) > MESSAGE_LIMIT else []
     return [message_view(m) for m in raw[-MESSAGE_LIMIT:] if isinstance(m, dict)], notes
 
 
 def message_view(m: dict[str, Any]) -> MessageView:
-    return MessageView(str(m.get("role", "?")), _cut(_content_text(m.get("content"))), m.get("name"),
-                       _cut(str(m.get("reasoning_content") or "")), _tool_calls(m.get("tool_calls")))
+    return MessageView(
+        str(m.get("role", "?")),
+        _cut(_content_text(m.get("content"))),
+        m.get("name"),
+        _cut(str(m.get("reasoning_content") or "")),
+        _tool_calls(m.get("tool_calls")),
+    )
 
 
 def reply_view(response: dict[str, Any]) -> MessageView:
@@ -98,16 +107,19 @@ def trees(agents: list[tuple[str, str | None]], calls: list[CallRow]) -> list[tu
             roots.setdefault(c.agent_id, []).append(nodes[c.call_id])
     known = dict(agents)
     names = list(known) + [a for a in roots if a not in known]
-    return [(a, known.get(a) or next((c.parent_agent for c in calls if c.agent_id == a), None), roots.get(a, []))
-            for a in names]
+    return [
+        (a, known.get(a) or next((c.parent_agent for c in calls if c.agent_id == a), None), roots.get(a, []))
+        for a in names
+    ]
 
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: text, images, ...
-        return "\n".join(str(p.get("text", f"[{p.get('type', 'part')}]")) if isinstance(p, dict) else str(p)
-                         for p in content)
+        return "\n".join(
+            str(p.get("text", f"[{p.get('type', 'part')}]")) if isinstance(p, dict) else str(p) for p in content
+        )
     return "" if content is None else _json(content)
 
 

@@ -9,10 +9,16 @@ from typing import Any
 
 # (key in metrics.jsonl, title); step time is rollout_s + train_s.
 CURVES = [
-    ("success", "success"), ("reward", "reward"), ("kl", "KL to reference"), ("entropy", "entropy"),
-    ("clip_fraction", "clip fraction"), ("invalid_actions", "invalid actions / episode"),
-    ("rollout_tokens_per_s", "rollout tokens/s"), ("train_tokens_per_s", "train tokens/s"),
-    ("step_s", "step time (s)"), ("loss", "loss"),
+    ("success", "success"),
+    ("reward", "reward"),
+    ("kl", "KL to reference"),
+    ("entropy", "entropy"),
+    ("clip_fraction", "clip fraction"),
+    ("invalid_actions", "invalid actions / episode"),
+    ("rollout_tokens_per_s", "rollout tokens/s"),
+    ("train_tokens_per_s", "train tokens/s"),
+    ("step_s", "step time (s)"),
+    ("loss", "loss"),
 ]
 W, H, PAD = 280, 150, 34
 
@@ -53,17 +59,22 @@ def line_svg(points: list[tuple[float, float]], title: str, key: str) -> str:
         return f"{PAD + (x - x0) / (x1 - x0) * (W - PAD - 8):.1f},{H - 20 - (y - y0) / (y1 - y0) * (H - 40):.1f}"
 
     line = " ".join(at(x, y) for x, y in points)
-    dots = "".join(f'<circle cx="{at(x, y).split(",")[0]}" cy="{at(x, y).split(",")[1]}" r="2">'
-                   f"<title>step {x:g}: {y:.4g}</title></circle>" for x, y in points)
-    return (f'<svg class="plot" data-metric="{escape(key)}" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-            f'role="img" aria-label="{escape(title)}">'
-            f'<text x="{PAD}" y="12" class="t">{escape(title)}</text>'
-            f'<line x1="{PAD}" y1="{H - 20}" x2="{W - 8}" y2="{H - 20}" class="ax"/>'
-            f'<line x1="{PAD}" y1="20" x2="{PAD}" y2="{H - 20}" class="ax"/>'
-            f'<text x="2" y="24" class="l">{y1:.3g}</text><text x="2" y="{H - 20}" class="l">{y0:.3g}</text>'
-            f'<text x="{PAD}" y="{H - 6}" class="l">step {x0:g}</text>'
-            f'<text x="{W - 60}" y="{H - 6}" class="l">{x1:g}</text>'
-            f'<polyline points="{line}" class="ln"/>{dots}</svg>')
+    dots = "".join(
+        f'<circle cx="{at(x, y).split(",")[0]}" cy="{at(x, y).split(",")[1]}" r="2">'
+        f"<title>step {x:g}: {y:.4g}</title></circle>"
+        for x, y in points
+    )
+    return (
+        f'<svg class="plot" data-metric="{escape(key)}" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+        f'role="img" aria-label="{escape(title)}">'
+        f'<text x="{PAD}" y="12" class="t">{escape(title)}</text>'
+        f'<line x1="{PAD}" y1="{H - 20}" x2="{W - 8}" y2="{H - 20}" class="ax"/>'
+        f'<line x1="{PAD}" y1="20" x2="{PAD}" y2="{H - 20}" class="ax"/>'
+        f'<text x="2" y="24" class="l">{y1:.3g}</text><text x="2" y="{H - 20}" class="l">{y0:.3g}</text>'
+        f'<text x="{PAD}" y="{H - 6}" class="l">step {x0:g}</text>'
+        f'<text x="{W - 60}" y="{H - 6}" class="l">{x1:g}</text>'
+        f'<polyline points="{line}" class="ln"/>{dots}</svg>'
+    )
 
 
 def _step_s(row: dict[str, Any]) -> float | None:

@@ -114,5 +114,13 @@ Colour by {% for k in colourings %}<a href="?colour={{ k }}&start={{ w.start }}"
 <script>document.getElementById('tokens').addEventListener('mouseover',e=>{if(e.target.title)document.getElementById('hover').textContent=e.target.title});</script>
 {% endblock %}"""
 
-TEMPLATES = {"base.html": BASE, "error.html": ERROR, "pager.html": PAGER, "run.html": RUN, "groups.html": GROUPS,
-             "group.html": GROUP, "session.html": SESSION, "call.html": CALL}
+TEMPLATES = {
+    "base.html": BASE,
+    "error.html": ERROR,
+    "pager.html": PAGER,
+    "run.html": RUN,
+    "groups.html": GROUPS,
+    "group.html": GROUP,
+    "session.html": SESSION,
+    "call.html": CALL,
+}

@@ -47,8 +47,18 @@ class TokenText:
         return self._tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
 
 
-def cells(texts: list[str], ids: list[int], logprobs: list[float | None], *, start: int, prompt_len: int,
-          shared: int, version: str, colouring: str, score: list[float] | float | None) -> list[TokenCell]:
+def cells(
+    texts: list[str],
+    ids: list[int],
+    logprobs: list[float | None],
+    *,
+    start: int,
+    prompt_len: int,
+    shared: int,
+    version: str,
+    colouring: str,
+    score: list[float] | float | None,
+) -> list[TokenCell]:
     """One cell per token; `score` is the advantage or reward (one value, or one per sampled token)."""
     out = []
     for k, (text, tid, lp) in enumerate(zip(texts, ids, logprobs)):
@@ -57,8 +67,9 @@ def cells(texts: list[str], ids: list[int], logprobs: list[float | None], *, sta
         value = _score(score, pos - prompt_len) if sampled else None
         colour = _colour(colouring, lp, value) if sampled else ""
         css = "tok s" if sampled else ("tok p shared" if pos < shared else "tok p")
-        hover = f"#{pos} id {tid} {text!r}" + (f" logprob {lp:.4f}" if lp is not None
-                                                 else " (no logprob)" if sampled else " (prompt)")
+        hover = f"#{pos} id {tid} {text!r}" + (
+            f" logprob {lp:.4f}" if lp is not None else " (no logprob)" if sampled else " (prompt)"
+        )
         hover += (f" {colouring} {value:+.4f}" if value is not None else "") + f" weights v{version}"
         out.append(TokenCell(text, css, colour, hover))
     return out

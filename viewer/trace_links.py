@@ -8,7 +8,9 @@ import string
 
 def check_trace_url(template: str) -> None:
     """Refuse a trace link template that is not an http(s) URL with exactly the `{trace_id}` field."""
-    hint = "give an http(s) URL with {trace_id} where the trace id goes (Jaeger: http://127.0.0.1:16686/trace/{trace_id})"
+    hint = (
+        "give an http(s) URL with {trace_id} where the trace id goes (Jaeger: http://127.0.0.1:16686/trace/{trace_id})"
+    )
     try:
         fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
     except ValueError as exc:

@@ -84,8 +84,9 @@ class GameCatalog:
             if entry is not None:
                 return entry
         where = f"split {split!r}" if split else "any split"
-        raise UnknownTaskError(f"no task {task_id!r} in {where} of {self.data_dir}; "
-                               f"list them with GET /tasks?split={split or 'train'}")
+        raise UnknownTaskError(
+            f"no task {task_id!r} in {where} of {self.data_dir}; list them with GET /tasks?split={split or 'train'}"
+        )
 
     def _split(self, split: str) -> dict[str, GameEntry]:
         if split not in SPLITS:
@@ -97,8 +98,14 @@ def _collect(root: Path, split: str) -> dict[str, GameEntry]:
     from alfworld.agents.environment.alfred_tw_env import TASK_TYPES, AlfredTWEnv
 
     mode, folder = SPLITS[split]
-    paths = {name: str(root / sub) for name, sub in
-             (("data_path", "train"), ("eval_id_data_path", "valid_seen"), ("eval_ood_data_path", "valid_unseen"))}
+    paths = {
+        name: str(root / sub)
+        for name, sub in (
+            ("data_path", "train"),
+            ("eval_id_data_path", "valid_seen"),
+            ("eval_ood_data_path", "valid_unseen"),
+        )
+    }
     config = {
         "env": {"goal_desc_human_anns_prob": 0, "task_types": list(TASK_TYPES)},
         "dataset": {**paths, "num_train_games": -1, "num_eval_games": -1},

@@ -18,13 +18,15 @@ def _err(message: str) -> None:
 
 @alfworld_app.command("make-fixtures")
 def make_fixtures(
-    out: Path | None = typer.Option(None, help="Output folder (default: $ROOST_HOME/alfworld, else "
-                                                  "~/.cache/roost/alfworld)."),
+    out: Path | None = typer.Option(
+        None, help="Output folder (default: $ROOST_HOME/alfworld, else ~/.cache/roost/alfworld)."
+    ),
     train: int = typer.Option(6, help="Games in train."),
     valid_seen: int = typer.Option(3, help="Games in valid_seen."),
     valid_unseen: int = typer.Option(3, help="Games in valid_unseen."),
-    receptacles: int = typer.Option(6, help="Receptacles per room, counting the task's own "
-                                            "(at least 2 or 3, by task type)."),
+    receptacles: int = typer.Option(
+        6, help="Receptacles per room, counting the task's own (at least 2 or 3, by task type)."
+    ),
     distractors: int = typer.Option(4, help="Objects per room besides the task's own."),
     task_type: list[str] = typer.Option([], "--task-type", help="Task types to cycle through (default: all six)."),
     seed: int = typer.Option(0, help="Seed of the generator."),
@@ -45,16 +47,27 @@ def make_fixtures(
             _err(f"{out / 'json_2.1.1'} exists; pass --force to replace it")
             raise typer.Exit(1)
         shutil.rmtree(out / "json_2.1.1")
-    spec = FixtureSpec({"train": train, "valid_seen": valid_seen, "valid_unseen": valid_unseen},
-                       GameSize(receptacles, distractors), tuple(task_type) or TASK_TYPES, seed)
+    spec = FixtureSpec(
+        {"train": train, "valid_seen": valid_seen, "valid_unseen": valid_unseen},
+        GameSize(receptacles, distractors),
+        tuple(task_type) or TASK_TYPES,
+        seed,
+    )
     try:
         games = generate(out, spec)
     except GameSpecError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(2) from None
     if as_json:
-        typer.echo(json.dumps([{"split": g.split, "task_type": g.task_type, "gamefile": str(g.path),
-                                "walkthrough": g.walkthrough} for g in games], indent=1))
+        typer.echo(
+            json.dumps(
+                [
+                    {"split": g.split, "task_type": g.task_type, "gamefile": str(g.path), "walkthrough": g.walkthrough}
+                    for g in games
+                ],
+                indent=1,
+            )
+        )
         return
     for split in ("train", "valid_seen", "valid_unseen"):
         types = sorted({g.task_type for g in games if g.split == split})
@@ -64,8 +77,9 @@ def make_fixtures(
 
 @alfworld_app.command("download")
 def download(
-    data_dir: Path | None = typer.Option(None, help="Where to put the data (default: $ALFWORLD_DATA, else "
-                                                       "~/.cache/alfworld)."),
+    data_dir: Path | None = typer.Option(
+        None, help="Where to put the data (default: $ALFWORLD_DATA, else ~/.cache/alfworld)."
+    ),
 ) -> None:
     """Fetch the official ALFWorld data with `alfworld-download` (needs internet), then check it."""
     import subprocess

@@ -37,9 +37,13 @@ def act_tool(commands: list[str] | None = None) -> ToolSchema:
         "function": {
             "name": TOOL_NAME,
             "description": "Send one command to the household game, e.g. 'go to countertop 1' "
-                           "or 'take apple 1 from countertop 1'. Only admissible commands work.",
-            "parameters": {"type": "object", "properties": {"command": command},
-                           "required": ["command"], "additionalProperties": False},
+            "or 'take apple 1 from countertop 1'. Only admissible commands work.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": command},
+                "required": ["command"],
+                "additionalProperties": False,
+            },
         },
     }
 
@@ -76,14 +80,25 @@ class AlfworldEnv:
     def info(self) -> EnvInfo:
         from alfworld.info import __version__ as alfworld_version
 
-        return EnvInfo("alfworld", f"alfworld-{alfworld_version}", [act_tool()], tuple(SPLITS),
-                       "ALFWorld household tasks (TextWorld + PDDL).")
+        return EnvInfo(
+            "alfworld",
+            f"alfworld-{alfworld_version}",
+            [act_tool()],
+            tuple(SPLITS),
+            "ALFWorld household tasks (TextWorld + PDDL).",
+        )
 
     async def tasks(self, split: str) -> list[Task]:
         return self._games.catalog.tasks(split)
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
-                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset:
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset:
         options = dict(options or {})
         expert_plan = bool(options.pop("expert_plan", False))
         if options:
@@ -94,8 +109,9 @@ class AlfworldEnv:
         state = await asyncio.to_thread(self._load, self._game, entry.gamefile, expert_plan)
         self._task, self._last, self._steps, self._done = entry.task, state, 0, False
         text = state.feedback.replace(BANNER, "").strip()
-        return Reset(entry.task.id, Observation(self._render(text, state)),
-                     [act_tool(state.admissible)], self._info(state))
+        return Reset(
+            entry.task.id, Observation(self._render(text, state)), [act_tool(state.admissible)], self._info(state)
+        )
 
     async def step(self, action: Action) -> Step:
         if self._game is None or self._last is None:
@@ -108,8 +124,14 @@ class AlfworldEnv:
         terminated = state.won
         truncated = not terminated and self._steps >= self._games.max_steps
         self._done = terminated or truncated
-        return Step(Observation(self._render(state.feedback, state)), 1.0 if state.won else 0.0,
-                    terminated, truncated, self._info(state), [act_tool(state.admissible)])
+        return Step(
+            Observation(self._render(state.feedback, state)),
+            1.0 if state.won else 0.0,
+            terminated,
+            truncated,
+            self._info(state),
+            [act_tool(state.admissible)],
+        )
 
     async def close(self) -> None:
         game, self._game, self._last = self._game, None, None
@@ -142,14 +164,17 @@ class AlfworldEnv:
         admissible = self._last.admissible if self._last is not None else []
         if command not in admissible:
             raise InvalidActionError(
-                f"{raw.strip()[:200]!r} is not an admissible command here. "
-                f"Admissible commands: {', '.join(admissible)}"
+                f"{raw.strip()[:200]!r} is not an admissible command here. Admissible commands: {', '.join(admissible)}"
             )
         return command
 
     def _info(self, state: GameStep) -> dict[str, Any]:
-        info: dict[str, Any] = {"admissible_commands": state.admissible, "won": state.won,
-                                "steps": self._steps, "max_steps": self._games.max_steps}
+        info: dict[str, Any] = {
+            "admissible_commands": state.admissible,
+            "won": state.won,
+            "steps": self._steps,
+            "max_steps": self._games.max_steps,
+        }
         if self._task is not None:
             info["task_type"] = self._task.metadata.get("task_type")
         if state.expert_plan:

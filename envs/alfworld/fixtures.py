@@ -95,24 +95,42 @@ def cached_fixtures(spec: FixtureSpec = FixtureSpec(), cache: Path | None = None
 
 
 def _trial_id(rng: random.Random) -> str:
-    return (f"trial_T2019{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}_"
-            f"{rng.randint(0, 23):02d}{rng.randint(0, 59):02d}{rng.randint(0, 59):02d}_{rng.randint(0, 999999):06d}")
+    return (
+        f"trial_T2019{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}_"
+        f"{rng.randint(0, 23):02d}{rng.randint(0, 59):02d}{rng.randint(0, 59):02d}_{rng.randint(0, 999999):06d}"
+    )
 
 
-def _write_game(trial_dir: Path, split: str, trial: str, game: Game, knowledge: Knowledge,
-                domain: str, grammar: str, rng: random.Random, spec: FixtureSpec, pool: GamePool) -> FixtureGame:
+def _write_game(
+    trial_dir: Path,
+    split: str,
+    trial: str,
+    game: Game,
+    knowledge: Knowledge,
+    domain: str,
+    grammar: str,
+    rng: random.Random,
+    spec: FixtureSpec,
+    pool: GamePool,
+) -> FixtureGame:
     from alfworld.gen import goal_library
 
     trial_dir.mkdir(parents=True, exist_ok=True)
     template = rng.choice(goal_library.gdict[game.task_type]["templates"])
-    task_desc = template.format(obj=game.object_target.lower(), recep=game.parent_target.lower(),
-                                toggle=game.toggle_target.lower(), mrecep="")
+    task_desc = template.format(
+        obj=game.object_target.lower(), recep=game.parent_target.lower(), toggle=game.toggle_target.lower(), mrecep=""
+    )
     problem = problem_pddl(game, knowledge, trial)
     (trial_dir / "initial_state.pddl").write_text(problem)
     (trial_dir / "traj_data.json").write_text(json.dumps(_traj_data(trial, game, task_desc, spec), indent=1))
     game_file = trial_dir / "game.tw-pddl"
-    data = {"pddl_domain": domain, "grammar": grammar.replace("UNKNOWN GOAL", task_desc),
-            "pddl_problem": problem, "solvable": None, "walkthrough": None}
+    data = {
+        "pddl_domain": domain,
+        "grammar": grammar.replace("UNKNOWN GOAL", task_desc),
+        "pddl_problem": problem,
+        "solvable": None,
+        "walkthrough": None,
+    }
     game_file.write_text(json.dumps(data))
     walkthrough = solve(game_file, pool)
     data.update(solvable=True, walkthrough=walkthrough)
@@ -125,8 +143,11 @@ def _traj_data(trial: str, game: Game, task_desc: str, spec: FixtureSpec) -> dic
         "task_id": trial,
         "task_type": game.task_type,
         "pddl_params": {
-            "object_target": game.object_target, "parent_target": game.parent_target,
-            "toggle_target": game.toggle_target, "mrecep_target": "", "object_sliced": False,
+            "object_target": game.object_target,
+            "parent_target": game.parent_target,
+            "toggle_target": game.toggle_target,
+            "mrecep_target": "",
+            "object_sliced": False,
         },
         "scene": {"floor_plan": f"FloorPlan{game.scene_num}", "scene_num": game.scene_num},
         "turk_annotations": {"anns": [{"task_desc": task_desc, "high_descs": [], "votes": []}]},

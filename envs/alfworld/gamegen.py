@@ -80,16 +80,15 @@ class Game:
         return f"{self.task_type}-{self.object_target}-None-{last}-{self.scene_num}"
 
 
-def sample_game(task_type: str, rng: random.Random, knowledge: Knowledge, size: GameSize,
-                *, unseen: bool = False) -> Game:
+def sample_game(
+    task_type: str, rng: random.Random, knowledge: Knowledge, size: GameSize, *, unseen: bool = False
+) -> Game:
     if task_type not in TASK_TYPES:
         raise GameSpecError(f"unknown task type {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
     room = rng.choice(_rooms_for(task_type))
     obj, kinds, parent, toggle = _choose_task(task_type, room, rng, knowledge)
     if size.receptacles < len(kinds):
-        raise GameSpecError(
-            f"{task_type} needs at least {len(kinds)} receptacles, got receptacles={size.receptacles}"
-        )
+        raise GameSpecError(f"{task_type} needs at least {len(kinds)} receptacles, got receptacles={size.receptacles}")
     kinds += [rng.choice(ROOM_RECEPTACLES[room]) for _ in range(size.receptacles - len(kinds))]
     ids = IdMaker(rng)
     receptacles = [Thing(ids.thing(k), k, ids.location()) for k in kinds]
@@ -113,8 +112,9 @@ def _rooms_for(task_type: str) -> list[str]:
     return list(ROOM_RECEPTACLES)
 
 
-def _choose_task(task_type: str, room: str, rng: random.Random,
-                 knowledge: Knowledge) -> tuple[str, list[str], str, str]:
+def _choose_task(
+    task_type: str, room: str, rng: random.Random, knowledge: Knowledge
+) -> tuple[str, list[str], str, str]:
     """Pick (object, [start, goal-or-lamp-holder, appliance?], parent, toggle)."""
     pool = ROOM_RECEPTACLES[room]
     appliance, prop = APPLIANCES.get(task_type, (None, None))
@@ -141,8 +141,7 @@ def _place(ids: IdMaker, kind: str, receptacle: Thing) -> Thing:
     return Thing(ids.thing(kind), kind, receptacle.location, receptacle.thor_id)
 
 
-def _add_distractors(game: Game, rng: random.Random, knowledge: Knowledge, count: int,
-                     ids: IdMaker) -> None:
+def _add_distractors(game: Game, rng: random.Random, knowledge: Knowledge, count: int, ids: IdMaker) -> None:
     # Distractors never share the target's type, so the goal holds only once the agent acts.
     for _ in range(count):
         kinds = [k for k in ROOM_OBJECTS[game.room] if k != game.object_target]
@@ -168,9 +167,11 @@ def problem_pddl(game: Game, knowledge: Knowledge, problem_id: str) -> str:
     init += [fact for r in game.receptacles for fact in _receptacle_facts(r)]
     init += [fact for o in game.objects for fact in _object_facts(o, knowledge)]
     init += [f"(canContain {r}Type {o}Type)" for r in rtypes for o in otypes if knowledge.holds(r, o)]
-    goal = goal_library.gdict[game.task_type]["pddl"].format(
-        obj=game.object_target, recep=game.parent_target, toggle=game.toggle_target
-    ).replace("#", "-")
+    goal = (
+        goal_library.gdict[game.task_type]["pddl"]
+        .format(obj=game.object_target, recep=game.parent_target, toggle=game.toggle_target)
+        .replace("#", "-")
+    )
     lines = [f"(define (problem plan_{problem_id})", "(:domain alfred)", "(:objects"]
     lines += [f"        {d}" for d in declared] + ["        )", "    (:init"]
     lines += [f"        {f}" for f in init] + ["        )", goal]

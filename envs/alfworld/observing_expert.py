@@ -115,12 +115,13 @@ class ObservingExpert:
     def start(self, task_id: str, reset: Reset) -> ObservingGame:
         """One episode's play from its first observation."""
         admissible = list(reset.info.get("admissible_commands") or [])
-        places = [c[len("go to "):] for c in admissible if c.startswith("go to ")]
+        places = [c[len("go to ") :] for c in admissible if c.startswith("go to ")]
         rng = self._episode_rng(task_id)
         if self.order == "random":
             rng.shuffle(places)
-        return ObservingGame(_Memory(parse_goal(reset.observation.text), places), rng, self.slips,
-                             reset.observation.text, admissible)
+        return ObservingGame(
+            _Memory(parse_goal(reset.observation.text), places), rng, self.slips, reset.observation.text, admissible
+        )
 
 
 class ObservingGame:
@@ -166,10 +167,10 @@ def _remember(memory: _Memory, command: str, observation: str) -> None:
     if command.startswith(("go to ", "open ")):
         if not first.startswith(("You arrive at", "You open")):
             return  # "Nothing happens.": keep what was seen there before
-        place = command.split(" ", 2)[-1] if command.startswith("go to ") else command[len("open "):]
+        place = command.split(" ", 2)[-1] if command.startswith("go to ") else command[len("open ") :]
         memory.seen[place] = first
     elif command.startswith("take "):
-        memory.holding = command.split(" from ")[0][len("take "):]
+        memory.holding = command.split(" from ")[0][len("take ") :]
     elif command.startswith(("clean ", "heat ", "cool ")):
         memory.treated = True
     elif command.startswith("move "):
@@ -200,7 +201,9 @@ def next_command(memory: _Memory, text: str, admissible: list[str]) -> str:
         appliance, verb = APPLIANCE[goal.kind]
         treat = [c for c in admissible if c.startswith(f"{verb} {memory.holding} with {appliance}")]
         return treat[0] if treat else _go_to_kind(memory, admissible, appliance)
-    put = [c for c in admissible if c.startswith(f"move {memory.holding} to ") and memory.is_target(c.split(" to ", 1)[1])]
+    put = [
+        c for c in admissible if c.startswith(f"move {memory.holding} to ") and memory.is_target(c.split(" to ", 1)[1])
+    ]
     if put:
         return put[0]
     if memory.target and f"go to {memory.target}" in admissible:

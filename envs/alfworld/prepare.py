@@ -21,8 +21,15 @@ from roost.envs.conformance import CheckConfig
 from roost.envs.protocol import TextAction
 
 
-def fixtures(train: int = 6, valid_seen: int = 3, valid_unseen: int = 3, receptacles: int = 6,
-                      distractors: int = 4, seed: int = 0, processes: int | None = None) -> dict[str, Any]:
+def fixtures(
+    train: int = 6,
+    valid_seen: int = 3,
+    valid_unseen: int = 3,
+    receptacles: int = 6,
+    distractors: int = 4,
+    seed: int = 0,
+    processes: int | None = None,
+) -> dict[str, Any]:
     """Offline ALFWorld games (generated once, cached by their spec); big sets are generated in
     parallel shards (one per core) and joined by hard links."""
     from roost.envs.alfworld.fixtures import FixtureSpec, cached_fixtures
@@ -33,11 +40,15 @@ def fixtures(train: int = 6, valid_seen: int = 3, valid_unseen: int = 3, recepta
     processes = max(1, min(processes or os.cpu_count() or 1, 8))
     if processes == 1 or sum(counts.values()) < 24:
         return {"data_dir": str(cached_fixtures(FixtureSpec(games=counts, size=size, seed=seed)))}
-    shards = [FixtureSpec(games={k: _share(v, i, processes) for k, v in counts.items()}, size=size,
-                          seed=seed * 1000 + i) for i in range(processes)]
+    shards = [
+        FixtureSpec(games={k: _share(v, i, processes) for k, v in counts.items()}, size=size, seed=seed * 1000 + i)
+        for i in range(processes)
+    ]
     with ProcessPoolExecutor(processes) as pool:
         folders = list(pool.map(cached_fixtures, shards))
-    return {"data_dir": str(_joined(folders, f"{seed}-{train}-{valid_seen}-{valid_unseen}-{receptacles}-{distractors}"))}
+    return {
+        "data_dir": str(_joined(folders, f"{seed}-{train}-{valid_seen}-{valid_unseen}-{receptacles}-{distractors}"))
+    }
 
 
 def _share(total: int, index: int, parts: int) -> int:
@@ -72,4 +83,6 @@ def _joined(folders: list[Path], key: str) -> Path:
 
 def check_config() -> CheckConfig:
     """The default fixture games (cached); the game's opening `look` as the probe, the planner's plan to finish."""
-    return CheckConfig(env_args=fixtures(processes=1), split="train", probe=TextAction("look"), finish_by_expert_plan=True)
+    return CheckConfig(
+        env_args=fixtures(processes=1), split="train", probe=TextAction("look"), finish_by_expert_plan=True
+    )

@@ -39,10 +39,12 @@ def install() -> None:
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as logic
 
-    for module, name, kept in ((textgen, "_parse_and_convert", _PARSES_KEPT),
-                               (logic, "_parse_and_convert", _PARSES_KEPT),
-                               (pddl_logic, "_parse_and_convert", _PARSES_KEPT),
-                               (fast_downward, "pddl2sas", _TRANSLATIONS_KEPT)):
+    for module, name, kept in (
+        (textgen, "_parse_and_convert", _PARSES_KEPT),
+        (logic, "_parse_and_convert", _PARSES_KEPT),
+        (pddl_logic, "_parse_and_convert", _PARSES_KEPT),
+        (fast_downward, "pddl2sas", _TRANSLATIONS_KEPT),
+    ):
         parse = getattr(module, name)
         if not getattr(parse, _WRAPPED, False):
             setattr(module, name, cached(parse, kept))
@@ -56,8 +58,7 @@ def copy_context(context: dict[str, Any]) -> dict[str, Any]:
 
 def cached(parse: Callable[..., Any], kept: int = _PARSES_KEPT) -> Callable[..., Any]:
     """`parse` with its last `kept` results memoized by (args, kwargs) and returned as fresh copies."""
-    remember = functools.lru_cache(maxsize=kept)(
-        lambda args, kwargs: parse(*args, **dict(kwargs)))
+    remember = functools.lru_cache(maxsize=kept)(lambda args, kwargs: parse(*args, **dict(kwargs)))
 
     @functools.wraps(parse)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -32,8 +32,10 @@ async def info_describes_the_env(trial: Trial) -> str:
         raise RuleFailed(f"info.splits must name at least one split, got {info.splits!r}")
     keys = getattr(trial.env, "info_keys", None)
     if not isinstance(keys, frozenset) or not all(isinstance(k, str) for k in keys):
-        raise RuleFailed(f"the env must declare info_keys, a frozenset of the keys its info dicts hold, got {keys!r:.100} "
-                         f"(e.g. `info_keys = frozenset({{'steps'}})` on {type(trial.env).__name__})")
+        raise RuleFailed(
+            f"the env must declare info_keys, a frozenset of the keys its info dicts hold, got {keys!r:.100} "
+            f"(e.g. `info_keys = frozenset({{'steps'}})` on {type(trial.env).__name__})"
+        )
     return f"{info.name} {info.version}, splits {', '.join(info.splits)}"
 
 
@@ -58,8 +60,10 @@ async def tasks_are_listed(trial: Trial) -> str:
         raise RuleFailed(f"tasks({trial.split!r}) repeats task ids: {sorted({i for i in ids if ids.count(i) > 1})[:5]}")
     wanted = trial.config.task_id or (ids[0] if ids else None)
     if wanted not in ids:
-        raise RuleFailed(f"split {trial.split!r} has no task {wanted!r} to check with; give one that exists "
-                         "(CheckConfig.task_id, `--task`) or a split with tasks (`--split`)")
+        raise RuleFailed(
+            f"split {trial.split!r} has no task {wanted!r} to check with; give one that exists "
+            "(CheckConfig.task_id, `--task`) or a split with tasks (`--split`)"
+        )
     trial.task = tasks[ids.index(wanted)]
     return f"{len(tasks)} tasks in {trial.split!r}; checking with {wanted!r}"
 
@@ -114,14 +118,18 @@ async def reset_again_starts_fresh(trial: Trial) -> str:
     again = await trial.reset()
     check_reset(again, trial.need_task().id)
     if again.observation.text != first.observation.text:
-        raise RuleFailed("a second reset of the same task gave another observation: "
-                         f"{_diff(first.observation.text, again.observation.text)}")
+        raise RuleFailed(
+            "a second reset of the same task gave another observation: "
+            f"{_diff(first.observation.text, again.observation.text)}"
+        )
     probe = trial.config.probe
     if probe is None or trial.baseline is None:
         return "same first observation (no probe answer to compare the next step with)"
     after = outcome_of(await trial.step(probe))
     if after != trial.baseline:
-        raise RuleFailed(f"the probe after a second reset returned {after!r:.200}, after the first {trial.baseline!r:.200}")
+        raise RuleFailed(
+            f"the probe after a second reset returned {after!r:.200}, after the first {trial.baseline!r:.200}"
+        )
     return "same first observation, same answer to the probe"
 
 
@@ -142,8 +150,10 @@ async def refusals_leave_the_episode_unchanged(trial: Trial) -> str:
         await _refused(trial, action)
     after = outcome_of(await trial.step(probe))
     if after != trial.baseline:
-        raise RuleFailed(f"after refused actions the probe returned {after!r:.200}; right after reset {trial.baseline!r:.200}. "
-                         "Check an action completely before changing any state")
+        raise RuleFailed(
+            f"after refused actions the probe returned {after!r:.200}; right after reset {trial.baseline!r:.200}. "
+            "Check an action completely before changing any state"
+        )
     return "the probe answered as right after reset"
 
 
@@ -194,16 +204,28 @@ async def close_frees_the_env(trial: Trial) -> str:
     await trial.env.close()
     left = await processes_left(trial.processes_before)
     if left:
-        raise RuleFailed(f"after close, processes the env started still run: {', '.join(left[:5])}; "
-                         "stop them in close (or hold them in the factory's shared state)")
+        raise RuleFailed(
+            f"after close, processes the env started still run: {', '.join(left[:5])}; "
+            "stop them in close (or hold them in the factory's shared state)"
+        )
     return "closed twice; no process left behind"
 
 
 RULES: tuple[Rule, ...] = (
-    info_describes_the_env, tools_are_openai_functions, tasks_are_listed, unknown_tasks_are_refused,
-    reset_returns_an_observation, seeds_choose_the_same_task, steps_return_a_step, reset_again_starts_fresh,
-    invalid_actions_are_refused, refusals_leave_the_episode_unchanged, steps_without_an_episode_are_refused,
-    finished_episodes_refuse_steps, info_keys_are_declared, close_frees_the_env,
+    info_describes_the_env,
+    tools_are_openai_functions,
+    tasks_are_listed,
+    unknown_tasks_are_refused,
+    reset_returns_an_observation,
+    seeds_choose_the_same_task,
+    steps_return_a_step,
+    reset_again_starts_fresh,
+    invalid_actions_are_refused,
+    refusals_leave_the_episode_unchanged,
+    steps_without_an_episode_are_refused,
+    finished_episodes_refuse_steps,
+    info_keys_are_declared,
+    close_frees_the_env,
 )
 
 
@@ -245,4 +267,4 @@ async def _play_to_the_end(trial: Trial, reset: Reset) -> tuple[int, Action]:
 
 def _diff(a: str, b: str) -> str:
     at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"they differ from character {at}: {a[at:at + 60]!r} vs {b[at:at + 60]!r}"
+    return f"they differ from character {at}: {a[at : at + 60]!r} vs {b[at : at + 60]!r}"

@@ -48,8 +48,10 @@ def install_backend() -> None:
     for name in SANDBOX_TOOLS:
         entry = registry.get_entry(name)
         if entry is None:
-            raise RuntimeError(f"hermes-agent has no tool {name!r}; roost's Hermes env supports hermes-agent "
-                               "0.19 (pip install --no-deps hermes-agent==0.19.0)")
+            raise RuntimeError(
+                f"hermes-agent has no tool {name!r}; roost's Hermes env supports hermes-agent "
+                "0.19 (pip install --no-deps hermes-agent==0.19.0)"
+            )
         entry.check_fn = _sandbox_tools_available
 
 
@@ -67,8 +69,14 @@ class SandboxTerminal(BaseEnvironment):
     through a file in the sandbox's scratch folder.
     """
 
-    def __init__(self, sandbox: Sandbox, loop: asyncio.AbstractEventLoop, *, timeout: int = 180,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        timeout: int = 180,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._sandbox = sandbox
         self._loop = loop
         self._closed = threading.Event()
@@ -81,8 +89,9 @@ class SandboxTerminal(BaseEnvironment):
         # scratch folder, which lasts as long as the sandbox.
         return self._sandbox.scratch_dir
 
-    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                  stdin_data: str | None = None) -> Any:
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> Any:
         future: concurrent.futures.Future | None = None
 
         def run() -> tuple[str, int]:
@@ -95,9 +104,11 @@ class SandboxTerminal(BaseEnvironment):
             result = future.result()
             if result.outcome is Outcome.exited and result.exit_code is not None:
                 return result.output, result.exit_code
-            note = {Outcome.timeout: f"\n[Command timed out after {timeout}s]",
-                    Outcome.output_limit: "\n[Command killed: it printed past the sandbox's output limit]",
-                    Outcome.oom_killed: "\n[Command killed: out of memory]"}.get(result.outcome, "")
+            note = {
+                Outcome.timeout: f"\n[Command timed out after {timeout}s]",
+                Outcome.output_limit: "\n[Command killed: it printed past the sandbox's output limit]",
+                Outcome.oom_killed: "\n[Command killed: out of memory]",
+            }.get(result.outcome, "")
             return result.output + note, EXIT_TIMEOUT if result.outcome is Outcome.timeout else EXIT_KILLED
 
         def cancel() -> None:

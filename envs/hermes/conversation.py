@@ -16,8 +16,19 @@ from typing import Any
 
 # hermes-agent's classification of an API failure (its FailoverReason) that means the endpoint,
 # not the policy, failed: the episode is then not scored.
-ENDPOINT_FAILURES = {"timeout", "server_error", "overloaded", "rate_limit", "upstream_rate_limit", "auth",
-                     "auth_permanent", "billing", "model_not_found", "ssl_cert_verification", "unknown"}
+ENDPOINT_FAILURES = {
+    "timeout",
+    "server_error",
+    "overloaded",
+    "rate_limit",
+    "upstream_rate_limit",
+    "auth",
+    "auth_permanent",
+    "billing",
+    "model_not_found",
+    "ssl_cert_verification",
+    "unknown",
+}
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,8 @@ class Outcome:
             return "context_length"
         exhausted = str(r.get("final_response") or "").startswith("API call failed after")
         if reason == "all_retries_exhausted_no_response" or (
-                r.get("failed") and (exhausted or r.get("failure_reason") in ENDPOINT_FAILURES)):
+            r.get("failed") and (exhausted or r.get("failure_reason") in ENDPOINT_FAILURES)
+        ):
             return "model_unavailable"
         if reason.startswith("max_iterations_reached") or reason == "budget_exhausted":
             return "max_iterations"
@@ -151,12 +163,22 @@ class Conversation:
         s = self.settings
         overrides = {} if s.temperature is None else {"temperature": s.temperature}
         return AIAgent(
-            base_url=s.base_url, api_key=s.api_key, model=s.model, max_iterations=s.max_iterations,
-            enabled_toolsets=list(s.toolsets), max_tokens=s.max_tokens, request_overrides=overrides,
+            base_url=s.base_url,
+            api_key=s.api_key,
+            model=s.model,
+            max_iterations=s.max_iterations,
+            enabled_toolsets=list(s.toolsets),
+            max_tokens=s.max_tokens,
+            request_overrides=overrides,
             # No pause between tools, no console output, nothing read from or written to the
             # host's project files or memory: the episode is the sandbox and the instruction.
-            tool_delay=0.0, quiet_mode=True, skip_context_files=True, skip_memory=True, save_trajectories=False,
-            tool_complete_callback=self._on_tool, step_callback=self._on_step,
+            tool_delay=0.0,
+            quiet_mode=True,
+            skip_context_files=True,
+            skip_memory=True,
+            save_trajectories=False,
+            tool_complete_callback=self._on_tool,
+            step_callback=self._on_step,
         )
 
     def _on_tool(self, call_id: str, name: str, args: Any, result: Any) -> None:

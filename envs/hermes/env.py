@@ -38,8 +38,10 @@ from .task import HermesTask, builtin_tasks_path, load_tasks
 from .tools import TOOLS, RunAgent, parse_action
 from .verifier import verify
 
-DESCRIPTION = ("hermes-agent (Nous Research) per episode: terminal and file tools in a sandbox, model calls "
-               "through the gateway; an instruction per task, rewarded by a verifier command.")
+DESCRIPTION = (
+    "hermes-agent (Nous Research) per episode: terminal and file tools in a sandbox, model calls "
+    "through the gateway; an instruction per task, rewarded by a verifier command."
+)
 # Each request must answer within the env worker's call timeout (120 s by default): a task's
 # setup, and each wait on the agent, are kept well inside it.
 SETUP_TIMEOUT_S = 90.0
@@ -102,9 +104,11 @@ class HermesShared:
             try:
                 prepare_process(config, Path(self.config.hermes_home) if self.config.hermes_home else None)
             except ImportError as exc:
-                raise EnvFaultError(f"hermes-agent is not installed here ({exc}); install it with "
-                                    "`pip install --no-deps hermes-agent==0.19.0` plus roost's `agents` "
-                                    "extra, or serve the env in its container (`roost serve hermes --docker`)") from exc
+                raise EnvFaultError(
+                    f"hermes-agent is not installed here ({exc}); install it with "
+                    "`pip install --no-deps hermes-agent==0.19.0` plus roost's `agents` "
+                    "extra, or serve the env in its container (`roost serve hermes --docker`)"
+                ) from exc
             self.loop = LoopThread()
         return self.loop
 
@@ -123,8 +127,10 @@ class HermesShared:
             if task.setup.strip():
                 result = await sandbox.exec(task.setup, timeout_s=SETUP_TIMEOUT_S)
                 if not result.ok:
-                    raise SandboxError(f"setup of task {task.id} failed ({result.outcome.value}, exit "
-                                       f"{result.exit_code}): {result.output[-1000:]}")
+                    raise SandboxError(
+                        f"setup of task {task.id} failed ({result.outcome.value}, exit "
+                        f"{result.exit_code}): {result.output[-1000:]}"
+                    )
             await sandbox.record_start()
         except BaseException:
             await sandbox.close()
@@ -157,11 +163,23 @@ class _Episode:
 
 
 class HermesEnv:
-    info_keys = frozenset({
-        "task_id", "workdir", "backend", "instruction",  # reset
-        "status", "api_calls", "new_tool_calls",  # while hermes-agent runs
-        "exit_reason", "final_response", "error", "endpoint_error", "tool_calls", "verdict",  # once it stops
-    })
+    info_keys = frozenset(
+        {
+            "task_id",
+            "workdir",
+            "backend",
+            "instruction",  # reset
+            "status",
+            "api_calls",
+            "new_tool_calls",  # while hermes-agent runs
+            "exit_reason",
+            "final_response",
+            "error",
+            "endpoint_error",
+            "tool_calls",
+            "verdict",  # once it stops
+        }
+    )
 
     def __init__(self, shared: HermesShared) -> None:
         self._shared = shared
@@ -173,11 +191,20 @@ class HermesEnv:
         return EnvInfo("hermes", f"roost-hermes-1+hermes-agent-{_hermes_version()}", TOOLS, splits, DESCRIPTION)
 
     async def tasks(self, split: str) -> list[Task]:
-        return [Task(t.id, split, {"instruction": t.instruction, **t.metadata})
-                for t in self._shared.tasks.values() if t.split == split]
+        return [
+            Task(t.id, split, {"instruction": t.instruction, **t.metadata})
+            for t in self._shared.tasks.values()
+            if t.split == split
+        ]
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
-                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset:
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset:
         if options:
             raise BadRequestError(f"unknown reset option(s) {sorted(options)}; the Hermes env takes none")
         task = self._choose(task_id, seed, split)
@@ -188,8 +215,12 @@ class HermesEnv:
         except SandboxError as exc:
             raise EnvFaultError(f"could not start a sandbox for task {task.id}: {exc}") from exc
         self._episode = _Episode(task, sandbox, f"roost-{uuid.uuid4().hex[:12]}")
-        info = {"task_id": task.id, "workdir": sandbox.workdir, "backend": sandbox.backend,
-                "instruction": task.instruction}
+        info = {
+            "task_id": task.id,
+            "workdir": sandbox.workdir,
+            "backend": sandbox.backend,
+            "instruction": task.instruction,
+        }
         return Reset(task.id, Observation(task.instruction), TOOLS, info)
 
     async def step(self, action: Action) -> Step:
@@ -221,8 +252,11 @@ class HermesEnv:
         if task_id is not None:
             task = tasks.get(task_id)
             if task is None or (split is not None and task.split != split):
-                raise UnknownTaskError(f"no task {task_id!r}" + (f" in split {split!r}" if split else "") +
-                                       "; list them with GET /tasks?split=...")
+                raise UnknownTaskError(
+                    f"no task {task_id!r}"
+                    + (f" in split {split!r}" if split else "")
+                    + "; list them with GET /tasks?split=..."
+                )
             return task
         pool = sorted((t for t in tasks.values() if split is None or t.split == split), key=lambda t: t.id)
         if not pool:
@@ -234,25 +268,41 @@ class HermesEnv:
         from .backend import SandboxTerminal, attach
 
         if not args.base_url or not args.model:
-            raise InvalidActionError("the first run_agent call starts the agent: it needs `base_url` (an "
-                                     "OpenAI-compatible endpoint, e.g. a gateway session URL) and `model`")
+            raise InvalidActionError(
+                "the first run_agent call starts the agent: it needs `base_url` (an "
+                "OpenAI-compatible endpoint, e.g. a gateway session URL) and `model`"
+            )
         config, loop = self._shared.config, self._shared.prepare()
         iterations = min(args.max_iterations or config.max_iterations, config.max_iterations)
-        settings = AgentSettings(base_url=self._model_url(args.base_url), api_key=args.api_key or "EMPTY",
-                                 model=args.model, max_iterations=iterations, toolsets=tuple(config.toolsets),
-                                 max_tokens=config.max_tokens, temperature=config.temperature)
+        settings = AgentSettings(
+            base_url=self._model_url(args.base_url),
+            api_key=args.api_key or "EMPTY",
+            model=args.model,
+            max_iterations=iterations,
+            toolsets=tuple(config.toolsets),
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+        )
         terminal = SandboxTerminal(episode.sandbox, loop.loop, timeout=config.command_timeout_s)
         attach(episode.key, terminal)
         episode.conversation = Conversation(settings, episode.task.instruction, episode.key, terminal)
         episode.conversation.start()
 
     def _progress(self, episode: _Episode, conversation: Conversation) -> Step:
-        new = conversation.tool_calls[episode.seen_tools:]
+        new = conversation.tool_calls[episode.seen_tools :]
         episode.seen_tools += len(new)
-        text = (f"hermes-agent is working: {conversation.api_calls} model calls so far"
-                + (f"; it ran {', '.join(new)}" if new else "") + ". Call run_agent again to keep waiting.")
-        return Step(Observation(text), 0.0, False, False,
-                    {"status": "running", "api_calls": conversation.api_calls, "new_tool_calls": new})
+        text = (
+            f"hermes-agent is working: {conversation.api_calls} model calls so far"
+            + (f"; it ran {', '.join(new)}" if new else "")
+            + ". Call run_agent again to keep waiting."
+        )
+        return Step(
+            Observation(text),
+            0.0,
+            False,
+            False,
+            {"status": "running", "api_calls": conversation.api_calls, "new_tool_calls": new},
+        )
 
     async def _finish(self, episode: _Episode, outcome: Outcome) -> Step:
         episode.done = True
@@ -263,9 +313,11 @@ class HermesEnv:
             error = outcome.error
             raise EnvFaultError(f"hermes-agent failed on task {task.id}: {type(error).__name__}: {error}")
         info: dict[str, Any] = {
-            "status": status, "api_calls": int(result.get("api_calls") or 0),
+            "status": status,
+            "api_calls": int(result.get("api_calls") or 0),
             "exit_reason": str(result.get("turn_exit_reason") or ""),
-            "final_response": str(result.get("final_response") or ""), "error": result.get("error"),
+            "final_response": str(result.get("final_response") or ""),
+            "error": result.get("error"),
             "endpoint_error": outcome.endpoint_error,
             "tool_calls": list(episode.conversation.tool_calls) if episode.conversation else [],
         }
@@ -278,8 +330,10 @@ class HermesEnv:
             await self._free(episode)
         truncated = status in TRUNCATED
         info["verdict"] = verdict.info()
-        text = (f"hermes-agent {TRUNCATED.get(status, 'finished')} after {info['api_calls']} "
-                f"model calls. Verifier: {verdict.reason} (reward {verdict.reward:g}).")
+        text = (
+            f"hermes-agent {TRUNCATED.get(status, 'finished')} after {info['api_calls']} "
+            f"model calls. Verifier: {verdict.reason} (reward {verdict.reward:g})."
+        )
         return Step(Observation(text), verdict.reward, not truncated, truncated, info)
 
     async def _free(self, episode: _Episode) -> None:

@@ -51,9 +51,11 @@ def prepare_process(config: dict[str, Any], home: Path | None = None) -> Path:
     with _lock:
         if _prepared:
             if _prepared["config"] != config:
-                raise RuntimeError("hermes-agent is already set up in this process with another configuration "
-                                   "(HERMES_HOME and TERMINAL_ENV are process-wide); serve differently "
-                                   "configured Hermes envs from separate processes")
+                raise RuntimeError(
+                    "hermes-agent is already set up in this process with another configuration "
+                    "(HERMES_HOME and TERMINAL_ENV are process-wide); serve differently "
+                    "configured Hermes envs from separate processes"
+                )
             return _prepared["home"]
         if home is None:
             home = Path(tempfile.mkdtemp(prefix="roost-hermes-home-"))

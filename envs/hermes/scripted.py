@@ -23,10 +23,10 @@ def tool_call(name: str, arguments: dict) -> str:
 
 
 def solution_rules(tasks: list[HermesTask]) -> dict:
-    rules = [{"match": None, "reply": "I could not finish the task."},
-             {"match": r'"exit_code": -?\d+', "reply": DONE}]
+    rules = [{"match": None, "reply": "I could not finish the task."}, {"match": r'"exit_code": -?\d+', "reply": DONE}]
     for task in tasks:
         if task.solution:
-            rules.append({"match": re.escape(task.instruction),
-                          "reply": tool_call("terminal", {"command": task.solution})})
+            rules.append(
+                {"match": re.escape(task.instruction), "reply": tool_call("terminal", {"command": task.solution})}
+            )
     return {"rules": rules}

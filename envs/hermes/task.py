@@ -81,8 +81,11 @@ def load_tasks(path: Path) -> list[HermesTask]:
     if path.suffix == ".json":
         rows = [(f"{path}[{i}]", row) for i, row in enumerate(_json(path.read_text(), str(path)))]
     else:
-        rows = [(f"{path}:{n}", _json(line, f"{path}:{n}")) for n, line in enumerate(path.read_text().splitlines(), 1)
-                if line.strip() and not line.lstrip().startswith("#")]
+        rows = [
+            (f"{path}:{n}", _json(line, f"{path}:{n}"))
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
     tasks, seen = [], set()
     for where, row in rows:
         try:

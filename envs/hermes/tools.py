@@ -15,18 +15,35 @@ from roost.envs.protocol import Action, TextAction, ToolSchema
 
 RUN_AGENT = "run_agent"
 
-TOOLS: list[ToolSchema] = [{"type": "function", "function": {
-    "name": RUN_AGENT,
-    "description": "Run this episode's hermes-agent on the task: the first call starts it with the given model "
-                   "endpoint, later calls keep waiting. Returns when the agent has finished (its work is then "
-                   "verified and rewarded) or after wait_s seconds.",
-    "parameters": {"type": "object", "additionalProperties": False, "properties": {
-        "base_url": {"type": "string", "description": "OpenAI-compatible base URL of the model (first call)."},
-        "api_key": {"type": "string", "description": "Key for base_url (a gateway session key)."},
-        "model": {"type": "string", "description": "Model name sent with each request (first call)."},
-        "max_iterations": {"type": "integer", "description": "Model calls the agent may make (first call)."},
-        "wait_s": {"type": "number", "description": "Longest time this call waits for the agent."},
-    }, "required": []}}}]
+TOOLS: list[ToolSchema] = [
+    {
+        "type": "function",
+        "function": {
+            "name": RUN_AGENT,
+            "description": "Run this episode's hermes-agent on the task: the first call starts it with the given model "
+            "endpoint, later calls keep waiting. Returns when the agent has finished (its work is then "
+            "verified and rewarded) or after wait_s seconds.",
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "base_url": {
+                        "type": "string",
+                        "description": "OpenAI-compatible base URL of the model (first call).",
+                    },
+                    "api_key": {"type": "string", "description": "Key for base_url (a gateway session key)."},
+                    "model": {"type": "string", "description": "Model name sent with each request (first call)."},
+                    "max_iterations": {
+                        "type": "integer",
+                        "description": "Model calls the agent may make (first call).",
+                    },
+                    "wait_s": {"type": "number", "description": "Longest time this call waits for the agent."},
+                },
+                "required": [],
+            },
+        },
+    }
+]
 
 
 class RunAgent(BaseModel):
@@ -43,8 +60,10 @@ class RunAgent(BaseModel):
 
 def parse_action(action: Action) -> RunAgent:
     if isinstance(action, TextAction):
-        raise InvalidActionError(f"the Hermes env takes one tool, {RUN_AGENT!r} (its agent acts in the sandbox "
-                                 "itself); send a tool call, not text")
+        raise InvalidActionError(
+            f"the Hermes env takes one tool, {RUN_AGENT!r} (its agent acts in the sandbox "
+            "itself); send a tool call, not text"
+        )
     if action.name != RUN_AGENT:
         raise InvalidActionError(f"unknown tool {action.name!r}; the Hermes env offers only {RUN_AGENT!r}")
     try:

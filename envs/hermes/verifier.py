@@ -40,8 +40,10 @@ async def verify(sandbox: Sandbox, task: HermesTask) -> Verdict:
     except SandboxError as exc:
         raise EnvFaultError(f"the verifier of task {task.id} could not run in its sandbox: {exc}") from exc
     if result.outcome is not Outcome.exited:
-        raise EnvFaultError(f"the verifier of task {task.id} did not finish ({result.outcome.value} after "
-                            f"{result.duration_s:.0f}s); raise verifier.timeout_s or fix the command")
+        raise EnvFaultError(
+            f"the verifier of task {task.id} did not finish ({result.outcome.value} after "
+            f"{result.duration_s:.0f}s); raise verifier.timeout_s or fix the command"
+        )
     output = result.output[-OUTPUT_CHARS:]
     reward, reason = _score(verifier.reward, verifier.pattern, result.exit_code, output)
     return Verdict(reward, result.exit_code, output, reason)

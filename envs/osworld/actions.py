@@ -95,8 +95,9 @@ def check_syntax(code: str) -> None:
         compile(code, "<action>", "exec")
     except SyntaxError as exc:
         where = f" at line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "") if exc.lineno else ""
-        raise InvalidActionError(f"the action is not valid Python: SyntaxError: {exc.msg}{where}; "
-                                 "nothing ran; send corrected pyautogui code") from None
+        raise InvalidActionError(
+            f"the action is not valid Python: SyntaxError: {exc.msg}{where}; nothing ran; send corrected pyautogui code"
+        ) from None
     except ValueError as exc:  # null bytes in the source
         raise InvalidActionError(f"the action is not valid Python: {exc}; nothing ran") from None
 
@@ -107,9 +108,11 @@ def computer13_action(text: str) -> DesktopAction:
     try:
         value = load_json(body, "the computer_13 action", error=InvalidActionError)
     except json.JSONDecodeError as exc:
-        raise InvalidActionError(f"the computer_13 action is not JSON ({exc.msg} at {exc.pos}): {text[:200]!r}; "
-                                 'send one object like {"action_type": "CLICK", "x": 10, "y": 20}, '
-                                 "or WAIT, FAIL or DONE") from None
+        raise InvalidActionError(
+            f"the computer_13 action is not JSON ({exc.msg} at {exc.pos}): {text[:200]!r}; "
+            'send one object like {"action_type": "CLICK", "x": 10, "y": 20}, '
+            "or WAIT, FAIL or DONE"
+        ) from None
     return computer13_dict_action(value)
 
 

@@ -94,8 +94,10 @@ class DesktopPool:
         try:
             await asyncio.wait_for(self._slots.acquire(), wait_s)
         except TimeoutError as exc:
-            raise DesktopError(f"{self.max_desktops} desktops are running (the pool's bound) and none closed "
-                               f"within {wait_s:g}s; close desktops or raise max_desktops") from exc
+            raise DesktopError(
+                f"{self.max_desktops} desktops are running (the pool's bound) and none closed "
+                f"within {wait_s:g}s; close desktops or raise max_desktops"
+            ) from exc
         try:
             desktop = await start_desktop(await self._resolved())
         except BaseException:

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import typer
 
-osworld_app = typer.Typer(help="OSWorld: check and survey task folders, linearize accessibility trees, "
-                               "list the action tools. "
-                               "Episodes: `roost serve osworld` (roost's desktops run here; OSWorld's own VM "
-                               "providers need its VM image: --env-arg provider=osworld).",
-                          no_args_is_help=True)
+osworld_app = typer.Typer(
+    help="OSWorld: check and survey task folders, linearize accessibility trees, "
+    "list the action tools. "
+    "Episodes: `roost serve osworld` (roost's desktops run here; OSWorld's own VM "
+    "providers need its VM image: --env-arg provider=osworld).",
+    no_args_is_help=True,
+)
 
 
 @osworld_app.command("check")
@@ -40,9 +42,16 @@ def check(
         raise typer.Exit(1) from None
     domains = Counter(entry.domain or "-" for entry in task_set.entries.values())
     splits = {s: len(ids) for s, ids in task_set.splits.items()}
-    typer.echo(json.dumps({"tasks": len(task_set.entries), "splits": splits,
-                           "domains": dict(sorted(domains.items())),
-                           "skipped": [str(exc) for exc in task_set.skipped]}))
+    typer.echo(
+        json.dumps(
+            {
+                "tasks": len(task_set.entries),
+                "splits": splits,
+                "domains": dict(sorted(domains.items())),
+                "skipped": [str(exc) for exc in task_set.skipped],
+            }
+        )
+    )
     for exc in task_set.skipped:
         typer.echo(f"error: {exc}", err=True)
     if task_set.skipped:  # the env serves the rest, but a malformed file is still an error
@@ -53,8 +62,11 @@ def check(
 def survey_command(
     tasks: Path = typer.Argument(..., help="A task JSON file, or a folder in OSWorld's layout (evaluation_examples/)."),
     cache_dir: Path | None = typer.Option(None, help="The files download steps read (default: TASKS/cache)."),
-    run: bool = typer.Option(True, help="Run a do-nothing episode (reset, DONE, evaluate) for each task that "
-                                        "can run here; --no-run only sorts them (no desktop)."),
+    run: bool = typer.Option(
+        True,
+        help="Run a do-nothing episode (reset, DONE, evaluate) for each task that "
+        "can run here; --no-run only sorts them (no desktop).",
+    ),
     domain: list[str] | None = typer.Option(None, help="Survey only this domain (repeatable)."),
     split: str = typer.Option("all", help="Survey only this split's tasks (test_all: those OSWorld's index lists)."),
     timeout_s: float = typer.Option(120.0, help="Time limit of one episode."),
@@ -69,8 +81,16 @@ def survey_command(
 
     try:  # OSWorld's getters print as they fetch: keep stdout for the report
         with contextlib.redirect_stdout(sys.stderr):
-            result = asyncio.run(survey(tasks, cache_dir=cache_dir, run=run, timeout_s=timeout_s,
-                                        domains=set(domain) if domain else None, split=split))
+            result = asyncio.run(
+                survey(
+                    tasks,
+                    cache_dir=cache_dir,
+                    run=run,
+                    timeout_s=timeout_s,
+                    domains=set(domain) if domain else None,
+                    split=split,
+                )
+            )
     except TaskFormatError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -80,8 +100,10 @@ def survey_command(
     typer.echo("domain\tloaded\tunsupported\trunnable\tran\tfaulted\treasons")
     for name, counts in result.items():
         reasons = "; ".join(f"{n} {why}" for why, n in counts.unsupported.most_common())
-        typer.echo(f"{name}\t{counts.loaded}\t{sum(counts.unsupported.values())}\t{counts.runnable}\t{counts.ran}\t"
-                   f"{len(counts.faulted)}\t{reasons}")
+        typer.echo(
+            f"{name}\t{counts.loaded}\t{sum(counts.unsupported.values())}\t{counts.runnable}\t{counts.ran}\t"
+            f"{len(counts.faulted)}\t{reasons}"
+        )
 
 
 @osworld_app.command("linearize")
@@ -115,8 +137,9 @@ def tools() -> None:
 
 @osworld_app.command("make-fixtures")
 def make_fixtures(
-    out: Path | None = typer.Argument(None, help="Folder to write into (default: where the env looks, "
-                                                    "$ROOST_HOME/osworld or ~/.cache/roost/osworld)."),
+    out: Path | None = typer.Argument(
+        None, help="Folder to write into (default: where the env looks, $ROOST_HOME/osworld or ~/.cache/roost/osworld)."
+    ),
 ) -> None:
     """Write roost's offline task set (OSWorld's JSON, its files in OUT/cache, train/test indexes)."""
     from .fixtures import write_fixtures

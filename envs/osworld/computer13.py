@@ -64,8 +64,13 @@ def _check(kind: str, spec: dict[str, Any], params: Params) -> None:
 def _check_value(kind: str, name: str, rule: dict[str, Any], value: Any) -> None:
     expected, allowed = rule["type"], rule["range"]
     numeric = expected in (int, float)
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and (expected is float or isinstance(value, int))
-          if numeric else isinstance(value, expected))
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (expected is float or isinstance(value, int))
+        if numeric
+        else isinstance(value, expected)
+    )
     if not ok:
         raise InvalidActionError(f"{kind}: {name} must be {expected.__name__}, got {value!r:.100}")
     if name == "keys":
@@ -82,8 +87,9 @@ def _check_value(kind: str, name: str, rule: dict[str, Any], value: Any) -> None
 
 def _check_key(kind: str, key: Any) -> None:
     if not isinstance(key, str) or key.lower() not in keyboard_keys():
-        raise InvalidActionError(f"{kind}: {key!r:.50} is not one of pyautogui's key names (KEYBOARD_KEYS), "
-                                 "e.g. 'enter', 'ctrl', 'a', 'f5'")
+        raise InvalidActionError(
+            f"{kind}: {key!r:.50} is not one of pyautogui's key names (KEYBOARD_KEYS), e.g. 'enter', 'ctrl', 'a', 'f5'"
+        )
 
 
 # action_type → (pyautogui function, positional parameters, keyword parameters), as OSWorld calls them
@@ -113,8 +119,11 @@ def _code(kind: str, params: Params) -> str:
     if kind == "DRAG_TO":
         return f"pyautogui.dragTo({params['x']!r}, {params['y']!r}, duration=0.5, button='left', mouseDownUp=True)"
     if kind == "SCROLL":
-        return "\n".join(f"pyautogui.{call}({params[name]!r})" for name, call in (("dx", "hscroll"), ("dy", "vscroll"))
-                         if name in params)
+        return "\n".join(
+            f"pyautogui.{call}({params[name]!r})"
+            for name, call in (("dx", "hscroll"), ("dy", "vscroll"))
+            if name in params
+        )
     if kind == "HOTKEY":
         return f"pyautogui.hotkey({', '.join(repr(k) for k in params['keys'])})"
     return _call(kind, params)

@@ -85,8 +85,10 @@ async def run_steps(steps: list[ConfigStep], ctx: TaskContext) -> None:
         except (UnsupportedTask, DesktopError):
             raise
         except Exception as exc:
-            raise SetupError(f"task {ctx.task_id}: config step {i} ({step.type} {step.parameters}) "
-                             f"failed: {type(exc).__name__}: {exc}") from exc
+            raise SetupError(
+                f"task {ctx.task_id}: config step {i} ({step.type} {step.parameters}) "
+                f"failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 async def _launch(ctx: TaskContext, command: str | list[str], shell: bool = False) -> None:
@@ -104,8 +106,7 @@ def _forwards_devtools(command: str | list[str]) -> bool:
     reach Chrome's DevTools at 9222. Here the getters and tab steps are given the port Chromium
     really listens on (`chromium_port`), so that forward is not needed (and socat not installed)."""
     words = command.split() if isinstance(command, str) else command
-    return bool(words) and Path(words[0]).name == "socat" and any(
-        w.startswith("tcp-listen:9222") for w in words[1:])
+    return bool(words) and Path(words[0]).name == "socat" and any(w.startswith("tcp-listen:9222") for w in words[1:])
 
 
 async def _open(ctx: TaskContext, path: str) -> None:
@@ -114,8 +115,14 @@ async def _open(ctx: TaskContext, path: str) -> None:
     await ctx.client.open_file(path)
 
 
-async def _execute(ctx: TaskContext, command: str | list[str], stdout: str = "", stderr: str = "",
-                   shell: bool = False, until: dict[str, Any] | None = None) -> None:
+async def _execute(
+    ctx: TaskContext,
+    command: str | list[str],
+    stdout: str = "",
+    stderr: str = "",
+    shell: bool = False,
+    until: dict[str, Any] | None = None,
+) -> None:
     if not command:
         raise ValueError("execute: an empty command")
     command = _fill_placeholders(command, ctx.screen_size)
@@ -129,22 +136,33 @@ async def _execute(ctx: TaskContext, command: str | list[str], stdout: str = "",
         if not until or _until_met(until, result):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"execute: {until} not met within {UNTIL_TIMEOUT_S:.0f} s "
-                               f"(last returncode {result.returncode}, output {result.output[-200:]!r})")
+            raise TimeoutError(
+                f"execute: {until} not met within {UNTIL_TIMEOUT_S:.0f} s "
+                f"(last returncode {result.returncode}, output {result.output[-200:]!r})"
+            )
         await asyncio.sleep(0.3)
 
 
 def _until_met(until: dict[str, Any], result: Any) -> bool:
-    return ("returncode" in until and result.returncode == until["returncode"]
-            or "stdout" in until and until["stdout"] in result.output
-            or "stderr" in until and until["stderr"] in result.error)
+    return (
+        "returncode" in until
+        and result.returncode == until["returncode"]
+        or "stdout" in until
+        and until["stdout"] in result.output
+        or "stderr" in until
+        and until["stderr"] in result.error
+    )
 
 
 def _fill_placeholders(command: str | list[str], screen_size: tuple[int, int]) -> str | list[str]:
     width, height = screen_size
-    values = {"{CLIENT_PASSWORD}": CLIENT_PASSWORD, "{SCREEN_WIDTH_HALF}": str(width // 2),
-              "{SCREEN_HEIGHT_HALF}": str(height // 2), "{SCREEN_WIDTH}": str(width),
-              "{SCREEN_HEIGHT}": str(height)}
+    values = {
+        "{CLIENT_PASSWORD}": CLIENT_PASSWORD,
+        "{SCREEN_WIDTH_HALF}": str(width // 2),
+        "{SCREEN_HEIGHT_HALF}": str(height // 2),
+        "{SCREEN_WIDTH}": str(width),
+        "{SCREEN_HEIGHT}": str(height),
+    }
 
     def fill(text: str) -> str:
         for key, value in values.items():
@@ -220,16 +238,25 @@ async def _chrome_pages(http: httpx.AsyncClient) -> list[dict[str, Any]]:
             return [p for p in response.json() if p.get("type") == "page"]
         except httpx.HTTPError as exc:
             if time.monotonic() > deadline:
-                raise ConnectionError(f"Chromium's DevTools at {http.base_url} did not answer within "
-                                      f"{CHROME_WAIT_S:.0f} s ({exc}); launch it with "
-                                      "--remote-debugging-port first") from exc
+                raise ConnectionError(
+                    f"Chromium's DevTools at {http.base_url} did not answer within "
+                    f"{CHROME_WAIT_S:.0f} s ({exc}); launch it with "
+                    "--remote-debugging-port first"
+                ) from exc
             await asyncio.sleep(0.1)  # Chromium comes up in about a second: do not wait half a second more
 
 
 STEPS: dict[str, Callable[..., Awaitable[None]]] = {
-    "launch": _launch, "open": _open, "execute": _execute, "command": _execute, "sleep": _sleep,
-    "activate_window": _activate_window, "close_window": _close_window, "download": _download,
-    "upload_file": _upload_file, "chrome_open_tabs": _chrome_open_tabs,
+    "launch": _launch,
+    "open": _open,
+    "execute": _execute,
+    "command": _execute,
+    "sleep": _sleep,
+    "activate_window": _activate_window,
+    "close_window": _close_window,
+    "download": _download,
+    "upload_file": _upload_file,
+    "chrome_open_tabs": _chrome_open_tabs,
     "chrome_close_tabs": _chrome_close_tabs,
 }
 """Step type → its coroutine (`ctx` first, then the step's parameters)."""

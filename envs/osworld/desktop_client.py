@@ -81,25 +81,26 @@ class DesktopClient:
         found = await self._found("POST", "/window_size", data={"app_class_name": app_class_name})
         return None if found is None else (int(found.json()["width"]), int(found.json()["height"]))
 
-    async def execute(self, command: list[str] | str, *, shell: bool = False,
-                      timeout_s: float = 30.0) -> CommandResult:
+    async def execute(self, command: list[str] | str, *, shell: bool = False, timeout_s: float = 30.0) -> CommandResult:
         """Runs a command to completion (killed at `timeout_s`) as the desktop's user."""
         body = {"command": command, "shell": shell, "timeout": timeout_s}
-        return _result(await self._request("POST", "/execute", json=body, timeout=timeout_s + SLACK_S,
-                                           timed_out_ok=True))
+        return _result(
+            await self._request("POST", "/execute", json=body, timeout=timeout_s + SLACK_S, timed_out_ok=True)
+        )
 
     async def run_python(self, code: str, *, timeout_s: float = 30.0) -> CommandResult:
         """Runs Python code on the desktop (DISPLAY set, pyautogui importable), killed at `timeout_s`."""
         body = {"code": code, "timeout": timeout_s}
-        return _result(await self._request("POST", "/run_python", json=body, timeout=timeout_s + SLACK_S,
-                                           timed_out_ok=True))
+        return _result(
+            await self._request("POST", "/run_python", json=body, timeout=timeout_s + SLACK_S, timed_out_ok=True)
+        )
 
-    async def run_bash(self, script: str, *, timeout_s: float = 30.0,
-                       working_dir: str | None = None) -> CommandResult:
+    async def run_bash(self, script: str, *, timeout_s: float = 30.0, working_dir: str | None = None) -> CommandResult:
         """Runs a bash script (stderr merged into `output`), killed at `timeout_s`."""
         body = {"script": script, "timeout": timeout_s, "working_dir": working_dir}
-        return _result(await self._request("POST", "/run_bash_script", json=body,
-                                           timeout=timeout_s + SLACK_S, timed_out_ok=True))
+        return _result(
+            await self._request("POST", "/run_bash_script", json=body, timeout=timeout_s + SLACK_S, timed_out_ok=True)
+        )
 
     async def get_file(self, path: str) -> bytes | None:
         """The file's bytes; None where the desktop has no file at `path`."""
@@ -108,8 +109,12 @@ class DesktopClient:
 
     async def upload_file(self, path: str, data: bytes) -> None:
         """Writes `data` at `path` on the desktop (parent folders made)."""
-        await self._request("POST", "/setup/upload", data={"file_path": path},
-                            files={"file_data": ("file", data, "application/octet-stream")})
+        await self._request(
+            "POST",
+            "/setup/upload",
+            data={"file_path": path},
+            files={"file_data": ("file", data, "application/octet-stream")},
+        )
 
     async def launch(self, command: list[str] | str, *, shell: bool = False) -> None:
         """Starts a program and leaves it running."""
@@ -123,12 +128,14 @@ class DesktopClient:
         await self._request("POST", "/setup/open_file", json=body, timeout=timeout_s + SLACK_S)
 
     async def activate_window(self, window_name: str, *, strict: bool = False, by_class: bool = False) -> None:
-        await self._request("POST", "/setup/activate_window",
-                            json={"window_name": window_name, "strict": strict, "by_class": by_class})
+        await self._request(
+            "POST", "/setup/activate_window", json={"window_name": window_name, "strict": strict, "by_class": by_class}
+        )
 
     async def close_window(self, window_name: str, *, strict: bool = False, by_class: bool = False) -> None:
-        await self._request("POST", "/setup/close_window",
-                            json={"window_name": window_name, "strict": strict, "by_class": by_class})
+        await self._request(
+            "POST", "/setup/close_window", json={"window_name": window_name, "strict": strict, "by_class": by_class}
+        )
 
     async def list_directory(self, path: str) -> dict:
         """OSWorld's directory tree: {"type", "name", "children": [...]}."""
@@ -146,23 +153,25 @@ class DesktopClient:
                 return None
             raise
 
-    async def _request(self, method: str, path: str, *, timed_out_ok: bool = False, timeout: float | None = None,
-                       **kwargs: Any) -> httpx.Response:
+    async def _request(
+        self, method: str, path: str, *, timed_out_ok: bool = False, timeout: float | None = None, **kwargs: Any
+    ) -> httpx.Response:
         try:
             response = await self._http.request(method, path, timeout=timeout or self.timeout_s, **kwargs)
         except httpx.HTTPError as exc:
-            raise DesktopError(f"the desktop at {self.base_url} did not answer {method} {path}: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise DesktopError(
+                f"the desktop at {self.base_url} did not answer {method} {path}: {type(exc).__name__}: {exc}"
+            ) from exc
         if response.status_code < 400:
             return response
         detail = _detail(response)
         if 400 <= response.status_code < 500:
-            raise DesktopRequestError(f"{method} {path} refused ({response.status_code}): {detail}",
-                                      response.status_code)
+            raise DesktopRequestError(
+                f"{method} {path} refused ({response.status_code}): {detail}", response.status_code
+            )
         if timed_out_ok and _json(response).get("timed_out"):
             return response
-        raise DesktopError(f"the desktop at {self.base_url} failed {method} {path} "
-                           f"({response.status_code}): {detail}")
+        raise DesktopError(f"the desktop at {self.base_url} failed {method} {path} ({response.status_code}): {detail}")
 
 
 def _json(response: httpx.Response) -> dict:
@@ -182,5 +191,9 @@ def _result(response: httpx.Response) -> CommandResult:
     data = _json(response)
     timed_out = bool(data.get("timed_out"))
     code = data.get("returncode", data.get("return_code"))
-    return CommandResult(returncode=None if timed_out else code, output=data.get("output") or "",
-                         error=data.get("error") or "", timed_out=timed_out)
+    return CommandResult(
+        returncode=None if timed_out else code,
+        output=data.get("output") or "",
+        error=data.get("error") or "",
+        timed_out=timed_out,
+    )

@@ -86,14 +86,30 @@ async def start_docker(config: DesktopConfig) -> DockerDesktop:
 
 def _run(client: Any, image: str, config: DesktopConfig) -> DockerDesktop:
     network = _network(client, internal=not config.network)
-    command = ["python3", "-m", "roost.envs.osworld.desktop.server", "--host", "0.0.0.0",
-               "--port", str(SERVER_PORT), "--width", str(config.width), "--height", str(config.height),
-               "--home", DESKTOP_HOME, "--chromium-port", str(INNER_CHROMIUM_PORT),
-               "--forward-chromium", str(CHROMIUM_PORT)]
+    command = [
+        "python3",
+        "-m",
+        "roost.envs.osworld.desktop.server",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(SERVER_PORT),
+        "--width",
+        str(config.width),
+        "--height",
+        str(config.height),
+        "--home",
+        DESKTOP_HOME,
+        "--chromium-port",
+        str(INNER_CHROMIUM_PORT),
+        "--forward-chromium",
+        str(CHROMIUM_PORT),
+    ]
     labels = {LABEL: "1", OWNER_LABEL: _owner(), **config.labels}
     # Chromium wants more shared memory than Docker's 64 MB default.
-    container = client.containers.run(image, command, detach=True, labels=labels, network=network.name,
-                                      shm_size="512m", init=True)
+    container = client.containers.run(
+        image, command, detach=True, labels=labels, network=network.name, shm_size="512m", init=True
+    )
     container.reload()
     address = container.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
     return DockerDesktop(f"http://{address}:{SERVER_PORT}", address, SERVER_PORT, CHROMIUM_PORT, container)

@@ -109,9 +109,11 @@ def make_factory(**kwargs: Any):
     tasks = config.tasks or config.data_dir
     source = Path(tasks).expanduser() if tasks else ensure_fixtures(default_tasks_dir())
     if not source.exists():
-        raise BadRequestError(f"no OSWorld tasks at {source}; pass tasks=PATH (a task file or an OSWorld "
-                              "evaluation_examples folder) or write roost's fixture set there with "
-                              "`roost envs osworld make-fixtures`")
+        raise BadRequestError(
+            f"no OSWorld tasks at {source}; pass tasks=PATH (a task file or an OSWorld "
+            "evaluation_examples folder) or write roost's fixture set there with "
+            "`roost envs osworld make-fixtures`"
+        )
     if config.provider == "osworld":
         check_official(config.official)
     task_set = TaskSet.load(source)
@@ -120,8 +122,9 @@ def make_factory(**kwargs: Any):
     shared = OSWorldShared(config, task_set, cache_dir)
     if config.provider == "roost":
         # Bounded by the env server's max_episodes; this bound only guards a runaway caller.
-        shared.desktops = DesktopPool(DesktopConfig(backend=config.backend, width=config.width,
-                                                    height=config.height), max_desktops=MAX_DESKTOPS)
+        shared.desktops = DesktopPool(
+            DesktopConfig(backend=config.backend, width=config.width, height=config.height), max_desktops=MAX_DESKTOPS
+        )
     if config.provider == "roost" and config.backend == "local":
         shared.versions = application_versions()
     return lambda: OSWorldEnv(shared)
@@ -138,12 +141,31 @@ class _Episode:
 
 
 class OSWorldEnv:
-    info_keys = frozenset({
-        "task_id", "domain", "steps", "max_steps", "observation_type", "action_space", "infeasible",
-        "provider", "backend", "osworld_provider", "screen", "versions",  # the desktop's own
-        "returncode", "timed_out", "output", "error",  # a code action's run
-        "reward", "success", "evaluation", "exit_reason", "expert_plan",
-    })
+    info_keys = frozenset(
+        {
+            "task_id",
+            "domain",
+            "steps",
+            "max_steps",
+            "observation_type",
+            "action_space",
+            "infeasible",
+            "provider",
+            "backend",
+            "osworld_provider",
+            "screen",
+            "versions",  # the desktop's own
+            "returncode",
+            "timed_out",
+            "output",
+            "error",  # a code action's run
+            "reward",
+            "success",
+            "evaluation",
+            "exit_reason",
+            "expert_plan",
+        }
+    )
 
     def __init__(self, shared: OSWorldShared) -> None:
         self._shared = shared
@@ -152,16 +174,27 @@ class OSWorldEnv:
     @property
     def info(self) -> EnvInfo:
         config = self._shared.config
-        return EnvInfo("osworld", VERSION, tools(), tuple(self._shared.task_set.splits),
-                       f"OSWorld desktop tasks ({config.provider} provider, {config.observation_type} "
-                       f"observations, {config.action_space} actions) from {self._shared.task_set.source}.",
-                       self._shared.versions)
+        return EnvInfo(
+            "osworld",
+            VERSION,
+            tools(),
+            tuple(self._shared.task_set.splits),
+            f"OSWorld desktop tasks ({config.provider} provider, {config.observation_type} "
+            f"observations, {config.action_space} actions) from {self._shared.task_set.source}.",
+            self._shared.versions,
+        )
 
     async def tasks(self, split: str) -> list[Task]:
         return self._shared.task_set.tasks(split)
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
-                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset:
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset:
         unknown = sorted(set(options or {}) - set(RESET_OPTIONS))
         if unknown:
             raise BadRequestError(f"unknown reset option(s) {unknown}; the OSWorld env takes {list(RESET_OPTIONS)}")
@@ -202,11 +235,17 @@ class OSWorldEnv:
     def _session_options(self) -> SessionOptions:
         config = self._shared.config
         return SessionOptions(
-            provider=config.provider, backend=config.backend, width=config.width, height=config.height,
+            provider=config.provider,
+            backend=config.backend,
+            width=config.width,
+            height=config.height,
             cache_dir=self._shared.cache_dir,
             observation=ObservationConfig(config.observation_type, "ubuntu", config.max_tree_chars),
-            action_space=config.action_space, step_timeout_s=config.step_timeout_s, official=config.official,
-            desktops=self._shared.desktops)
+            action_space=config.action_space,
+            step_timeout_s=config.step_timeout_s,
+            official=config.official,
+            desktops=self._shared.desktops,
+        )
 
     async def _run(self, episode: _Episode, action: DesktopAction) -> Step:
         config, session = self._shared.config, episode.session
@@ -245,14 +284,27 @@ class OSWorldEnv:
         finally:  # scored or not (an evaluator that cannot run here), the desktop is done
             await self.close()
         reason = action.kind.lower() if terminated else "step_limit"
-        text = "\n\n".join(part for part in (f"Task: {episode.entry.task.instruction}", note,
-                                             f"Episode over ({reason}); reward {evaluation.reward:g}.") if part)
+        text = "\n\n".join(
+            part
+            for part in (
+                f"Task: {episode.entry.task.instruction}",
+                note,
+                f"Episode over ({reason}); reward {evaluation.reward:g}.",
+            )
+            if part
+        )
         info = {**self._info(episode), **info, **evaluation.info(), "exit_reason": reason}
         return Step(Observation(text), evaluation.reward, terminated, not terminated, info)
 
     def _info(self, episode: _Episode) -> dict[str, Any]:
         config, task = self._shared.config, episode.entry.task
-        return {"task_id": task.id, "domain": episode.entry.domain, "steps": episode.steps,
-                "max_steps": config.max_steps, "observation_type": config.observation_type,
-                "action_space": config.action_space, "infeasible": task.infeasible,
-                **episode.session.describe()}
+        return {
+            "task_id": task.id,
+            "domain": episode.entry.domain,
+            "steps": episode.steps,
+            "max_steps": config.max_steps,
+            "observation_type": config.observation_type,
+            "action_space": config.action_space,
+            "infeasible": task.infeasible,
+            **episode.session.describe(),
+        }

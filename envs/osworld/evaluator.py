@@ -134,11 +134,15 @@ async def _score(task: OSWorldTask, check: Check, env: GetterEnv, ctx: TaskConte
     except UnsupportedTask:
         raise
     except requests.ConnectionError as exc:
-        raise EvaluationError(f"task {task.id}: the desktop's control server at {ctx.host}:{ctx.server_port} "
-                              f"did not answer during evaluation ({exc})") from exc
+        raise EvaluationError(
+            f"task {task.id}: the desktop's control server at {ctx.host}:{ctx.server_port} "
+            f"did not answer during evaluation ({exc})"
+        ) from exc
     except Exception as exc:
-        raise EvaluationError(f"task {task.id}: metric {check.func} (result {check.result}, expected "
-                              f"{check.expected}) failed: {type(exc).__name__}: {exc}") from exc
+        raise EvaluationError(
+            f"task {task.id}: metric {check.func} (result {check.result}, expected "
+            f"{check.expected}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 async def _get(config: GetterConfig | None, env: GetterEnv, ctx: TaskContext) -> Any:
@@ -173,6 +177,9 @@ def _cloud_file(ctx: TaskContext, config: GetterConfig) -> str | list[str]:
     urls = config["path"] if multi else [config["path"]]
     dests = config["dest"] if multi else [config["dest"]]
     gives = set(config.get("gives", [0]))
-    paths = [str(ctx.cache.find(ctx.task_id, url, os.path.basename(dest)))
-             for i, (url, dest) in enumerate(zip(urls, dests)) if i in gives]
+    paths = [
+        str(ctx.cache.find(ctx.task_id, url, os.path.basename(dest)))
+        for i, (url, dest) in enumerate(zip(urls, dests))
+        if i in gives
+    ]
     return paths[0] if len(paths) == 1 else paths

@@ -40,13 +40,17 @@ def expert_steps(task: dict[str, Any]) -> list[ExpertStep]:
     """The task's scripted solution, checked for shape."""
     raw = task.get(EXPERT_FIELD)
     if not raw:
-        raise NoExpertSolution(f"task {task.get('id')!r} has no {EXPERT_FIELD!r} solution; the scripted "
-                               "expert plays only tasks written by `roost envs osworld make-fixtures`")
+        raise NoExpertSolution(
+            f"task {task.get('id')!r} has no {EXPERT_FIELD!r} solution; the scripted "
+            "expert plays only tasks written by `roost envs osworld make-fixtures`"
+        )
     steps = []
     for i, step in enumerate(raw):
         if not isinstance(step, dict) or not isinstance(step.get("do"), str):
-            raise NoExpertSolution(f"task {task.get('id')!r}: expert step {i} must be "
-                                   f"{{'when': condition or null, 'do': action text}}, got {step!r:.200}")
+            raise NoExpertSolution(
+                f"task {task.get('id')!r}: expert step {i} must be "
+                f"{{'when': condition or null, 'do': action text}}, got {step!r:.200}"
+            )
         steps.append(ExpertStep(when=step.get("when"), do=step["do"]))
     return steps
 

@@ -28,8 +28,9 @@ class MissingCacheFile(UnsupportedTask):
 
     def __init__(self, task_id: str, url: str, looked_at: list[Path]) -> None:
         places = ", ".join(str(p) for p in looked_at)
-        super().__init__(task_id, f"the file {url} is not in the cache folder (looked at {places}); "
-                                  "put it at one of those paths")
+        super().__init__(
+            task_id, f"the file {url} is not in the cache folder (looked at {places}); put it at one of those paths"
+        )
         self.url = url
         self.looked_at = looked_at
 

@@ -45,10 +45,17 @@ class FixtureTask:
         return str(uuid.uuid5(ID_NAMESPACE, f"{self.domain}/{self.name}"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "snapshot": self.domain, "instruction": self.instruction,
-                "source": f"roost fixtures: {self.domain}/{self.name}", "config": self.config,
-                "trajectory": "trajectories/", "related_apps": self.related_apps,
-                "evaluator": self.evaluator, "expert": self.expert}
+        return {
+            "id": self.id,
+            "snapshot": self.domain,
+            "instruction": self.instruction,
+            "source": f"roost fixtures: {self.domain}/{self.name}",
+            "config": self.config,
+            "trajectory": "trajectories/",
+            "related_apps": self.related_apps,
+            "evaluator": self.evaluator,
+            "expert": self.expert,
+        }
 
 
 def url(name: str) -> str:
@@ -87,7 +94,11 @@ def step(do: str, when: dict[str, Any] | None = None) -> dict[str, Any]:
 def keys(*names: str) -> str:
     """pyautogui code pressing one key or a chord."""
     args = ", ".join(repr(n) for n in names)
-    return f"import pyautogui; pyautogui.hotkey({args})" if len(names) > 1 else f"import pyautogui; pyautogui.press({args})"
+    return (
+        f"import pyautogui; pyautogui.hotkey({args})"
+        if len(names) > 1
+        else f"import pyautogui; pyautogui.press({args})"
+    )
 
 
 def typed(text: str) -> str:

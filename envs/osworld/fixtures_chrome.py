@@ -21,18 +21,22 @@ def _open_in_new_tab(url: str, after: dict) -> list[dict]:
     browser's state, not for time. Ctrl+L focuses the address bar whatever the new-tab page does
     with the focus (Chromium 155's third-party new-tab page keeps it), and the URL is typed only
     once the bar has it."""
-    return [step(keys("ctrl", "t"), after),
-            step(keys("ctrl", "l"), {"role": "frame", "name": "New Tab - Chromium"}),
-            step(typed(url + "\n"), ADDRESS_BAR_FOCUSED)]
+    return [
+        step(keys("ctrl", "t"), after),
+        step(keys("ctrl", "l"), {"role": "frame", "name": "New Tab - Chromium"}),
+        step(typed(url + "\n"), ADDRESS_BAR_FOCUSED),
+    ]
 
 
 def _tabs(i: int, start: str, wanted: list[str]) -> FixtureTask:
     """Chromium shows `start`; the task opens each of `wanted` in a new tab of its own."""
     pages = [start] + wanted
     files = {f"chrome-{i}-{p}.html": _page(p.capitalize() + " page") for p in pages}
-    config = [execute(f"mkdir -p {HOME}/pages"),
-              download(*((f"chrome-{i}-{p}.html", f"{HOME}/pages/{p}.html") for p in pages)),
-              launch("google-chrome", "--remote-debugging-port=1337", _page_url(start))]
+    config = [
+        execute(f"mkdir -p {HOME}/pages"),
+        download(*((f"chrome-{i}-{p}.html", f"{HOME}/pages/{p}.html") for p in pages)),
+        launch("google-chrome", "--remote-debugging-port=1337", _page_url(start)),
+    ]
     expert = []
     waiting_for = f"{start.capitalize()} page - Chromium"
     for page in wanted:
@@ -40,15 +44,30 @@ def _tabs(i: int, start: str, wanted: list[str]) -> FixtureTask:
         waiting_for = f"{page.capitalize()} page - Chromium"
     expert.append(step("DONE", {"role": "frame", "name": waiting_for}))
     listed = " and ".join(_page_url(p) for p in wanted)
-    evaluator = {"func": "is_expected_tabs", "result": {"type": "open_tabs_info"},
-                 "expected": {"type": "rule", "rules": {"type": "url", "urls": [_page_url(p) for p in pages]}}}
-    return FixtureTask(DOMAIN, f"open-tabs-{i}", f"Keep the open page and open {listed} in new tabs of their own, "
-                       "in that order.", config, evaluator, expert, ["chrome"], files)
+    evaluator = {
+        "func": "is_expected_tabs",
+        "result": {"type": "open_tabs_info"},
+        "expected": {"type": "rule", "rules": {"type": "url", "urls": [_page_url(p) for p in pages]}},
+    }
+    return FixtureTask(
+        DOMAIN,
+        f"open-tabs-{i}",
+        f"Keep the open page and open {listed} in new tabs of their own, in that order.",
+        config,
+        evaluator,
+        expert,
+        ["chrome"],
+        files,
+    )
 
 
 def chrome_tasks() -> list[FixtureTask]:
-    return [_tabs(0, "home", ["news"]), _tabs(1, "start", ["docs"]), _tabs(2, "index", ["blog", "shop"]),
-            _tabs(3, "main", ["help", "about"])]
+    return [
+        _tabs(0, "home", ["news"]),
+        _tabs(1, "start", ["docs"]),
+        _tabs(2, "index", ["blog", "shop"]),
+        _tabs(3, "main", ["help", "about"]),
+    ]
 
 
 INFEASIBLE = [
@@ -60,6 +79,15 @@ INFEASIBLE = [
 
 def infeasible_tasks() -> list[FixtureTask]:
     """Tasks that cannot be done here; the right answer is FAIL (OSWorld's `infeasible`)."""
-    return [FixtureTask("os", f"infeasible-{name}", instruction, [launch("lxterminal", f"--working-directory={HOME}")],
-                        {"func": "infeasible"}, [step("FAIL", {"role": "terminal"})], ["os"])
-            for name, instruction in INFEASIBLE]
+    return [
+        FixtureTask(
+            "os",
+            f"infeasible-{name}",
+            instruction,
+            [launch("lxterminal", f"--working-directory={HOME}")],
+            {"func": "infeasible"},
+            [step("FAIL", {"role": "terminal"})],
+            ["os"],
+        )
+        for name, instruction in INFEASIBLE
+    ]

@@ -82,8 +82,10 @@ class LocalDesktop:
 async def start_local(config: DesktopConfig) -> LocalDesktop:
     missing = [tool for tool in ("Xvfb", "openbox", "dbus-launch", "wmctrl") if shutil.which(tool) is None]
     if missing:
-        raise DesktopError(f"the local desktop backend needs {', '.join(missing)} on this host; install the "
-                           "packages of .ci/apt-packages.txt, or use backend 'docker'")
+        raise DesktopError(
+            f"the local desktop backend needs {', '.join(missing)} on this host; install the "
+            "packages of .ci/apt-packages.txt, or use backend 'docker'"
+        )
     config = await resolve_host(config)
     await asyncio.to_thread(sweep_stale)
     desktop = await asyncio.to_thread(_spawn, config, config.python, config.isolate_home)
@@ -105,16 +107,52 @@ def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
     (runtime / MARKER_FILE).write_text(marker)
     chromium_port = free_port()
     inner_home = DESKTOP_HOME if isolate else str(home)
-    argv = [python, "-m", "roost.envs.osworld.desktop.server", "--host", "127.0.0.1", "--port", "0",
-            "--width", str(config.width), "--height", str(config.height), "--home", inner_home,
-            "--chromium-port", str(chromium_port), "--python", python]
+    argv = [
+        python,
+        "-m",
+        "roost.envs.osworld.desktop.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--width",
+        str(config.width),
+        "--height",
+        str(config.height),
+        "--home",
+        inner_home,
+        "--chromium-port",
+        str(chromium_port),
+        "--python",
+        python,
+    ]
     if isolate:
-        argv = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--bind", str(home), DESKTOP_HOME,
-                "--proc", "/proc", "--unshare-pid", "--"] + argv
+        argv = [
+            "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--tmpfs",
+            "/home",
+            "--bind",
+            str(home),
+            DESKTOP_HOME,
+            "--proc",
+            "/proc",
+            "--unshare-pid",
+            "--",
+        ] + argv
     env = {**os.environ, "PYTHONPATH": str(runtime), "HOME": inner_home, MARKER: marker, "PYTHONUNBUFFERED": "1"}
     with open(runtime / "server.log", "wb") as log:
-        process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=log, start_new_session=True, text=True)
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+            text=True,
+        )
     desktop = LocalDesktop("", "127.0.0.1", 0, chromium_port, process, home, marker, runtime)
     try:
         desktop.server_port = _read_port(desktop, config.start_timeout_s)
@@ -148,8 +186,9 @@ def _signal_server(process: subprocess.Popen, sig: int) -> None:
     """Signals the control server: `process` itself, or under bwrap its descendant running it."""
     for pid in [process.pid, *_descendants(process.pid)]:
         try:
-            if b"roost.envs.osworld.desktop.server" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
-                    not Path(f"/proc/{pid}/exe").resolve().name.startswith("bwrap"):
+            if b"roost.envs.osworld.desktop.server" in Path(f"/proc/{pid}/cmdline").read_bytes() and not Path(
+                f"/proc/{pid}/exe"
+            ).resolve().name.startswith("bwrap"):
                 os.kill(pid, sig)
                 return
         except OSError:
@@ -212,8 +251,11 @@ def _bwrap_works() -> bool:
     if shutil.which("bwrap") is None:
         return False
     # The desktop's own options: in a container, a fresh /proc is what Docker's defaults refuse.
-    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--proc", "/proc",
-                            "--unshare-pid", "true"], capture_output=True, check=False)
+    probe = subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home", "--proc", "/proc", "--unshare-pid", "true"],
+        capture_output=True,
+        check=False,
+    )
     return probe.returncode == 0
 
 
@@ -222,14 +264,17 @@ def desktop_python(cache_dir: Path | None = None) -> str:
     system python3 where they have it all, else a venv over the system python3
     (`--system-site-packages`) with pyautogui, made once."""
     if not Path(SYSTEM_PYTHON).exists():
-        raise DesktopError(f"{SYSTEM_PYTHON} is missing: the desktop needs the system python3 with "
-                           "python3-pyatspi and python3-xlib")
+        raise DesktopError(
+            f"{SYSTEM_PYTHON} is missing: the desktop needs the system python3 with python3-pyatspi and python3-xlib"
+        )
     for python in (sys.executable, SYSTEM_PYTHON):  # the image's /opt/venv has it all
         if _imports(python, "pyatspi, Xlib, PIL, pyautogui"):
             return python
     if not _imports(SYSTEM_PYTHON, "pyatspi, Xlib, PIL"):
-        raise DesktopError(f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
-                           "python3-xlib and python3-pil (apt)")
+        raise DesktopError(
+            f"{SYSTEM_PYTHON} cannot import pyatspi, Xlib and PIL; install python3-pyatspi, "
+            "python3-xlib and python3-pil (apt)"
+        )
     tag = hashlib.sha256(" ".join(DESKTOP_PACKAGES).encode()).hexdigest()[:8]
     venv = (cache_dir or Path.home() / ".cache" / "roost") / f"osworld-desktop-venv-{tag}"
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -246,8 +291,10 @@ def _make_venv(venv: Path) -> None:
     (its python finds its packages relative to itself, so the move keeps it whole)."""
     building = venv.with_name(f"{venv.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
-    steps = ([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(building)],
-             [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", *DESKTOP_PACKAGES])
+    steps = (
+        [SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(building)],
+        [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", *DESKTOP_PACKAGES],
+    )
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -271,4 +318,3 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-

@@ -36,12 +36,46 @@ _ATTRIBUTES = _WINDOWS + "attributes"
 _CLASS_WINDOWS = _WINDOWS + "class"
 HEADER = "tag\tname\ttext\tclass\tdescription\tposition (top-left x&y)\tsize (w&h)"
 
-_KEPT_SUFFIXES = ("item", "button", "heading", "label", "scrollbar", "searchbox", "textbox", "link", "tabelement",
-                  "textfield", "textarea", "menu")
-_KEPT_TAGS = frozenset({
-    "alert", "canvas", "check-box", "combo-box", "entry", "icon", "image", "paragraph", "scroll-bar", "section",
-    "slider", "static", "table-cell", "terminal", "text", "netuiribbontab", "start", "trayclockwclass",
-    "traydummysearchcontrol", "uiimage", "uiproperty", "uiribboncommandbar"})
+_KEPT_SUFFIXES = (
+    "item",
+    "button",
+    "heading",
+    "label",
+    "scrollbar",
+    "searchbox",
+    "textbox",
+    "link",
+    "tabelement",
+    "textfield",
+    "textarea",
+    "menu",
+)
+_KEPT_TAGS = frozenset(
+    {
+        "alert",
+        "canvas",
+        "check-box",
+        "combo-box",
+        "entry",
+        "icon",
+        "image",
+        "paragraph",
+        "scroll-bar",
+        "section",
+        "slider",
+        "static",
+        "table-cell",
+        "terminal",
+        "text",
+        "netuiribbontab",
+        "start",
+        "trayclockwclass",
+        "traydummysearchcontrol",
+        "uiimage",
+        "uiproperty",
+        "uiribboncommandbar",
+    }
+)
 _PAIR = re.compile(r"^\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)$")
 
 
@@ -60,11 +94,19 @@ def linearize_accessibility_tree(xml: str, platform: Platform = "ubuntu") -> str
     for node in ET.fromstring(xml).iter():
         if not _keeps(node, ns, platform):
             continue
-        rows.append("\t".join((
-            node.tag, node.get("name", ""), _text(node, ns),
-            node.get("{%s}class" % (_ATTRIBUTES if platform == "ubuntu" else _CLASS_WINDOWS), ""),
-            node.get("{%s}description" % _ATTRIBUTES, ""),
-            node.get("{%scomponent}screencoord" % ns, ""), node.get("{%scomponent}size" % ns, ""))))
+        rows.append(
+            "\t".join(
+                (
+                    node.tag,
+                    node.get("name", ""),
+                    _text(node, ns),
+                    node.get("{%s}class" % (_ATTRIBUTES if platform == "ubuntu" else _CLASS_WINDOWS), ""),
+                    node.get("{%s}description" % _ATTRIBUTES, ""),
+                    node.get("{%scomponent}screencoord" % ns, ""),
+                    node.get("{%scomponent}size" % ns, ""),
+                )
+            )
+        )
     return "\n".join(rows)
 
 
@@ -125,13 +167,15 @@ async def observe(client: DesktopClient, config: ObservationConfig, instruction:
     """The observation of the desktop now (screenshot and tree fetched at once, as the type needs)."""
     kind = config.observation_type
     wants_image, wants_tree = kind != "a11y_tree", kind != "screenshot"
-    png, xml = await asyncio.gather(client.screenshot() if wants_image else _none(),
-                                    client.accessibility_tree() if wants_tree else _none())
+    png, xml = await asyncio.gather(
+        client.screenshot() if wants_image else _none(), client.accessibility_tree() if wants_tree else _none()
+    )
     return observation_from(config, instruction, png, xml, note)
 
 
-def observation_from(config: ObservationConfig, instruction: str, png: bytes | None, xml: str | None,
-                     note: str = "") -> Observation:
+def observation_from(
+    config: ObservationConfig, instruction: str, png: bytes | None, xml: str | None, note: str = ""
+) -> Observation:
     """The observation of a screenshot and a tree (either may be None: not asked for)."""
     table = clip_table(linearize_accessibility_tree(xml, config.platform), config.max_tree_chars) if xml else None
     image = base64.b64encode(png).decode("ascii") if png else None

@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from .tasks import OSWorldTask
 
 LOCAL_PROVIDERS = ("docker", "vmware", "virtualbox")
-IMAGES = {"docker": "Ubuntu.qcow2 (https://huggingface.co/datasets/xlangai/ubuntu_osworld)",
-          "vmware": "the Ubuntu .vmx of OSWorld's VMware image (https://huggingface.co/datasets/xlangai/ubuntu_osworld)",
-          "virtualbox": "the Ubuntu .vbox of OSWorld's VirtualBox image"}
+IMAGES = {
+    "docker": "Ubuntu.qcow2 (https://huggingface.co/datasets/xlangai/ubuntu_osworld)",
+    "vmware": "the Ubuntu .vmx of OSWorld's VMware image (https://huggingface.co/datasets/xlangai/ubuntu_osworld)",
+    "virtualbox": "the Ubuntu .vbox of OSWorld's VirtualBox image",
+}
 
 
 class OfficialOptions(BaseModel):
@@ -55,19 +57,25 @@ def check_official(options: OfficialOptions) -> None:
     name = options.provider_name
     if name in LOCAL_PROVIDERS:
         if not options.path_to_vm:
-            raise BadRequestError(f"OSWorld's {name} provider needs its VM image: pass "
-                                  f"official={{\"path_to_vm\": PATH}}, PATH being {IMAGES[name]}; roost does not "
-                                  "download it (use provider=roost for roost's own desktops)")
+            raise BadRequestError(
+                f"OSWorld's {name} provider needs its VM image: pass "
+                f'official={{"path_to_vm": PATH}}, PATH being {IMAGES[name]}; roost does not '
+                "download it (use provider=roost for roost's own desktops)"
+            )
         path = Path(options.path_to_vm).expanduser()
         if not path.exists():
-            raise BadRequestError(f"OSWorld's VM image {path} does not exist; download {IMAGES[name]} there, "
-                                  "or use provider=roost for roost's own desktops")
+            raise BadRequestError(
+                f"OSWorld's VM image {path} does not exist; download {IMAGES[name]} there, "
+                "or use provider=roost for roost's own desktops"
+            )
     try:
         from desktop_env.desktop_env import DesktopEnv  # noqa: F401
     except ImportError as exc:
-        raise BadRequestError(f"OSWorld's DesktopEnv does not import here ({exc}); provider=osworld needs "
-                              "desktop-env with all its dependencies (pip install desktop-env, in its own "
-                              "environment: it pins torch)") from None
+        raise BadRequestError(
+            f"OSWorld's DesktopEnv does not import here ({exc}); provider=osworld needs "
+            "desktop-env with all its dependencies (pip install desktop-env, in its own "
+            "environment: it pins torch)"
+        ) from None
 
 
 class OfficialSession:
@@ -91,8 +99,13 @@ class OfficialSession:
         obs = await _call(self.env._get_obs, doing="observe OSWorld's DesktopEnv")
         png, xml = obs.get("screenshot"), obs.get("accessibility_tree")
         kind = self.options.observation.observation_type
-        return observation_from(self.options.observation, instruction, png if kind != "a11y_tree" else None,
-                                xml if kind != "screenshot" else None, note)
+        return observation_from(
+            self.options.observation,
+            instruction,
+            png if kind != "a11y_tree" else None,
+            xml if kind != "screenshot" else None,
+            note,
+        )
 
     async def run(self, action: DesktopAction) -> ActionOutcome:
         from .providers import ActionOutcome
@@ -100,8 +113,13 @@ class OfficialSession:
         result = await _call(self.env.controller.execute_python_command, action.script, doing="run an action")
         if result is None:
             raise EnvFaultError("OSWorld's controller got no answer from the VM for the action")
-        return ActionOutcome(result.get("returncode"), result.get("output") or "", result.get("error") or "",
-                             False, self.options.step_timeout_s)
+        return ActionOutcome(
+            result.get("returncode"),
+            result.get("output") or "",
+            result.get("error") or "",
+            False,
+            self.options.step_timeout_s,
+        )
 
     async def evaluate(self, task: OSWorldTask, history: list[Any]) -> Evaluation:
         from .providers import Evaluation
@@ -111,8 +129,11 @@ class OfficialSession:
         return Evaluation(float(reward), {"evaluator": "desktop_env.DesktopEnv.evaluate"})
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": "osworld", "osworld_provider": self.options.official.provider_name,
-                "screen": [self.options.width, self.options.height]}
+        return {
+            "provider": "osworld",
+            "osworld_provider": self.options.official.provider_name,
+            "screen": [self.options.width, self.options.height],
+        }
 
     async def close(self) -> None:
         await _call(self.env.close, doing="stop OSWorld's VM")
@@ -122,12 +143,19 @@ def _make_env(options: SessionOptions) -> Any:
     from desktop_env.desktop_env import DesktopEnv
 
     official = options.official
-    return DesktopEnv(provider_name=official.provider_name, region=official.region,
-                      path_to_vm=str(Path(official.path_to_vm).expanduser()) if official.path_to_vm else None,
-                      snapshot_name=official.snapshot_name, action_space="pyautogui",
-                      cache_dir=str(options.cache_dir), screen_size=(options.width, options.height),
-                      headless=official.headless, require_a11y_tree=options.observation.observation_type != "screenshot",
-                      os_type=official.os_type, client_password=official.client_password)
+    return DesktopEnv(
+        provider_name=official.provider_name,
+        region=official.region,
+        path_to_vm=str(Path(official.path_to_vm).expanduser()) if official.path_to_vm else None,
+        snapshot_name=official.snapshot_name,
+        action_space="pyautogui",
+        cache_dir=str(options.cache_dir),
+        screen_size=(options.width, options.height),
+        headless=official.headless,
+        require_a11y_tree=options.observation.observation_type != "screenshot",
+        os_type=official.os_type,
+        client_password=official.client_password,
+    )
 
 
 async def _call(function: Any, *args: Any, doing: str, **kwargs: Any) -> Any:
@@ -137,4 +165,3 @@ async def _call(function: Any, *args: Any, doing: str, **kwargs: Any) -> Any:
         raise
     except Exception as exc:
         raise EnvFaultError(f"could not {doing}: {type(exc).__name__}: {exc}") from exc
-

@@ -84,8 +84,9 @@ def load_function(kind: Kind, name: str) -> Callable[..., Any]:
     """OSWorld's getter or metric function `name` (a getter by its full name, `get_<type>`)."""
     module = exports(kind).get(name)
     if module is None:
-        raise UnavailableFunction(f"OSWorld's {kind} have no function {name!r} "
-                                  f"(see desktop_env/evaluators/{kind}/__init__.py)")
+        raise UnavailableFunction(
+            f"OSWorld's {kind} have no function {name!r} (see desktop_env/evaluators/{kind}/__init__.py)"
+        )
     return getattr(import_module(f"desktop_env.evaluators.{kind}.{module}"), name)
 
 
@@ -101,8 +102,9 @@ def import_module(dotted: str) -> types.ModuleType:
         with contextlib.redirect_stdout(sys.stderr):
             return importlib.import_module(dotted)
     except ModuleNotFoundError as exc:
-        raise UnavailableFunction(f"OSWorld's {dotted} needs the Python package {exc.name!r}, "
-                                  "which is not installed here") from exc
+        raise UnavailableFunction(
+            f"OSWorld's {dotted} needs the Python package {exc.name!r}, which is not installed here"
+        ) from exc
 
 
 def _register_bare(package: str) -> None:

@@ -1,8 +1,8 @@
 """OSWorld's data hooks: the recipe `prepare` hook and the small config `roost envs check` runs.
 
-    env:
-      name: osworld
-      prepare: roost.envs.osworld.prepare:fixtures
+env:
+  name: osworld
+  prepare: roost.envs.osworld.prepare:fixtures
 """
 
 from __future__ import annotations

@@ -69,8 +69,12 @@ class ActionOutcome:
         return f"The action printed:\n{_tail(self.output)}" if self.output.strip() else ""
 
     def info(self) -> dict[str, Any]:
-        return {"returncode": self.returncode, "timed_out": self.timed_out,
-                "output": _tail(self.output), "error": _tail(self.error)}
+        return {
+            "returncode": self.returncode,
+            "timed_out": self.timed_out,
+            "output": _tail(self.output),
+            "error": _tail(self.error),
+        }
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,16 @@ class RoostSession:
         self.client = client
         self.versions: dict[str, str] = {}
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"roost-osworld-{_safe(task_id)}-"))
-        self.context = TaskContext(task_id, client, desktop.host, desktop.server_port, desktop.chromium_port,
-                                   FileCache(options.cache_dir), self.work_dir, (options.width, options.height))
+        self.context = TaskContext(
+            task_id,
+            client,
+            desktop.host,
+            desktop.server_port,
+            desktop.chromium_port,
+            FileCache(options.cache_dir),
+            self.work_dir,
+            (options.width, options.height),
+        )
 
     @classmethod
     async def open(cls, options: SessionOptions, task: OSWorldTask) -> RoostSession:
@@ -144,10 +156,13 @@ class RoostSession:
         # /health checks the X server too: an a11y-only observation would not notice it gone.
         observation, healthy = await asyncio.gather(
             self._guard(observe(self.client, self.options.observation, instruction, note), "was observed"),
-            self.client.health())
+            self.client.health(),
+        )
         if not healthy:
-            raise EnvFaultError("the desktop's X server or control server is gone (GET /health failed); "
-                                "the episode is an infra error and its desktop is stopped")
+            raise EnvFaultError(
+                "the desktop's X server or control server is gone (GET /health failed); "
+                "the episode is an infra error and its desktop is stopped"
+            )
         return observation
 
     async def run(self, action: DesktopAction) -> ActionOutcome:
@@ -163,8 +178,12 @@ class RoostSession:
         return Evaluation(float(result.reward), {"scores": [{"func": s.func, "score": s.score} for s in result.scores]})
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": "roost", "backend": self.options.backend,
-                "screen": [self.options.width, self.options.height], "versions": self.versions}
+        return {
+            "provider": "roost",
+            "backend": self.options.backend,
+            "screen": [self.options.width, self.options.height],
+            "versions": self.versions,
+        }
 
     async def close(self) -> None:
         try:
@@ -187,8 +206,9 @@ class RoostSession:
         except DesktopError as exc:
             alive = await self.desktop.alive()
             state = "is still up but its control server failed" if alive else "died"
-            raise EnvFaultError(f"the desktop {state} while it {doing}: {exc}; the episode is an infra error "
-                                "and its desktop is stopped") from exc
+            raise EnvFaultError(
+                f"the desktop {state} while it {doing}: {exc}; the episode is an infra error and its desktop is stopped"
+            ) from exc
 
 
 def _safe(name: str) -> str:

@@ -31,9 +31,17 @@ from .file_cache import FileCache
 from .task_set import TaskSet
 from .tasks import ConfigStep, OSWorldTask, TaskEntry
 
-APPS = {"gimp": ("gimp",), "vlc": ("vlc",), "thunderbird": ("thunderbird",), "vs_code": ("code",),
-        "vscode": ("code",), "chrome": ("chromium", "google-chrome"), "libreoffice_calc": ("soffice",),
-        "libreoffice_writer": ("soffice",), "libreoffice_impress": ("soffice",)}
+APPS = {
+    "gimp": ("gimp",),
+    "vlc": ("vlc",),
+    "thunderbird": ("thunderbird",),
+    "vs_code": ("code",),
+    "vscode": ("code",),
+    "chrome": ("chromium", "google-chrome"),
+    "libreoffice_calc": ("soffice",),
+    "libreoffice_writer": ("soffice",),
+    "libreoffice_impress": ("soffice",),
+}
 """OSWorld's `related_apps` names → the executables that provide them (any one is enough)."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "")
 
@@ -53,9 +61,15 @@ class DomainSurvey:
     """`<task>: <message>` for each task whose episode broke."""
 
     def as_json(self) -> dict[str, Any]:
-        return {"loaded": self.loaded, "unsupported": dict(self.unsupported.most_common()),
-                "runnable": self.runnable, "ran": self.ran, "rewarded": self.rewarded, "faulted": len(self.faulted),
-                "faults": self.faulted}
+        return {
+            "loaded": self.loaded,
+            "unsupported": dict(self.unsupported.most_common()),
+            "runnable": self.runnable,
+            "ran": self.ran,
+            "rewarded": self.rewarded,
+            "faulted": len(self.faulted),
+            "faults": self.faulted,
+        }
 
 
 def domain_of(entry: TaskEntry) -> str:
@@ -89,8 +103,13 @@ def static_reason(entry: TaskEntry, cache: FileCache) -> str | None:
 
 
 def _missing_apps(task: OSWorldTask) -> list[str]:
-    return sorted({app.replace("vscode", "vs_code") for app in task.related_apps
-                   if app in APPS and not any(shutil.which(exe) for exe in APPS[app])})
+    return sorted(
+        {
+            app.replace("vscode", "vs_code")
+            for app in task.related_apps
+            if app in APPS and not any(shutil.which(exe) for exe in APPS[app])
+        }
+    )
 
 
 def _files_cached(task: OSWorldTask, steps: list[ConfigStep], cache: FileCache) -> bool:
@@ -114,12 +133,21 @@ def _files_cached(task: OSWorldTask, steps: list[ConfigStep], cache: FileCache) 
 def _live_tabs(step: ConfigStep) -> bool:
     if step.type != "chrome_open_tabs":
         return False
-    return any(urlparse(url).scheme in ("http", "https") and urlparse(url).hostname not in LOCAL_HOSTS
-               for url in step.parameters.get("urls_to_open", []))
+    return any(
+        urlparse(url).scheme in ("http", "https") and urlparse(url).hostname not in LOCAL_HOSTS
+        for url in step.parameters.get("urls_to_open", [])
+    )
 
 
-async def survey(source: Path, *, cache_dir: Path | None = None, run: bool = True, timeout_s: float = 120.0,
-                 domains: set[str] | None = None, split: str = "all") -> dict[str, DomainSurvey]:
+async def survey(
+    source: Path,
+    *,
+    cache_dir: Path | None = None,
+    run: bool = True,
+    timeout_s: float = 120.0,
+    domains: set[str] | None = None,
+    split: str = "all",
+) -> dict[str, DomainSurvey]:
     """Per domain: loaded, unsupported by reason, ran and faulted (`run`: do-nothing episodes for
     the rest; else they count as neither). `domains`: survey only these; `split`: only its tasks
     (`test_all`: those OSWorld's index lists)."""

@@ -65,8 +65,10 @@ class TaskSet:
         ids = self.splits[split or (ALL if task_id is not None else self._default_split())]
         if task_id is not None:
             if task_id not in ids:
-                raise UnknownTaskError(f"no task {task_id!r} in split {split or ALL!r} of {self.source}; "
-                                       f"list them with GET /tasks?split={split or ALL}")
+                raise UnknownTaskError(
+                    f"no task {task_id!r} in split {split or ALL!r} of {self.source}; "
+                    f"list them with GET /tasks?split={split or ALL}"
+                )
             return self.entries[task_id]
         if not ids:
             raise BadRequestError(f"split {split!r} of {self.source} holds no tasks")
@@ -78,8 +80,17 @@ class TaskSet:
     def _task(self, task_id: str, split: str) -> Task:
         entry = self.entries[task_id]
         task = entry.task
-        return Task(task_id, split, {"id": task.id, "domain": entry.domain, "instruction": task.instruction,
-                                     "related_apps": task.related_apps, "infeasible": task.infeasible})
+        return Task(
+            task_id,
+            split,
+            {
+                "id": task.id,
+                "domain": entry.domain,
+                "instruction": task.instruction,
+                "related_apps": task.related_apps,
+                "infeasible": task.infeasible,
+            },
+        )
 
 
 def _keys(entries: list[TaskEntry]) -> dict[Path, str]:

@@ -68,8 +68,9 @@ class Evaluator(BaseModel):
                 if value in (None, {}) and name != "result":
                     continue
                 if not isinstance(value, list) or len(value) != len(self.func):
-                    raise ValueError(f"{name}: must be a list of {len(self.func)} entries, one per func "
-                                     f"(got {type(value).__name__})")
+                    raise ValueError(
+                        f"{name}: must be a list of {len(self.func)} entries, one per func (got {type(value).__name__})"
+                    )
         else:
             for name in ("result", "expected", "options"):
                 if isinstance(getattr(self, name), list):
@@ -140,10 +141,13 @@ def parse_task(data: Any, where: str) -> OSWorldTask:
     try:
         return OSWorldTask.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<task>'}: {err['msg']}"
-                             for err in exc.errors())
-        raise TaskFormatError(f"{where}: not an OSWorld task ({problems}); see OSWorld's "
-                              "evaluation_examples/examples/<domain>/<id>.json for the format") from None
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<task>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise TaskFormatError(
+            f"{where}: not an OSWorld task ({problems}); see OSWorld's "
+            "evaluation_examples/examples/<domain>/<id>.json for the format"
+        ) from None
 
 
 def load_task(path: str | Path) -> OSWorldTask:
@@ -161,8 +165,9 @@ def _read_json(path: Path, what: str) -> Any:
         raise TaskFormatError(f"{path}: not valid JSON ({exc})") from None
 
 
-def load_tasks(path: str | Path, *, index: str | Path | None = None,
-               skipped: list[TaskFormatError] | None = None) -> list[TaskEntry]:
+def load_tasks(
+    path: str | Path, *, index: str | Path | None = None, skipped: list[TaskFormatError] | None = None
+) -> list[TaskEntry]:
     """Every task in a file or folder, sorted by domain then id.
 
     `path`: a task JSON file, or a folder in OSWorld's layout (`evaluation_examples/`, holding
@@ -211,16 +216,17 @@ def _is_index_file(p: Path, root: Path) -> bool:
         data = _read_json(p, "file")
     except TaskFormatError:
         return False
-    return isinstance(data, dict) and "instruction" not in data and all(
-        isinstance(v, list) for v in data.values())
+    return isinstance(data, dict) and "instruction" not in data and all(isinstance(v, list) for v in data.values())
 
 
 def _read_index(index: Path) -> dict[str, list[str]]:
     data = _read_json(index, "index file")
     if not isinstance(data, dict) or not all(
-            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in data.values()):
-        raise TaskFormatError(f"{index}: an index maps each domain to a list of task ids, "
-                              'e.g. {"chrome": ["bb5e4c0d-..."]}')
+        isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in data.values()
+    ):
+        raise TaskFormatError(
+            f'{index}: an index maps each domain to a list of task ids, e.g. {{"chrome": ["bb5e4c0d-..."]}}'
+        )
     return data
 
 
@@ -239,6 +245,7 @@ def _check_unique(entries: list[TaskEntry]) -> None:
     seen: dict[str, Path] = {}
     for e in entries:
         if e.task.id in seen:
-            raise TaskFormatError(f"{e.path}: task id {e.task.id!r} is also the id of {seen[e.task.id]}; "
-                                  "task ids must be unique")
+            raise TaskFormatError(
+                f"{e.path}: task id {e.task.id!r} is also the id of {seen[e.task.id]}; task ids must be unique"
+            )
         seen[e.task.id] = e.path

@@ -55,12 +55,19 @@ def _ensure(base: str | None) -> str:
         tar.addfile(info, io.BytesIO(DOCKERFILE.encode()))
     context.seek(0)
     try:
-        client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
-                            buildargs={"BASE_IMAGE": base} if base else None)
+        client.images.build(
+            fileobj=context,
+            custom_context=True,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            buildargs={"BASE_IMAGE": base} if base else None,
+        )
     except docker.errors.BuildError as exc:
         log = "".join(chunk.get("stream", "") for chunk in exc.build_log)[-2000:]
-        raise SandboxUnavailable(f"building the SWE sandbox image from {base or 'python:3.11-slim'} failed: "
-                                 f"{exc}\n{log}") from exc
+        raise SandboxUnavailable(
+            f"building the SWE sandbox image from {base or 'python:3.11-slim'} failed: {exc}\n{log}"
+        ) from exc
     finally:
         client.close()
     return tag

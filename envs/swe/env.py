@@ -118,11 +118,28 @@ class _Episode:
 
 
 class SWEEnv:
-    info_keys = frozenset({
-        "instance_id", "repo", "workdir", "backend", "limits_enforced", "task",  # reset
-        "output", "returncode", "outcome", "exit_reason",  # a tool's run
-        "resolved", "status", "patch_applied", "tests", "eval_log_tail", "eval_s", "patch", "patch_source",  # grading
-    })
+    info_keys = frozenset(
+        {
+            "instance_id",
+            "repo",
+            "workdir",
+            "backend",
+            "limits_enforced",
+            "task",  # reset
+            "output",
+            "returncode",
+            "outcome",
+            "exit_reason",  # a tool's run
+            "resolved",
+            "status",
+            "patch_applied",
+            "tests",
+            "eval_log_tail",
+            "eval_s",
+            "patch",
+            "patch_source",  # grading
+        }
+    )
 
     def __init__(self, shared: SWETasks) -> None:
         self._shared = shared
@@ -132,17 +149,30 @@ class SWEEnv:
     def info(self) -> EnvInfo:
         from importlib.metadata import version
 
-        return EnvInfo("swe", f"roost-swe-1+swebench-{version('swebench')}", TOOLS, (self._shared.config.split,),
-                       "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.")
+        return EnvInfo(
+            "swe",
+            f"roost-swe-1+swebench-{version('swebench')}",
+            TOOLS,
+            (self._shared.config.split,),
+            "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
+        )
 
     async def tasks(self, split: str) -> list[Task]:
         if split != self._shared.config.split:
             return []
-        return [Task(t.instance_id, split, {"repo": t.repo, "base_commit": t.base_commit})
-                for t in self._shared.tasks.values()]
+        return [
+            Task(t.instance_id, split, {"repo": t.repo, "base_commit": t.base_commit})
+            for t in self._shared.tasks.values()
+        ]
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
-                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset:
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset:
         if options:
             raise BadRequestError(f"unknown reset option(s) {sorted(options)}; the SWE env takes none")
         task = self._choose(task_id, seed, split)
@@ -154,9 +184,14 @@ class SWEEnv:
             raise EnvFaultError(f"could not start a sandbox for {task.instance_id}: {exc}") from exc
         self._episode = _Episode(task, sandbox)
         text = INSTRUCTIONS.format(workdir=sandbox.workdir, problem=task.problem_statement)
-        info = {"instance_id": task.instance_id, "repo": task.repo, "workdir": sandbox.workdir,
-                "backend": backend.name, "limits_enforced": getattr(sandbox, "limits_enforced", False),
-                "task": task.agent_view()}
+        info = {
+            "instance_id": task.instance_id,
+            "repo": task.repo,
+            "workdir": sandbox.workdir,
+            "backend": backend.name,
+            "limits_enforced": getattr(sandbox, "limits_enforced", False),
+            "task": task.agent_view(),
+        }
         return Reset(task.instance_id, Observation(text), TOOLS, info)
 
     async def step(self, action: Action) -> Step:
@@ -184,8 +219,9 @@ class SWEEnv:
             raise UnknownTaskError(f"split {split!r}: this SWE env serves the split {config.split!r}")
         if task_id is not None:
             if task_id not in tasks:
-                raise UnknownTaskError(f"no task {task_id!r} in split {config.split!r}; list them with "
-                                       f"GET /tasks?split={config.split}")
+                raise UnknownTaskError(
+                    f"no task {task_id!r} in split {config.split!r}; list them with GET /tasks?split={config.split}"
+                )
             return tasks[task_id]
         if not tasks:
             raise BadRequestError("this SWE env has no tasks")
@@ -205,19 +241,32 @@ class SWEEnv:
                 return await self._finish(episode, None, "step_limit", text, truncated=True)
             episode.done = True
             await episode.sandbox.close()
-            return Step(Observation(clip(text, config.observation_chars)), 0.0, False, True,
-                        {**_public(info, config.observation_chars), "exit_reason": "step_limit"})
-        return Step(Observation(clip(text, config.observation_chars)), 0.0, False, False,
-                    _public(info, config.observation_chars))
+            return Step(
+                Observation(clip(text, config.observation_chars)),
+                0.0,
+                False,
+                True,
+                {**_public(info, config.observation_chars), "exit_reason": "step_limit"},
+            )
+        return Step(
+            Observation(clip(text, config.observation_chars)),
+            0.0,
+            False,
+            False,
+            _public(info, config.observation_chars),
+        )
 
     async def _tool(self, sandbox: Sandbox, command: Command) -> tuple[str, dict[str, Any]]:
         config, args = self._shared.config, command.args
         if command.tool == "bash":
-            result = await sandbox.exec(args["command"], timeout_s=config.command_timeout_s,
-                                        output_limit=config.output_limit_bytes)
-            note = {"timeout": f"\n[killed: the command ran past {config.command_timeout_s:.0f}s]",
-                    "output_limit": f"\n[killed: the command printed more than {config.output_limit_bytes} bytes]",
-                    "oom_killed": "\n[killed: out of memory]"}.get(result.outcome.value, "")
+            result = await sandbox.exec(
+                args["command"], timeout_s=config.command_timeout_s, output_limit=config.output_limit_bytes
+            )
+            note = {
+                "timeout": f"\n[killed: the command ran past {config.command_timeout_s:.0f}s]",
+                "output_limit": f"\n[killed: the command printed more than {config.output_limit_bytes} bytes]",
+                "oom_killed": "\n[killed: out of memory]",
+            }.get(result.outcome.value, "")
             code = "" if result.exit_code is None else str(result.exit_code)
             text = f"<returncode>{code}</returncode>\n<output>\n{result.output}{note}</output>"
             return text, {"output": result.output, "returncode": result.exit_code, "outcome": result.outcome.value}
@@ -228,8 +277,9 @@ class SWEEnv:
             return f"wrote {len(args['content'])} characters to {args['path']}", {"output": "", "returncode": 0}
         return await _replace(sandbox, args), {"output": "", "returncode": 0}
 
-    async def _finish(self, episode: _Episode, submission: str | None, reason: str, text: str,
-                      truncated: bool = False) -> Step:
+    async def _finish(
+        self, episode: _Episode, submission: str | None, reason: str, text: str, truncated: bool = False
+    ) -> Step:
         episode.done = True
         source = "submission" if submission and looks_like_patch(submission) else "sandbox_diff"
         patch = submission if source == "submission" else await episode.sandbox.diff()

@@ -23,7 +23,7 @@ class FixtureRepo:
     pass_to_pass: list[str]
 
 
-CALC_TESTS = '''from calc.stats import mean, spread, total
+CALC_TESTS = """from calc.stats import mean, spread, total
 import pytest
 
 
@@ -38,9 +38,9 @@ def test_spread():
 def test_mean_of_nothing_raises():
     with pytest.raises(ValueError):
         mean([])
-'''
+"""
 
-TEXTKIT_TESTS = '''from textkit.slug import slugify, title_case
+TEXTKIT_TESTS = """from textkit.slug import slugify, title_case
 
 
 def test_title_case():
@@ -49,9 +49,9 @@ def test_title_case():
 
 def test_slugify_joins_words():
     assert slugify("hello, big world!") == "hello-big-world"
-'''
+"""
 
-INTERVALS_TESTS = '''from intervals.merge import merge, total_length
+INTERVALS_TESTS = """from intervals.merge import merge, total_length
 
 
 def test_merge_overlapping():
@@ -64,9 +64,9 @@ def test_merge_disjoint():
 
 def test_total_length():
     assert total_length([(1, 4), (2, 5), (10, 11)]) == 5
-'''
+"""
 
-INVENTORY_TESTS = '''import pytest
+INVENTORY_TESTS = """import pytest
 
 from inventory.stock import Stock
 
@@ -88,7 +88,7 @@ def test_remove_too_many_raises():
 def test_add_rejects_nonpositive():
     with pytest.raises(ValueError):
         Stock().add("plum", 0)
-'''
+"""
 
 FIXTURES = (
     FixtureRepo(
@@ -114,18 +114,24 @@ def mean(values):
 ''',
             "tests/test_stats.py": CALC_TESTS,
         },
-        hidden_tests={"tests/test_stats.py": CALC_TESTS + '''
+        hidden_tests={
+            "tests/test_stats.py": CALC_TESTS
+            + """
 
 def test_mean():
     assert mean([1, 2, 3]) == 2
     assert mean([5]) == 5
-'''},
+"""
+        },
         fix={"calc/stats.py": ("sum(values) / (len(values) - 1)", "sum(values) / len(values)")},
         problem="calc.stats.mean gives wrong answers: mean([1, 2, 3]) returns 3.0 instead of 2.0, and "
-                "mean([5]) raises ZeroDivisionError instead of returning 5.",
+        "mean([5]) raises ZeroDivisionError instead of returning 5.",
         fail_to_pass=["tests/test_stats.py::test_mean"],
-        pass_to_pass=["tests/test_stats.py::test_total", "tests/test_stats.py::test_spread",
-                      "tests/test_stats.py::test_mean_of_nothing_raises"],
+        pass_to_pass=[
+            "tests/test_stats.py::test_total",
+            "tests/test_stats.py::test_spread",
+            "tests/test_stats.py::test_mean_of_nothing_raises",
+        ],
     ),
     FixtureRepo(
         name="textkit",
@@ -146,14 +152,17 @@ def slugify(text):
 ''',
             "tests/test_slug.py": TEXTKIT_TESTS,
         },
-        hidden_tests={"tests/test_slug.py": TEXTKIT_TESTS + '''
+        hidden_tests={
+            "tests/test_slug.py": TEXTKIT_TESTS
+            + """
 
 def test_slugify_lowercases():
     assert slugify("Hello World") == "hello-world"
-'''},
+"""
+        },
         fix={"textkit/slug.py": ('return "-".join(words)', 'return "-".join(word.lower() for word in words)')},
         problem="textkit.slug.slugify keeps capital letters: slugify('Hello World') returns 'Hello-World', "
-                "but slugs must be lowercase ('hello-world').",
+        "but slugs must be lowercase ('hello-world').",
         fail_to_pass=["tests/test_slug.py::test_slugify_lowercases"],
         pass_to_pass=["tests/test_slug.py::test_title_case", "tests/test_slug.py::test_slugify_joins_words"],
     ),
@@ -180,17 +189,23 @@ def total_length(intervals):
 ''',
             "tests/test_merge.py": INTERVALS_TESTS,
         },
-        hidden_tests={"tests/test_merge.py": INTERVALS_TESTS + '''
+        hidden_tests={
+            "tests/test_merge.py": INTERVALS_TESTS
+            + """
 
 def test_merge_touching():
     assert merge([(1, 2), (2, 3)]) == [(1, 3)]
-'''},
+"""
+        },
         fix={"intervals/merge.py": ("start < merged[-1][1]", "start <= merged[-1][1]")},
         problem="intervals.merge.merge does not join touching intervals: merge([(1, 2), (2, 3)]) returns "
-                "[(1, 2), (2, 3)] but should return [(1, 3)].",
+        "[(1, 2), (2, 3)] but should return [(1, 3)].",
         fail_to_pass=["tests/test_merge.py::test_merge_touching"],
-        pass_to_pass=["tests/test_merge.py::test_merge_overlapping", "tests/test_merge.py::test_merge_disjoint",
-                      "tests/test_merge.py::test_total_length"],
+        pass_to_pass=[
+            "tests/test_merge.py::test_merge_overlapping",
+            "tests/test_merge.py::test_merge_disjoint",
+            "tests/test_merge.py::test_total_length",
+        ],
     ),
     FixtureRepo(
         name="inventory",
@@ -223,7 +238,9 @@ class Stock:
 ''',
             "tests/test_stock.py": INVENTORY_TESTS,
         },
-        hidden_tests={"tests/test_stock.py": INVENTORY_TESTS + '''
+        hidden_tests={
+            "tests/test_stock.py": INVENTORY_TESTS
+            + """
 
 def test_removed_items_are_not_listed():
     stock = Stock()
@@ -231,14 +248,22 @@ def test_removed_items_are_not_listed():
     stock.add("kiwi")
     stock.remove("fig", 2)
     assert stock.items() == ["kiwi"]
-'''},
-        fix={"inventory/stock.py": ("        self._counts[item] = have - qty\n",
-                                    "        if qty == have:\n            del self._counts[item]\n"
-                                    "        else:\n            self._counts[item] = have - qty\n")},
+"""
+        },
+        fix={
+            "inventory/stock.py": (
+                "        self._counts[item] = have - qty\n",
+                "        if qty == have:\n            del self._counts[item]\n"
+                "        else:\n            self._counts[item] = have - qty\n",
+            )
+        },
         problem="inventory.stock.Stock.items() still lists an item after all of it was removed: after "
-                "add('fig', 2) and remove('fig', 2), items() returns ['fig'] instead of [].",
+        "add('fig', 2) and remove('fig', 2), items() returns ['fig'] instead of [].",
         fail_to_pass=["tests/test_stock.py::test_removed_items_are_not_listed"],
-        pass_to_pass=["tests/test_stock.py::test_add_and_count", "tests/test_stock.py::test_remove_too_many_raises",
-                      "tests/test_stock.py::test_add_rejects_nonpositive"],
+        pass_to_pass=[
+            "tests/test_stock.py::test_add_and_count",
+            "tests/test_stock.py::test_remove_too_many_raises",
+            "tests/test_stock.py::test_add_rejects_nonpositive",
+        ],
     ),
 )

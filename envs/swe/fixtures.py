@@ -18,10 +18,16 @@ from .fixture_repos import FIXTURES, FixtureRepo
 from .task import SWETask
 
 VERSION = "1"
-GIT_ENV = {"GIT_AUTHOR_NAME": "roost", "GIT_AUTHOR_EMAIL": "roost@localhost",
-           "GIT_COMMITTER_NAME": "roost", "GIT_COMMITTER_EMAIL": "roost@localhost",
-           "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "roost",
+    "GIT_AUTHOR_EMAIL": "roost@localhost",
+    "GIT_COMMITTER_NAME": "roost",
+    "GIT_COMMITTER_EMAIL": "roost@localhost",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
 TEST_CMD = "python -m pytest --no-header -rA --tb=no -p no:cacheprovider"
 GITIGNORE = "__pycache__/\n*.pyc\n.pytest_cache/\n"
 
@@ -77,9 +83,17 @@ def _build(spec: FixtureRepo, repo: Path, final: Path) -> SWETask:
     _git(repo, "checkout", "-q", "--", ".")
     test_files = " ".join(sorted(spec.hidden_tests))
     return SWETask(
-        instance_id=f"roost-fixtures__{spec.name}-1", repo=f"roost-fixtures/{spec.name}", base_commit=base,
-        problem_statement=spec.problem, FAIL_TO_PASS=spec.fail_to_pass, PASS_TO_PASS=spec.pass_to_pass,
-        test_patch=test_patch, patch=patch, version="1.0", repo_dir=str(final), test_cmd=f"{TEST_CMD} {test_files}",
+        instance_id=f"roost-fixtures__{spec.name}-1",
+        repo=f"roost-fixtures/{spec.name}",
+        base_commit=base,
+        problem_statement=spec.problem,
+        FAIL_TO_PASS=spec.fail_to_pass,
+        PASS_TO_PASS=spec.pass_to_pass,
+        test_patch=test_patch,
+        patch=patch,
+        version="1.0",
+        repo_dir=str(final),
+        test_cmd=f"{TEST_CMD} {test_files}",
         log_parser="parse_log_pytest",
     )
 

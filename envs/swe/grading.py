@@ -45,8 +45,14 @@ class Verdict:
         return 1.0 if self.resolved else 0.0
 
     def info(self) -> dict[str, Any]:
-        return {"resolved": self.resolved, "status": self.status, "patch_applied": self.patch_applied,
-                "tests": self.report, "eval_log_tail": self.log_tail, "eval_s": round(self.duration_s, 3)}
+        return {
+            "resolved": self.resolved,
+            "status": self.status,
+            "patch_applied": self.patch_applied,
+            "tests": self.report,
+            "eval_log_tail": self.log_tail,
+            "eval_s": round(self.duration_s, 3),
+        }
 
 
 async def grade(backend: SandboxBackend, task: SWETask, patch: str, *, timeout_s: float = 1800.0) -> Verdict:
@@ -58,8 +64,7 @@ async def grade(backend: SandboxBackend, task: SWETask, patch: str, *, timeout_s
     try:
         applied, log = await apply_patch(sandbox, patch)
         if not applied:
-            return Verdict(False, "patch_failed", False, log_tail=log[-LOG_TAIL:],
-                           duration_s=time.monotonic() - start)
+            return Verdict(False, "patch_failed", False, log_tail=log[-LOG_TAIL:], duration_s=time.monotonic() - start)
         return await run_tests(sandbox, task, timeout_s, start)
     finally:
         await sandbox.close()
@@ -101,8 +106,11 @@ async def run_tests(sandbox: Sandbox, task: SWETask, timeout_s: float, start: fl
     if not found:
         status = "tests_timeout" if result.outcome is Outcome.timeout else "tests_did_not_run"
         return Verdict(False, status, True, log_tail=log[-LOG_TAIL:], duration_s=duration)
-    report = get_eval_tests_report(status_map, {FAIL_TO_PASS: spec.FAIL_TO_PASS, PASS_TO_PASS: spec.PASS_TO_PASS},
-                                   eval_type=EvalType(spec.eval_type))
+    report = get_eval_tests_report(
+        status_map,
+        {FAIL_TO_PASS: spec.FAIL_TO_PASS, PASS_TO_PASS: spec.PASS_TO_PASS},
+        eval_type=EvalType(spec.eval_type),
+    )
     status = get_resolution_status(report)
     return Verdict(status == ResolvedStatus.FULL.value, status, True, report, log[-LOG_TAIL:], duration)
 
@@ -113,9 +121,17 @@ def test_spec(task: SWETask, scratch_dir: str):
     from swebench.types import TestSpec
 
     lines = parse_eval_script(task.eval_script) if task.eval_script else _eval_lines(task, scratch_dir)
-    return TestSpec(instance_id=task.instance_id, image=task.image or "", eval_script_list=record_test_exit_code(lines),
-                    repo=task.repo, version=task.version, FAIL_TO_PASS=task.FAIL_TO_PASS,
-                    PASS_TO_PASS=task.PASS_TO_PASS, log_parser=task.parser_name, eval_type=task.eval_type)
+    return TestSpec(
+        instance_id=task.instance_id,
+        image=task.image or "",
+        eval_script_list=record_test_exit_code(lines),
+        repo=task.repo,
+        version=task.version,
+        FAIL_TO_PASS=task.FAIL_TO_PASS,
+        PASS_TO_PASS=task.PASS_TO_PASS,
+        log_parser=task.parser_name,
+        eval_type=task.eval_type,
+    )
 
 
 def _eval_lines(task: SWETask, scratch_dir: str) -> list[str]:
@@ -126,7 +142,9 @@ def _eval_lines(task: SWETask, scratch_dir: str) -> list[str]:
     test_cmd = task.test_cmd or f"{DEFAULT_TEST_CMD} {files}".strip()
     lines = [f"cd {shlex.quote(task.workdir)}", reset]
     if task.test_patch:
-        lines.append(f"git apply -v {scratch_dir}/roost-test.patch || {{ echo '{APPLY_PATCH_FAIL} (test patch)'; exit 1; }}")
+        lines.append(
+            f"git apply -v {scratch_dir}/roost-test.patch || {{ echo '{APPLY_PATCH_FAIL} (test patch)'; exit 1; }}"
+        )
     # ':' lines, as in swebench's scripts: under `set -x` each marker appears exactly once.
     return [*lines, f": '{START_TEST_OUTPUT}'", test_cmd, f": '{END_TEST_OUTPUT}'", reset]
 

@@ -19,8 +19,10 @@ from .task import SWETask
 # R2E-Gym names tests 'Class.test' (pytest ids without the file); its rows ship the tests in
 # /r2e_tests and a runner at /root/run_tests.sh. The sed turns pytest's '-rA' summary lines
 # into those names so swebench's own pytest parser reads them.
-R2E_EVAL = ("cp -r /r2e_tests r2e_tests 2>/dev/null; bash /root/run_tests.sh 2>&1 | sed -E "
-            "'/^(PASSED|FAILED|ERROR|SKIPPED|XFAIL) /{s/ [^ ]*\\.py::/ /;s/::/./g;s/ - .*//}'")
+R2E_EVAL = (
+    "cp -r /r2e_tests r2e_tests 2>/dev/null; bash /root/run_tests.sh 2>&1 | sed -E "
+    "'/^(PASSED|FAILED|ERROR|SKIPPED|XFAIL) /{s/ [^ ]*\\.py::/ /;s/::/./g;s/ - .*//}'"
+)
 
 
 class TaskFormatError(ValueError):
@@ -49,7 +51,8 @@ def task_from_row(row: dict[str, Any], where: str = "row") -> SWETask:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'task'}: {e['msg']}" for e in exc.errors())
         raise TaskFormatError(
             f"{where} is not a SWE task ({problems}). Required: instance_id, repo, base_commit, "
-            "problem_statement, FAIL_TO_PASS (SWE-bench's instance format).") from None
+            "problem_statement, FAIL_TO_PASS (SWE-bench's instance format)."
+        ) from None
 
 
 def load_jsonl(path: Path) -> list[SWETask]:
@@ -80,8 +83,10 @@ def load_tasks(source: Path, split: str) -> list[SWETask]:
         return load_jsonl(source)
     if source.is_dir():
         return load_hf_folder(source, split)
-    raise TaskFormatError(f"task source {source} does not exist; give a .jsonl file or a dataset folder, "
-                          "or run `roost envs swe make-fixtures`")
+    raise TaskFormatError(
+        f"task source {source} does not exist; give a .jsonl file or a dataset folder, "
+        "or run `roost envs swe make-fixtures`"
+    )
 
 
 def _hf_rows(path: Path, split: str) -> Iterable[dict]:

@@ -78,8 +78,10 @@ class SWETask(BaseModel):
     @model_validator(mode="after")
     def _has_a_repository(self) -> SWETask:
         if not self.image and not self.repo_dir:
-            raise ValueError(f"task {self.instance_id!r} names neither an `image` (with the repository in "
-                             f"{self.workdir}) nor a `repo_dir`; give one")
+            raise ValueError(
+                f"task {self.instance_id!r} names neither an `image` (with the repository in "
+                f"{self.workdir}) nor a `repo_dir`; give one"
+            )
         return self
 
     @property
@@ -96,5 +98,10 @@ class SWETask(BaseModel):
 
     def agent_view(self) -> dict:
         """What the agent may see of this task (no tests, no reference patch)."""
-        return {"instance_id": self.instance_id, "repo": self.repo, "base_commit": self.base_commit,
-                "problem_statement": self.problem_statement, "hints_text": self.hints_text}
+        return {
+            "instance_id": self.instance_id,
+            "repo": self.repo,
+            "base_commit": self.base_commit,
+            "problem_statement": self.problem_statement,
+            "hints_text": self.hints_text,
+        }

@@ -20,21 +20,27 @@ def with_host_python(config: SandboxConfig) -> SandboxConfig:
     host-process backends that is the interpreter roost runs on, read-only.
     """
     prefixes = sorted({sys.prefix, sys.base_prefix})
-    options = config.bubblewrap.model_copy(update={
-        "ro_binds": [*config.bubblewrap.ro_binds, *prefixes],
-        "path_prepend": [*config.bubblewrap.path_prepend, str(Path(sys.prefix) / "bin")],
-    })
+    options = config.bubblewrap.model_copy(
+        update={
+            "ro_binds": [*config.bubblewrap.ro_binds, *prefixes],
+            "path_prepend": [*config.bubblewrap.path_prepend, str(Path(sys.prefix) / "bin")],
+        }
+    )
     return config.model_copy(update={"bubblewrap": options})
 
 
 def task_spec(task: SWETask, backend_name: str) -> SandboxSpec:
     directory = Path(task.repo_dir) if task.repo_dir else None
     if backend_name != "docker" and directory is None:
-        raise SandboxError(f"task {task.instance_id} has only an image ({task.image}); the {backend_name} "
-                           "backend needs a `repo_dir`. Use the docker backend for image-based tasks.")
+        raise SandboxError(
+            f"task {task.instance_id} has only an image ({task.image}); the {backend_name} "
+            "backend needs a `repo_dir`. Use the docker backend for image-based tasks."
+        )
     if backend_name != "docker" and directory is not None and not directory.is_dir():
-        raise SandboxError(f"repo_dir {directory} of task {task.instance_id} does not exist; "
-                           "run `roost envs swe make-fixtures` (fixtures) or fix the path")
+        raise SandboxError(
+            f"repo_dir {directory} of task {task.instance_id} does not exist; "
+            "run `roost envs swe make-fixtures` (fixtures) or fix the path"
+        )
     image = task.image if backend_name == "docker" else None
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PAGER": "cat", "GIT_PAGER": "cat"}
     return SandboxSpec(image=image, directory=directory, workdir=task.workdir, env=env)
@@ -47,8 +53,10 @@ async def start_task_sandbox(backend: SandboxBackend, task: SWETask) -> Sandbox:
         if task.setup_script.strip():
             result = await sandbox.exec(task.setup_script, timeout_s=SETUP_TIMEOUT_S)
             if not result.ok:
-                raise SandboxError(f"setup_script of task {task.instance_id} failed ({result.outcome.value}, exit "
-                                   f"{result.exit_code}): {result.output[-1000:]}")
+                raise SandboxError(
+                    f"setup_script of task {task.instance_id} failed ({result.outcome.value}, exit "
+                    f"{result.exit_code}): {result.output[-1000:]}"
+                )
             await sandbox.record_start()  # setup's own changes are not the agent's
     except BaseException:
         await sandbox.close()

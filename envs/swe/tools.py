@@ -17,24 +17,50 @@ SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSchema:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": required,
-                       "additionalProperties": False}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
 
 
 TOOLS: list[ToolSchema] = [
-    _tool("bash", "Execute a bash command in the repository (each command runs in a new shell).",
-          {"command": {"type": "string", "description": "The bash command to execute"}}, ["command"]),
-    _tool("read_file", "Read a text file; relative paths are inside the repository.",
-          {"path": {"type": "string"},
-           "start_line": {"type": "integer", "description": "First line to show (1-based)."},
-           "end_line": {"type": "integer", "description": "Last line to show."}}, ["path"]),
-    _tool("write_file", "Create or overwrite a file with the given content.",
-          {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
-    _tool("str_replace", "Replace the one occurrence of `old` in a file with `new`.",
-          {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
-          ["path", "old", "new"]),
+    _tool(
+        "bash",
+        "Execute a bash command in the repository (each command runs in a new shell).",
+        {"command": {"type": "string", "description": "The bash command to execute"}},
+        ["command"],
+    ),
+    _tool(
+        "read_file",
+        "Read a text file; relative paths are inside the repository.",
+        {
+            "path": {"type": "string"},
+            "start_line": {"type": "integer", "description": "First line to show (1-based)."},
+            "end_line": {"type": "integer", "description": "Last line to show."},
+        },
+        ["path"],
+    ),
+    _tool(
+        "write_file",
+        "Create or overwrite a file with the given content.",
+        {"path": {"type": "string"}, "content": {"type": "string"}},
+        ["path", "content"],
+    ),
+    _tool(
+        "str_replace",
+        "Replace the one occurrence of `old` in a file with `new`.",
+        {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
+        ["path", "old", "new"],
+    ),
     _tool("submit", "Finish: your changes to the repository are graded by its tests.", {}, []),
 ]
 TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
@@ -61,12 +87,14 @@ def parse_action(action: Action) -> Command:
     missing = [name for name in schema["required"] if name not in args]
     unknown = sorted(set(args) - set(schema["properties"]))
     if missing or unknown:
-        raise InvalidActionError(f"tool {action.name!r}: missing {missing}, unknown {unknown}; "
-                                 f"it takes {sorted(schema['properties'])}")
+        raise InvalidActionError(
+            f"tool {action.name!r}: missing {missing}, unknown {unknown}; it takes {sorted(schema['properties'])}"
+        )
     for name, value in args.items():
         expected = schema["properties"][name]["type"]
         if (expected == "string" and not isinstance(value, str)) or (
-                expected == "integer" and (not isinstance(value, int) or isinstance(value, bool))):
+            expected == "integer" and (not isinstance(value, int) or isinstance(value, bool))
+        ):
             raise InvalidActionError(f"tool {action.name!r}: argument {name!r} must be a {expected}, got {value!r}")
     return Command(action.name, args)
 
@@ -88,5 +116,7 @@ def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     half = limit // 2
-    return (f"{text[:half]}\n[... {len(text) - 2 * half} characters elided; narrow the command "
-            f"(head, tail, grep) to see them ...]\n{text[-half:]}")
+    return (
+        f"{text[:half]}\n[... {len(text) - 2 * half} characters elided; narrow the command "
+        f"(head, tail, grep) to see them ...]\n{text[-half:]}"
+    )

@@ -31,11 +31,19 @@ class ShopAction:
 
 def tools() -> list[ToolSchema]:
     return [
-        _tool("search", "Search the shop. Only the search page (the start page, or after 'Back to Search') "
-                        "has a search bar.", "query", "Keywords, e.g. 'red running shoes for men'."),
-        _tool("click", "Click a button, product link (its asin) or option value on the current page, "
-                       "e.g. 'B09QKP7XQL', 'large', 'Next >', '< Prev', 'Description', 'Buy Now'.",
-              "target", "The text of what to click, as the page shows it (case does not matter)."),
+        _tool(
+            "search",
+            "Search the shop. Only the search page (the start page, or after 'Back to Search') has a search bar.",
+            "query",
+            "Keywords, e.g. 'red running shoes for men'.",
+        ),
+        _tool(
+            "click",
+            "Click a button, product link (its asin) or option value on the current page, "
+            "e.g. 'B09QKP7XQL', 'large', 'Next >', '< Prev', 'Description', 'Buy Now'.",
+            "target",
+            "The text of what to click, as the page shows it (case does not matter).",
+        ),
     ]
 
 
@@ -43,8 +51,9 @@ def parse(action: Action) -> ShopAction:
     if isinstance(action, TextAction):
         match = ACTION_PATTERN.match(action.text)
         if match is None:
-            raise InvalidActionError(f"{action.text.strip()[:200]!r} is not a WebShop action; "
-                                     "write search[keywords] or click[button text]")
+            raise InvalidActionError(
+                f"{action.text.strip()[:200]!r} is not a WebShop action; write search[keywords] or click[button text]"
+            )
         return ShopAction(match.group(1).lower(), match.group(2).strip())
     key = {"search": "query", "click": "target"}.get(action.name)
     if key is None:
@@ -62,7 +71,11 @@ def _tool(name: str, description: str, arg: str, arg_description: str) -> ToolSc
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string", "description": arg_description}},
-                           "required": [arg], "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": {arg: {"type": "string", "description": arg_description}},
+                "required": [arg],
+                "additionalProperties": False,
+            },
         },
     }

@@ -52,8 +52,17 @@ class Catalog:
     """Where the data came from, for `EnvInfo.description` and error messages."""
 
     @classmethod
-    def build(cls, raw: RawData, *, source: str, split_sizes: SplitSizes, goals: GoalKind = "human",
-              search: str = "bm25", search_index: str | None = None, seed: int = 0) -> Catalog:
+    def build(
+        cls,
+        raw: RawData,
+        *,
+        source: str,
+        split_sizes: SplitSizes,
+        goals: GoalKind = "human",
+        search: str = "bm25",
+        search_index: str | None = None,
+        seed: int = 0,
+    ) -> Catalog:
         products = load_products(raw)
         rng = random.Random(seed)
         prices = product_prices(products, rng)
@@ -64,19 +73,28 @@ class Catalog:
         else:
             raise ValueError(f"unknown goal kind {goals!r}; expected 'human' or 'synthetic'")
         if not goal_list:
-            raise ValueError(f"{source} yields no {goals} goals; human goals need items_human_ins.json, "
-                             "synthetic goals need instructions in items_ins_v2.json")
+            raise ValueError(
+                f"{source} yields no {goals} goals; human goals need items_human_ins.json, "
+                "synthetic goals need instructions in items_ins_v2.json"
+            )
         by_asin = {p.asin: p for p in products}
-        return cls(by_asin, prices, shuffled(goal_list), split_sizes,
-                   make_search(search, list(by_asin.values()), index=search_index), source)
+        return cls(
+            by_asin,
+            prices,
+            shuffled(goal_list),
+            split_sizes,
+            make_search(search, list(by_asin.values()), index=search_index),
+            source,
+        )
 
     @classmethod
     def generated(cls, seed: int = 0, **kwargs) -> Catalog:
         from roost.envs.webshop.datagen import DatagenSpec, generate
 
         raw = generate(DatagenSpec(seed=seed))
-        return cls.build(raw, source=f"roost's generated catalog (seed {seed})", split_sizes=split_sizes_of(raw),
-                         seed=seed, **kwargs)
+        return cls.build(
+            raw, source=f"roost's generated catalog (seed {seed})", split_sizes=split_sizes_of(raw), seed=seed, **kwargs
+        )
 
     @classmethod
     def from_dir(cls, data_dir: Path, **kwargs) -> Catalog:
@@ -86,9 +104,11 @@ class Catalog:
 
     def split_range(self, split: str) -> range:
         n, sizes = len(self.goals), self.split_sizes
-        ranges = {"test": range(0, min(sizes.test, n)),
-                  "eval": range(min(sizes.test, n), min(sizes.test + sizes.eval, n)),
-                  "train": range(min(sizes.test + sizes.eval, n), n)}
+        ranges = {
+            "test": range(0, min(sizes.test, n)),
+            "eval": range(min(sizes.test, n), min(sizes.test + sizes.eval, n)),
+            "train": range(min(sizes.test + sizes.eval, n), n),
+        }
         if split not in ranges:
             raise BadRequestError(f"unknown split {split!r}; WebShop has {', '.join(SPLITS)}")
         return ranges[split]
@@ -102,8 +122,10 @@ class Catalog:
         found = next((s for s in SPLITS if index in self.split_range(s)), None)
         if found is None or (split is not None and split != found):
             where = f"split {split!r}" if split else "any split"
-            raise UnknownTaskError(f"no task {task_id!r} in {where} of {self.source}; task ids are goal indices "
-                                   f"0..{len(self.goals) - 1}; list them with GET /tasks?split={split or 'test'}")
+            raise UnknownTaskError(
+                f"no task {task_id!r} in {where} of {self.source}; task ids are goal indices "
+                f"0..{len(self.goals) - 1}; list them with GET /tasks?split={split or 'test'}"
+            )
         return index, found
 
 

@@ -15,14 +15,16 @@ from pathlib import Path
 
 import typer
 
-webshop_app = typer.Typer(help="WebShop: write the generated catalog as files, or check a data folder.",
-                          no_args_is_help=True)
+webshop_app = typer.Typer(
+    help="WebShop: write the generated catalog as files, or check a data folder.", no_args_is_help=True
+)
 
 
 @webshop_app.command("make-data")
 def make_data(
-    out: Path = typer.Option(..., help="Folder to write items_shuffle.json, items_ins_v2.json, items_human_ins.json "
-                                       "and reviews.json into."),
+    out: Path = typer.Option(
+        ..., help="Folder to write items_shuffle.json, items_ins_v2.json, items_human_ins.json and reviews.json into."
+    ),
     seed: int = typer.Option(0, help="Seed of the generator."),
     products_per_type: int = typer.Option(12, help="Products of each of the 25 product types."),
     instructions_per_product: int = typer.Option(2, help="Human-style instructions per product."),
@@ -52,7 +54,6 @@ def check_data(
         raise typer.Exit(1) from None
     splits = {s: len(catalog.split_range(s)) for s in ("train", "eval", "test")}
     typer.echo(json.dumps({"products": len(catalog.products), "goals": len(catalog.goals), "splits": splits}))
-
 
 
 def register(envs_app: typer.Typer) -> None:

@@ -57,9 +57,17 @@ class Shop:
     config: ShopConfig
 
 
-def make_factory(data_dir: str | None = None, seed: int = 0, goals: GoalKind = "human", search: str = "bm25",
-                 search_index: str | None = None, max_steps: int = 15, mode: Mode = "text",
-                 show_attributes: bool = False, type_nouns: str = "heuristic"):
+def make_factory(
+    data_dir: str | None = None,
+    seed: int = 0,
+    goals: GoalKind = "human",
+    search: str = "bm25",
+    search_index: str | None = None,
+    max_steps: int = 15,
+    mode: Mode = "text",
+    show_attributes: bool = False,
+    type_nouns: str = "heuristic",
+):
     """Build the catalog and search index once; the factory makes one env per episode.
 
     data_dir: WebShop's own data files (else roost's generated catalog, from `seed`).
@@ -74,8 +82,11 @@ def make_factory(data_dir: str | None = None, seed: int = 0, goals: GoalKind = "
     if type_nouns not in ("heuristic", "spacy"):
         raise ValueError(f"unknown type_nouns {type_nouns!r}; expected 'heuristic' or 'spacy'")
     options = dict(goals=goals, search=search, search_index=search_index)
-    catalog = (Catalog.from_dir(Path(data_dir).expanduser(), seed=seed, **options) if data_dir
-               else Catalog.generated(seed=seed, **options))
+    catalog = (
+        Catalog.from_dir(Path(data_dir).expanduser(), seed=seed, **options)
+        if data_dir
+        else Catalog.generated(seed=seed, **options)
+    )
     nouns = SpacyNouns() if type_nouns == "spacy" else HeuristicNouns()
     shop = Shop(catalog, PageRenderer(), nouns, ShopConfig(max_steps, mode, show_attributes))
     return lambda: WebShopEnv(shop)
@@ -89,8 +100,21 @@ def admissible_commands(session: ShopSession) -> list[str]:
 
 
 class WebShopEnv:
-    info_keys = frozenset({"task_id", "page", "steps", "max_steps", "available_actions", "admissible_commands",
-                           "reward_info", "success", "purchased", "html", "expert_plan"})
+    info_keys = frozenset(
+        {
+            "task_id",
+            "page",
+            "steps",
+            "max_steps",
+            "available_actions",
+            "admissible_commands",
+            "reward_info",
+            "success",
+            "purchased",
+            "html",
+            "expert_plan",
+        }
+    )
 
     def __init__(self, shop: Shop) -> None:
         self._shop = shop
@@ -103,18 +127,31 @@ class WebShopEnv:
 
     @property
     def info(self) -> EnvInfo:
-        return EnvInfo("webshop", VERSION, actions.tools(), SPLITS,
-                       f"WebShop online shopping ({self._shop.config.mode} mode) over {self._shop.catalog.source}.")
+        return EnvInfo(
+            "webshop",
+            VERSION,
+            actions.tools(),
+            SPLITS,
+            f"WebShop online shopping ({self._shop.config.mode} mode) over {self._shop.catalog.source}.",
+        )
 
     async def tasks(self, split: str) -> list[Task]:
         return self._shop.catalog.tasks(split)
 
-    async def reset(self, *, task_id: str | None = None, seed: int | None = None,
-                    split: str | None = None, options: dict[str, Any] | None = None) -> Reset:
+    async def reset(
+        self,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Reset:
         options = dict(options or {})
         unknown = set(options) - set(RESET_OPTIONS)
         if unknown:
-            raise BadRequestError(f"unknown reset option(s) {sorted(unknown)}; WebShop takes {', '.join(RESET_OPTIONS)}")
+            raise BadRequestError(
+                f"unknown reset option(s) {sorted(unknown)}; WebShop takes {', '.join(RESET_OPTIONS)}"
+            )
         catalog = self._shop.catalog
         if task_id is None:
             indices = catalog.split_range(split or "train")
@@ -124,8 +161,9 @@ class WebShopEnv:
         else:
             index, _ = catalog.goal(task_id, split)
         self._task_id, self._steps, self._done = str(index), 0, False
-        self._session = ShopSession(catalog, catalog.goals[index], show_attributes=self._shop.config.show_attributes,
-                                    nouns=self._shop.nouns)
+        self._session = ShopSession(
+            catalog, catalog.goals[index], show_attributes=self._shop.config.show_attributes, nouns=self._shop.nouns
+        )
         self._expert = ExpertPlanner() if options.get("expert_plan") else None
         self._html = bool(options.get("html")) or self._shop.config.mode == "web"
         observation, info = self._observe(self._session)
@@ -158,14 +196,19 @@ class WebShopEnv:
         html = self._shop.renderer.html(session)
         state = session.state
         info: dict[str, Any] = {
-            "task_id": self._task_id, "page": state.page, "steps": self._steps,
+            "task_id": self._task_id,
+            "page": state.page,
+            "steps": self._steps,
             "max_steps": self._shop.config.max_steps,
             "available_actions": {"has_search_bar": session.has_search_bar, "clickables": session.clickables()},
             "admissible_commands": admissible_commands(session),
         }
         if state.reward is not None:
-            info.update(reward_info=state.reward.as_dict(), success=state.reward.reward == 1.0,
-                        purchased={"asin": state.asin, "options": dict(state.options)})
+            info.update(
+                reward_info=state.reward.as_dict(),
+                success=state.reward.reward == 1.0,
+                purchased={"asin": state.asin, "options": dict(state.options)},
+            )
         if self._html:
             info["html"] = html
         if self._expert is not None and state.page != "done":

@@ -22,8 +22,11 @@ class ExpertPlanner:
     def next_action(self, session: ShopSession) -> str | None:
         s, goal = session.state, session.goal
         if s.page == "search":
-            query = (session.catalog.products[goal.asin].title if self._title_search
-                     else goal.instruction_text.split(PRICE_CLAUSE)[0])
+            query = (
+                session.catalog.products[goal.asin].title
+                if self._title_search
+                else goal.instruction_text.split(PRICE_CLAUSE)[0]
+            )
             return f"search[{query}]"
         if s.page == "results":
             if goal.asin in s.page_results:

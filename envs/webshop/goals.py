@@ -39,8 +39,9 @@ def price_bound(price: float, rng: random.Random) -> tuple[float, str]:
     return upper, f", and price lower than {upper:.2f} dollars"
 
 
-def human_goals(products: list[Product], instructions: dict[str, list[dict[str, Any]]],
-                prices: dict[str, float], rng: random.Random) -> list[Goal]:
+def human_goals(
+    products: list[Product], instructions: dict[str, list[dict[str, Any]]], prices: dict[str, float], rng: random.Random
+) -> list[Goal]:
     goals = []
     for product in products:
         for entry in instructions.get(product.asin, []):
@@ -48,13 +49,21 @@ def human_goals(products: list[Product], instructions: dict[str, list[dict[str, 
             if not attributes:
                 continue
             upper, price_text = price_bound(prices[product.asin], rng)
-            goals.append(_goal(product, entry["instruction"].strip(".") + price_text, attributes,
-                               _named_options(product, entry.get("instruction_options") or []), upper))
+            goals.append(
+                _goal(
+                    product,
+                    entry["instruction"].strip(".") + price_text,
+                    attributes,
+                    _named_options(product, entry.get("instruction_options") or []),
+                    upper,
+                )
+            )
     return goals
 
 
-def synthetic_goals(products: list[Product], attributes: dict[str, dict[str, Any]],
-                    prices: dict[str, float], rng: random.Random) -> list[Goal]:
+def synthetic_goals(
+    products: list[Product], attributes: dict[str, dict[str, Any]], prices: dict[str, float], rng: random.Random
+) -> list[Goal]:
     goals = []
     counts: Counter[str] = Counter()
     for product in products:
@@ -80,9 +89,17 @@ def shuffled(goals: list[Goal]) -> list[Goal]:
 
 
 def _goal(product: Product, text: str, attributes: list[str], options: dict[str, str], upper: float) -> Goal:
-    return Goal(asin=product.asin, instruction_text=text, attributes=tuple(attributes), options=options,
-                price_upper=upper, name=product.title, query=product.query, category=product.category,
-                product_category=product.product_category)
+    return Goal(
+        asin=product.asin,
+        instruction_text=text,
+        attributes=tuple(attributes),
+        options=options,
+        price_upper=upper,
+        name=product.title,
+        query=product.query,
+        category=product.category,
+        product_category=product.product_category,
+    )
 
 
 def _named_options(product: Product, values: list[str] | dict[str, str]) -> dict[str, str]:

@@ -63,8 +63,13 @@ def write_raw(raw: RawData, out: Path) -> list[Path]:
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, value in ((PRODUCT_FILES[0], raw.products), (ATTRIBUTE_FILES[0], raw.attributes),
-                        (HUMAN_FILE, raw.human_instructions), (REVIEW_FILE, raw.reviews), (NOTE_FILE, raw.note)):
+    for name, value in (
+        (PRODUCT_FILES[0], raw.products),
+        (ATTRIBUTE_FILES[0], raw.attributes),
+        (HUMAN_FILE, raw.human_instructions),
+        (REVIEW_FILE, raw.reviews),
+        (NOTE_FILE, raw.note),
+    ):
         if name == NOTE_FILE and not value:
             continue
         path = out / name

@@ -58,7 +58,10 @@ HEADER = """{% from "macros" import button %}
 <div id="instruction-text"><h4>Instruction: <br>{{ instruction }}</h4></div>
 {{ button("Back to Search") }}"""
 
-RESULTS = """{% extends "base" %}{% block body %}""" + HEADER + """
+RESULTS = (
+    """{% extends "base" %}{% block body %}"""
+    + HEADER
+    + """
 <div><p>Page {{ state.page_num }} (Total results: {{ state.results|length }})</p>
 {% if state.page_num > 1 %}{{ button("< Prev") }}{% endif %}
 {% if state.page_num * window < state.results|length %}{{ button("Next >") }}{% endif %}
@@ -71,8 +74,12 @@ RESULTS = """{% extends "base" %}{% block body %}""" + HEADER + """
 </div>{% endfor %}
 </div>
 {% endblock %}"""
+)
 
-ITEM = """{% extends "base" %}{% block body %}""" + HEADER + """
+ITEM = (
+    """{% extends "base" %}{% block body %}"""
+    + HEADER
+    + """
 {{ button("< Prev") }}
 <div>
 {% for name, values in product.options.items() %}<div class="option">
@@ -93,8 +100,12 @@ ITEM = """{% extends "base" %}{% block body %}""" + HEADER + """
 </div>
 {{ button("Buy Now", "btn purchase") }}
 {% endblock %}"""
+)
 
-SUB = """{% extends "base" %}{% block body %}""" + HEADER + """
+SUB = (
+    """{% extends "base" %}{% block body %}"""
+    + HEADER
+    + """
 {{ button("< Prev") }}
 <div class="product-info">
 {% if sub == "description" %}<p>{{ product.description or "No Description" }}</p>
@@ -106,6 +117,7 @@ SUB = """{% extends "base" %}{% block body %}""" + HEADER + """
 {% else %}{% for a in product.attributes %}<p>{{ a }}</p>{% endfor %}{% endif %}
 </div>
 {% endblock %}"""
+)
 
 DONE = """{% extends "base" %}{% block body %}
 <div id="thankyou"><h1>Thank you for shopping with us!</h1></div>
@@ -115,24 +127,34 @@ DONE = """{% extends "base" %}{% block body %}
 </div>
 {% endblock %}"""
 
-TEMPLATES = {"base": BASE, "macros": MACROS, "search": SEARCH, "results": RESULTS, "item": ITEM, "sub": SUB,
-             "done": DONE}
-SUB_PAGE_LABELS = {"description": "Description", "features": "Features", "reviews": "Reviews", "attributes": "Attributes"}
+TEMPLATES = {
+    "base": BASE,
+    "macros": MACROS,
+    "search": SEARCH,
+    "results": RESULTS,
+    "item": ITEM,
+    "sub": SUB,
+    "done": DONE,
+}
+SUB_PAGE_LABELS = {
+    "description": "Description",
+    "features": "Features",
+    "reviews": "Reviews",
+    "attributes": "Attributes",
+}
 
 
 class PageRenderer:
     """Renders a session's current page; one per factory (the compiled templates are shared)."""
 
     def __init__(self) -> None:
-        env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
-                                 undefined=jinja2.StrictUndefined)
+        env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined)
         env.filters["urlquote"] = lambda v: quote(str(v), safe="")
         self._templates = {name: env.get_template(name) for name in TEMPLATES if name not in ("base", "macros")}
 
     def html(self, session: ShopSession, error: str | None = None) -> str:
         s = session.state
-        context = {"instruction": session.goal.instruction_text, "state": s, "error": error,
-                   "window": PRODUCT_WINDOW}
+        context = {"instruction": session.goal.instruction_text, "state": s, "error": error, "window": PRODUCT_WINDOW}
         product: Product | None = session.catalog.products.get(s.asin) if s.asin else None
         if s.page == "results":
             context["products"] = [session.catalog.products[a] for a in s.page_results]

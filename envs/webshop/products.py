@@ -46,8 +46,9 @@ class Product:
     option_images: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
-    def from_raw(cls, raw: dict[str, Any], attributes: list[str] | None = None,
-                 reviews: dict[str, Any] | None = None) -> Product:
+    def from_raw(
+        cls, raw: dict[str, Any], attributes: list[str] | None = None, reviews: dict[str, Any] | None = None
+    ) -> Product:
         pricing, price_tag = parse_pricing(raw.get("pricing"))
         options, option_images = parse_options(raw.get("customization_options"))
         bullets = raw.get("small_description") or []

@@ -32,24 +32,118 @@ EXACT_MATCH_OPTIONS = ("size",)
 FUZZY_THRESHOLD = 85
 
 COLOR_SET = (
-    "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush",
-    "bordeaux", "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah",
-    "chestnut", "chocolate", "christmas", "coffee", "cognac", "copper", "coral", "cranberry", "cream",
-    "crystal", "dark", "denim", "eggplant", "elephant", "espresso", "fuchsia", "gold", "granite", "grape",
-    "graphite", "grass", "gray", "green", "grey", "heather", "indigo", "ivory", "ivy", "khaki", "lavender",
-    "lemon", "leopard", "light", "lilac", "lime", "magenta", "maroon", "mauve", "merlot", "midnight", "mint",
-    "mocha", "multicolor", "mushroom", "mustard", "natural", "navy", "nude", "olive", "orange", "peach",
-    "pewter", "pink", "plum", "purple", "rainbow", "red", "rose", "royal", "rust", "sand", "sapphire",
-    "seashell", "silver", "skull", "slate", "steel", "stone", "stonewash", "sunflower", "tan", "taupe",
-    "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow",
+    "alabaster",
+    "apricot",
+    "aqua",
+    "ash",
+    "asphalt",
+    "azure",
+    "banana",
+    "beige",
+    "black",
+    "blue",
+    "blush",
+    "bordeaux",
+    "bronze",
+    "brown",
+    "burgundy",
+    "camel",
+    "camo",
+    "caramel",
+    "champagne",
+    "charcoal",
+    "cheetah",
+    "chestnut",
+    "chocolate",
+    "christmas",
+    "coffee",
+    "cognac",
+    "copper",
+    "coral",
+    "cranberry",
+    "cream",
+    "crystal",
+    "dark",
+    "denim",
+    "eggplant",
+    "elephant",
+    "espresso",
+    "fuchsia",
+    "gold",
+    "granite",
+    "grape",
+    "graphite",
+    "grass",
+    "gray",
+    "green",
+    "grey",
+    "heather",
+    "indigo",
+    "ivory",
+    "ivy",
+    "khaki",
+    "lavender",
+    "lemon",
+    "leopard",
+    "light",
+    "lilac",
+    "lime",
+    "magenta",
+    "maroon",
+    "mauve",
+    "merlot",
+    "midnight",
+    "mint",
+    "mocha",
+    "multicolor",
+    "mushroom",
+    "mustard",
+    "natural",
+    "navy",
+    "nude",
+    "olive",
+    "orange",
+    "peach",
+    "pewter",
+    "pink",
+    "plum",
+    "purple",
+    "rainbow",
+    "red",
+    "rose",
+    "royal",
+    "rust",
+    "sand",
+    "sapphire",
+    "seashell",
+    "silver",
+    "skull",
+    "slate",
+    "steel",
+    "stone",
+    "stonewash",
+    "sunflower",
+    "tan",
+    "taupe",
+    "teal",
+    "tiger",
+    "turquoise",
+    "violet",
+    "walnut",
+    "wheat",
+    "white",
+    "wine",
+    "yellow",
 )
 """The original's colour list, in its order: the first colour that occurs in a value wins."""
 
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an and are as at be by for from has have in is it its of on or the to with without this that these
 those you your our we i my me pack count set size color inch inches oz ounce ounces fl lb lbs pcs pc
 piece pieces x s
-""".split())
+""".split()
+)
 
 
 def normalize_color(value: str) -> str:
@@ -88,13 +182,16 @@ class SpacyNouns:
         try:
             import spacy
         except ImportError:
-            raise ImportError("SpacyNouns needs spaCy: `pip install spacy` and "
-                              f"`python -m spacy download {model}`; or use HeuristicNouns") from None
+            raise ImportError(
+                "SpacyNouns needs spaCy: `pip install spacy` and "
+                f"`python -m spacy download {model}`; or use HeuristicNouns"
+            ) from None
         try:
             self._nlp = spacy.load(model)
         except OSError:
-            raise ImportError(f"spaCy model {model!r} is not installed: `python -m spacy download {model}`; "
-                              "or use HeuristicNouns") from None
+            raise ImportError(
+                f"spaCy model {model!r} is not installed: `python -m spacy download {model}`; or use HeuristicNouns"
+            ) from None
 
     def __call__(self, text: str) -> list[str]:
         return [t.text.lower() for t in self._nlp(text) if t.pos_ in ("PNOUN", "NOUN", "PROPN")]
@@ -156,8 +253,9 @@ def option_matches(product: Product, goal_values: list[str], chosen: dict[str, s
     return matched
 
 
-def get_reward(product: Product, goal: Goal, price: float, chosen: dict[str, str],
-               nouns: NounParser | None = None) -> RewardBreakdown:
+def get_reward(
+    product: Product, goal: Goal, price: float, chosen: dict[str, str], nouns: NounParser | None = None
+) -> RewardBreakdown:
     r_type, query_match, category_match, title_score = type_reward(product, goal, nouns or HeuristicNouns())
     r_price = price <= goal.price_upper if goal.price_upper > 0 else None
     n_attr = attribute_matches(product, goal)
@@ -165,10 +263,14 @@ def get_reward(product: Product, goal: Goal, price: float, chosen: dict[str, str
     n_opt = option_matches(product, goal_values, chosen)
     total = (n_attr + n_opt + (r_price or 0)) / (len(goal.attributes) + len(goal_values) + 1)
     return RewardBreakdown(
-        reward=total * r_type, r_type=r_type,
+        reward=total * r_type,
+        r_type=r_type,
         r_attribute=n_attr / len(goal.attributes) if goal.attributes else 0.0,
         r_option=n_opt / len(goal_values) if goal_values else None,
-        r_price=r_price, query_match=query_match, category_match=category_match, title_score=title_score,
+        r_price=r_price,
+        query_match=query_match,
+        category_match=category_match,
+        title_score=title_score,
     )
 
 

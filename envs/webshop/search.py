@@ -37,14 +37,16 @@ class BM25Search:
         self._bm25s = bm25s
         self._stemmer = Stemmer.Stemmer("english")
         self._asins = [p.asin for p in products]
-        corpus = bm25s.tokenize([p.search_text() for p in products], stopwords="en", stemmer=self._stemmer,
-                                show_progress=False)
+        corpus = bm25s.tokenize(
+            [p.search_text() for p in products], stopwords="en", stemmer=self._stemmer, show_progress=False
+        )
         self._index = bm25s.BM25()
         self._index.index(corpus, show_progress=False)
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
-        tokens = self._bm25s.tokenize([query.lower()], stopwords="en", stemmer=self._stemmer,
-                                      return_ids=False, show_progress=False)
+        tokens = self._bm25s.tokenize(
+            [query.lower()], stopwords="en", stemmer=self._stemmer, return_ids=False, show_progress=False
+        )
         if not tokens[0] or not self._asins:
             return []
         docs, scores = self._index.retrieve(tokens, k=min(k, len(self._asins)), show_progress=False, n_threads=1)
@@ -76,7 +78,9 @@ def make_search(name: str, products: list[Product], *, index: str | None = None)
         return BM25Search(products)
     if name == "lucene":
         if not index:
-            raise ValueError("search='lucene' needs search_index: the folder of WebShop's Lucene index "
-                             "(e.g. WebShop/search_engine/indexes)")
+            raise ValueError(
+                "search='lucene' needs search_index: the folder of WebShop's Lucene index "
+                "(e.g. WebShop/search_engine/indexes)"
+            )
         return LuceneSearch(index, {p.asin for p in products})
     raise ValueError(f"unknown search backend {name!r}; expected 'bm25' or 'lucene'")

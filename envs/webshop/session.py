@@ -55,14 +55,15 @@ class ShopState:
     @property
     def page_results(self) -> tuple[str, ...]:
         start = (self.page_num - 1) * PRODUCT_WINDOW
-        return self.results[start:start + PRODUCT_WINDOW]
+        return self.results[start : start + PRODUCT_WINDOW]
 
 
 class ShopSession:
     """One episode's shop. Moves are pure: each returns the next state and the session keeps it."""
 
-    def __init__(self, catalog: Catalog, goal: Goal, *, show_attributes: bool = False,
-                 nouns: NounParser | None = None) -> None:
+    def __init__(
+        self, catalog: Catalog, goal: Goal, *, show_attributes: bool = False, nouns: NounParser | None = None
+    ) -> None:
         self.catalog = catalog
         self.goal = goal
         self.show_attributes = show_attributes
@@ -93,8 +94,10 @@ class ShopSession:
         self._check_open()
         keywords = query.lower().split()
         if not self.has_search_bar:
-            raise InvalidActionError(f"there is no search bar on the {self.state.page} page; "
-                                     f"click[Back to Search] first. Clickable here: {self._listing()}")
+            raise InvalidActionError(
+                f"there is no search bar on the {self.state.page} page; "
+                f"click[Back to Search] first. Clickable here: {self._listing()}"
+            )
         if not keywords:
             raise InvalidActionError("search needs keywords, e.g. search[red running shoes]")
         if len(query) > MAX_QUERY_CHARS:
@@ -106,8 +109,10 @@ class ShopSession:
         name = " ".join(target.strip().lower().split())
         if name not in self.clickables():
             hint = "; use search[...] on this page" if self.has_search_bar else ""
-            raise InvalidActionError(f"nothing called {target.strip()[:100]!r} to click on the {self.state.page} page"
-                                     f"{hint}. Clickable here: {self._listing()}")
+            raise InvalidActionError(
+                f"nothing called {target.strip()[:100]!r} to click on the {self.state.page} page"
+                f"{hint}. Clickable here: {self._listing()}"
+            )
         s = self.state
         if name == BUY_NOW:
             return self._buy()
@@ -132,8 +137,18 @@ class ShopSession:
 
     def _results(self, keywords: tuple[str, ...], results: tuple[str, ...], page_num: int) -> ShopState:
         s = self.state
-        return self._set(replace(s, page="results", keywords=keywords, results=results, page_num=page_num,
-                                 asin=None, options={}, sub_page=None))
+        return self._set(
+            replace(
+                s,
+                page="results",
+                keywords=keywords,
+                results=results,
+                page_num=page_num,
+                asin=None,
+                options={},
+                sub_page=None,
+            )
+        )
 
     def _buy(self) -> ShopState:
         s = self.state

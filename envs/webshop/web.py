@@ -83,8 +83,9 @@ def web_router(manager: EpisodeManager) -> APIRouter:
     @router.get("/web/new")
     async def new(task_id: str | None = None, split: str | None = None, seed: int | None = None):
         try:
-            episode_id, reset = await manager.create(task_id=task_id or None, seed=seed, split=split or None,
-                                                     options={"html": True})
+            episode_id, reset = await manager.create(
+                task_id=task_id or None, seed=seed, split=split or None, options={"html": True}
+            )
         except EnvError as exc:
             return _error_page(400, f"could not start an episode: {exc}")
         pages.put(episode_id, reset.info)
@@ -94,8 +95,11 @@ def web_router(manager: EpisodeManager) -> APIRouter:
     async def page(episode_id: str):
         page = pages.get(episode_id)
         if page is None:
-            return _error_page(404, f"no browser episode {episode_id!r} here; episodes started through the JSON "
-                                    "API have no pages. Start one at /web/new?task_id=...")
+            return _error_page(
+                404,
+                f"no browser episode {episode_id!r} here; episodes started through the JSON "
+                "API have no pages. Start one at /web/new?task_id=...",
+            )
         html, page.flash = _with_flash(page.html, page.flash), None
         return HTMLResponse(html)
 
@@ -112,8 +116,15 @@ def web_router(manager: EpisodeManager) -> APIRouter:
     async def state(episode_id: str) -> JSONResponse:
         page = pages.get(episode_id)
         record = manager.get(episode_id)
-        return JSONResponse({"episode_id": episode_id, "state": record.state, "steps": record.steps,
-                             "total_reward": record.total_reward, "info": page.info if page else None})
+        return JSONResponse(
+            {
+                "episode_id": episode_id,
+                "state": record.state,
+                "steps": record.steps,
+                "total_reward": record.total_reward,
+                "info": page.info if page else None,
+            }
+        )
 
     async def _act(episode_id: str, fields: dict[str, str]):
         page = pages.get(episode_id)
@@ -150,8 +161,9 @@ def _error_page(status: int, message: str) -> HTMLResponse:
     return HTMLResponse(body, status_code=status)
 
 
-def build_web_app(env_kwargs: dict[str, Any] | None = None, manager_config: ManagerConfig = ManagerConfig(),
-                  env: str = "webshop"):
+def build_web_app(
+    env_kwargs: dict[str, Any] | None = None, manager_config: ManagerConfig = ManagerConfig(), env: str = "webshop"
+):
     """The env server's app (JSON API) with the web routes added."""
     from roost.envs.http_app import create_app
     from roost.envs.worker import WorkerConfig
@@ -177,8 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
     parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    app = build_web_app(parse_env_args(args.env_arg),
-                        ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s))
+    app = build_web_app(
+        parse_env_args(args.env_arg),
+        ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
+    )
     sock = bind_listener(args.host, args.port)
     report_port(sock, args.port_file)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

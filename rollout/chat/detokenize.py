@@ -20,16 +20,16 @@ class IncrementalDecoder:
 
     def push(self, ids: list[int]) -> str:
         self._ids.extend(ids)
-        prefix_text = self._tok.decode(self._ids[self._prefix:self._read], skip_special_tokens=self._skip)
-        full_text = self._tok.decode(self._ids[self._prefix:], skip_special_tokens=self._skip)
+        prefix_text = self._tok.decode(self._ids[self._prefix : self._read], skip_special_tokens=self._skip)
+        full_text = self._tok.decode(self._ids[self._prefix :], skip_special_tokens=self._skip)
         if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
             self._prefix, self._read = self._read, len(self._ids)
-            return full_text[len(prefix_text):]
+            return full_text[len(prefix_text) :]
         return ""
 
     def flush(self) -> str:
         """Whatever is still held back (an unfinished character at the very end)."""
-        prefix_text = self._tok.decode(self._ids[self._prefix:self._read], skip_special_tokens=self._skip)
-        full_text = self._tok.decode(self._ids[self._prefix:], skip_special_tokens=self._skip)
+        prefix_text = self._tok.decode(self._ids[self._prefix : self._read], skip_special_tokens=self._skip)
+        full_text = self._tok.decode(self._ids[self._prefix :], skip_special_tokens=self._skip)
         self._prefix = self._read = len(self._ids)
-        return full_text[len(prefix_text):]
+        return full_text[len(prefix_text) :]

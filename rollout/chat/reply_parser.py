@@ -106,8 +106,14 @@ def _partial_suffix(text: str, tag: str) -> int:
 class ReplyParser:
     """Incremental parser; `feed` text deltas, then `finish` once."""
 
-    def __init__(self, fmt: ReplyFormat = HERMES, *, parse_tools: bool, parse_reasoning: bool = True,
-                 starts_in_reasoning: bool = False):
+    def __init__(
+        self,
+        fmt: ReplyFormat = HERMES,
+        *,
+        parse_tools: bool,
+        parse_reasoning: bool = True,
+        starts_in_reasoning: bool = False,
+    ):
         self.fmt = fmt
         self.parse_tools = parse_tools
         self._buf = ""
@@ -139,7 +145,7 @@ class ReplyParser:
     def _step_start(self, final: bool) -> list[ReplyEvent]:
         head = self._buf.lstrip()
         if head.startswith(self.fmt.think_start):
-            self._buf = head[len(self.fmt.think_start):]
+            self._buf = head[len(self.fmt.think_start) :]
             self._state, self._lead = "reasoning", True
         elif final or not self.fmt.think_start.startswith(head) or not head and len(self._buf) > 64:
             self._state, self._lead = "content", False
@@ -155,7 +161,7 @@ class ReplyParser:
     def _step_reasoning(self, final: bool) -> list[ReplyEvent]:
         end = self._buf.find(self.fmt.think_end)
         if end >= 0:
-            text, self._buf = self._buf[:end].rstrip("\n"), self._buf[end + len(self.fmt.think_end):]
+            text, self._buf = self._buf[:end].rstrip("\n"), self._buf[end + len(self.fmt.think_end) :]
             out = self._emit("reasoning", text)
             self._state, self._lead = "content", True
             return out
@@ -165,7 +171,7 @@ class ReplyParser:
         keep = _partial_suffix(self._buf, self.fmt.think_end)
         safe = self._buf[: len(self._buf) - keep]
         safe_out = safe.rstrip("\n")  # trailing newlines may turn out to precede </think>
-        self._buf = self._buf[len(safe_out):]
+        self._buf = self._buf[len(safe_out) :]
         return self._emit("reasoning", safe_out)
 
     def _step_content(self, final: bool) -> list[ReplyEvent]:
@@ -177,7 +183,7 @@ class ReplyParser:
             # Between and after tool calls the template writes only newlines; anything
             # more the model said is passed on as content, once we know it is more.
             if start >= 0:
-                before, self._buf = self._buf[:start].strip(), self._buf[start + len(self.fmt.call_start):]
+                before, self._buf = self._buf[:start].strip(), self._buf[start + len(self.fmt.call_start) :]
                 self._state = "call"
                 return self._emit("content", before)
             if final:
@@ -185,7 +191,7 @@ class ReplyParser:
                 return self._emit("content", text)
             return []
         if start >= 0:
-            before, self._buf = self._buf[:start], self._buf[start + len(self.fmt.call_start):]
+            before, self._buf = self._buf[:start], self._buf[start + len(self.fmt.call_start) :]
             self._state = "call"
             if before.endswith("\n"):
                 before = before[:-1]  # the template writes this newline itself
@@ -195,7 +201,7 @@ class ReplyParser:
             return self._emit("content", text)
         keep = _partial_suffix(self._buf, self.fmt.call_start)
         safe = self._buf[: len(self._buf) - keep].rstrip("\n")  # a newline may precede a call
-        self._buf = self._buf[len(safe):]
+        self._buf = self._buf[len(safe) :]
         return self._emit("content", safe)
 
     def _step_call(self, final: bool) -> list[ReplyEvent]:
@@ -207,7 +213,7 @@ class ReplyParser:
             raw = self.fmt.call_start + body
             reason = "unclosed tool call (the reply ended inside it)"
         else:
-            body, self._buf = self._buf[:end], self._buf[end + len(self.fmt.call_end):]
+            body, self._buf = self._buf[:end], self._buf[end + len(self.fmt.call_end) :]
             raw = self.fmt.call_start + body + self.fmt.call_end
             try:
                 call = parse_tool_call(body)

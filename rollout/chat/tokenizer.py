@@ -27,7 +27,7 @@ from roost.rollout.chat.control_text import ESCAPE, ControlText
 
 PROBE = (
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n  Hello, wörld! 123 "
-    "  tabs\t<think>\nhmm\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"
+    '  tabs\t<think>\nhmm\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
     "<|im_end|>\n<|im_start|>assistant\n"
 )
 # From this length on a text is encoded with the batch call, which releases the GIL while it

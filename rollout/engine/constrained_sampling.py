@@ -53,8 +53,13 @@ class GrammarSampler:
         self.redraw = redraw
         self._bitmask = torch.empty(0, 0, dtype=torch.int32)
 
-    def choose(self, logits: torch.Tensor, configs: list[SamplingConfig], draws: list[RowDraw],
-               grammars: list[GrammarState | None]) -> list[int]:
+    def choose(
+        self,
+        logits: torch.Tensor,
+        configs: list[SamplingConfig],
+        draws: list[RowDraw],
+        grammars: list[GrammarState | None],
+    ) -> list[int]:
         """`choose_tokens` over `logits` [B, V] (masked in place), each row with a grammar held to it."""
         rows = [row for row, grammar in enumerate(grammars) if grammar is not None]
         if not rows:
@@ -68,16 +73,21 @@ class GrammarSampler:
         if first:
             xgrammar.apply_token_bitmask_inplace(logits, bitmask, indices=first)
         drawn = draw(logits, configs, draws)
-        refused = [row for row, ok in zip(rows, token_allowed(bitmask, rows, torch.tensor(drawn.tokens)[rows]).tolist())
-                   if not ok]
-        retried = _retry(drawn, bitmask, [row for row in refused if not configs[row].greedy], draws,
-                         self.redraw.retries)
+        refused = [
+            row
+            for row, ok in zip(rows, token_allowed(bitmask, rows, torch.tensor(drawn.tokens)[rows]).tolist())
+            if not ok
+        ]
+        retried = _retry(
+            drawn, bitmask, [row for row in refused if not configs[row].greedy], draws, self.redraw.retries
+        )
         tokens = [retried.get(row, token) for row, token in enumerate(drawn.tokens)]
         masked = [row for row in refused if row not in retried]
         if masked:
             again = [draws[row].again(self.redraw.retries + 1) for row in masked]
-            chosen = _draw_masked(logits, bitmask, masked, [configs[row] for row in masked], again,
-                                  self.redraw.short_row)
+            chosen = _draw_masked(
+                logits, bitmask, masked, [configs[row] for row in masked], again, self.redraw.short_row
+            )
             for row, token in zip(masked, chosen):
                 tokens[row] = token
         return tokens
@@ -100,8 +110,14 @@ def _retry(drawn: Drawn, bitmask: torch.Tensor, rows: list[int], draws: list[Row
     return {row: token for row, token, got in zip(rows, first.tolist(), ok.any(dim=-1).tolist()) if got}
 
 
-def _draw_masked(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int], configs: list[SamplingConfig],
-                 draws: list[RowDraw], short_row: int) -> list[int]:
+def _draw_masked(
+    logits: torch.Tensor,
+    bitmask: torch.Tensor,
+    rows: list[int],
+    configs: list[SamplingConfig],
+    draws: list[RowDraw],
+    short_row: int,
+) -> list[int]:
     """Draw `rows` (with their `configs` and `draws`) from their masked distributions."""
     allowed = [_allowed_ids(bitmask[row], short_row, logits.shape[-1]) for row in rows]
     sparse = [i for i, ids in enumerate(allowed) if ids is not None]
@@ -133,8 +149,9 @@ def _allowed_ids(words: torch.Tensor, most: int, vocab_size: int) -> torch.Tenso
     return ids if len(ids) <= most else None
 
 
-def _short_rows(logits: torch.Tensor, rows: list[int], allowed: list[torch.Tensor],
-                width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _short_rows(
+    logits: torch.Tensor, rows: list[int], allowed: list[torch.Tensor], width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's allowed logits in a row of `width` (-inf after them, which `choose_tokens` never
     picks; a width that does not depend on the batch keeps a seeded row's draw the same in any
     batch), and the token id of each slot."""

@@ -61,7 +61,10 @@ class Completion:
         self.logprobs += [out.logprob for out in outputs if out.token_id >= 0]
         last = outputs[-1]
         self.finish_reason, self.weight_version, self.cached_tokens = (
-            last.finish_reason, last.weight_version, last.cached_tokens)
+            last.finish_reason,
+            last.weight_version,
+            last.cached_tokens,
+        )
         return new_ids
 
 
@@ -74,12 +77,17 @@ class Engine:
         self.model = _load_model(self.spec, config.model_path, self.dtype)
         self.context_length = config.context_length or min(self.spec.max_position_embeddings, 4096)
         cache = SlotKVCache(
-            layers=self.spec.num_layers, slots=config.max_running, kv_heads=self.spec.num_kv_heads,
-            max_len=self.context_length, head_dim=self.spec.head_dim, dtype=self.dtype,
+            layers=self.spec.num_layers,
+            slots=config.max_running,
+            kv_heads=self.spec.num_kv_heads,
+            max_len=self.context_length,
+            head_dim=self.spec.head_dim,
+            dtype=self.dtype,
             reuse_prefixes=config.reuse_prefixes,
         )
-        self.scheduler = Scheduler(self.model, cache, max_running=config.max_running,
-                                   prefill_tokens=config.max_prefill_tokens)
+        self.scheduler = Scheduler(
+            self.model, cache, max_running=config.max_running, prefill_tokens=config.max_prefill_tokens
+        )
         self.scripted = config.scripted
         self.grammars = Grammars(self.tokenizer, self.spec.vocab_size, list(self.spec.eos_token_ids))
         self.started_at = time.time()
@@ -166,7 +174,10 @@ class Engine:
             loop.call_soon_threadsafe(inbox.put_nowait, outputs)
 
         request = EngineRequest(
-            rid=rid or uuid.uuid4().hex, prompt_ids=list(prompt_ids), plan=plan, emit=emit,
+            rid=rid or uuid.uuid4().hex,
+            prompt_ids=list(prompt_ids),
+            plan=plan,
+            emit=emit,
             decode=lambda ids: self.decode(ids, skip_special_tokens),
         )
         self.scheduler.submit(request)

@@ -109,7 +109,8 @@ def new_compiler(tokenizer: Any, vocab_size: int, stop_token_ids: list[int]) -> 
     except ImportError as exc:
         raise RequestError(
             "json_schema, regex, ebnf and choice need the grammar library xgrammar, which is not installed "
-            "here: pip install 'roost[grammar]'") from exc
+            "here: pip install 'roost[grammar]'"
+        ) from exc
     info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids)
     return xgrammar.GrammarCompiler(info, cache_limit_bytes=COMPILED_CACHE_BYTES)
 

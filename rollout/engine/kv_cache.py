@@ -29,8 +29,9 @@ class CacheFull(RuntimeError):
 
 
 class SlotKVCache:
-    def __init__(self, *, layers: int, slots: int, kv_heads: int, max_len: int, head_dim: int, dtype,
-                 reuse_prefixes: bool = True):
+    def __init__(
+        self, *, layers: int, slots: int, kv_heads: int, max_len: int, head_dim: int, dtype, reuse_prefixes: bool = True
+    ):
         shape = (layers, slots, kv_heads, max_len, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype)
         self.values = torch.zeros(shape, dtype=dtype)

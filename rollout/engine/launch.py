@@ -17,19 +17,28 @@ log = logging.getLogger(__name__)
 
 
 def build_engine(
-    model: str, *, context_length: int | None = None, max_running: int = 64, dtype: str = "float32",
-    scripted: bool = False, script: Path | None = None, reuse_prefixes: bool = True, max_prefill_tokens: int = 8192,
+    model: str,
+    *,
+    context_length: int | None = None,
+    max_running: int = 64,
+    dtype: str = "float32",
+    scripted: bool = False,
+    script: Path | None = None,
+    reuse_prefixes: bool = True,
+    max_prefill_tokens: int = 8192,
 ) -> Engine:
     sampler = None
     if scripted:
         sampler = ScriptedSampler.from_file(script) if script else ScriptedSampler(Script())
-    config = EngineConfig(resolve_model(model), context_length, max_running, dtype, sampler, reuse_prefixes,
-                          max_prefill_tokens)
+    config = EngineConfig(
+        resolve_model(model), context_length, max_running, dtype, sampler, reuse_prefixes, max_prefill_tokens
+    )
     return Engine(config)
 
 
-def serve(engine: Engine, *, host: str, port: int, api_key: str, trace: bool = False,
-          port_file: Path | None = None) -> None:
+def serve(
+    engine: Engine, *, host: str, port: int, api_key: str, trace: bool = False, port_file: Path | None = None
+) -> None:
     """Serve until stopped (port 0: any free port, written to `port_file`); logs go where the
     process's logging sends them (`roost.logging_setup`)."""
     import uvicorn
@@ -40,10 +49,16 @@ def serve(engine: Engine, *, host: str, port: int, api_key: str, trace: bool = F
     port = report_port(sock, port_file)
     tracing = Tracing.start("engine", flag=trace)
     engine.start()
-    log.info("engine serving %s on http://%s:%d (%s, context %d tokens, %d requests at once)",
-             engine.config.model_path, host, port, engine.spec.family, engine.context_length,
-             engine.config.max_running,
-             extra={"model": str(engine.config.model_path), "weight_version": engine.weight_version, "port": port})
+    log.info(
+        "engine serving %s on http://%s:%d (%s, context %d tokens, %d requests at once)",
+        engine.config.model_path,
+        host,
+        port,
+        engine.spec.family,
+        engine.context_length,
+        engine.config.max_running,
+        extra={"model": str(engine.config.model_path), "weight_version": engine.weight_version, "port": port},
+    )
     try:
         config = uvicorn.Config(create_app(engine, api_key, tracing), log_config=None, access_log=False)
         uvicorn.Server(config).run(sockets=[sock])
@@ -61,14 +76,27 @@ class EngineProcess(ServerProcess):
     >>> with EngineProcess(scripted=True) as url: ...
     """
 
-    def __init__(self, model: str = "tiny", *, scripted: bool = False, script: Path | None = None,
-                 extra_args: list[str] | None = None, port: int = 0, startup_timeout_s: float = 120.0,
-                 api_key: str | None = None):
+    def __init__(
+        self,
+        model: str = "tiny",
+        *,
+        scripted: bool = False,
+        script: Path | None = None,
+        extra_args: list[str] | None = None,
+        port: int = 0,
+        startup_timeout_s: float = 120.0,
+        api_key: str | None = None,
+    ):
         args = ["--model", model]
         if scripted:
             args += ["--sampler", "scripted"]
         if script is not None:
             args += ["--script", str(script)]
         self.api_key = api_key or new_key(ENGINE_KEY)
-        super().__init__("engine", args + (extra_args or []), port=port, startup_timeout_s=startup_timeout_s,
-                         env={ENGINE_KEY.env: self.api_key})
+        super().__init__(
+            "engine",
+            args + (extra_args or []),
+            port=port,
+            startup_timeout_s=startup_timeout_s,
+            env={ENGINE_KEY.env: self.api_key},
+        )

@@ -17,15 +17,21 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 class EngineMetrics:
     def __init__(self, engine: Engine) -> None:
         self.registry = r = CollectorRegistry()
-        self.requests = Counter("roost_engine_requests_total", "Generate requests answered, by finish reason",
-                                ["finish"], registry=r)
-        self.prompt_tokens = Counter("roost_engine_prompt_tokens_total", "Prompt tokens of answered requests",
-                                     registry=r)
-        self.cached_tokens = Counter("roost_engine_cached_tokens_total",
-                                     "Prompt tokens whose keys and values came from the prefix cache", registry=r)
+        self.requests = Counter(
+            "roost_engine_requests_total", "Generate requests answered, by finish reason", ["finish"], registry=r
+        )
+        self.prompt_tokens = Counter(
+            "roost_engine_prompt_tokens_total", "Prompt tokens of answered requests", registry=r
+        )
+        self.cached_tokens = Counter(
+            "roost_engine_cached_tokens_total",
+            "Prompt tokens whose keys and values came from the prefix cache",
+            registry=r,
+        )
         self.completion_tokens = Counter("roost_engine_completion_tokens_total", "Tokens sampled", registry=r)
-        self.latency = Histogram("roost_engine_request_seconds", "Generate time, end to end",
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.latency = Histogram(
+            "roost_engine_request_seconds", "Generate time, end to end", buckets=LATENCY_BUCKETS, registry=r
+        )
         r.register(ReadAtScrape(_scheduler_readings(engine)))
 
     def answered(self, prompt_len: int, done: Completion, started: float) -> None:

@@ -88,10 +88,15 @@ class Attention(nn.Module):
             end = offset + length
             cache.write_span(self.layer, slot, start, k[0, :, offset:end], v[0, :, offset:end])
             keys, values = cache.read_span(self.layer, slot, start + length)
-            outputs.append(F.scaled_dot_product_attention(
-                q[:, :, offset:end], keys[None], values[None], attn_mask=_prefill_mask(length, start),
-                enable_gqa=self.heads != self.kv_heads,
-            ))
+            outputs.append(
+                F.scaled_dot_product_attention(
+                    q[:, :, offset:end],
+                    keys[None],
+                    values[None],
+                    attn_mask=_prefill_mask(length, start),
+                    enable_gqa=self.heads != self.kv_heads,
+                )
+            )
             offset = end
         out = torch.cat(outputs, dim=2)
         return self.o_proj(out.transpose(1, 2).reshape(1, x.shape[1], -1))
@@ -100,9 +105,7 @@ class Attention(nn.Module):
         q, k, v = self._project(x, cos, sin)
         cache.write_tokens(self.layer, slots, positions, k[:, :, 0], v[:, :, 0])
         keys, values = cache.gather(self.layer, slots, mask.shape[-1])
-        out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads
-        )
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], 1, -1))
 
 
@@ -161,8 +164,9 @@ class CausalLM(nn.Module):
         return F.linear(self.model.norm(hidden), weight).float()
 
     @torch.inference_mode()
-    def prefill(self, chunks: list[torch.Tensor], starts: list[int], slots: list[int],
-                cache: SlotKVCache) -> torch.Tensor:
+    def prefill(
+        self, chunks: list[torch.Tensor], starts: list[int], slots: list[int], cache: SlotKVCache
+    ) -> torch.Tensor:
         """Run request b's new tokens `chunks[b]` (1-D) at positions starts[b].. into slot
         slots[b]; return each request's last-position logits, [B, vocab]. The requests go
         through the layers packed into one sequence (one call per weight matrix, however many

@@ -19,7 +19,9 @@ def inverse_frequencies(spec: ModelSpec) -> torch.Tensor:
     if rope_type not in ROPE_INIT_FUNCTIONS:
         raise UnsupportedModel(f"rope_type {rope_type!r} is unknown; known: {', '.join(ROPE_INIT_FUNCTIONS)}")
     config = LlamaConfig(
-        hidden_size=spec.hidden_size, num_attention_heads=spec.num_heads, head_dim=spec.head_dim,
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_heads,
+        head_dim=spec.head_dim,
         max_position_embeddings=spec.max_position_embeddings,
         rope_parameters={**spec.rope_scaling, "rope_theta": spec.rope_theta},
     )

@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, model: CausalLM, cache: SlotKVCache, *, max_running: int, prefill_tokens: int = 8192,
-                 weight_version: str = "0"):
+    def __init__(
+        self,
+        model: CausalLM,
+        cache: SlotKVCache,
+        *,
+        max_running: int,
+        prefill_tokens: int = 8192,
+        weight_version: str = "0",
+    ):
         self.model = model
         self.cache = cache
         self.max_running = max_running
@@ -145,8 +152,12 @@ class Scheduler:
         holds `prefill_tokens` new tokens (it may pass that by one request's)."""
         batch: list[EngineRequest] = []
         tokens = 0
-        while (self._waiting and tokens < self.prefill_tokens and len(self._running) + len(batch) < self.max_running
-               and self.cache.free_slots):
+        while (
+            self._waiting
+            and tokens < self.prefill_tokens
+            and len(self._running) + len(batch) < self.max_running
+            and self.cache.free_slots
+        ):
             request = self._waiting.popleft()
             request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids)
             tokens += len(request.prompt_ids) - request.cached_tokens
@@ -154,7 +165,7 @@ class Scheduler:
         if not batch:
             return
         self.prefill_batches += 1
-        chunks = [torch.tensor(r.prompt_ids[r.cached_tokens:], dtype=torch.long) for r in batch]
+        chunks = [torch.tensor(r.prompt_ids[r.cached_tokens :], dtype=torch.long) for r in batch]
         logits = self.model.prefill(chunks, [r.cached_tokens for r in batch], [r.slot for r in batch], self.cache)
         self._running.extend(batch)
         self._advance(batch, logits)
@@ -189,8 +200,9 @@ class Scheduler:
         for row, request in enumerate(batch):
             if request.masks_stop_tokens() and request.plan.stop_token_ids:
                 logits[row, list(request.plan.stop_token_ids)] = float("-inf")
-        tokens = self._sampler.choose(logits, [r.plan.sampling for r in batch], [r.draw() for r in batch],
-                                      [r.grammar for r in batch])
+        tokens = self._sampler.choose(
+            logits, [r.plan.sampling for r in batch], [r.draw() for r in batch], [r.grammar for r in batch]
+        )
         return [r.forced_token() if r.plan.forced_ids is not None else t for r, t in zip(batch, tokens)]
 
     def _finish(self, request: EngineRequest, output: StepOutput) -> None:

@@ -28,8 +28,9 @@ class ScriptRule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     match: str | None = Field(None, description="Python regex searched in the decoded prompt; null = fallback")
-    reply: str | list[str] = Field(description="text the model is made to say; a list: said in turn, one item "
-                                               "per request this rule answers")
+    reply: str | list[str] = Field(
+        description="text the model is made to say; a list: said in turn, one item per request this rule answers"
+    )
 
 
 class Script(BaseModel):

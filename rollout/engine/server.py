@@ -33,10 +33,12 @@ from roost.tracing import Tracing
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error",
-          headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status,
-                        headers=headers)
+def error(
+    status: int, message: str, kind: str = "invalid_request_error", headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "code": status}}, status_code=status, headers=headers
+    )
 
 
 async def read_json(request: Request) -> Any:
@@ -56,7 +58,9 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
 
 
-def _meta(engine: Engine, rid: str, prompt_len: int, done: Completion, with_logprobs: bool, with_text: bool, started: float) -> dict:
+def _meta(
+    engine: Engine, rid: str, prompt_len: int, done: Completion, with_logprobs: bool, with_text: bool, started: float
+) -> dict:
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": done.finish_reason,
@@ -99,7 +103,9 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         if not same_key(presented_key(request.headers), api_key):
             raise RequestError(
                 f"{request.url.path} needs the engine's key as 'Authorization: Bearer <key>'; it is the key given "
-                "as --api-key or ROOST_ENGINE_KEY, or the one `roost engine` printed at start", 401)
+                "as --api-key or ROOST_ENGINE_KEY, or the one `roost engine` printed at start",
+                401,
+            )
 
     guarded = [Depends(control)]
 
@@ -167,8 +173,9 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
             # The stream is sent after this handler returns: its span is parented explicitly.
-            chunks = _stream(engine, metrics, ids, plan, params, req, rid, started, tracing,
-                             tracing.current().traceparent)
+            chunks = _stream(
+                engine, metrics, ids, plan, params, req, rid, started, tracing, tracing.current().traceparent
+            )
             return StreamingResponse(chunks, media_type="text/event-stream")
         try:
             async with cancelled_on_hangup(request.receive):
@@ -193,12 +200,22 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             version = await engine.update_weights(req.model_path, req.weight_version)
         except WeightMismatch as exc:
             return JSONResponse(
-                {"success": False, "message": str(exc), "weight_version": engine.weight_version,
-                 "error": {"message": str(exc), "type": "invalid_request_error", "code": 400}},
+                {
+                    "success": False,
+                    "message": str(exc),
+                    "weight_version": engine.weight_version,
+                    "error": {"message": str(exc), "type": "invalid_request_error", "code": 400},
+                },
                 status_code=400,
             )
-        return JSONResponse({"success": True, "message": "Succeeded to update model weights.",
-                             "num_paused_requests": 0, "weight_version": version})
+        return JSONResponse(
+            {
+                "success": True,
+                "message": "Succeeded to update model weights.",
+                "num_paused_requests": 0,
+                "weight_version": version,
+            }
+        )
 
     @app.post("/flush_cache", dependencies=guarded)
     async def flush_cache() -> Response:
@@ -255,22 +272,39 @@ async def _on_engine_thread(engine: Engine, fn) -> Any:
 
 def _describe(span: Any, done: Completion) -> None:
     if span is not None:
-        span.set_attributes({"roost.completion_tokens": len(done.output_ids), "roost.cached_tokens": done.cached_tokens,
-                             "roost.weight_version": done.weight_version})
+        span.set_attributes(
+            {
+                "roost.completion_tokens": len(done.output_ids),
+                "roost.cached_tokens": done.cached_tokens,
+                "roost.weight_version": done.weight_version,
+            }
+        )
 
 
-async def _stream(engine: Engine, metrics: EngineMetrics, ids, plan, params, req, rid: str, started: float,
-                  tracing: Tracing, parent: str | None):
+async def _stream(
+    engine: Engine,
+    metrics: EngineMetrics,
+    ids,
+    plan,
+    params,
+    req,
+    rid: str,
+    started: float,
+    tracing: Tracing,
+    parent: str | None,
+):
     done = Completion(constraint=plan.constraint_meta())
-    with tracing.span("engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids), "roost.stream": True},
-                      parent=parent) as span:
+    with tracing.span(
+        "engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids), "roost.stream": True}, parent=parent
+    ) as span:
         async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
             new_ids = done.add(outputs)
             chunk = {
                 "text": _answer_text(engine, done, params),
                 "output_ids": new_ids,  # SGLang streams output_ids incrementally
-                "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs,
-                                   started),
+                "meta_info": _meta(
+                    engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started
+                ),
             }
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
         _describe(span, done)

@@ -20,8 +20,15 @@ from pathlib import Path
 from roost.rollout.engine.tokenizer_files import qwen3_tokenizer_dir
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>",
-    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 ]
 # Only these three are "special" (skipped when decoding); the tags stay visible in text,
 # as in Qwen3's own tokenizer, so tool calls and reasoning survive decoding.
@@ -51,8 +58,10 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int):
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = ByteLevelProcessor(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     return tokenizer
@@ -62,8 +71,12 @@ def _tokenizer_config(tokenizer) -> dict:
     qwen = json.loads((qwen3_tokenizer_dir() / "tokenizer_config.json").read_text())
     decoder = {
         str(tokenizer.token_to_id(tok)): {
-            "content": tok, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": tok in SKIPPED,
+            "content": tok,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": tok in SKIPPED,
         }
         for tok in SPECIAL_TOKENS
     }
@@ -97,12 +110,19 @@ def build_small_vocab_model(corpus: Iterable[str], folder: Path, shape: SmallMod
     (staging / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(tokenizer), indent=2))
     torch.manual_seed(shape.seed)
     config = Qwen3Config(
-        vocab_size=vocab, hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads, head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=True,
-        rope_theta=10000.0, rms_norm_eps=1e-6,
-        bos_token_id=tokenizer.token_to_id("<|endoftext|>"), eos_token_id=tokenizer.token_to_id("<|im_end|>"),
+        vocab_size=vocab,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        bos_token_id=tokenizer.token_to_id("<|endoftext|>"),
+        eos_token_id=tokenizer.token_to_id("<|im_end|>"),
         pad_token_id=tokenizer.token_to_id("<|endoftext|>"),
     )
     Qwen3ForCausalLM(config).to(torch.float32).save_pretrained(staging, safe_serialization=True)

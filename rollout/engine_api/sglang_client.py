@@ -103,9 +103,7 @@ def parse_generation(body: Any) -> Generation:
         meta_info=body["meta_info"],
     )
     if len(generation.output_logprobs) != len(answer.output_ids):
-        raise EngineProtocolError(
-            f"{len(answer.output_ids)} output ids but {len(generation.output_logprobs)} logprobs"
-        )
+        raise EngineProtocolError(f"{len(answer.output_ids)} output ids but {len(generation.output_logprobs)} logprobs")
     return generation
 
 
@@ -113,8 +111,11 @@ def _body(request: BaseModel) -> dict[str, Any]:
     """The fields set on `request`, None left out, in the model's order. The values go as they
     are (no copy through `model_dump`: a /generate prompt can be tens of thousands of ids)."""
     given = request.model_fields_set
-    return {name: value for name in type(request).model_fields
-            if name in given and (value := getattr(request, name)) is not None}
+    return {
+        name: value
+        for name in type(request).model_fields
+        if name in given and (value := getattr(request, name)) is not None
+    }
 
 
 class EngineHTTP:
@@ -148,8 +149,9 @@ class EngineHTTP:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
-                                                  trace_configs=self._trace_configs)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, trace_configs=self._trace_configs
+            )
         return self._session
 
     async def close(self) -> None:
@@ -202,8 +204,13 @@ class SGLangClient(EngineHTTP):
         # Not validated: this runs for every model call, and validating a long prompt's ids
         # costs several times what sending them does (the contract tests check the payload
         # against both roost's engine and SGLang's GenerateReqInput).
-        request = GenerateRequest.model_construct(input_ids=list(input_ids), sampling_params=dict(sampling_params),
-                                                  return_logprob=True, stream=stream, rid=rid)
+        request = GenerateRequest.model_construct(
+            input_ids=list(input_ids),
+            sampling_params=dict(sampling_params),
+            return_logprob=True,
+            stream=stream,
+            rid=rid,
+        )
         return _body(request)
 
     async def generate(

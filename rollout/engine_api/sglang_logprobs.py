@@ -51,10 +51,14 @@ async def check_original_logprobs(client: SGLangClient) -> bool | None:
         raise TemperatureScaledLogprobs(
             f"the engine at {client.base_url} returns logprobs of the temperature-scaled distribution, but the "
             "trainer compares them with the model's own; restart it with RETURN_ORIGINAL_LOGPROB=1 in its "
-            "environment (roost's own SGLang launches set it)")
+            "environment (roost's own SGLang launches set it)"
+        )
     if reported is None:
-        log.warning("cannot check that the engine at %s returns the model's own logprobs: %s. An SGLang server "
-                    "needs RETURN_ORIGINAL_LOGPROB=1 in its environment (roost's launches set it), else its "
-                    "logprobs at temperature != 1 are temperature-scaled and off from the trainer's",
-                    client.base_url, why)
+        log.warning(
+            "cannot check that the engine at %s returns the model's own logprobs: %s. An SGLang server "
+            "needs RETURN_ORIGINAL_LOGPROB=1 in its environment (roost's launches set it), else its "
+            "logprobs at temperature != 1 are temperature-scaled and off from the trainer's",
+            client.base_url,
+            why,
+        )
     return reported

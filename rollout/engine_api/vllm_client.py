@@ -39,13 +39,24 @@ from roost.rollout.engine_api.wire import UpdateWeightsAnswer
 GENERATE_PATH = "/inference/v1/generate"
 # SGLang's sampling parameter names → vLLM's (`vllm.SamplingParams`).
 SAMPLING_NAMES = {
-    "max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-    "min_new_tokens": "min_tokens", "ignore_eos": "ignore_eos", "skip_special_tokens": "skip_special_tokens",
+    "max_new_tokens": "max_tokens",
+    "stop": "stop",
+    "stop_token_ids": "stop_token_ids",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "min_new_tokens": "min_tokens",
+    "ignore_eos": "ignore_eos",
+    "skip_special_tokens": "skip_special_tokens",
     "spaces_between_special_tokens": "spaces_between_special_tokens",
-    "no_stop_trim": "include_stop_str_in_output", "sampling_seed": "seed", "n": "n",
-    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "repetition_penalty": "repetition_penalty", "custom_params": "extra_args",
+    "no_stop_trim": "include_stop_str_in_output",
+    "sampling_seed": "seed",
+    "n": "n",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "custom_params": "extra_args",
 }
 # What has no vLLM counterpart but changes nothing: SGLang's stream chunking.
 SAMPLING_IGNORED = {"stream_interval"}
@@ -136,7 +147,8 @@ def _logprobs(choice: VLLMChoice, ids: list[int]) -> list[float]:
     if len(values) != len(ids):
         raise EngineProtocolError(
             f"vLLM answered {len(ids)} token ids but {len(values)} logprobs; was it started with "
-            "logprobs allowed (--max-logprobs >= 0)?")
+            "logprobs allowed (--max-logprobs >= 0)?"
+        )
     return values
 
 
@@ -159,11 +171,16 @@ class VLLMClient(EngineHTTP):
         # it only on a stream's last chunk.
         self.weight_version = "default"
 
-    def generate_payload(self, input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool,
-                         rid: str | None) -> dict[str, Any]:
+    def generate_payload(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
+    ) -> dict[str, Any]:
         request = VLLMGenerateRequest.model_construct(
-            request_id=rid, token_ids=list(input_ids), sampling_params=vllm_sampling_params(sampling_params),
-            stream=stream, output_mode="tokens")
+            request_id=rid,
+            token_ids=list(input_ids),
+            sampling_params=vllm_sampling_params(sampling_params),
+            stream=stream,
+            output_mode="tokens",
+        )
         return {name: value for name, value in request.__dict__.items() if value is not None}
 
     def _version(self, choice: VLLMChoice) -> str:
@@ -171,17 +188,23 @@ class VLLMClient(EngineHTTP):
             self.weight_version = choice.weight_versions[-1].version
         return self.weight_version
 
-    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], *,
-                       rid: str | None = None) -> Generation:
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+    ) -> Generation:
         payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid)
         choice = _choice(await self._request("POST", GENERATE_PATH, payload), "/inference/v1/generate answer")
         ids = choice.token_ids or []
-        return Generation(output_ids=ids, output_logprobs=_logprobs(choice, ids),
-                          finish_reason=_finish_reason(choice, ids), weight_version=self._version(choice),
-                          prompt_tokens=len(input_ids))
+        return Generation(
+            output_ids=ids,
+            output_logprobs=_logprobs(choice, ids),
+            finish_reason=_finish_reason(choice, ids),
+            weight_version=self._version(choice),
+            prompt_tokens=len(input_ids),
+        )
 
-    async def generate_stream(self, input_ids: list[int], sampling_params: dict[str, Any], *,
-                              rid: str | None = None) -> AsyncIterator[GenerationDelta]:
+    async def generate_stream(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+    ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation; each vLLM chunk carries the new ids and their logprobs."""
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
         async for chunk in self._stream(GENERATE_PATH, payload):
@@ -190,8 +213,12 @@ class VLLMClient(EngineHTTP):
     def _delta(self, choice: VLLMChoice) -> GenerationDelta:
         ids = choice.token_ids or []
         reason = _finish_reason(choice, ids) if choice.finish_reason is not None else None
-        return GenerationDelta(output_ids=ids, output_logprobs=_logprobs(choice, ids), finish_reason=reason,
-                               weight_version=self._version(choice))
+        return GenerationDelta(
+            output_ids=ids,
+            output_logprobs=_logprobs(choice, ids),
+            finish_reason=reason,
+            weight_version=self._version(choice),
+        )
 
     async def model_info(self) -> dict[str, Any]:
         """SGLang's `/get_model_info` fields, from vLLM's `/v1/models` and `/weight_info`."""
@@ -201,9 +228,14 @@ class VLLMClient(EngineHTTP):
         model = models[0]
         path = model.get("root") or model["id"]
         await self._refresh_version()
-        return {"model_path": path, "tokenizer_path": path, "served_model_name": model["id"],
-                "max_context_length": model.get("max_model_len"), "weight_version": self.weight_version,
-                "engine": "vllm"}
+        return {
+            "model_path": path,
+            "tokenizer_path": path,
+            "served_model_name": model["id"],
+            "max_context_length": model.get("max_model_len"),
+            "weight_version": self.weight_version,
+            "engine": "vllm",
+        }
 
     async def _refresh_version(self) -> None:
         try:
@@ -211,8 +243,9 @@ class VLLMClient(EngineHTTP):
         except (EngineRejected, KeyError, TypeError):
             pass  # a server without VLLM_SERVER_DEV_MODE=1 has no /weight_info
 
-    async def update_weights_from_disk(self, model_path: str, *,
-                                       weight_version: str | None = None) -> UpdateWeightsAnswer:
+    async def update_weights_from_disk(
+        self, model_path: str, *, weight_version: str | None = None
+    ) -> UpdateWeightsAnswer:
         """Load the checkpoint folder `model_path` into every worker, in place, between a pause
         that lets running requests finish and a resume; the prefix cache is dropped (its keys
         and values came from the old weights) and `weight_version` becomes vLLM's version."""
@@ -232,8 +265,9 @@ class VLLMClient(EngineHTTP):
         try:
             await self._request("POST", "/pause?mode=wait")
             try:
-                await self._request("POST", "/collective_rpc",
-                                    {"method": "reload_weights", "kwargs": {"weights_path": weights_path}})
+                await self._request(
+                    "POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_path}}
+                )
                 await self._request("POST", "/reset_prefix_cache")
                 if weight_version is not None:
                     await self._request("POST", "/update_weight_version", {"new_version": weight_version})
@@ -265,6 +299,8 @@ class VLLMClient(EngineHTTP):
 
 def _dev_mode_hint(exc: EngineRejected) -> str:
     if exc.status == 404:
-        return (f"{exc}: vLLM serves its RL and dev routes only when started with VLLM_SERVER_DEV_MODE=1 "
-                "(roost engine --backend vllm sets it)")
+        return (
+            f"{exc}: vLLM serves its RL and dev routes only when started with VLLM_SERVER_DEV_MODE=1 "
+            "(roost engine --backend vllm sets it)"
+        )
     return str(exc)

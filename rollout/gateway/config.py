@@ -16,25 +16,38 @@ class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Literal["embedded", "sglang", "vllm", "openai"] = Field(
-        "embedded", description="embedded/sglang: an SGLang-API engine; vllm: vLLM's token-in API (all three "
-                                "token-exact); openai: pass-through")
+        "embedded",
+        description="embedded/sglang: an SGLang-API engine; vllm: vLLM's token-in API (all three "
+        "token-exact); openai: pass-through",
+    )
     engine_url: str | None = Field(None, description="The engine's (or upstream OpenAI server's) base URL")
-    model: str | None = Field(None, description="Tokenizer + chat template: 'tiny' or a checkpoint folder "
-                              "(default: the engine's tokenizer_path)")
-    served_model_name: str | None = Field(None, description="Name in /v1/models and accepted in requests "
-                                          "(default: the model folder's name, or 'tiny')")
+    model: str | None = Field(
+        None,
+        description="Tokenizer + chat template: 'tiny' or a checkpoint folder (default: the engine's tokenizer_path)",
+    )
+    served_model_name: str | None = Field(
+        None, description="Name in /v1/models and accepted in requests (default: the model folder's name, or 'tiny')"
+    )
     host: str = Field("127.0.0.1", description="Address to bind")
-    admin_key: str = Field(default_factory=lambda: new_key(ADMIN_KEY), min_length=8,
-                           description="Key of the control plane and trajectory reads (default: generated)")
+    admin_key: str = Field(
+        default_factory=lambda: new_key(ADMIN_KEY),
+        min_length=8,
+        description="Key of the control plane and trajectory reads (default: generated)",
+    )
     engine_key: str | None = Field(None, description="Key sent to the engine (its --api-key), if it has one")
     port: int = Field(8000, description="Port to bind")
-    public_url: str | None = Field(None, description="URL harnesses reach the gateway at, for session base_urls "
-                                   "(default: taken from each request's Host)")
+    public_url: str | None = Field(
+        None,
+        description="URL harnesses reach the gateway at, for session base_urls "
+        "(default: taken from each request's Host)",
+    )
     store_path: Path = Field(Path(".roost/trajectories.sqlite"), description="SQLite trajectory store")
     reasoning_policy: Literal["keep", "drop"] = Field(
-        "keep", description="keep: past reasoning stays in the prompt as sampled; drop: follow the chat template")
+        "keep", description="keep: past reasoning stays in the prompt as sampled; drop: follow the chat template"
+    )
     sessionless: Literal["record", "reject"] = Field(
-        "record", description="Calls to plain /v1 without a session key: record in an anonymous session, or 401")
+        "record", description="Calls to plain /v1 without a session key: record in an anonymous session, or 401"
+    )
     pause_wait_s: float = Field(60.0, ge=0, description="How long a new call waits while paused before a 503")
     engine_timeout_s: float = Field(600.0, gt=0, description="Longest a single engine request may take")
     retry_after_s: int = Field(2, ge=0, description="Retry-After sent with 503s")
@@ -42,13 +55,20 @@ class GatewayConfig(BaseModel):
     max_nodes_per_agent: int = Field(4096, ge=1, description="Calls per agent kept in memory for prefix reuse")
     max_sessions_in_memory: int = Field(20000, ge=1, description="Sessions whose token trees stay in memory")
     default_max_tokens: int | None = Field(
-        DEFAULT_MAX_TOKENS, ge=1, description="The reply's bound when a request sets none (Codex sends none): "
-        "without one a model that does not stop generates until the context is full; None: the rest of the context")
+        DEFAULT_MAX_TOKENS,
+        ge=1,
+        description="The reply's bound when a request sets none (Codex sends none): "
+        "without one a model that does not stop generates until the context is full; None: the rest of the context",
+    )
     context_length: int | None = Field(None, description="Override the engine's max_context_length")
     upstream_api_key: str | None = Field(None, description="openai backend: API key sent upstream")
     upstream_model: str | None = Field(None, description="openai backend: model name sent upstream")
-    upstream_token_ids: bool = Field(True, description="openai backend: ask upstream for token ids "
-                                     "(return_token_ids, vLLM/roost extension) until it refuses the parameter")
+    upstream_token_ids: bool = Field(
+        True,
+        description="openai backend: ask upstream for token ids "
+        "(return_token_ids, vLLM/roost extension) until it refuses the parameter",
+    )
     startup_timeout_s: float = Field(60.0, description="How long to wait for the engine at startup")
-    trace: bool = Field(False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* "
-                        "variables; docs/tracing.md)")
+    trace: bool = Field(
+        False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* variables; docs/tracing.md)"
+    )

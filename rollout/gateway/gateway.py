@@ -66,7 +66,9 @@ class Gateway:
             self.backend = PassthroughBackend(config, self.store.record_call, self.metrics, self.tracing)
         self.served_model = self.backend.served_model
         self.registry = SessionRegistry(
-            self.store, default_policy=config.reasoning_policy, max_nodes_per_agent=config.max_nodes_per_agent,
+            self.store,
+            default_policy=config.reasoning_policy,
+            max_nodes_per_agent=config.max_nodes_per_agent,
             max_in_memory=config.max_sessions_in_memory,
             node_from_call=(lambda call: node_from_call(call, tokenizer)) if tokenizer else _no_nodes,
         )
@@ -79,9 +81,14 @@ class Gateway:
         # transformers, tokenizers and jinja leave millions of long-lived objects; freezing
         # them keeps the collector from rescanning them all in the middle of a call.
         gc.freeze()
-        log.info("gateway serving %s through the %s backend at %s; recording to %s", self.served_model,
-                 config.backend, config.engine_url, config.store_path,
-                 extra={"model": self.served_model, "backend": config.backend, "store": str(config.store_path)})
+        log.info(
+            "gateway serving %s through the %s backend at %s; recording to %s",
+            self.served_model,
+            config.backend,
+            config.engine_url,
+            config.store_path,
+            extra={"model": self.served_model, "backend": config.backend, "store": str(config.store_path)},
+        )
 
     async def stop(self) -> None:
         if self.backend is not None:
@@ -93,8 +100,13 @@ class Gateway:
         config = self.config
         if not config.engine_url:
             raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
-        client = engine_client(config.backend, config.engine_url, api_key=config.engine_key,
-                               timeout_s=config.engine_timeout_s, trace_configs=self.tracing.aiohttp_trace_configs())
+        client = engine_client(
+            config.backend,
+            config.engine_url,
+            api_key=config.engine_key,
+            timeout_s=config.engine_timeout_s,
+            trace_configs=self.tracing.aiohttp_trace_configs(),
+        )
         try:
             info = await self._model_info(client)
             if info and isinstance(client, SGLangClient):
@@ -109,15 +121,23 @@ class Gateway:
         if not model:
             raise GatewayStartupError(
                 f"the engine at {config.engine_url} did not answer /get_model_info and no --model was given; "
-                "start the engine first or pass --model (the tokenizer and chat template to use)")
+                "start the engine first or pass --model (the tokenizer and chat template to use)"
+            )
         folder = await asyncio.to_thread(_resolve, model)
         builder = await asyncio.to_thread(PromptBuilder.from_pretrained, folder)
         context_length = config.context_length or info.get("max_context_length") or _config_context(folder)
         served = config.served_model_name or ("tiny" if model == "tiny" else Path(str(model)).name)
         return EngineContext(
-            config=config, client=client, tokenizer=builder.tokenizer, builder=builder,
-            store=self.store, metrics=self.metrics, served_model=served, context_length=int(context_length),
-            reply_format=HERMES, tracing=self.tracing,
+            config=config,
+            client=client,
+            tokenizer=builder.tokenizer,
+            builder=builder,
+            store=self.store,
+            metrics=self.metrics,
+            served_model=served,
+            context_length=int(context_length),
+            reply_format=HERMES,
+            tracing=self.tracing,
             preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
         )
 
@@ -143,11 +163,15 @@ class Gateway:
         url = self.config.engine_url.rstrip("/")
         upstream = url if url.endswith("/v1") else f"{url}/v1"
         if self.config.backend == "vllm":
-            return (f"--backend vllm needs a vLLM server (0.32 or later), but the server at {url} is not one "
-                    f"({answer}); start one with `roost engine --backend vllm`")
-        return (f"--backend {self.config.backend} needs an SGLang-API engine, but the server at {url} is not one "
-                f"({answer}). For vLLM use --backend vllm; for another OpenAI-compatible server (llama.cpp, "
-                f"a hosted API) use --backend openai --engine-url {upstream}")
+            return (
+                f"--backend vllm needs a vLLM server (0.32 or later), but the server at {url} is not one "
+                f"({answer}); start one with `roost engine --backend vllm`"
+            )
+        return (
+            f"--backend {self.config.backend} needs an SGLang-API engine, but the server at {url} is not one "
+            f"({answer}). For vLLM use --backend vllm; for another OpenAI-compatible server (llama.cpp, "
+            f"a hosted API) use --backend openai --engine-url {upstream}"
+        )
 
 
 def _no_nodes(call: Any) -> Any:

@@ -19,8 +19,16 @@ def _uvicorn_config(config: GatewayConfig):
 
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
-    return uvicorn.Config(create_app(config), host=config.host, loop=loop, http=http,
-                          log_config=None, access_log=False, backlog=4096, timeout_keep_alive=30)
+    return uvicorn.Config(
+        create_app(config),
+        host=config.host,
+        loop=loop,
+        http=http,
+        log_config=None,
+        access_log=False,
+        backlog=4096,
+        timeout_keep_alive=30,
+    )
 
 
 def _has(module: str) -> bool:
@@ -66,5 +74,6 @@ class GatewayProcess(ServerProcess):
 
     def __init__(self, args: list[str], *, port: int = 0, startup_timeout_s: float = 120.0):
         self.admin_key = new_key(ADMIN_KEY)
-        super().__init__("gateway", args, port=port, startup_timeout_s=startup_timeout_s,
-                         env={ADMIN_KEY.env: self.admin_key})
+        super().__init__(
+            "gateway", args, port=port, startup_timeout_s=startup_timeout_s, env={ADMIN_KEY.env: self.admin_key}
+        )

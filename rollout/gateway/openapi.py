@@ -55,10 +55,26 @@ def _openai_ops(prefix: str) -> list[Operation]:
 
     auth: Auth = "none" if prefix == "/v1" else "session"
     return [
-        Operation("post", f"{prefix}/chat/completions", "Chat completion, recorded token by token", ChatCompletion,
-                  body=wire.ChatCompletionRequest, streams=True, auth=auth, errors=(400, 401, 404, 409, 413, 503)),
-        Operation("post", f"{prefix}/completions", "Text completion, recorded token by token", Completion,
-                  body=wire.CompletionRequest, streams=True, auth=auth, errors=(400, 401, 404, 409, 413, 503)),
+        Operation(
+            "post",
+            f"{prefix}/chat/completions",
+            "Chat completion, recorded token by token",
+            ChatCompletion,
+            body=wire.ChatCompletionRequest,
+            streams=True,
+            auth=auth,
+            errors=(400, 401, 404, 409, 413, 503),
+        ),
+        Operation(
+            "post",
+            f"{prefix}/completions",
+            "Text completion, recorded token by token",
+            Completion,
+            body=wire.CompletionRequest,
+            streams=True,
+            auth=auth,
+            errors=(400, 401, 404, 409, 413, 503),
+        ),
         Operation("get", f"{prefix}/models", "The served model", wire.ModelList, auth=auth, errors=(401, 404)),
     ]
 
@@ -69,12 +85,28 @@ def _messages_ops(prefix: str) -> list[Operation]:
     auth: Auth = "none" if prefix == "/v1" else "session"
     errors = (400, 401, 404, 409, 413)
     return [
-        Operation("post", f"{prefix}/messages", "Anthropic Messages call, recorded token by token", Message,
-                  body=anthropic_wire.MessagesRequest, streams=True, named_events=True, auth=auth, errors=(*errors, 503),
-                  error_body=anthropic_wire.AnthropicErrorBody),
-        Operation("post", f"{prefix}/messages/count_tokens", "The prompt tokens a Messages call would take",
-                  MessageTokensCount, body=anthropic_wire.CountTokensRequest, auth=auth, errors=errors,
-                  error_body=anthropic_wire.AnthropicErrorBody),
+        Operation(
+            "post",
+            f"{prefix}/messages",
+            "Anthropic Messages call, recorded token by token",
+            Message,
+            body=anthropic_wire.MessagesRequest,
+            streams=True,
+            named_events=True,
+            auth=auth,
+            errors=(*errors, 503),
+            error_body=anthropic_wire.AnthropicErrorBody,
+        ),
+        Operation(
+            "post",
+            f"{prefix}/messages/count_tokens",
+            "The prompt tokens a Messages call would take",
+            MessageTokensCount,
+            body=anthropic_wire.CountTokensRequest,
+            auth=auth,
+            errors=errors,
+            error_body=anthropic_wire.AnthropicErrorBody,
+        ),
     ]
 
 
@@ -83,45 +115,128 @@ def _responses_ops(prefix: str) -> list[Operation]:
 
     auth: Auth = "none" if prefix == "/v1" else "session"
     return [
-        Operation("post", f"{prefix}/responses", "OpenAI Responses call, recorded token by token", Response,
-                  body=responses_wire.ResponsesRequest, streams=True, named_events=True, auth=auth,
-                  errors=(400, 401, 404, 409, 413, 503)),
-        Operation("get", f"{prefix}/responses/{{response_id}}", "A stored response of the caller's session", Response,
-                  auth=auth, errors=(401, 404)),
+        Operation(
+            "post",
+            f"{prefix}/responses",
+            "OpenAI Responses call, recorded token by token",
+            Response,
+            body=responses_wire.ResponsesRequest,
+            streams=True,
+            named_events=True,
+            auth=auth,
+            errors=(400, 401, 404, 409, 413, 503),
+        ),
+        Operation(
+            "get",
+            f"{prefix}/responses/{{response_id}}",
+            "A stored response of the caller's session",
+            Response,
+            auth=auth,
+            errors=(401, 404),
+        ),
     ]
 
 
 def _probe_ops(root: str) -> list[Operation]:
     auth: Auth = "none" if root == "" else "session"
     return [
-        Operation("get", f"{root}/version", "What server this is (harness probes)", control_wire.ServerVersion, auth=auth,
-                  errors=(401, 404)),
-        Operation("get", f"{root}/v1/models/{{model}}", "One model's card", wire.ModelCard, auth=auth,
-                  errors=(401, 404)),
-        Operation("post", f"{root}/api/show", "The context window in Ollama's shape", control_wire.OllamaShow, auth=auth,
-                  errors=(401, 404)),
+        Operation(
+            "get",
+            f"{root}/version",
+            "What server this is (harness probes)",
+            control_wire.ServerVersion,
+            auth=auth,
+            errors=(401, 404),
+        ),
+        Operation(
+            "get", f"{root}/v1/models/{{model}}", "One model's card", wire.ModelCard, auth=auth, errors=(401, 404)
+        ),
+        Operation(
+            "post",
+            f"{root}/api/show",
+            "The context window in Ollama's shape",
+            control_wire.OllamaShow,
+            auth=auth,
+            errors=(401, 404),
+        ),
     ]
 
 
 def _control_ops() -> list[Operation]:
     return [
-        Operation("post", "/sessions", "Create a session", control_wire.SessionCreated, body=control_wire.CreateSession,
-                  body_optional=True, status=201, auth="admin", errors=(400, 401, 409, 413)),
-        Operation("get", "/sessions", "List sessions (filter by group, status)", control_wire.SessionList, auth="admin",
-                  errors=(400, 401)),
-        Operation("get", "/sessions/{sid}", "A session with its agents, calls and rewards", control_wire.SessionDetail,
-                  auth="admin"),
-        Operation("post", "/sessions/{sid}/reward", "Reward a session, an agent or a call", control_wire.Ack,
-                  body=control_wire.PostReward, auth="admin", errors=(400, 401, 404, 413)),
-        Operation("post", "/sessions/{sid}/advantages", "Advantages per call or per sampled token",
-                  control_wire.AdvantagesAck, body=control_wire.PostAdvantages, auth="admin", errors=(400, 401, 404, 413)),
-        Operation("post", "/sessions/{sid}/finish", "Finish a session; it takes no more calls", control_wire.SessionSummary,
-                  body=control_wire.FinishSession, body_optional=True, auth="admin", errors=(400, 401, 404, 413)),
-        Operation("post", "/admin/pause", "Stop admitting calls; wait (bounded) for in-flight ones", control_wire.PauseState,
-                  body=control_wire.PauseRequest, body_optional=True, auth="admin", errors=(400, 401, 413)),
+        Operation(
+            "post",
+            "/sessions",
+            "Create a session",
+            control_wire.SessionCreated,
+            body=control_wire.CreateSession,
+            body_optional=True,
+            status=201,
+            auth="admin",
+            errors=(400, 401, 409, 413),
+        ),
+        Operation(
+            "get",
+            "/sessions",
+            "List sessions (filter by group, status)",
+            control_wire.SessionList,
+            auth="admin",
+            errors=(400, 401),
+        ),
+        Operation(
+            "get",
+            "/sessions/{sid}",
+            "A session with its agents, calls and rewards",
+            control_wire.SessionDetail,
+            auth="admin",
+        ),
+        Operation(
+            "post",
+            "/sessions/{sid}/reward",
+            "Reward a session, an agent or a call",
+            control_wire.Ack,
+            body=control_wire.PostReward,
+            auth="admin",
+            errors=(400, 401, 404, 413),
+        ),
+        Operation(
+            "post",
+            "/sessions/{sid}/advantages",
+            "Advantages per call or per sampled token",
+            control_wire.AdvantagesAck,
+            body=control_wire.PostAdvantages,
+            auth="admin",
+            errors=(400, 401, 404, 413),
+        ),
+        Operation(
+            "post",
+            "/sessions/{sid}/finish",
+            "Finish a session; it takes no more calls",
+            control_wire.SessionSummary,
+            body=control_wire.FinishSession,
+            body_optional=True,
+            auth="admin",
+            errors=(400, 401, 404, 413),
+        ),
+        Operation(
+            "post",
+            "/admin/pause",
+            "Stop admitting calls; wait (bounded) for in-flight ones",
+            control_wire.PauseState,
+            body=control_wire.PauseRequest,
+            body_optional=True,
+            auth="admin",
+            errors=(400, 401, 413),
+        ),
         Operation("post", "/admin/resume", "Admit calls again", control_wire.PauseState, auth="admin", errors=(401,)),
-        Operation("get", "/health", "Liveness; 503 while the engine does not answer", control_wire.GatewayHealth, errors=(),
-                  also=(503,)),
+        Operation(
+            "get",
+            "/health",
+            "Liveness; 503 while the engine does not answer",
+            control_wire.GatewayHealth,
+            errors=(),
+            also=(503,),
+        ),
         Operation("get", "/metrics", "Prometheus metrics", "text", errors=()),
         Operation("get", "/openapi.json", "This document", None, errors=()),
     ]
@@ -161,8 +276,11 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 # A server-sent event as schemathesis reads one: OpenAI's wires send `data:` lines only (the
 # event type defaults to "message"); Anthropic's and Responses' name each event.
-_EVENT = {"type": "object", "required": ["data"],
-          "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
+_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+}
 _NAMED_EVENT = {**_EVENT, "required": ["event", "data"]}
 
 
@@ -179,8 +297,11 @@ def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
 
 def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}:{op.path}"}
-    params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-              for name in ("sid", "agent", "model") if f"{{{name}}}" in op.path]
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in ("sid", "agent", "model")
+        if f"{{{name}}}" in op.path
+    ]
     if params:
         out["parameters"] = params
     if op.body is not None:
@@ -202,18 +323,25 @@ def build_openapi(version: str) -> dict[str, Any]:
         paths.setdefault(op.path, {})[op.method] = _operation(op, schemas)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "roost gateway", "version": version,
-                 "description": "OpenAI-compatible gateway that records every call token by token, and its "
-                                "control plane. Errors are OpenAI-shaped, {\"error\": {message, type, code, param}}, and "
-                                "Anthropic-shaped on the Messages routes, {\"type\": \"error\", \"error\": "
-                                "{type, message}}."},
+        "info": {
+            "title": "roost gateway",
+            "version": version,
+            "description": "OpenAI-compatible gateway that records every call token by token, and its "
+            'control plane. Errors are OpenAI-shaped, {"error": {message, type, code, param}}, and '
+            'Anthropic-shaped on the Messages routes, {"type": "error", "error": '
+            "{type, message}}.",
+        },
         "paths": paths,
         "components": {
             "schemas": schemas.components,
             "securitySchemes": {
                 "sessionKey": {"type": "http", "scheme": "bearer", "description": "The session's key"},
-                "sessionApiKey": {"type": "apiKey", "in": "header", "name": "x-api-key",
-                                  "description": "The session's key, as Anthropic clients send it"},
+                "sessionApiKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "The session's key, as Anthropic clients send it",
+                },
                 "adminKey": {"type": "http", "scheme": "bearer", "description": "The gateway's admin key"},
             },
         },

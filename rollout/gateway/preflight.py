@@ -33,12 +33,22 @@ from roost.rollout.gateway.openai.wire import ChatMessage
 from roost.rollout.gateway.wire_roundtrip import WireRoundTrip, wires
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
-    {"type": "function", "function": {"name": "search", "description": "Search the web",
-                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
-                                                     "required": ["q"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        },
+    },
 ]
 """Two tool schemas (a weather lookup, a web search): preflight's tool-call checks, also used by
 the gateway benchmark and the gateway tests."""
@@ -57,38 +67,61 @@ def _scenarios(fmt: ReplyFormat) -> dict[str, tuple[list[Step], dict[str, Any] |
     think = "<think>\nThe user wants {}. Let me think it through.\n</think>\n\n"
     system = {"role": "system", "content": "You are a helpful assistant."}
     return {
-        "plain multi-turn": ([
-            Step([system, {"role": "user", "content": "Hi!"}], "Hello! How can I help?"),
-            Step([{"role": "user", "content": "Tell me a joke."}], "Why did the chicken cross the road?"),
-            Step([{"role": "user", "content": "Another."}], "I am out of jokes."),
-        ], None),
-        "tool call and result": ([
-            Step([system, {"role": "user", "content": "Weather in Paris?"}], weather, 1),
-            Step([{"role": "tool", "content": "sunny, 21C"}], "It is sunny and 21C in Paris."),
-            Step([{"role": "user", "content": "Museums there?"}], "Let me look.\n" + search, 1),
-            Step([{"role": "tool", "content": "Louvre, Orsay"}], "The Louvre and the Musée d'Orsay."),
-        ], None),
-        "parallel tool calls": ([
-            Step([system, {"role": "user", "content": "Weather and museums in Paris?"}], weather + "\n" + search, 2),
-            Step([{"role": "tool", "content": "sunny"}, {"role": "tool", "content": "Louvre"}], "Sunny; visit the Louvre."),
-            Step([{"role": "user", "content": "Thanks"}], "You're welcome."),
-        ], None),
-        "reasoning, plain replies": ([
-            Step([system, {"role": "user", "content": "What is 2+2?"}], think.format("a sum") + "4."),
-            Step([{"role": "user", "content": "And 3+3?"}], think.format("another sum") + "6."),
-            Step([{"role": "user", "content": "Thanks"}], think.format("to close") + "Any time."),
-        ], None),
-        "reasoning with tool calls": ([
-            Step([system, {"role": "user", "content": "Weather in Paris?"}], think.format("weather") + weather, 1),
-            Step([{"role": "tool", "content": "sunny, 21C"}], think.format("an answer") + "Sunny, 21C."),
-            Step([{"role": "user", "content": "Museums?"}], think.format("museums") + search, 1),
-            Step([{"role": "tool", "content": "Louvre"}], think.format("an answer") + "The Louvre."),
-        ], None),
-        "thinking disabled": ([
-            Step([system, {"role": "user", "content": "Hi"}], "Hello."),
-            Step([{"role": "user", "content": "Weather in Paris?"}], weather, 1),
-            Step([{"role": "tool", "content": "sunny"}], "Sunny."),
-        ], {"enable_thinking": False}),
+        "plain multi-turn": (
+            [
+                Step([system, {"role": "user", "content": "Hi!"}], "Hello! How can I help?"),
+                Step([{"role": "user", "content": "Tell me a joke."}], "Why did the chicken cross the road?"),
+                Step([{"role": "user", "content": "Another."}], "I am out of jokes."),
+            ],
+            None,
+        ),
+        "tool call and result": (
+            [
+                Step([system, {"role": "user", "content": "Weather in Paris?"}], weather, 1),
+                Step([{"role": "tool", "content": "sunny, 21C"}], "It is sunny and 21C in Paris."),
+                Step([{"role": "user", "content": "Museums there?"}], "Let me look.\n" + search, 1),
+                Step([{"role": "tool", "content": "Louvre, Orsay"}], "The Louvre and the Musée d'Orsay."),
+            ],
+            None,
+        ),
+        "parallel tool calls": (
+            [
+                Step(
+                    [system, {"role": "user", "content": "Weather and museums in Paris?"}], weather + "\n" + search, 2
+                ),
+                Step(
+                    [{"role": "tool", "content": "sunny"}, {"role": "tool", "content": "Louvre"}],
+                    "Sunny; visit the Louvre.",
+                ),
+                Step([{"role": "user", "content": "Thanks"}], "You're welcome."),
+            ],
+            None,
+        ),
+        "reasoning, plain replies": (
+            [
+                Step([system, {"role": "user", "content": "What is 2+2?"}], think.format("a sum") + "4."),
+                Step([{"role": "user", "content": "And 3+3?"}], think.format("another sum") + "6."),
+                Step([{"role": "user", "content": "Thanks"}], think.format("to close") + "Any time."),
+            ],
+            None,
+        ),
+        "reasoning with tool calls": (
+            [
+                Step([system, {"role": "user", "content": "Weather in Paris?"}], think.format("weather") + weather, 1),
+                Step([{"role": "tool", "content": "sunny, 21C"}], think.format("an answer") + "Sunny, 21C."),
+                Step([{"role": "user", "content": "Museums?"}], think.format("museums") + search, 1),
+                Step([{"role": "tool", "content": "Louvre"}], think.format("an answer") + "The Louvre."),
+            ],
+            None,
+        ),
+        "thinking disabled": (
+            [
+                Step([system, {"role": "user", "content": "Hi"}], "Hello."),
+                Step([{"role": "user", "content": "Weather in Paris?"}], weather, 1),
+                Step([{"role": "tool", "content": "sunny"}], "Sunny."),
+            ],
+            {"enable_thinking": False},
+        ),
     }
 
 
@@ -117,9 +150,14 @@ class PreflightReport:
         return not self.problems
 
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "ok": self.ok, "segmented_tokenization": self.segmented_tokenization,
-                "control_text_as_text": self.control_text_as_text,
-                "turns": [asdict(c) for c in self.checks], "problems": self.problems}
+        return {
+            "model": self.model,
+            "ok": self.ok,
+            "segmented_tokenization": self.segmented_tokenization,
+            "control_text_as_text": self.control_text_as_text,
+            "turns": [asdict(c) for c in self.checks],
+            "problems": self.problems,
+        }
 
 
 def _action(plan, policy: str) -> str:
@@ -128,15 +166,27 @@ def _action(plan, policy: str) -> str:
     if plan.kind == "extend" and plan.reuse == "exact":
         return f"extends: reuses {plan.shared_prefix_len} tokens, tokenizes only the new messages"
     if plan.kind == "extend":
-        return (f"keeps the sampled reply: reuses {plan.shared_prefix_len} tokens as the engine saw them "
-                "(prompt differs from the template's own rendering)")
-    return (f"forks: the template's rendering shares {plan.shared_prefix_len} of the previous path's "
-            f"{plan.parent.path_len if plan.parent else 0} tokens; a new branch is recorded")
+        return (
+            f"keeps the sampled reply: reuses {plan.shared_prefix_len} tokens as the engine saw them "
+            "(prompt differs from the template's own rendering)"
+        )
+    return (
+        f"forks: the template's rendering shares {plan.shared_prefix_len} of the previous path's "
+        f"{plan.parent.path_len if plan.parent else 0} tokens; a new branch is recorded"
+    )
 
 
-def _play(name: str, steps: list[Step], template_kwargs: dict | None, policy: str, builder: PromptBuilder,
-          tokenizer: ChatTokenizer, fmt: ReplyFormat, problems: list[str],
-          wire: WireRoundTrip) -> list[tuple[Any, bool]]:
+def _play(
+    name: str,
+    steps: list[Step],
+    template_kwargs: dict | None,
+    policy: str,
+    builder: PromptBuilder,
+    tokenizer: ChatTokenizer,
+    fmt: ReplyFormat,
+    problems: list[str],
+    wire: WireRoundTrip,
+) -> list[tuple[Any, bool]]:
     tree = AgentTree()
     messages: list[dict[str, Any]] = []
     last_ids: list[str] = []
@@ -158,8 +208,10 @@ def _play(name: str, steps: list[Step], template_kwargs: dict | None, policy: st
         last_ids = [f"call_{turn}_{i}" for i, e in enumerate(events) if e.kind == "tool_call"]
         reply, message, reply_key = build_reply(events, last_ids, chain_end)
         if policy == POLICIES[0] and (len(reply.tool_calls) != step.calls or reply.failures):
-            problems.append(f"{name}, turn {turn + 1}: the tool-call parser found {len(reply.tool_calls)} of "
-                            f"{step.calls} calls in the model's own format ({reply.failures or 'no failure'})")
+            problems.append(
+                f"{name}, turn {turn + 1}: the tool-call parser found {len(reply.tool_calls)} of "
+                f"{step.calls} calls in the model's own format ({reply.failures or 'no failure'})"
+            )
         tree.add(node_for(f"c{turn}", plan, sampled, tokenizer, reply_key))
         messages.append({k: v for k, v in message.items() if v is not None})
     return out
@@ -172,8 +224,11 @@ def _control_text_problem(builder: PromptBuilder, tokenizer: ChatTokenizer) -> s
     spelled = "see " + " and ".join(tokenizer.added_ids)
 
     def prompt(content: str) -> list[int]:
-        messages = [ChatMessage(role="user", content=content), ChatMessage(role="assistant", content="ok"),
-                    ChatMessage(role="tool", content=content)]
+        messages = [
+            ChatMessage(role="user", content=content),
+            ChatMessage(role="assistant", content="ok"),
+            ChatMessage(role="tool", content=content),
+        ]
         plan, _, _ = plan_chat(builder, AgentTree(), messages, None, None, POLICIES[0])
         return plan.prompt_ids.tolist()
 
@@ -193,8 +248,10 @@ def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightRe
     tokenizer, template = loaded.tokenizer, loaded.template
     report = PreflightReport(model=model, segmented_tokenization=tokenizer.segmented)
     if not tokenizer.segmented:
-        report.problems.append("tokenizing by segments differs from whole-text tokenization; the gateway "
-                               "falls back to whole texts (slower, still exact)")
+        report.problems.append(
+            "tokenizing by segments differs from whole-text tokenization; the gateway "
+            "falls back to whole texts (slower, still exact)"
+        )
     control_problem = _control_text_problem(PromptBuilder(template, tokenizer), tokenizer)
     report.control_text_as_text = control_problem is None
     if control_problem is not None:
@@ -204,14 +261,32 @@ def run_preflight(model: str = "tiny", fmt: ReplyFormat = HERMES) -> PreflightRe
         for name, (steps, kwargs) in _scenarios(fmt).items():
             if kwargs and wire_name == "responses":
                 continue  # Responses has no chat_template_kwargs
-            report.checks += _checks(wire_name, name, steps, kwargs, wire, PromptBuilder(template, tokenizer),
-                                     tokenizer, fmt, report.problems)
+            report.checks += _checks(
+                wire_name,
+                name,
+                steps,
+                kwargs,
+                wire,
+                PromptBuilder(template, tokenizer),
+                tokenizer,
+                fmt,
+                report.problems,
+            )
     report.problems += _wire_forks(report.checks)
     return report
 
 
-def _checks(wire_name: str, name: str, steps: list[Step], kwargs: dict | None, wire: WireRoundTrip,
-            builder: PromptBuilder, tokenizer: ChatTokenizer, fmt: ReplyFormat, problems: list[str]) -> list[TurnCheck]:
+def _checks(
+    wire_name: str,
+    name: str,
+    steps: list[Step],
+    kwargs: dict | None,
+    wire: WireRoundTrip,
+    builder: PromptBuilder,
+    tokenizer: ChatTokenizer,
+    fmt: ReplyFormat,
+    problems: list[str],
+) -> list[TurnCheck]:
     found = problems if wire_name == "chat" else []  # parser problems are the model's, reported once
     runs = {p: _play(name, steps, kwargs, p, builder, tokenizer, fmt, found, wire) for p in POLICIES}
     out = []
@@ -219,25 +294,39 @@ def _checks(wire_name: str, name: str, steps: list[Step], kwargs: dict | None, w
         keep_plan, _ = runs["keep"][turn]
         drop_plan, drop_equal = runs["drop"][turn]
         exact = keep_plan.kind == "root" or keep_plan.reuse == "exact"
-        out.append(TurnCheck(wire=wire_name, scenario=name, turn=turn + 1, exact=exact, detail=keep_plan.mismatch,
-                             keep=_action(keep_plan, "keep"), drop=_action(drop_plan, "drop"),
-                             retokenizes_equal=drop_equal))
+        out.append(
+            TurnCheck(
+                wire=wire_name,
+                scenario=name,
+                turn=turn + 1,
+                exact=exact,
+                detail=keep_plan.mismatch,
+                keep=_action(keep_plan, "keep"),
+                drop=_action(drop_plan, "drop"),
+                retokenizes_equal=drop_equal,
+            )
+        )
     return out
 
 
 def _wire_forks(checks: list[TurnCheck]) -> list[str]:
     """A turn that extends exactly on chat but not on another wire: that wire's mapping forks."""
     chat = {(c.scenario, c.turn): c.exact for c in checks if c.wire == "chat"}
-    return [f"{c.wire}: {c.scenario}, turn {c.turn} extends on chat but not on {c.wire} ({c.detail})"
-            for c in checks if c.wire != "chat" and chat.get((c.scenario, c.turn)) and not c.exact]
+    return [
+        f"{c.wire}: {c.scenario}, turn {c.turn} extends on chat but not on {c.wire} ({c.detail})"
+        for c in checks
+        if c.wire != "chat" and chat.get((c.scenario, c.turn)) and not c.exact
+    ]
 
 
 def format_report(report: PreflightReport) -> str:
-    lines = [f"preflight for model {report.model!r}: "
-             f"{'OK' if report.ok else 'PROBLEMS'}; segment tokenization "
-             f"{'exact' if report.segmented_tokenization else 'NOT exact (whole-text fallback)'}",
-             "control-token text in message content: "
-             f"{'tokenized as text' if report.control_text_as_text else 'NOT tokenized as text'}"]
+    lines = [
+        f"preflight for model {report.model!r}: "
+        f"{'OK' if report.ok else 'PROBLEMS'}; segment tokenization "
+        f"{'exact' if report.segmented_tokenization else 'NOT exact (whole-text fallback)'}",
+        "control-token text in message content: "
+        f"{'tokenized as text' if report.control_text_as_text else 'NOT tokenized as text'}",
+    ]
     current = None
     for c in report.checks:
         if (c.wire, c.scenario) != current:
@@ -253,5 +342,3 @@ def format_report(report: PreflightReport) -> str:
             lines.append(f"    drop: {c.drop}")
     lines.extend(f"\nproblem: {p}" for p in report.problems)
     return "\n".join(lines)
-
-

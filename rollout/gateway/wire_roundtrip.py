@@ -38,8 +38,14 @@ def _anthropic_assistant(m: dict[str, Any], signer: ThinkingSigner) -> list[dict
     if m.get("content"):
         blocks.append({"type": "text", "text": m["content"]})
     for call in m.get("tool_calls") or ():
-        blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                       "input": json.loads(call["function"]["arguments"])})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "input": json.loads(call["function"]["arguments"]),
+            }
+        )
     return blocks
 
 
@@ -53,17 +59,32 @@ def via_messages(signer: ThinkingSigner) -> WireRoundTrip:
                 continue
             if m["role"] == "system":
                 continue
-            block = ({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
-                     if m["role"] == "tool" else {"type": "text", "text": m["content"]})
+            block = (
+                {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+                if m["role"] == "tool"
+                else {"type": "text", "text": m["content"]}
+            )
             if turns and turns[-1]["role"] == "user":
                 turns[-1]["content"].append(block)
             else:
                 turns.append({"role": "user", "content": [block]})
         thinking = {"type": "disabled"} if template_kwargs == {"enable_thinking": False} else None
-        req = PromptFields.model_validate({
-            "model": "preflight", "system": system or None, "messages": turns, "thinking": thinking,
-            "tools": [{"name": t["function"]["name"], "description": t["function"].get("description"),
-                       "input_schema": t["function"]["parameters"]} for t in tools]})
+        req = PromptFields.model_validate(
+            {
+                "model": "preflight",
+                "system": system or None,
+                "messages": turns,
+                "thinking": thinking,
+                "tools": [
+                    {
+                        "name": t["function"]["name"],
+                        "description": t["function"].get("description"),
+                        "input_schema": t["function"]["parameters"],
+                    }
+                    for t in tools
+                ],
+            }
+        )
         return (anthropic_messages.to_template(req, "preflight", signer), anthropic_messages.tool_dicts(req))
 
     return run
@@ -77,13 +98,25 @@ def _items(m: dict[str, Any], signer: ThinkingSigner) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if m.get("reasoning_content"):
         text = m["reasoning_content"]
-        items.append({"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}],
-                      "encrypted_content": signer.sign(text)})
+        items.append(
+            {
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}],
+                "encrypted_content": signer.sign(text),
+            }
+        )
     if m.get("content"):
         items.append({"role": "assistant", "content": m["content"]})
     for call in m.get("tool_calls") or ():
-        items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
-                      "arguments": call["function"]["arguments"]})
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+            }
+        )
     return items
 
 
@@ -92,11 +125,13 @@ def via_responses(signer: ThinkingSigner) -> WireRoundTrip:
 
     def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
         items = [item for m in conversation for item in _items(m, signer)]
-        req = ResponsesRequest.model_validate({
-            "model": "preflight", "input": items,
-            "tools": [{"type": "function", **t["function"]} for t in tools]})
-        return (responses_items.to_template(responses_items.input_items(req), 0, None, "preflight", signer),
-                responses_items.tool_dicts(req.tools))
+        req = ResponsesRequest.model_validate(
+            {"model": "preflight", "input": items, "tools": [{"type": "function", **t["function"]} for t in tools]}
+        )
+        return (
+            responses_items.to_template(responses_items.input_items(req), 0, None, "preflight", signer),
+            responses_items.tool_dicts(req.tools),
+        )
 
     return run
 

@@ -35,8 +35,9 @@ def call_dict(call: CallRecord, session_group: str | None) -> dict[str, Any]:
     return row
 
 
-def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None,
-              refused: list[Refused] | None = None) -> Iterator[dict[str, Any]]:
+def iter_rows(
+    reader: TrajectoryReader, kind: str, group_id: str | None, refused: list[Refused] | None = None
+) -> Iterator[dict[str, Any]]:
     # an export is for people: unfinished sessions are included too
     for session in reader.sessions(group_id=group_id):
         if kind == "calls":
@@ -47,8 +48,15 @@ def iter_rows(reader: TrajectoryReader, kind: str, group_id: str | None,
                 yield sample_record(sample)
 
 
-def export(store: str | Path, out: str | Path, *, fmt: str = "jsonl", kind: str = "calls",
-           group_id: str | None = None, refused: list[Refused] | None = None) -> int:
+def export(
+    store: str | Path,
+    out: str | Path,
+    *,
+    fmt: str = "jsonl",
+    kind: str = "calls",
+    group_id: str | None = None,
+    refused: list[Refused] | None = None,
+) -> int:
     """Write the rows to `out`; returns how many were written. A samples export adds the calls
     it left out (not training data) to `refused`."""
     if fmt not in FORMATS:
@@ -77,22 +85,55 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
     text, i64, f64 = pa.string(), pa.int64(), pa.float64()
     if kind == "calls":
         columns = [
-            ("call_id", text), ("session_id", text), ("group_id", text), ("agent_id", text),
-            ("parent_agent", text), ("seq", i64), ("endpoint", text), ("backend", text), ("model", text),
-            ("parent_call_id", text), ("shared_prefix_len", i64), ("kind", text), ("reuse", text),
-            ("prompt_ids", pa.list_(pa.int32())), ("sampled_ids", pa.list_(pa.int32())),
-            ("sampled_logprobs", pa.list_(f64)), ("finish_reason", text), ("sampling_params", text),
-            ("weight_version", text), ("timings", text), ("request", text), ("response", text),
-            ("created_at", f64), ("prompt_key", text), ("reply_key", text), ("render_len", i64),
-            ("render_digest", text), ("turns_before", i64), ("untrainable", text), ("format_version", i64),
+            ("call_id", text),
+            ("session_id", text),
+            ("group_id", text),
+            ("agent_id", text),
+            ("parent_agent", text),
+            ("seq", i64),
+            ("endpoint", text),
+            ("backend", text),
+            ("model", text),
+            ("parent_call_id", text),
+            ("shared_prefix_len", i64),
+            ("kind", text),
+            ("reuse", text),
+            ("prompt_ids", pa.list_(pa.int32())),
+            ("sampled_ids", pa.list_(pa.int32())),
+            ("sampled_logprobs", pa.list_(f64)),
+            ("finish_reason", text),
+            ("sampling_params", text),
+            ("weight_version", text),
+            ("timings", text),
+            ("request", text),
+            ("response", text),
+            ("created_at", f64),
+            ("prompt_key", text),
+            ("reply_key", text),
+            ("render_len", i64),
+            ("render_digest", text),
+            ("turns_before", i64),
+            ("untrainable", text),
+            ("format_version", i64),
         ]
     else:
         columns = [
-            ("session_id", text), ("group_id", text), ("agent_id", text), ("tokens", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())), ("rollout_logprobs", pa.list_(f64)),
-            ("token_call", pa.list_(pa.int32())), ("calls", text), ("reward", f64),
-            ("advantages", pa.list_(f64)), ("task", text), ("parent_agent", text), ("leaf_call_id", text),
-            ("call_ids", pa.list_(text)), ("finish_reason", text), ("format_version", i64),
+            ("session_id", text),
+            ("group_id", text),
+            ("agent_id", text),
+            ("tokens", pa.list_(pa.int32())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("rollout_logprobs", pa.list_(f64)),
+            ("token_call", pa.list_(pa.int32())),
+            ("calls", text),
+            ("reward", f64),
+            ("advantages", pa.list_(f64)),
+            ("task", text),
+            ("parent_agent", text),
+            ("leaf_call_id", text),
+            ("call_ids", pa.list_(text)),
+            ("finish_reason", text),
+            ("format_version", i64),
         ]
     return pa.schema(columns)
 

@@ -52,8 +52,9 @@ def iter_training_samples(
             reader.close()
 
 
-def session_samples(reader: TrajectoryReader, session: SessionRecord,
-                    refused: list[Refused] | None = None) -> list[Sample]:
+def session_samples(
+    reader: TrajectoryReader, session: SessionRecord, refused: list[Refused] | None = None
+) -> list[Sample]:
     """The samples of one session, in call order of their leaves; each call that is not
     training data is added to `refused` once."""
     calls = reader.calls(session.session_id)
@@ -64,8 +65,7 @@ def session_samples(reader: TrajectoryReader, session: SessionRecord,
     extended = {
         c.parent_call_id
         for c in by_id.values()
-        if c.kind == "extend" and c.parent_call_id in by_id
-        and c.shared_prefix_len == by_id[c.parent_call_id].path_len
+        if c.kind == "extend" and c.parent_call_id in by_id and c.shared_prefix_len == by_id[c.parent_call_id].path_len
     }
     samples = []
     for call in by_id.values():
@@ -126,16 +126,34 @@ def _path_sample(
         if call.untrainable:
             blocked.append(_refusal(session, call))
             continue
-        ref = CallRef(call.call_id, call.weight_version, reward=step_rewards.get(call.call_id),
-                      constraint=constraint_of(call.sampling_params))
-        spans.append(SampledSpan(start, end, ref, call.sampled_logprobs[: end - start],
-                                 _posted(advantages.get(call.call_id), end - start)))
+        ref = CallRef(
+            call.call_id,
+            call.weight_version,
+            reward=step_rewards.get(call.call_id),
+            constraint=constraint_of(call.sampling_params),
+        )
+        spans.append(
+            SampledSpan(
+                start,
+                end,
+                ref,
+                call.sampled_logprobs[: end - start],
+                _posted(advantages.get(call.call_id), end - start),
+            )
+        )
     if blocked:
         return blocked
     return build_sample(
-        tokens, spans, session_id=session.session_id, group_id=session.group_id or session.session_id,
-        agent_id=leaf.agent_id, reward=_reward_for(leaf, rewards), task=session.task,
-        parent_agent=leaf.parent_agent, leaf_call_id=leaf.call_id, call_ids=[c.call_id for c, _ in path],
+        tokens,
+        spans,
+        session_id=session.session_id,
+        group_id=session.group_id or session.session_id,
+        agent_id=leaf.agent_id,
+        reward=_reward_for(leaf, rewards),
+        task=session.task,
+        parent_agent=leaf.parent_agent,
+        leaf_call_id=leaf.call_id,
+        call_ids=[c.call_id for c, _ in path],
         finish_reason=leaf.finish_reason,
     )
 

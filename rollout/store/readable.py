@@ -37,13 +37,17 @@ def check(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.DatabaseError as exc:
         raise StoreUnreadable(f"{path} is not a trajectory store ({exc})") from exc
     if version is not None and version > schema.SCHEMA_VERSION:
-        raise StoreUnreadable(f"{path} has store schema version {version}; this roost reads up to "
-                              f"{schema.SCHEMA_VERSION}: read it with the roost that wrote it")
+        raise StoreUnreadable(
+            f"{path} has store schema version {version}; this roost reads up to "
+            f"{schema.SCHEMA_VERSION}: read it with the roost that wrote it"
+        )
     missing = [_lacks(t, [c for c in cols if c not in columns[t]], bool(columns[t])) for t, cols in NEEDED.items()]
     if any(missing):
-        raise StoreUnreadable(f"{path} is a trajectory store of an older schema (version {version or 'unknown'}): "
-                              f"{'; '.join(m for m in missing if m)}; "
-                              "export it with the roost that wrote it, or read a store this roost wrote")
+        raise StoreUnreadable(
+            f"{path} is a trajectory store of an older schema (version {version or 'unknown'}): "
+            f"{'; '.join(m for m in missing if m)}; "
+            "export it with the roost that wrote it, or read a store this roost wrote"
+        )
 
 
 def _lacks(table: str, absent: list[str], exists: bool) -> str:

@@ -65,15 +65,11 @@ class TrajectoryReader:
         self._conn.close()
 
     def session(self, session_id: str) -> SessionRecord | None:
-        row = self._conn.execute(
-            f"SELECT {self._sessions} FROM sessions WHERE session_id=?", (session_id,)
-        ).fetchone()
+        row = self._conn.execute(f"SELECT {self._sessions} FROM sessions WHERE session_id=?", (session_id,)).fetchone()
         return session_from_row(row) if row else None
 
     def session_by_key(self, key_hash: str) -> SessionRecord | None:
-        row = self._conn.execute(
-            f"SELECT {self._sessions} FROM sessions WHERE key_hash=?", (key_hash,)
-        ).fetchone()
+        row = self._conn.execute(f"SELECT {self._sessions} FROM sessions WHERE key_hash=?", (key_hash,)).fetchone()
         return session_from_row(row) if row else None
 
     def sessions(self, *, group_id: str | None = None, status: str | None = None) -> list[SessionRecord]:
@@ -92,15 +88,13 @@ class TrajectoryReader:
 
     def agents(self, session_id: str) -> list[AgentRecord]:
         rows = self._conn.execute(
-            "SELECT session_id, agent_id, parent_agent, created_at FROM agents WHERE session_id=? "
-            "ORDER BY created_at", (session_id,),
+            "SELECT session_id, agent_id, parent_agent, created_at FROM agents WHERE session_id=? ORDER BY created_at",
+            (session_id,),
         )
         return [agent_from_row(r) for r in rows]
 
     def calls(self, session_id: str) -> list[CallRecord]:
-        rows = self._conn.execute(
-            f"SELECT {self._calls} FROM calls WHERE session_id=? ORDER BY seq", (session_id,)
-        )
+        rows = self._conn.execute(f"SELECT {self._calls} FROM calls WHERE session_id=? ORDER BY seq", (session_id,))
         return [call_from_row(r) for r in rows]
 
     def call(self, call_id: str) -> CallRecord | None:
@@ -116,7 +110,8 @@ class TrajectoryReader:
         """The session's rewards in the order they were posted (the first `limit`; -1: all)."""
         rows = self._conn.execute(
             "SELECT session_id, agent_id, call_id, reward, info, created_at FROM rewards "
-            "WHERE session_id=? ORDER BY id LIMIT ?", (session_id, limit),
+            "WHERE session_id=? ORDER BY id LIMIT ?",
+            (session_id, limit),
         )
         return [reward_from_row(r) for r in rows]
 

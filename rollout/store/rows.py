@@ -21,20 +21,51 @@ from roost.rollout.store.records import (
 from roost.rollout.store.schema import OUTCOME_COLUMNS
 
 CALL_COLUMNS = (
-    "call_id", "session_id", "agent_id", "parent_agent", "seq", "endpoint", "backend", "model",
-    "parent_call_id", "shared_prefix_len", "kind", "reuse", "prompt_ids", "sampled_ids",
-    "sampled_logprobs", "finish_reason", "sampling_params", "weight_version", "timings",
-    "request", "response", "created_at", "prompt_key", "reply_key", "render_len",
-    "render_digest", "turns_before", "trace_id", "span_id",
+    "call_id",
+    "session_id",
+    "agent_id",
+    "parent_agent",
+    "seq",
+    "endpoint",
+    "backend",
+    "model",
+    "parent_call_id",
+    "shared_prefix_len",
+    "kind",
+    "reuse",
+    "prompt_ids",
+    "sampled_ids",
+    "sampled_logprobs",
+    "finish_reason",
+    "sampling_params",
+    "weight_version",
+    "timings",
+    "request",
+    "response",
+    "created_at",
+    "prompt_key",
+    "reply_key",
+    "render_len",
+    "render_digest",
+    "turns_before",
+    "trace_id",
+    "span_id",
 )
 SESSION_COLUMNS = (
-    "session_id", "key_hash", "group_id", "task", "metadata", "reasoning_policy", "status",
-    "created_at", "finished_at", "finish_info", *OUTCOME_COLUMNS,
+    "session_id",
+    "key_hash",
+    "group_id",
+    "task",
+    "metadata",
+    "reasoning_policy",
+    "status",
+    "created_at",
+    "finished_at",
+    "finish_info",
+    *OUTCOME_COLUMNS,
 )
 INSERT_CALL = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
-INSERT_SESSION = (
-    f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})"
-)
+INSERT_SESSION = f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})"
 
 
 def _json(value: Any) -> str:
@@ -55,12 +86,35 @@ def floats_from_blob(blob: bytes) -> FloatArray:
 
 def call_row(c: CallRecord) -> tuple[Any, ...]:
     return (
-        c.call_id, c.session_id, c.agent_id, c.parent_agent, c.seq, c.endpoint, c.backend, c.model,
-        c.parent_call_id, c.shared_prefix_len, c.kind, c.reuse, c.prompt_ids.tobytes(),
-        c.sampled_ids.tobytes(), c.sampled_logprobs.tobytes(), _json(c.finish_reason),
-        _json(c.sampling_params), c.weight_version, _json(c.timings), _json(c.request),
-        _json(c.response), c.created_at, c.prompt_key, c.reply_key, c.render_len,
-        c.render_digest, c.turns_before, c.trace_id, c.span_id,
+        c.call_id,
+        c.session_id,
+        c.agent_id,
+        c.parent_agent,
+        c.seq,
+        c.endpoint,
+        c.backend,
+        c.model,
+        c.parent_call_id,
+        c.shared_prefix_len,
+        c.kind,
+        c.reuse,
+        c.prompt_ids.tobytes(),
+        c.sampled_ids.tobytes(),
+        c.sampled_logprobs.tobytes(),
+        _json(c.finish_reason),
+        _json(c.sampling_params),
+        c.weight_version,
+        _json(c.timings),
+        _json(c.request),
+        _json(c.response),
+        c.created_at,
+        c.prompt_key,
+        c.reply_key,
+        c.render_len,
+        c.render_digest,
+        c.turns_before,
+        c.trace_id,
+        c.span_id,
     )
 
 
@@ -76,8 +130,17 @@ def call_from_row(row: sqlite3.Row | tuple[Any, ...]) -> CallRecord:
 
 def session_row(s: SessionRecord) -> tuple[Any, ...]:
     return (
-        s.session_id, s.key_hash, s.group_id, _json(s.task), _json(s.metadata),
-        s.reasoning_policy, s.status.value, s.created_at, s.finished_at, _json(s.finish_info), *outcome_row(s.outcome),
+        s.session_id,
+        s.key_hash,
+        s.group_id,
+        _json(s.task),
+        _json(s.metadata),
+        s.reasoning_policy,
+        s.status.value,
+        s.created_at,
+        s.finished_at,
+        _json(s.finish_info),
+        *outcome_row(s.outcome),
     )
 
 
@@ -89,8 +152,11 @@ def session_from_row(row: tuple[Any, ...]) -> SessionRecord:
     v["status"] = SessionStatus(v["status"])
     if v["status"] is SessionStatus.FINISHED:
         # NULL columns: a store written before they existed, opened by a reader without migrating it
-        v["outcome"] = (outcome_from_legacy(v["group_id"], v["finish_info"]) if columns[0] is None
-                        else outcome_from_columns(*columns))
+        v["outcome"] = (
+            outcome_from_legacy(v["group_id"], v["finish_info"])
+            if columns[0] is None
+            else outcome_from_columns(*columns)
+        )
     return SessionRecord(**v)
 
 
@@ -100,9 +166,16 @@ def outcome_row(o: EpisodeOutcome | None) -> tuple[Any, ...]:
     return o.status.value, o.reward, o.reward_source.value, o.kind.value, o.reason
 
 
-def outcome_from_columns(status: str, reward: float | None, source: str, kind: str, reason: str | None) -> EpisodeOutcome:
-    return EpisodeOutcome(status=EpisodeStatus(status), reward=reward, reward_source=RewardSource(source),
-                          kind=EpisodeKind(kind), reason=reason)
+def outcome_from_columns(
+    status: str, reward: float | None, source: str, kind: str, reason: str | None
+) -> EpisodeOutcome:
+    return EpisodeOutcome(
+        status=EpisodeStatus(status),
+        reward=reward,
+        reward_source=RewardSource(source),
+        kind=EpisodeKind(kind),
+        reason=reason,
+    )
 
 
 # Before the outcome had a kind, the trainer told its eval and SFT groups by their ids' prefixes.
@@ -112,8 +185,9 @@ _LEGACY_KIND_PREFIXES = {"eval-": EpisodeKind.EVAL, "sft-": EpisodeKind.SFT}
 def outcome_from_legacy(group_id: str | None, finish_info: str | dict[str, Any]) -> EpisodeOutcome:
     """The outcome of a session finished before outcomes were stored as columns."""
     info = orjson.loads(finish_info) if isinstance(finish_info, str) else finish_info
-    kind = next((k for prefix, k in _LEGACY_KIND_PREFIXES.items() if (group_id or "").startswith(prefix)),
-                EpisodeKind.TRAIN)
+    kind = next(
+        (k for prefix, k in _LEGACY_KIND_PREFIXES.items() if (group_id or "").startswith(prefix)), EpisodeKind.TRAIN
+    )
     return EpisodeOutcome.from_info(info if isinstance(info, dict) else {}, kind=kind)
 
 
@@ -123,8 +197,12 @@ def agent_from_row(row: tuple[Any, ...]) -> AgentRecord:
 
 def reward_from_row(row: tuple[Any, ...]) -> RewardRecord:
     return RewardRecord(
-        session_id=row[0], agent_id=row[1], call_id=row[2], reward=row[3],
-        info=orjson.loads(row[4]), created_at=row[5],
+        session_id=row[0],
+        agent_id=row[1],
+        call_id=row[2],
+        reward=row[3],
+        info=orjson.loads(row[4]),
+        created_at=row[5],
     )
 
 

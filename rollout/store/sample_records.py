@@ -33,9 +33,11 @@ def sample_from_record(record: dict[str, Any]) -> Sample:
     record = dict(record)
     version = record.pop("format_version", None)
     if _OLD_EXPORT_FIELDS <= record.keys():
-        raise SampleError(f"a samples export row of format version {version} (fields logprobs and spans), not a "
-                          "Sample record; export the store again with this roost "
-                          "(roost trajectories export --kind samples)")
+        raise SampleError(
+            f"a samples export row of format version {version} (fields logprobs and spans), not a "
+            "Sample record; export the store again with this roost "
+            "(roost trajectories export --kind samples)"
+        )
     # Records written before the store and the trainer shared `Sample` keep the store's
     # fields in a free-form `metadata`; the trainer never read its other keys.
     metadata = record.pop("metadata", None) or {}
@@ -46,8 +48,9 @@ def sample_from_record(record: dict[str, Any]) -> Sample:
         record["calls"] = [_call_ref(call) for call in record["calls"]]
         return Sample(**record).validate()
     except (KeyError, TypeError) as exc:
-        raise SampleError(f"not a Sample record ({exc}); expected the fields of "
-                          "roost.rollout.store.samples.Sample") from exc
+        raise SampleError(
+            f"not a Sample record ({exc}); expected the fields of roost.rollout.store.samples.Sample"
+        ) from exc
 
 
 def _call_ref(call: dict[str, Any]) -> CallRef:

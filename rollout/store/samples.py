@@ -33,8 +33,10 @@ class Refused:
     reason: str
 
     def message(self) -> str:
-        return (f"call {self.call_id} (session {self.session_id}, agent {self.agent_id}) is not training data: "
-                f"{self.reason}; record through a token engine (--backend vllm, sglang or embedded) to train on it")
+        return (
+            f"call {self.call_id} (session {self.session_id}, agent {self.agent_id}) is not training data: "
+            f"{self.reason}; record through a token engine (--backend vllm, sglang or embedded) to train on it"
+        )
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,7 @@ class Sample:
             if m and not math.isfinite(self.rollout_logprobs[i]):
                 raise SampleError(f"{where}: rollout logprob of sampled token {i} is {self.rollout_logprobs[i]}")
         if self.reward is not None and not math.isfinite(self.reward):
-            raise SampleError(
-                f"{where}: reward is {self.reward}; fix the reward function or drop the session"
-            )
+            raise SampleError(f"{where}: reward is {self.reward}; fix the reward function or drop the session")
         if self.advantages is not None and not all(a is None or math.isfinite(a) for a in self.advantages):
             raise SampleError(f"{where}: posted advantages hold non-finite values")
         return self
@@ -164,8 +164,9 @@ class Sample:
             call = CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version=weight_version)
             spans.append(SampledSpan(len(tokens), len(tokens) + len(sampled), call, sampled_logprobs))
             tokens += list(sampled)
-        return build_sample(tokens, spans, session_id=session_id, group_id=group_id, agent_id=agent_id,
-                            reward=reward).validate()
+        return build_sample(
+            tokens, spans, session_id=session_id, group_id=group_id, agent_id=agent_id, reward=reward
+        ).validate()
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,20 @@ class SampledSpan:
     """Advantages posted for the span's tokens (one per token), if any."""
 
 
-def build_sample(tokens: list[int], spans: list[SampledSpan], *, session_id: str, group_id: str, agent_id: str,
-                 reward: float | None = None, task: dict[str, Any] | None = None, parent_agent: str | None = None,
-                 leaf_call_id: str | None = None, call_ids: list[str] | None = None,
-                 finish_reason: dict[str, Any] | None = None) -> Sample:
+def build_sample(
+    tokens: list[int],
+    spans: list[SampledSpan],
+    *,
+    session_id: str,
+    group_id: str,
+    agent_id: str,
+    reward: float | None = None,
+    task: dict[str, Any] | None = None,
+    parent_agent: str | None = None,
+    leaf_call_id: str | None = None,
+    call_ids: list[str] | None = None,
+    finish_reason: dict[str, Any] | None = None,
+) -> Sample:
     """The one way a `Sample` is made from its parts: the path's tokens and the spans its calls
     sampled (loss mask 1 there, 0 elsewhere), root to leaf; each span's call is one of `calls`,
     even one that sampled nothing. Not validated: callers that take input from outside do."""
@@ -197,9 +208,19 @@ def build_sample(tokens: list[int], spans: list[SampledSpan], *, session_id: str
             if span.advantages is not None:
                 posted[i] = span.advantages[offset]
     return Sample(
-        session_id=session_id, group_id=group_id, agent_id=agent_id, tokens=tokens, loss_mask=mask,
-        rollout_logprobs=logprobs, token_call=token_call, calls=[span.call for span in spans], reward=reward,
-        advantages=posted if any(a is not None for a in posted) else None, task=task or {},
-        parent_agent=parent_agent, leaf_call_id=leaf_call_id, call_ids=call_ids or [],
+        session_id=session_id,
+        group_id=group_id,
+        agent_id=agent_id,
+        tokens=tokens,
+        loss_mask=mask,
+        rollout_logprobs=logprobs,
+        token_call=token_call,
+        calls=[span.call for span in spans],
+        reward=reward,
+        advantages=posted if any(a is not None for a in posted) else None,
+        task=task or {},
+        parent_agent=parent_agent,
+        leaf_call_id=leaf_call_id,
+        call_ids=call_ids or [],
         finish_reason=finish_reason or {},
     )

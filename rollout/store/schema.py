@@ -20,16 +20,25 @@ def _backfill_outcomes(conn: sqlite3.Connection) -> None:
     from roost.rollout.store.rows import outcome_from_legacy, outcome_row
 
     finished = conn.execute("SELECT session_id, group_id, finish_info FROM sessions WHERE status='finished'").fetchall()
-    conn.executemany(f"UPDATE sessions SET {', '.join(c + '=?' for c in OUTCOME_COLUMNS)} WHERE session_id=?",
-                     [(*outcome_row(outcome_from_legacy(group, info)), sid) for sid, group, info in finished])
+    conn.executemany(
+        f"UPDATE sessions SET {', '.join(c + '=?' for c in OUTCOME_COLUMNS)} WHERE session_id=?",
+        [(*outcome_row(outcome_from_legacy(group, info)), sid) for sid, group, info in finished],
+    )
 
 
 # What each version adds to the one before; `create` applies the missing steps to an older store.
 MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = {
-    2: ("ALTER TABLE calls ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''",  # the call's span (tracing)
-        "ALTER TABLE calls ADD COLUMN span_id TEXT NOT NULL DEFAULT ''"),
-    3: (*(f"ALTER TABLE sessions ADD COLUMN {c} {'REAL' if c == 'outcome_reward' else 'TEXT'}" for c in OUTCOME_COLUMNS),
-        _backfill_outcomes),
+    2: (
+        "ALTER TABLE calls ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''",  # the call's span (tracing)
+        "ALTER TABLE calls ADD COLUMN span_id TEXT NOT NULL DEFAULT ''",
+    ),
+    3: (
+        *(
+            f"ALTER TABLE sessions ADD COLUMN {c} {'REAL' if c == 'outcome_reward' else 'TEXT'}"
+            for c in OUTCOME_COLUMNS
+        ),
+        _backfill_outcomes,
+    ),
 }
 
 if sys.byteorder != "little":  # blobs are written in native order; say so instead of corrupting

@@ -78,8 +78,14 @@ class TrajectoryStore:
         )
 
     async def add_reward(self, reward: RewardRecord) -> None:
-        row = (reward.session_id, reward.agent_id, reward.call_id, reward.reward,
-               orjson.dumps(reward.info).decode(), reward.created_at)
+        row = (
+            reward.session_id,
+            reward.agent_id,
+            reward.call_id,
+            reward.reward,
+            orjson.dumps(reward.info).decode(),
+            reward.created_at,
+        )
         await self._write(
             lambda conn: conn.execute(
                 "INSERT INTO rewards(session_id, agent_id, call_id, reward, info, created_at) VALUES (?,?,?,?,?,?)", row
@@ -88,18 +94,26 @@ class TrajectoryStore:
 
     async def set_advantages(self, advantages: list[AdvantageRecord]) -> None:
         rows = [
-            (a.call_id, a.session_id, a.value,
-             array("d", a.per_token).tobytes() if a.per_token is not None else None, a.created_at)
+            (
+                a.call_id,
+                a.session_id,
+                a.value,
+                array("d", a.per_token).tobytes() if a.per_token is not None else None,
+                a.created_at,
+            )
             for a in advantages
         ]
         await self._write(
             lambda conn: conn.executemany(
                 "INSERT OR REPLACE INTO advantages(call_id, session_id, value, per_token, created_at) "
-                "VALUES (?,?,?,?,?)", rows,
+                "VALUES (?,?,?,?,?)",
+                rows,
             )
         )
 
-    async def finish_session(self, session_id: str, finished_at: float, outcome: EpisodeOutcome, info: dict[str, Any]) -> None:
+    async def finish_session(
+        self, session_id: str, finished_at: float, outcome: EpisodeOutcome, info: dict[str, Any]
+    ) -> None:
         payload = orjson.dumps(info).decode()
         outcome_sets = ", ".join(f"{c}=?" for c in OUTCOME_COLUMNS)
         await self._write(

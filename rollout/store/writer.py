@@ -23,7 +23,6 @@ _Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 _Done = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
 
-
 class StoreClosed(RuntimeError):
     """A write was submitted after the store was closed."""
 

@@ -20,8 +20,9 @@ def start_gateway(engine_url: str, store: Path, admin_key: str):
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.gateway.launch import GatewayThread
 
-    return GatewayThread(GatewayConfig(engine_url=engine_url, model="tiny", store_path=store, port=0,
-                                       admin_key=admin_key))
+    return GatewayThread(
+        GatewayConfig(engine_url=engine_url, model="tiny", store_path=store, port=0, admin_key=admin_key)
+    )
 
 
 @pytest.fixture

@@ -56,8 +56,9 @@ def traced_engine(traced_env, tiny_model_path, tmp_path_factory):
 
 
 def traced_gateway(engine_url: str, store: Path, admin_key: str) -> GatewayThread:
-    return GatewayThread(GatewayConfig(engine_url=engine_url, model="tiny", store_path=store, port=0,
-                                       admin_key=admin_key))
+    return GatewayThread(
+        GatewayConfig(engine_url=engine_url, model="tiny", store_path=store, port=0, admin_key=admin_key)
+    )
 
 
 def lineage(span: Span, spans: list[Span]) -> list[str]:
@@ -70,14 +71,18 @@ def lineage(span: Span, spans: list[Span]) -> list[str]:
     return names
 
 
-async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced_engine: EngineProcess,
-                                               alfworld_data: Path, admin_key: str, tmp_path: Path):
+async def test_an_episode_arrives_as_one_trace(
+    traced_env: PhoenixServer, traced_engine: EngineProcess, alfworld_data: Path, admin_key: str, tmp_path: Path
+):
     store = tmp_path / "trajectories.sqlite"
     runner = Tracing.start("runner")
     env_config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
     with traced_gateway(traced_engine.url, store, admin_key) as gateway_url:
-        async with (serving(env_config) as env_url, EnvClient(env_url, tracing=runner) as env,
-                    GatewayClient(gateway_url, admin_key=admin_key, tracing=runner) as gateway):
+        async with (
+            serving(env_config) as env_url,
+            EnvClient(env_url, tracing=runner) as env,
+            GatewayClient(gateway_url, admin_key=admin_key, tracing=runner) as gateway,
+        ):
             tasks = (await env.tasks("train"))[:1]
             run = RunConfig(concurrency=1, max_turns=1, run_id="traced", progress=False, tracing=runner)
             [result] = await run_episodes(tasks, env, ToolAgent(max_tokens=8), [], run, gateway)
@@ -86,8 +91,17 @@ async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced
     with TrajectoryReader(store) as reader:
         [call] = reader.calls(result.session_id)
 
-    wanted = {"episode", "env.reset", "env.step", "gateway.call", "gateway.plan", "gateway.engine", "gateway.record",
-              "engine.generate", "episode.report"}
+    wanted = {
+        "episode",
+        "env.reset",
+        "env.step",
+        "gateway.call",
+        "gateway.plan",
+        "gateway.engine",
+        "gateway.record",
+        "engine.generate",
+        "episode.report",
+    }
     spans = traced_env.trace(call.trace_id, wanted)
     assert wanted <= {s.name for s in spans}
     one = {s.name: s for s in spans}
@@ -100,20 +114,28 @@ async def test_an_episode_arrives_as_one_trace(traced_env: PhoenixServer, traced
     assert one["env.step"].attributes["roost.episode_id"] == one["env.reset"].attributes["roost.episode_id"]
 
 
-async def test_a_harness_that_sends_a_traceparent_gets_its_streamed_call_in_its_trace(traced_env: PhoenixServer,
-                                                                           traced_engine: EngineProcess, admin_key: str,
-                                                                           tmp_path: Path):
+async def test_a_harness_that_sends_a_traceparent_gets_its_streamed_call_in_its_trace(
+    traced_env: PhoenixServer, traced_engine: EngineProcess, admin_key: str, tmp_path: Path
+):
     store = tmp_path / "trajectories.sqlite"
     harness_trace, harness_span = secrets.token_hex(16), secrets.token_hex(8)
     with traced_gateway(traced_engine.url, store, admin_key) as gateway_url:
         async with GatewayClient(gateway_url, admin_key=admin_key) as gateway:
             session = await gateway.create_session("harness", {"id": "t0"})
         async with httpx.AsyncClient(timeout=60) as http:
-            answer = await http.post(f"{session.base_url}/chat/completions",
-                                     headers={"Authorization": f"Bearer {session.key}",
-                                              "traceparent": f"00-{harness_trace}-{harness_span}-01"},
-                                     json={"model": "tiny", "max_tokens": 4, "stream": True,
-                                           "messages": [{"role": "user", "content": "hi"}]})
+            answer = await http.post(
+                f"{session.base_url}/chat/completions",
+                headers={
+                    "Authorization": f"Bearer {session.key}",
+                    "traceparent": f"00-{harness_trace}-{harness_span}-01",
+                },
+                json={
+                    "model": "tiny",
+                    "max_tokens": 4,
+                    "stream": True,
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+            )
     assert answer.status_code == 200, answer.text
     with TrajectoryReader(store) as reader:
         [call] = reader.calls(session.session_id)
@@ -126,12 +148,18 @@ async def test_a_harness_that_sends_a_traceparent_gets_its_streamed_call_in_its_
     assert lineage(one["engine.generate"], spans)[-2:] == ["gateway.engine", "gateway.call"]
 
 
-async def test_a_weight_sync_reaches_into_the_engine_s_trace(traced_env: PhoenixServer, traced_engine: EngineProcess,
-                                                           tiny_model_path: Path):
+async def test_a_weight_sync_reaches_into_the_engine_s_trace(
+    traced_env: PhoenixServer, traced_engine: EngineProcess, tiny_model_path: Path
+):
     trainer = Tracing.start("trainer")
     with trainer.span("train.step"):
-        result = await sync_weights(traced_engine.url, tiny_model_path, weight_version="traced-1",
-                                    engine_key=traced_engine.api_key, tracing=trainer)
+        result = await sync_weights(
+            traced_engine.url,
+            tiny_model_path,
+            weight_version="traced-1",
+            engine_key=traced_engine.api_key,
+            tracing=trainer,
+        )
         trace_id = trainer.current().trace_id
     trainer.shutdown()
     assert result.weight_version == "traced-1"

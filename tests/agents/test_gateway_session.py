@@ -25,8 +25,11 @@ async def test_a_session_from_creation_to_finish(scripted_gateway: str, admin_ke
         assert session.base_url == f"{scripted_gateway}/sessions/{session.session_id}/v1"
         async with httpx.AsyncClient(timeout=60) as http:
             for _ in range(2):
-                reply = await http.post(f"{session.base_url}/chat/completions", headers=bearer(session.key), json={
-                    "model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+                reply = await http.post(
+                    f"{session.base_url}/chat/completions",
+                    headers=bearer(session.key),
+                    json={"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
+                )
                 assert reply.status_code == 200, reply.text
         calls = await gateway.call_ids(session.session_id)
         await gateway.post_reward(session.session_id, -0.25, {"invalid_actions": 1}, call_id=calls[1])
@@ -85,10 +88,20 @@ async def test_a_gateway_is_told_from_a_plain_engine(scripted_gateway: str, scri
 
 def test_the_clients_import_the_wire_modules_and_nothing_else_of_the_servers():
     clients = ("roost.rollout.gateway.control.client", "roost.rollout.engine_api.sglang_client")
-    code = (f"import sys, {', '.join(clients)}; print(sorted(m for m in sys.modules "
-            "if m.startswith(('roost.rollout.gateway', 'roost.rollout.engine', 'starlette', 'fastapi', 'uvicorn'))))")
+    code = (
+        f"import sys, {', '.join(clients)}; print(sorted(m for m in sys.modules "
+        "if m.startswith(('roost.rollout.gateway', 'roost.rollout.engine', 'starlette', 'fastapi', 'uvicorn'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    packages = ["roost.rollout.engine_api", "roost.rollout.gateway", "roost.rollout.gateway.control",
-                "roost.rollout.gateway.core"]
-    wires = ["roost.rollout.engine_api.wire", "roost.rollout.gateway.control.wire", "roost.rollout.gateway.core.wire_base"]
+    packages = [
+        "roost.rollout.engine_api",
+        "roost.rollout.gateway",
+        "roost.rollout.gateway.control",
+        "roost.rollout.gateway.core",
+    ]
+    wires = [
+        "roost.rollout.engine_api.wire",
+        "roost.rollout.gateway.control.wire",
+        "roost.rollout.gateway.core.wire_base",
+    ]
     assert ast.literal_eval(out) == sorted([*clients, *packages, *wires])

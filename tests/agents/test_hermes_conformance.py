@@ -24,8 +24,10 @@ from roost.rollout.keys import bearer
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
-    pytest.mark.skipif(__import__("importlib").util.find_spec("run_agent") is None,
-                       reason="hermes-agent is not installed (pip install --no-deps hermes-agent==0.19.0)"),
+    pytest.mark.skipif(
+        __import__("importlib").util.find_spec("run_agent") is None,
+        reason="hermes-agent is not installed (pip install --no-deps hermes-agent==0.19.0)",
+    ),
 ]
 
 
@@ -36,14 +38,18 @@ def tool_call(name: str, arguments: dict) -> str:
 def rules(new: str) -> dict:
     """Read calc.py, patch `a - b` into `new`, run it, then answer."""
     check = 'echo RESULT=$(python3 -c "from calc import add; print(add(2, 3))")'
-    return {"rules": [
-        {"match": None, "reply": "I could not finish."},
-        {"match": "Fix it so that add", "reply": tool_call("read_file", {"path": "calc.py"})},
-        {"match": r"2\|    return a - b", "reply": tool_call("patch", {"path": "calc.py", "old_string": "a - b",
-                                                                          "new_string": new})},
-        {"match": '"success": true', "reply": tool_call("terminal", {"command": check})},
-        {"match": "RESULT=", "reply": "Fixed: add now computes " + new + "."},
-    ]}
+    return {
+        "rules": [
+            {"match": None, "reply": "I could not finish."},
+            {"match": "Fix it so that add", "reply": tool_call("read_file", {"path": "calc.py"})},
+            {
+                "match": r"2\|    return a - b",
+                "reply": tool_call("patch", {"path": "calc.py", "old_string": "a - b", "new_string": new}),
+            },
+            {"match": '"success": true', "reply": tool_call("terminal", {"command": check})},
+            {"match": "RESULT=", "reply": "Fixed: add now computes " + new + "."},
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +78,14 @@ async def test_hermes_agent_completes_a_task_and_is_recorded_token_exact(rig, he
     script(hermes_engine, rules(new))
     task = next(t for t in await rig.host.tasks("train") if t.id == "fix-add")
     async with GatewayClient(rig.gateway_url, admin_key=rig.admin_key) as gateway:
-        result = await run_episode(task, rig.host, HermesAgent(wait_s=5), rig.host.info.tools,
-                                   RunConfig(max_turns=8, model="tiny", progress=False), gateway)
+        result = await run_episode(
+            task,
+            rig.host,
+            HermesAgent(wait_s=5),
+            rig.host.info.tools,
+            RunConfig(max_turns=8, model="tiny", progress=False),
+            gateway,
+        )
     assert result.status == "ok", result.error
     assert result.reward == reward and result.stop_reason == "done" and result.turns == 4
     assert token_exact_problems(rig.store_path, result.session_id, rig.recorder) == []
@@ -109,15 +121,17 @@ async def test_hermes_agent_reaches_nothing_but_the_gateway(hermes_engine, tmp_p
 
     script(hermes_engine, rules("a + b"))
     env = make_factory(sandbox={"backend": "bubblewrap"})()
-    server = GatewayThread(GatewayConfig(engine_url=hermes_engine.url, model="tiny", store_path=tmp_path / "t.sqlite",
-                                         port=0))
+    server = GatewayThread(
+        GatewayConfig(engine_url=hermes_engine.url, model="tiny", store_path=tmp_path / "t.sqlite", port=0)
+    )
     with server as gateway:
         home = tmp_path / "home"  # set once the gateway has loaded the tiny model (roost's own cache)
         home.mkdir()
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.setattr(socket.socket, "connect", guarded)
-        session = httpx.post(f"{gateway}/sessions", json={"group_id": "offline"},
-                             headers=bearer(server.admin_key)).json()
+        session = httpx.post(
+            f"{gateway}/sessions", json={"group_id": "offline"}, headers=bearer(server.admin_key)
+        ).json()
         await env.reset(task_id="fix-add")
         args = {"base_url": session["base_url"], "api_key": session["key"], "model": "tiny", "wait_s": 5}
         try:
@@ -142,12 +156,24 @@ async def test_roost_eval_plays_the_offline_test_split_through_the_gateway(herme
     from roost.rollout.gateway.launch import GatewayThread
 
     script(hermes_engine, solution_rules(load_tasks(builtin_tasks_path())))
-    server = GatewayThread(GatewayConfig(engine_url=hermes_engine.url, model="tiny", store_path=tmp_path / "t.sqlite",
-                                         port=0))
+    server = GatewayThread(
+        GatewayConfig(engine_url=hermes_engine.url, model="tiny", store_path=tmp_path / "t.sqlite", port=0)
+    )
     with server as gateway:
-        report = await evaluate(EvalConfig(
-            env="hermes", agent="roost.agents.hermes:HermesAgent", base_url=gateway, admin_key=server.admin_key,
-            model="tiny", split="test",
-            episodes=3, concurrency=3, workers=1, env_kwargs={"sandbox": {"backend": "bubblewrap"}}, progress=False))
+        report = await evaluate(
+            EvalConfig(
+                env="hermes",
+                agent="roost.agents.hermes:HermesAgent",
+                base_url=gateway,
+                admin_key=server.admin_key,
+                model="tiny",
+                split="test",
+                episodes=3,
+                concurrency=3,
+                workers=1,
+                env_kwargs={"sandbox": {"backend": "bubblewrap"}},
+                progress=False,
+            )
+        )
     assert report["recorded"] and report["scored"] == 3 and report["success_rate"] == 1.0, report["results"]
     assert sorted(r["task_id"] for r in report["results"]) == ["fix-stats", "sort-unique", "word-count"]

@@ -46,13 +46,15 @@ class Prankster:
 
 @pytest.fixture
 async def env_server(alfworld_data: Path):
-    async with serving(ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0,
-                                    manager=ManagerConfig(workers=1))) as url:
+    async with serving(
+        ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
+    ) as url:
         yield url
 
 
-async def test_actions_no_env_can_read_are_penalised_never_infra_errors(env_server: str, scripted_gateway: str,
-                                                                        admin_key: str):
+async def test_actions_no_env_can_read_are_penalised_never_infra_errors(
+    env_server: str, scripted_gateway: str, admin_key: str
+):
     async with EnvClient(env_server) as client, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         [task, *_] = await client.tasks("train")
         run = RunConfig(run_id="pranks", progress=False, invalid_action_penalty=0.25)
@@ -64,7 +66,7 @@ async def test_actions_no_env_can_read_are_penalised_never_infra_errors(env_serv
     assert [r["reward"] for r in session["rewards"]] == [-1.0] and session["outcome"]["status"] == "ok"
 
 
-POSTER = textwrap.dedent('''
+POSTER = textwrap.dedent("""
     import json, os, sys, urllib.error, urllib.request
 
     deep = "[" * 990 + "]" * 990
@@ -80,15 +82,16 @@ POSTER = textwrap.dedent('''
         except urllib.error.HTTPError as exc:
             answers.append(f"{exc.code} {json.loads(exc.read())['error']['type']}")
     open(sys.argv[1], "w").write("\\n".join(answers))
-''')
+""")
 
 
 async def test_a_command_s_unreadable_actions_are_invalid_actions_too(env_server: str, tmp_path: Path):
     (tmp_path / "poster.py").write_text(POSTER)
     async with EnvClient(env_server) as client:
         [task, *_] = await client.tasks("train")
-        agent = CommandAgent(command=f"{sys.executable} {tmp_path / 'poster.py'} {tmp_path / 'answers'}",
-                             submit_tool=None)
+        agent = CommandAgent(
+            command=f"{sys.executable} {tmp_path / 'poster.py'} {tmp_path / 'answers'}", submit_tool=None
+        )
         result = await run_episode(task, client, agent, (await client.info()).tools, RunConfig(progress=False))
     answers = (tmp_path / "answers").read_text().splitlines()
     assert answers == ["400 invalid_action"] * 3 + ["400 bad_request"]
@@ -105,8 +108,8 @@ DEEP_CALLS = {
 
 @pytest.mark.parametrize("form", sorted(DEEP_CALLS))
 async def test_a_model_s_tool_call_nested_990_deep_is_an_invalid_action(
-        form: str, env_server: str, scripted_engine: EngineProcess, scripted_gateway: str, admin_key: str,
-        tmp_path: Path):
+    form: str, env_server: str, scripted_engine: EngineProcess, scripted_gateway: str, admin_key: str, tmp_path: Path
+):
     scripted_engine_url = scripted_engine.url
     async with httpx.AsyncClient(headers=bearer(scripted_engine.api_key)) as http:
         rules = {"rules": [{"match": None, "reply": DEEP_CALLS[form]}]}
@@ -115,12 +118,14 @@ async def test_a_model_s_tool_call_nested_990_deep_is_an_invalid_action(
             async with EnvClient(env_server) as client, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
                 [task, *_] = await client.tasks("train")
                 run = RunConfig(max_turns=1, run_id=f"deep-{form}", progress=False, invalid_action_penalty=0.5)
-                result = await run_episode(task, client, ToolAgent(max_tokens=2500), (await client.info()).tools,
-                                           run, gateway)
+                result = await run_episode(
+                    task, client, ToolAgent(max_tokens=2500), (await client.info()).tools, run, gateway
+                )
                 metrics = (await http.get(f"{env_server}/metrics")).text
         finally:
-            await http.post(f"{scripted_engine_url}/roost/scripted_sampler",
-                            json={"rules": [{"match": None, "reply": "OK."}]})
+            await http.post(
+                f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": [{"match": None, "reply": "OK."}]}
+            )
     assert (result.status, result.turns, result.invalid_actions) == ("ok", 1, 1), result.error
     assert sample(metrics, "roost_env_invalid_actions_total") == 1
     assert sample(metrics, "roost_env_errors_total", type="env_error") is None

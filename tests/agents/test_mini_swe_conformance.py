@@ -30,9 +30,13 @@ def tool_call(command: str) -> str:
 
 
 def rules(edit: str) -> dict:
-    return {"rules": [{"match": None, "reply": tool_call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")},
-                      {"match": "<pr_description>", "reply": "THOUGHT: mean divides by n - 1.\n\n" + tool_call(edit)},
-                      {"match": "ROOST-EDIT-DONE", "reply": tool_call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")}]}
+    return {
+        "rules": [
+            {"match": None, "reply": tool_call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")},
+            {"match": "<pr_description>", "reply": "THOUGHT: mean divides by n - 1.\n\n" + tool_call(edit)},
+            {"match": "ROOST-EDIT-DONE", "reply": tool_call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")},
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +66,14 @@ async def test_mini_swe_agent_solves_and_is_recorded_token_exact(rig, scripted_e
     script(scripted_engine, rules(edit))
     task = next(t for t in await rig.host.tasks("test") if t.id == "roost-fixtures__calc-1")
     async with GatewayClient(rig.gateway_url, admin_key=rig.admin_key) as gateway:
-        result = await run_episode(task, rig.host, MiniSweAgent(), rig.host.info.tools,
-                                   RunConfig(max_turns=6, model="tiny", progress=False), gateway)
+        result = await run_episode(
+            task,
+            rig.host,
+            MiniSweAgent(),
+            rig.host.info.tools,
+            RunConfig(max_turns=6, model="tiny", progress=False),
+            gateway,
+        )
     assert result.status == "ok", result.error
     assert result.reward == reward and result.steps == 2 and result.stop_reason == "done"
     assert token_exact_problems(rig.store_path, result.session_id, rig.recorder) == []
@@ -77,6 +87,11 @@ async def test_mini_swe_agent_solves_and_is_recorded_token_exact(rig, scripted_e
 
 async def test_a_dead_model_endpoint_is_an_infra_error(rig):
     task = (await rig.host.tasks("test"))[0]
-    result = await run_episode(task, rig.host, MiniSweAgent(), rig.host.info.tools,
-                               RunConfig(max_turns=3, model="tiny", base_url="http://127.0.0.1:9/v1", progress=False))
+    result = await run_episode(
+        task,
+        rig.host,
+        MiniSweAgent(),
+        rig.host.info.tools,
+        RunConfig(max_turns=3, model="tiny", base_url="http://127.0.0.1:9/v1", progress=False),
+    )
     assert result.status == "infra_error" and "model endpoint" in result.error

@@ -20,7 +20,20 @@ def test_a_result_leaves_as_plain_json():
     result = EpisodeResult("t0", "train", EpisodeStatus.TIMEOUT, error="HarnessTimeout: ran past 5s", seconds=5.2)
     data = result.to_json()
     assert type(data["status"]) is str and json.loads(json.dumps(data)) == {
-        "task_id": "t0", "split": "train", "status": "timeout", "reward": 0.0, "reward_source": "env",
-        "success": False, "steps": 0, "turns": 0, "invalid_actions": 0, "stop_reason": "", "session_id": None,
-        "error": "HarnessTimeout: ran past 5s", "seconds": 5.2, "exit_code": None, "output_tail": ""}
+        "task_id": "t0",
+        "split": "train",
+        "status": "timeout",
+        "reward": 0.0,
+        "reward_source": "env",
+        "success": False,
+        "steps": 0,
+        "turns": 0,
+        "invalid_actions": 0,
+        "stop_reason": "",
+        "session_id": None,
+        "error": "HarnessTimeout: ran past 5s",
+        "seconds": 5.2,
+        "exit_code": None,
+        "output_tail": "",
+    }
     assert not result.scored and EpisodeResult("t0", "train").scored

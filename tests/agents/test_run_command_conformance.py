@@ -20,7 +20,7 @@ from roost.agents.harness_check import EngineRecorder, token_exact_problems
 from roost.envs.swe.fixtures import make_fixtures
 from roost.rollout.keys import bearer
 
-AGENT = textwrap.dedent('''
+AGENT = textwrap.dedent("""
     import json, os, urllib.request
     import openai
 
@@ -39,10 +39,12 @@ AGENT = textwrap.dedent('''
             messages.append({"role": "tool", "tool_call_id": call.id, "content": step["observation"]})
             if step["terminated"] or step["truncated"]:
                 raise SystemExit(0)
-''')
-ECHO_ENV = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in ['ROOST_BASE_URL', 'OPENAI_BASE_URL', "
-            "'OPENAI_API_KEY', 'ROOST_SESSION_ID', 'ROOST_ENV_STEP_URL', 'ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY']})); "
-            "print(json.loads(os.environ['ROOST_TASK_JSON'])['id'])")
+""")
+ECHO_ENV = (
+    "import json, os; print(json.dumps({k: os.environ.get(k) for k in ['ROOST_BASE_URL', 'OPENAI_BASE_URL', "
+    "'OPENAI_API_KEY', 'ROOST_SESSION_ID', 'ROOST_ENV_STEP_URL', 'ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY']})); "
+    "print(json.loads(os.environ['ROOST_TASK_JSON'])['id'])"
+)
 
 
 def call(name: str, arguments: dict) -> str:
@@ -51,9 +53,13 @@ def call(name: str, arguments: dict) -> str:
 
 def rules(replacement: str) -> dict:
     edit = f"sed -i 's/(len(values) - 1)/{replacement}/' calc/stats.py && echo ROOST-EDIT-DONE"
-    return {"rules": [{"match": None, "reply": "Nothing to do."},
-                      {"match": r"mean\(\[1, 2, 3\]\)", "reply": call("bash", {"command": edit})},
-                      {"match": "ROOST-EDIT-DONE", "reply": call("submit", {})}]}
+    return {
+        "rules": [
+            {"match": None, "reply": "Nothing to do."},
+            {"match": r"mean\(\[1, 2, 3\]\)", "reply": call("bash", {"command": edit})},
+            {"match": "ROOST-EDIT-DONE", "reply": call("submit", {})},
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +92,15 @@ def gateway(scripted_engine, tmp_path):
 
 def config(fixtures_dir, command: str, **kwargs) -> EvalConfig:
     env_kwargs = {"fixtures_dir": str(fixtures_dir), "sandbox": {"backend": "bubblewrap"}}
-    return command_eval(command, "swe", split="test", task_ids=("roost-fixtures__calc-1",),
-                        env_kwargs=env_kwargs, model="tiny", **kwargs)
+    return command_eval(
+        command,
+        "swe",
+        split="test",
+        task_ids=("roost-fixtures__calc-1",),
+        env_kwargs=env_kwargs,
+        model="tiny",
+        **kwargs,
+    )
 
 
 async def run_command(config: EvalConfig) -> list:
@@ -96,15 +109,18 @@ async def run_command(config: EvalConfig) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("replacement,reward", [("len(values)", 1.0), ("(len(values) + 1)", 0.0)],
-                         ids=["right-patch", "wrong-patch"])
-async def test_command_agent_gets_the_env_verdict_token_exact(fixtures_dir, gateway, scripted_engine, tmp_path,
-                                                              replacement, reward):
+@pytest.mark.parametrize(
+    "replacement,reward", [("len(values)", 1.0), ("(len(values) + 1)", 0.0)], ids=["right-patch", "wrong-patch"]
+)
+async def test_command_agent_gets_the_env_verdict_token_exact(
+    fixtures_dir, gateway, scripted_engine, tmp_path, replacement, reward
+):
     url, store, recorder, admin_key = gateway
     script(scripted_engine, rules(replacement))
     (tmp_path / "agent.py").write_text(AGENT)
-    [result] = await run_command(config(fixtures_dir, f"{sys.executable} {tmp_path / 'agent.py'}", base_url=url,
-                                        admin_key=admin_key))
+    [result] = await run_command(
+        config(fixtures_dir, f"{sys.executable} {tmp_path / 'agent.py'}", base_url=url, admin_key=admin_key)
+    )
     assert result.status == "ok" and result.exit_code == 0, (result.error, result.output_tail)
     assert result.reward == reward and result.reward_source == "env"
     assert token_exact_problems(store, result.session_id, recorder) == []
@@ -112,8 +128,9 @@ async def test_command_agent_gets_the_env_verdict_token_exact(fixtures_dir, gate
 
 async def test_command_environment(fixtures_dir, gateway):
     url, _, _, admin_key = gateway
-    [result] = await run_command(config(fixtures_dir, f"{sys.executable} -c \"{ECHO_ENV}\"", base_url=url,
-                                        admin_key=admin_key, submit=False))
+    [result] = await run_command(
+        config(fixtures_dir, f'{sys.executable} -c "{ECHO_ENV}"', base_url=url, admin_key=admin_key, submit=False)
+    )
     seen = json.loads(result.output_tail.splitlines()[0])
     assert seen["ROOST_BASE_URL"] == seen["OPENAI_BASE_URL"] == f"{url}/sessions/{result.session_id}/v1"
     assert seen["ROOST_SESSION_ID"] == result.session_id and seen["OPENAI_API_KEY"]
@@ -137,21 +154,29 @@ async def test_a_hanging_command_is_killed_and_graded(fixtures_dir):
 
 
 async def test_a_broken_reward_file_is_an_agent_error(fixtures_dir):
-    command = "echo not-json > \"$ROOST_REWARD_FILE\""
+    command = 'echo not-json > "$ROOST_REWARD_FILE"'
     [result] = await run_command(config(fixtures_dir, command, submit=False))
     assert result.status == "agent_error" and "reward file" in result.error
 
 
-async def test_a_recorded_command_gets_its_session_key_and_not_the_server_keys(scripted_gateway, admin_key,
-                                                                                monkeypatch):
+async def test_a_recorded_command_gets_its_session_key_and_not_the_server_keys(
+    scripted_gateway, admin_key, monkeypatch
+):
     # Keys given to `roost run` through the environment must not reach the harness it runs.
     monkeypatch.setenv("ROOST_ADMIN_KEY", admin_key)
     monkeypatch.setenv("ROOST_ENGINE_KEY", "rek-the-engine-key")
     shown = "import json, os; print(json.dumps({k: os.environ.get(k) for k in sorted(os.environ) if 'KEY' in k}))"
-    [result] = await run_command(command_eval(
-        f"{sys.executable} -c \"{shown}\"", "roost.tests.agents.faulty_envs:make_factory", split="train",
-        task_ids=("t0",),
-        base_url=scripted_gateway, admin_key=admin_key, submit=False))
+    [result] = await run_command(
+        command_eval(
+            f'{sys.executable} -c "{shown}"',
+            "roost.tests.agents.faulty_envs:make_factory",
+            split="train",
+            task_ids=("t0",),
+            base_url=scripted_gateway,
+            admin_key=admin_key,
+            submit=False,
+        )
+    )
     assert result.status == "ok" and result.session_id, result.error
     seen = json.loads(result.output_tail.splitlines()[0])
     assert seen["OPENAI_API_KEY"].startswith("rsk-")

@@ -24,8 +24,18 @@ from roost.trainer.sample_sources import samples_from_store
 
 @pytest.mark.slow
 async def test_the_expert_solves_every_fixture_game_in_process(alfworld_data: Path):
-    report = await evaluate(EvalConfig("alfworld", agent="expert", episodes=6, split="train", concurrency=3,
-                                       env_kwargs={"data_dir": str(alfworld_data)}, workers=2, progress=False))
+    report = await evaluate(
+        EvalConfig(
+            "alfworld",
+            agent="expert",
+            episodes=6,
+            split="train",
+            concurrency=3,
+            env_kwargs={"data_dir": str(alfworld_data)},
+            workers=2,
+            progress=False,
+        )
+    )
     assert (report["success_rate"], report["mean_reward"], report["scored"]) == (1.0, 1.0, 6)
     assert len({r["task_id"] for r in report["results"]}) == 6 and not report["recorded"]
 
@@ -33,11 +43,15 @@ async def test_the_expert_solves_every_fixture_game_in_process(alfworld_data: Pa
 @pytest.mark.slow
 async def test_the_expert_solves_every_fixture_game_against_a_full_server(alfworld_data: Path):
     # One slot for four concurrent episodes: the runner waits out the 429s.
-    config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0,
-                          manager=ManagerConfig(workers=1, max_episodes=1))
+    config = ServerConfig(
+        "alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1, max_episodes=1)
+    )
     async with serving(config) as url:
-        report = await evaluate(EvalConfig("alfworld", agent="expert", env_url=url, episodes=6, split="valid_unseen",
-                                           concurrency=4, progress=False))
+        report = await evaluate(
+            EvalConfig(
+                "alfworld", agent="expert", env_url=url, episodes=6, split="valid_unseen", concurrency=4, progress=False
+            )
+        )
         async with httpx.AsyncClient() as http:  # the server shares this event loop: no blocking calls
             metrics = (await http.get(f"{url}/metrics")).text
     assert (report["success_rate"], report["scored"], report["infra_errors"]) == (1.0, 6, 0)
@@ -60,8 +74,9 @@ async def test_env_faults_are_infra_errors_never_scored_and_reach_the_gateway(sc
     assert session["outcome"]["reward"] is None and "died" in session["outcome"]["reason"]  # no reward, not a 0
 
 
-async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(alfworld_data: Path, scripted_gateway: str,
-                                                                          admin_key: str):
+async def test_with_a_gateway_each_episode_gets_a_session_with_its_reward(
+    alfworld_data: Path, scripted_gateway: str, admin_key: str
+):
     config = ServerConfig("alfworld", {"data_dir": str(alfworld_data)}, port=0, manager=ManagerConfig(workers=1))
     gateway = GatewayClient(scripted_gateway, admin_key=admin_key)
     async with serving(config) as url, EnvClient(url) as client, gateway:
@@ -95,8 +110,9 @@ class Fumbler:
         return AgentOutcome(turns=2, invalid_actions=invalid, stop_reason="gave_up")
 
 
-async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfworld_data: Path, scripted_gateway: str,
-                                                                          admin_key: str):
+async def test_the_invalid_action_penalty_shapes_the_training_reward_only(
+    alfworld_data: Path, scripted_gateway: str, admin_key: str
+):
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
     async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         tasks = (await manager.tasks("train"))[:1]
@@ -110,7 +126,8 @@ async def test_the_invalid_action_penalty_shapes_the_training_reward_only(alfwor
 
 
 async def test_the_tool_agent_s_invalid_actions_are_penalised_on_the_calls_that_chose_them(
-        alfworld_data: Path, scripted_gateway: str, admin_key: str, tmp_path: Path):
+    alfworld_data: Path, scripted_gateway: str, admin_key: str, tmp_path: Path
+):
     # The scripted engine's fallback reply "OK." is not a command: every turn is an invalid action.
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
     async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
@@ -141,8 +158,9 @@ class Stuck:
         await asyncio.wait_for(asyncio.Event().wait(), self.own_timeout)
 
 
-async def test_the_runner_cuts_off_a_hung_harness_in_eval_and_training_alike(alfworld_data: Path, scripted_gateway: str,
-                                                                               admin_key: str):
+async def test_the_runner_cuts_off_a_hung_harness_in_eval_and_training_alike(
+    alfworld_data: Path, scripted_gateway: str, admin_key: str
+):
     manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
     async with manager, GatewayClient(scripted_gateway, admin_key=admin_key) as gateway:
         tasks = (await manager.tasks("train"))[:1]
@@ -151,8 +169,13 @@ async def test_the_runner_cuts_off_a_hung_harness_in_eval_and_training_alike(alf
             [result] = await run_episodes(tasks, manager, Stuck(), manager.info.tools, run, gateway)
             assert result.status == "timeout" and "ran past its 0s timeout" in result.error, result
             session = httpx.get(f"{scripted_gateway}/sessions/{result.session_id}", headers=bearer(admin_key)).json()
-            assert session["outcome"] == {"status": "timeout", "reward": None, "reward_source": "none", "kind": kind,
-                                          "reason": result.error}
+            assert session["outcome"] == {
+                "status": "timeout",
+                "reward": None,
+                "reward_source": "none",
+                "kind": kind,
+                "reason": result.error,
+            }
         # the harness's own timeout is its error, not the episode's
         run = RunConfig(concurrency=1, run_id="own", timeout_s=30.0, progress=False)
         [result] = await run_episodes(tasks, manager, Stuck(own_timeout=0.1), manager.info.tools, run, gateway)

@@ -18,7 +18,7 @@ from roost.rollout.store.reader import TrajectoryReader
 
 
 def _tool_call(command: str) -> str:
-    return f'<tool_call>\n{json.dumps({"name": "act", "arguments": {"command": command}})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': 'act', 'arguments': {'command': command}})}\n</tool_call>"
 
 
 async def _walkthrough_rules(data: Path, split: str) -> tuple[str, list[dict]]:
@@ -48,7 +48,8 @@ async def _walkthrough_rules(data: Path, split: str) -> tuple[str, list[dict]]:
 
 
 async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_it(
-        alfworld_data: Path, scripted_engine, scripted_gateway: str, admin_key: str):
+    alfworld_data: Path, scripted_engine, scripted_gateway: str, admin_key: str
+):
     task_id, rules = await _walkthrough_rules(alfworld_data, "valid_seen")
     rules.append({"match": None, "reply": "OK."})
     scripted_engine_url = scripted_engine.url
@@ -56,14 +57,28 @@ async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_
         scripted = await http.post(f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": rules})
         assert scripted.status_code == 200
         try:
-            report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=scripted_gateway, episodes=1,
-                                               admin_key=admin_key, task_ids=(task_id,),
-                                               split="valid_seen", concurrency=1, max_turns=12, progress=False,
-                                               env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
-                                               agent_kwargs={"max_tokens": 64}, run_id="scripted"))
+            report = await evaluate(
+                EvalConfig(
+                    "alfworld",
+                    agent="tool",
+                    base_url=scripted_gateway,
+                    episodes=1,
+                    admin_key=admin_key,
+                    task_ids=(task_id,),
+                    split="valid_seen",
+                    concurrency=1,
+                    max_turns=12,
+                    progress=False,
+                    env_kwargs={"data_dir": str(alfworld_data)},
+                    workers=1,
+                    agent_kwargs={"max_tokens": 64},
+                    run_id="scripted",
+                )
+            )
         finally:
-            await http.post(f"{scripted_engine_url}/roost/scripted_sampler",
-                            json={"rules": [{"match": None, "reply": "OK."}]})
+            await http.post(
+                f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": [{"match": None, "reply": "OK."}]}
+            )
     (result,) = report["results"]
     assert result["task_id"] == task_id
     assert report["recorded"] and result["status"] == "ok"
@@ -75,17 +90,30 @@ async def test_a_scripted_model_wins_through_tool_calls_and_the_gateway_records_
     assert session["rewards"][0]["reward"] == 1.0 and session["outcome"]["status"] == "ok"
 
 
-async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld_data: Path, model_gateway: str,
-                                                                        admin_key: str):
-    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
-                                       episodes=2,
-                                       split="valid_unseen", concurrency=2, max_turns=2, progress=False,
-                                       env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
-                                       agent_kwargs={"max_tokens": 16}))
+async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(
+    alfworld_data: Path, model_gateway: str, admin_key: str
+):
+    report = await evaluate(
+        EvalConfig(
+            "alfworld",
+            agent="tool",
+            base_url=model_gateway,
+            admin_key=admin_key,
+            episodes=2,
+            split="valid_unseen",
+            concurrency=2,
+            max_turns=2,
+            progress=False,
+            env_kwargs={"data_dir": str(alfworld_data)},
+            workers=1,
+            agent_kwargs={"max_tokens": 16},
+        )
+    )
     assert report["recorded"] and report["scored"] == 2 and report["infra_errors"] == 0
     for result in report["results"]:
-        session = httpx.get(f"{model_gateway}/sessions/{result['session_id']}?tokens=1",
-                            headers=bearer(admin_key)).json()
+        session = httpx.get(
+            f"{model_gateway}/sessions/{result['session_id']}?tokens=1", headers=bearer(admin_key)
+        ).json()
         assert len(session["calls"]) == 2 and session["outcome"]["status"] == "ok"
         assert all(c["completion_tokens"] > 0 and c["sampled_ids"] for c in session["calls"])
         assert session["calls"][1]["kind"] == "extend"
@@ -94,34 +122,70 @@ async def test_the_tiny_model_plays_through_the_gateway_and_is_recorded(alfworld
 async def test_a_plain_openai_endpoint_is_evaluated_without_recording(alfworld_data: Path, scripted_gateway: str):
     # The gateway's sessionless /v1 stands in for any OpenAI-compatible API here; the scripted
     # engine's fallback reply "OK." is not a command, so each turn is an invalid action.
-    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=f"{scripted_gateway}/v1", episodes=1,
-                                       split="train", max_turns=2, progress=False, workers=1,
-                                       env_kwargs={"data_dir": str(alfworld_data)}))
+    report = await evaluate(
+        EvalConfig(
+            "alfworld",
+            agent="tool",
+            base_url=f"{scripted_gateway}/v1",
+            episodes=1,
+            split="train",
+            max_turns=2,
+            progress=False,
+            workers=1,
+            env_kwargs={"data_dir": str(alfworld_data)},
+        )
+    )
     (result,) = report["results"]
     assert not report["recorded"] and result["session_id"] is None
-    assert (result["status"], result["success"], result["invalid_actions"], result["stop_reason"]) == \
-        ("ok", False, 2, "max_turns")
+    assert (result["status"], result["success"], result["invalid_actions"], result["stop_reason"]) == (
+        "ok",
+        False,
+        2,
+        "max_turns",
+    )
 
 
-async def test_a_gateway_without_its_admin_key_is_refused_not_run_unrecorded(alfworld_data: Path,
-                                                                             scripted_gateway: str):
-    config = EvalConfig("alfworld", agent="tool", base_url=scripted_gateway, episodes=1, progress=False, workers=1,
-                        env_kwargs={"data_dir": str(alfworld_data)})
+async def test_a_gateway_without_its_admin_key_is_refused_not_run_unrecorded(
+    alfworld_data: Path, scripted_gateway: str
+):
+    config = EvalConfig(
+        "alfworld",
+        agent="tool",
+        base_url=scripted_gateway,
+        episodes=1,
+        progress=False,
+        workers=1,
+        env_kwargs={"data_dir": str(alfworld_data)},
+    )
     with pytest.raises(ValueError, match="admin key .*ROOST_ADMIN_KEY.*/v1 to run them unrecorded"):
         await evaluate(config)
 
 
-async def test_a_sampling_seed_replays_an_episode_and_another_seed_does_not(alfworld_data: Path, model_gateway: str,
-                                                                            admin_key: str):
+async def test_a_sampling_seed_replays_an_episode_and_another_seed_does_not(
+    alfworld_data: Path, model_gateway: str, admin_key: str
+):
     # The tiny model's weights are random: at temperature 1 two unseeded episodes share nothing.
     async def sampled(seed: int) -> list[list[list[int]]]:
-        report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
-                                           episodes=2,
-                                           split="valid_unseen", concurrency=2, max_turns=2, progress=False,
-                                           env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
-                                           agent_kwargs={"max_tokens": 8, "temperature": 1.0, "seed": seed}))
-        sessions = [httpx.get(f"{model_gateway}/sessions/{r['session_id']}?tokens=1", headers=bearer(admin_key)).json()
-                    for r in sorted(report["results"], key=lambda r: r["task_id"])]
+        report = await evaluate(
+            EvalConfig(
+                "alfworld",
+                agent="tool",
+                base_url=model_gateway,
+                admin_key=admin_key,
+                episodes=2,
+                split="valid_unseen",
+                concurrency=2,
+                max_turns=2,
+                progress=False,
+                env_kwargs={"data_dir": str(alfworld_data)},
+                workers=1,
+                agent_kwargs={"max_tokens": 8, "temperature": 1.0, "seed": seed},
+            )
+        )
+        sessions = [
+            httpx.get(f"{model_gateway}/sessions/{r['session_id']}?tokens=1", headers=bearer(admin_key)).json()
+            for r in sorted(report["results"], key=lambda r: r["task_id"])
+        ]
         return [[c["sampled_ids"] for c in s["calls"]] for s in sessions]
 
     first, again, other = await sampled(3), await sampled(3), await sampled(4)
@@ -135,15 +199,27 @@ def _listed_commands(observation: str) -> list[str]:
     return [line[2:] for line in observation.split("Admissible commands:\n")[1].split("\n")]
 
 
-async def test_allowed_replies_from_holds_every_reply_to_the_envs_commands(alfworld_data: Path, model_gateway: str,
-                                                                           admin_key: str, tmp_path: Path):
+async def test_allowed_replies_from_holds_every_reply_to_the_envs_commands(
+    alfworld_data: Path, model_gateway: str, admin_key: str, tmp_path: Path
+):
     # The tiny model's weights are random: free, it never spells a command (every turn invalid);
     # held to the env's admissible commands, it only ever plays one, at reset and after each step.
-    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
-                                       episodes=4, split="valid_unseen", concurrency=4, max_turns=4,
-                                       progress=False, env_kwargs={"data_dir": str(alfworld_data)}, workers=1,
-                                       agent_kwargs={"max_tokens": 64, "temperature": 1.0,
-                                                     "allowed_replies_from": "admissible_commands"}))
+    report = await evaluate(
+        EvalConfig(
+            "alfworld",
+            agent="tool",
+            base_url=model_gateway,
+            admin_key=admin_key,
+            episodes=4,
+            split="valid_unseen",
+            concurrency=4,
+            max_turns=4,
+            progress=False,
+            env_kwargs={"data_dir": str(alfworld_data)},
+            workers=1,
+            agent_kwargs={"max_tokens": 64, "temperature": 1.0, "allowed_replies_from": "admissible_commands"},
+        )
+    )
     assert report["scored"] == 4 and report["infra_errors"] == 0
     replies = set()
     for result in report["results"]:
@@ -159,12 +235,24 @@ async def test_allowed_replies_from_holds_every_reply_to_the_envs_commands(alfwo
     assert len(replies) > 1  # sampled, not one fixed command
 
 
-async def test_allowed_replies_from_a_key_the_env_does_not_fill_is_an_agent_error(alfworld_data: Path,
-                                                                                 model_gateway: str, admin_key: str):
-    report = await evaluate(EvalConfig("alfworld", agent="tool", base_url=model_gateway, admin_key=admin_key,
-                                       episodes=1, split="valid_unseen", max_turns=2, progress=False, workers=1,
-                                       env_kwargs={"data_dir": str(alfworld_data)},
-                                       agent_kwargs={"allowed_replies_from": "commands"}))
+async def test_allowed_replies_from_a_key_the_env_does_not_fill_is_an_agent_error(
+    alfworld_data: Path, model_gateway: str, admin_key: str
+):
+    report = await evaluate(
+        EvalConfig(
+            "alfworld",
+            agent="tool",
+            base_url=model_gateway,
+            admin_key=admin_key,
+            episodes=1,
+            split="valid_unseen",
+            max_turns=2,
+            progress=False,
+            workers=1,
+            env_kwargs={"data_dir": str(alfworld_data)},
+            agent_kwargs={"allowed_replies_from": "commands"},
+        )
+    )
     (result,) = report["results"]
     assert result["status"] == "agent_error"
     assert "allowed_replies_from='commands'" in result["error"] and "admissible_commands" in result["error"]

@@ -16,9 +16,16 @@ from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAct
 
 COMMANDS = ("peek", "inc")
 TARGET = 3
-TOOLS = [{"type": "function", "function": {
-    "name": "act", "description": "One of: peek, inc.",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "act",
+            "description": "One of: peek, inc.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    }
+]
 TASKS = ("count-0", "count-1")
 
 
@@ -98,7 +105,9 @@ class UndeclaredInfo(KeptEnv):
 class BadToolSchema(KeptEnv):
     @property
     def info(self) -> EnvInfo:
-        return EnvInfo("counter", "1", [{"type": "function", "function": {"name": "act now", "parameters": {}}}], ("train",))
+        return EnvInfo(
+            "counter", "1", [{"type": "function", "function": {"name": "act now", "parameters": {}}}], ("train",)
+        )
 
 
 class StickyReset(KeptEnv):

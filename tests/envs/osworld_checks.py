@@ -21,16 +21,20 @@ from roost.envs.osworld.desktop_client import DesktopClient, DesktopRequestError
 from roost.envs.protocol import TextAction, ToolCall
 
 NOTES = {
-    "id": "mousepad-notes", "snapshot": "mousepad", "source": "roost test",
+    "id": "mousepad-notes",
+    "snapshot": "mousepad",
+    "source": "roost test",
     "instruction": "Add the line 'hello roost' to notes.txt, open in Mousepad, and save it.",
     "config": [
         {"type": "execute", "parameters": {"command": ["bash", "-c", "printf 'first line\\n' > ~/notes.txt"]}},
         {"type": "launch", "parameters": {"command": ["mousepad", "~/notes.txt"]}},
     ],
     "related_apps": ["mousepad"],
-    "evaluator": {"func": "check_include_exclude",
-                  "result": {"type": "vm_command_line", "command": "cat ~/notes.txt", "shell": True},
-                  "expected": {"type": "rule", "rules": {"include": ["hello roost", "first line"], "exclude": []}}},
+    "evaluator": {
+        "func": "check_include_exclude",
+        "result": {"type": "vm_command_line", "command": "cat ~/notes.txt", "shell": True},
+        "expected": {"type": "rule", "rules": {"include": ["hello roost", "first line"], "exclude": []}},
+    },
 }
 
 
@@ -49,11 +53,13 @@ async def check_typing_into_mousepad(client: DesktopClient, width: int, height: 
     assert frame.get(f"{{{NS['cp']}}}screencoord") and frame.get(f"{{{NS['st']}}}showing") == "true"
     await client.activate_window("Mousepad")
     result = await client.run_python(
-        f"import pyautogui\npyautogui.typewrite({typed!r}, interval=0.01)\nprint(pyautogui.size())")
+        f"import pyautogui\npyautogui.typewrite({typed!r}, interval=0.01)\nprint(pyautogui.size())"
+    )
     assert (result.returncode, result.timed_out) == (0, False), result
     assert f"width={width}, height={height}" in result.output
-    text = await poll_tree(client, lambda root: next(
-        (el for el in root.iter("text") if typed in (el.text or "")), None))
+    text = await poll_tree(
+        client, lambda root: next((el for el in root.iter("text") if typed in (el.text or "")), None)
+    )
     assert text.get(f"{{{NS['st']}}}editable") == "true"
     width_px, height_px = await client.window_size("mousepad")
     assert 0 < width_px <= width and 0 < height_px <= height
@@ -100,8 +106,12 @@ async def check_chromium_devtools(client: DesktopClient, host: str, port: int) -
         assert (await client.execute("test -e ~/.config/chromium/Default", shell=True)).returncode != 0
         await poll_tree(client, lambda root: _find(root, "frame", "about:blank - Chromium"))
         await client.run_python("import pyautogui; pyautogui.hotkey('ctrl', 't')")
-        await poll_tree(client, lambda root: next((el for el in root.iter("entry") if el.get("name") ==
-                                                   "Address and search bar" and _focused(el)), None))
+        await poll_tree(
+            client,
+            lambda root: next(
+                (el for el in root.iter("entry") if el.get("name") == "Address and search bar" and _focused(el)), None
+            ),
+        )
         tabs = [t["url"] for t in (await http.get(f"http://{host}:{port}/json")).json() if t["type"] == "page"]
         assert len(tabs) == 2 and not any("third-party" in url for url in tabs), (version["Browser"], tabs)
     await close_when_mapped(client, "chromium")

@@ -56,11 +56,26 @@ async def test_an_episode_against_the_server_in_the_container(docker_engine, alf
 
 
 @pytest.mark.timeout(600)
-async def test_roost_serve_docker_serves_and_cleans_up(docker_engine, alfworld_image: str, alfworld_data: Path,
-                                                      tmp_path: Path):
+async def test_roost_serve_docker_serves_and_cleans_up(
+    docker_engine, alfworld_image: str, alfworld_data: Path, tmp_path: Path
+):
     port_file = tmp_path / "port"
-    command = [sys.executable, "-m", "roost.cli.main", "serve", "alfworld", "--docker", "--port", "0",
-               "--port-file", str(port_file), "--workers", "1", "--data-dir", str(alfworld_data)]
+    command = [
+        sys.executable,
+        "-m",
+        "roost.cli.main",
+        "serve",
+        "alfworld",
+        "--docker",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--workers",
+        "1",
+        "--data-dir",
+        str(alfworld_data),
+    ]
     server, port = start_reporting(command, port_file, "roost serve --docker", 300)
     url = f"http://127.0.0.1:{port}"
     try:

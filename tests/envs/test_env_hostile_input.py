@@ -64,16 +64,18 @@ async def test_what_a_model_wrote_past_its_limits_is_invalid_but_a_malformed_bod
             await client.step(episode, TextAction("inc " * 20_000))  # refused by the client, as the server would
         with pytest.raises(InvalidActionError, match="at most 256 characters"):
             await client.step(episode, ToolCall("act" * 100, "{}"))
-        too_long = await raw.post(f"/episodes/{episode}/step",
-                                  json={"action": {"type": "text", "text": "inc " * 20_000}})
+        too_long = await raw.post(
+            f"/episodes/{episode}/step", json={"action": {"type": "text", "text": "inc " * 20_000}}
+        )
         assert too_long.status_code == 422 and too_long.json()["error"]["type"] == "invalid_action"
         assert "at most 65536 characters" in too_long.json()["error"]["message"]
         not_an_action = await raw.post(f"/episodes/{episode}/step", json={"action": {"type": "shout", "text": "hi"}})
         assert not_an_action.status_code == 422 and not_an_action.json()["error"]["type"] == "bad_request"
         not_json = await raw.post(f"/episodes/{episode}/step", content=b"\xff{", headers=JSON)
         assert not_json.status_code == 422 and not_json.json()["error"]["type"] == "bad_request"
-        unknown = await raw.post("/episodes/nope/step", content='{"action": {"type": "text", "text": %s}}' % DEEP,
-                                 headers=JSON)
+        unknown = await raw.post(
+            "/episodes/nope/step", content='{"action": {"type": "text", "text": %s}}' % DEEP, headers=JSON
+        )
         assert unknown.status_code == 404  # no such episode comes before what the action holds
         assert (await client.step(episode, TextAction("inc"))).observation.text == "n=1"
 
@@ -85,10 +87,12 @@ async def test_in_process_object_arguments_are_checked_before_a_worker_sees_them
     async with EpisodeManager(WorkerConfig(TOY, {}), ManagerConfig(workers=1)) as manager:
         episode, _ = await manager.create()
         worker = manager.workers[0]
-        for arguments, refusal in [({"command": deep}, "nest more than 64 levels deep"),
-                                   ({"command": 10**5000}, "an integer of more than 4,300 digits"),
-                                   ({"command": float("inf")}, "hold inf; only finite numbers"),
-                                   ({"command": {1, 2}}, "hold a set, which is not JSON data")]:
+        for arguments, refusal in [
+            ({"command": deep}, "nest more than 64 levels deep"),
+            ({"command": 10**5000}, "an integer of more than 4,300 digits"),
+            ({"command": float("inf")}, "hold inf; only finite numbers"),
+            ({"command": {1, 2}}, "hold a set, which is not JSON data"),
+        ]:
             with pytest.raises(InvalidActionError, match=re.escape(refusal)):
                 await manager.step(episode, ToolCall("act", arguments))
         assert (await manager.step(episode, ToolCall("act", {"command": "inc"}))).observation.text == "n=1"

@@ -18,10 +18,22 @@ from roost.envs.serve import ServerConfig, serving
 
 TOY = "roost.tests.envs.toy_envs:make_factory"
 CASES = 50  # per operation (100 ran clean too)
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-          checks.response_schema_conformance]
-OPERATIONS = ["POST /episodes", "POST /episodes/{episode_id}/step", "GET /episodes/{episode_id}",
-              "DELETE /episodes/{episode_id}", "GET /tasks", "GET /info", "GET /health", "GET /metrics"]
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+]
+OPERATIONS = [
+    "POST /episodes",
+    "POST /episodes/{episode_id}/step",
+    "GET /episodes/{episode_id}",
+    "DELETE /episodes/{episode_id}",
+    "GET /tasks",
+    "GET /info",
+    "GET /health",
+    "GET /metrics",
+]
 
 
 class ServerThread:
@@ -71,12 +83,21 @@ def test_generated_requests_get_documented_answers_and_no_server_error(label, se
     operation = schemathesis.openapi.from_url(f"{server}/openapi.json").find_operation_by_label(label)
     episode = httpx.post(f"{server}/episodes", json={"task_id": "count-0"}).json()["episode_id"]
     random = [operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
-    aimed = operation.as_strategy(GenerationMode.POSITIVE, path_parameters={"episode_id": episode}) \
-        if "{episode_id}" in operation.path else random[0]
+    aimed = (
+        operation.as_strategy(GenerationMode.POSITIVE, path_parameters={"episode_id": episode})
+        if "{episode_id}" in operation.path
+        else random[0]
+    )
 
     @given(st.one_of(*random, aimed))
-    @settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-              database=None, phases=[Phase.explicit, Phase.generate])  # no shrinking: it calls the server
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+    )  # no shrinking: it calls the server
     def check(case):
         response = case.call(base_url=server, timeout=30)
         case.validate_response(response, checks=CHECKS)

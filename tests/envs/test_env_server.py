@@ -24,8 +24,7 @@ from roost.tests.prometheus_samples import sample
 
 
 def _config(data: Path, **manager) -> ServerConfig:
-    return ServerConfig("alfworld", {"data_dir": str(data)}, port=0,
-                        manager=ManagerConfig(**{"workers": 1, **manager}))
+    return ServerConfig("alfworld", {"data_dir": str(data)}, port=0, manager=ManagerConfig(**{"workers": 1, **manager}))
 
 
 @pytest.fixture
@@ -73,13 +72,15 @@ async def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(server: s
         with pytest.raises(EpisodeNotFoundError):
             await client.step("no-such-episode", TextAction("look"))
 
-        too_big = await raw.post("/episodes", content=b"{" + b" " * (2 << 20) + b"}",
-                                 headers={"content-type": "application/json"})
+        too_big = await raw.post(
+            "/episodes", content=b"{" + b" " * (2 << 20) + b"}", headers={"content-type": "application/json"}
+        )
         assert too_big.status_code == 413 and too_big.json()["error"]["type"] == "bad_request"
         unknown_field = await raw.post("/episodes", json={"task": "x"})
         assert unknown_field.status_code == 422 and "Extra inputs" in unknown_field.json()["error"]["message"]
-        not_json = await raw.post(f"/episodes/{episode}/step", content=b"look",
-                                  headers={"content-type": "application/json"})
+        not_json = await raw.post(
+            f"/episodes/{episode}/step", content=b"look", headers={"content-type": "application/json"}
+        )
         assert not_json.status_code == 422
         bad_action = await raw.post(f"/episodes/{episode}/step", json={"action": {"type": "shout", "text": "hi"}})
         assert bad_action.status_code == 422
@@ -87,7 +88,9 @@ async def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(server: s
         step = await client.step(episode, TextAction("look"))
         assert not step.done and (await client.status(episode)).steps == 1
         metrics = (await raw.get("/metrics")).text
-        assert sample(metrics, "roost_env_invalid_actions_total") == 2 and sample(metrics, "roost_env_live_episodes") == 1
+        assert (
+            sample(metrics, "roost_env_invalid_actions_total") == 2 and sample(metrics, "roost_env_live_episodes") == 1
+        )
 
 
 async def test_past_max_episodes_the_server_answers_429_with_retry_after(server: str):

@@ -17,9 +17,27 @@ TOY = "roost.tests.envs.toy_envs:make_factory"
 
 def test_a_killed_server_takes_its_workers_and_their_episodes_along(tmp_path):
     port_file = tmp_path.parent / f"{tmp_path.name}.port"  # the closed_dir folder holds only episodes
-    server, port = start_reporting([sys.executable, "-m", "roost.cli.main", "serve", TOY, "--port", "0", "--port-file",
-                                    str(port_file), "--workers", "2", "--env-arg", f"closed_dir={tmp_path}"],
-                                   port_file, "roost serve", 120, start_new_session=True)
+    server, port = start_reporting(
+        [
+            sys.executable,
+            "-m",
+            "roost.cli.main",
+            "serve",
+            TOY,
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--workers",
+            "2",
+            "--env-arg",
+            f"closed_dir={tmp_path}",
+        ],
+        port_file,
+        "roost serve",
+        120,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     workers: list[psutil.Process] = []
     try:

@@ -25,11 +25,14 @@ def test_the_offline_task_set_loads_with_both_splits():
     assert all(t.solution and t.instruction for t in tasks)
 
 
-@pytest.mark.parametrize("row,message", [
-    ({"id": "x", "instruction": "i", "verifier": {"command": "true", "reward": "output_match"}}, "pattern"),
-    ({"id": "x", "instruction": "i", "verifier": {"command": "true"}, "files": {"/etc/passwd": ""}}, "relative"),
-    ({"id": "x", "instruction": "i", "verifier": {"command": "true"}, "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ({"id": "x", "instruction": "i", "verifier": {"command": "true", "reward": "output_match"}}, "pattern"),
+        ({"id": "x", "instruction": "i", "verifier": {"command": "true"}, "files": {"/etc/passwd": ""}}, "relative"),
+        ({"id": "x", "instruction": "i", "verifier": {"command": "true"}, "extra": 1}, "extra"),
+    ],
+)
 def test_bad_tasks_are_refused_with_the_reason(tmp_path, row, message):
     path = tmp_path / "tasks.jsonl"
     path.write_text(json.dumps(row) + "\n")
@@ -65,8 +68,14 @@ async def test_every_task_fails_as_given_and_passes_with_its_solution():
 
 @needs_bwrap
 async def test_verifier_files_are_hidden_until_verification():
-    task = HermesTask.model_validate({"id": "hidden", "instruction": "i", "verifier": {"command": "test -f secret"},
-                                      "verifier_files": {"secret": "42\n"}})
+    task = HermesTask.model_validate(
+        {
+            "id": "hidden",
+            "instruction": "i",
+            "verifier": {"command": "test -f secret"},
+            "verifier_files": {"secret": "42\n"},
+        }
+    )
     sandbox = await HermesShared(HermesEnvConfig(**BWRAP), {}).start_sandbox(task)
     try:
         assert (await sandbox.exec("test -e secret")).exit_code == 1
@@ -131,13 +140,24 @@ def test_hermes_agent_tools_run_in_the_sandbox():
         asyncio.run_coroutine_threadsafe(sandbox.close(), loop.loop).result()
 
 
-@pytest.mark.parametrize("result,status", [
-    ({"completed": True, "turn_exit_reason": "text_response(finish_reason=stop)"}, "finished"),
-    ({"completed": False, "turn_exit_reason": "max_iterations_reached(8/8)"}, "max_iterations"),
-    ({"completed": False, "failed": True, "final_response": "API call failed after 3 retries: Connection error.",
-      "error": "Connection error.", "failure_reason": "timeout"}, "model_unavailable"),
-    ({"completed": False, "partial": True, "error": "Model generated invalid tool call: x"}, "failed"),
-])
+@pytest.mark.parametrize(
+    "result,status",
+    [
+        ({"completed": True, "turn_exit_reason": "text_response(finish_reason=stop)"}, "finished"),
+        ({"completed": False, "turn_exit_reason": "max_iterations_reached(8/8)"}, "max_iterations"),
+        (
+            {
+                "completed": False,
+                "failed": True,
+                "final_response": "API call failed after 3 retries: Connection error.",
+                "error": "Connection error.",
+                "failure_reason": "timeout",
+            },
+            "model_unavailable",
+        ),
+        ({"completed": False, "partial": True, "error": "Model generated invalid tool call: x"}, "failed"),
+    ],
+)
 def test_how_a_conversation_ended(result, status):
     from roost.envs.hermes.conversation import Outcome
 

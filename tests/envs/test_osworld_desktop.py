@@ -77,16 +77,21 @@ async def test_an_endless_loop_is_killed_at_its_timeout(desktop):
 async def test_actions_fork_from_a_runner_that_imported_pyautogui(desktop):
     """Each action is a fresh child of the action runner: pyautogui is already imported, its X
     connection is the child's own, and the script reports as `python3 script` would."""
-    probe = ("import os, sys\nprint('pyautogui' in sys.modules, __name__)\nimport pyautogui\n"
-             "pyautogui.moveTo({x}, 33)\nprint(pyautogui._pyautogui_x11._display.fileno(), os.getpid())")
+    probe = (
+        "import os, sys\nprint('pyautogui' in sys.modules, __name__)\nimport pyautogui\n"
+        "pyautogui.moveTo({x}, 33)\nprint(pyautogui._pyautogui_x11._display.fileno(), os.getpid())"
+    )
     async with DesktopClient(desktop.url) as client:
-        first, second = await asyncio.gather(client.run_python(probe.format(x=44)),
-                                             client.run_python(probe.format(x=55)))
+        first, second = await asyncio.gather(
+            client.run_python(probe.format(x=44)), client.run_python(probe.format(x=55))
+        )
         for result in (first, second):
             assert result.returncode == 0 and result.output.startswith("True __main__\n"), result
         assert first.output.split()[-1] != second.output.split()[-1]  # two processes
         assert (await client.run_python("import pyautogui; print(tuple(pyautogui.position()))")).output in (
-            "(44, 33)\n", "(55, 33)\n")
+            "(44, 33)\n",
+            "(55, 33)\n",
+        )
         failed = await client.run_python("x = 1\nraise ValueError('bad value')\n")
         assert failed.returncode == 1 and failed.error.startswith("Traceback (most recent call last):\n  File")
         assert "line 2, in <module>" in failed.error and "ValueError: bad value" in failed.error
@@ -97,8 +102,11 @@ async def test_actions_fork_from_a_runner_that_imported_pyautogui(desktop):
 
 
 async def test_a_killed_action_runner_is_replaced_and_actions_go_on(desktop):
-    runners = [pid for pid in _desktop_processes(desktop.marker)
-               if b"desktop.action_runner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    runners = [
+        pid
+        for pid in _desktop_processes(desktop.marker)
+        if b"desktop.action_runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
     assert len(runners) == 1, runners
     os.kill(runners[0], signal.SIGKILL)
     async with DesktopClient(desktop.url) as client:

@@ -35,8 +35,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 WIDTH, HEIGHT = 1024, 640
 
 
-EPISODE = {"observation_type": "screenshot_a11y_tree", "width": WIDTH, "height": HEIGHT, "step_timeout_s": 10,
-           "max_steps": 16, "settle_s": 0.2, "wait_s": 0.5}
+EPISODE = {
+    "observation_type": "screenshot_a11y_tree",
+    "width": WIDTH,
+    "height": HEIGHT,
+    "step_timeout_s": 10,
+    "max_steps": 16,
+    "settle_s": 0.2,
+    "wait_s": 0.5,
+}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +83,9 @@ async def test_it_runs_as_user_with_no_route_out(desktop):
         assert who.output.split() == ["user", "/home/user"]
         probe = await client.run_python(
             "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    print('reached')\n"
-            "except OSError as exc:\n    print('blocked', exc)\n", timeout_s=20)
+            "except OSError as exc:\n    print('blocked', exc)\n",
+            timeout_s=20,
+        )
         assert probe.output.startswith("blocked"), probe
 
 
@@ -95,9 +104,12 @@ async def test_an_episode_on_a_docker_desktop(image, tasks_dir):
 async def test_roost_serve_osworld_docker_runs_episodes_in_its_container(docker_engine, image, tasks_dir):
     from roost.envs.containers import ContainerConfig, EnvContainer
 
-    args = ["--workers", "1", "--max-episodes", "2"] + [a for k, v in EPISODE.items() for a in ("--env-arg", f"{k}={v}")]
-    container = EnvContainer(docker_engine, image, ContainerConfig(resolve("osworld"), data_dir=tasks_dir,
-                                                                   server_args=args))
+    args = ["--workers", "1", "--max-episodes", "2"] + [
+        a for k, v in EPISODE.items() for a in ("--env-arg", f"{k}={v}")
+    ]
+    container = EnvContainer(
+        docker_engine, image, ContainerConfig(resolve("osworld"), data_dir=tasks_dir, server_args=args)
+    )
     url = await asyncio.to_thread(container.start)
     try:
         async with EnvClient(url) as client:

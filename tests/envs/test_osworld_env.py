@@ -18,12 +18,20 @@ from roost.envs.serve import ServerConfig, serving
 from roost.tests.envs.osworld_checks import NOTES, wait_for, write_tasks
 from roost.tests.envs.test_osworld_observations import load_osworld_linearize
 
-INFEASIBLE = {"id": "infeasible-fax", "instruction": "Send this file by fax.", "config": [],
-              "evaluator": {"func": "infeasible"}}
-DRIVE = {"id": "needs-drive", "instruction": "Open the sheet from Google Drive.",
-         "config": [{"type": "googledrive", "parameters": {"settings_file": "settings.json", "operation": ["delete"],
-                                                           "args": [{}]}}],
-         "evaluator": {"func": "infeasible"}}
+INFEASIBLE = {
+    "id": "infeasible-fax",
+    "instruction": "Send this file by fax.",
+    "config": [],
+    "evaluator": {"func": "infeasible"},
+}
+DRIVE = {
+    "id": "needs-drive",
+    "instruction": "Open the sheet from Google Drive.",
+    "config": [
+        {"type": "googledrive", "parameters": {"settings_file": "settings.json", "operation": ["delete"], "args": [{}]}}
+    ],
+    "evaluator": {"func": "infeasible"},
+}
 
 
 MAX_STEPS = 16
@@ -65,7 +73,9 @@ async def test_type_into_mousepad_save_and_score(client):
 
     with pytest.raises(InvalidActionError, match="not valid Python: SyntaxError"):
         await client.step(episode, TextAction("pyautogui.hotkey('ctrl', 'end'"))
-    step = await client.step(episode, TextAction("pyautogui.hotkey('ctrl', 'end')\npyautogui.typewrite('hello roost<3')"))
+    step = await client.step(
+        episode, TextAction("pyautogui.hotkey('ctrl', 'end')\npyautogui.typewrite('hello roost<3')")
+    )
     assert step.info["returncode"] == 0 and not step.done, step.info
     step = await wait_for(client, episode, "hello roost<3")
     step = await client.step(episode, ToolCall("hotkey", {"keys": ["ctrl", "s"]}))
@@ -138,8 +148,9 @@ async def test_a_dead_x_server_is_an_env_fault(client):
 
 
 async def test_screenshots_and_computer13_in_process(tasks_dir):
-    env = make_factory(tasks=str(tasks_dir), observation_type="screenshot_a11y_tree", width=800, height=600,
-                       action_space="computer_13")()
+    env = make_factory(
+        tasks=str(tasks_dir), observation_type="screenshot_a11y_tree", width=800, height=600, action_space="computer_13"
+    )()
     try:
         reset = await env.reset(task_id=INFEASIBLE["id"])
         png = base64.b64decode(reset.observation.image)

@@ -37,8 +37,16 @@ async def ctx(desktop, tmp_path):
     (tmp_path / "cache" / "t1").mkdir(parents=True)
     (tmp_path / "work").mkdir()
     async with DesktopClient(desktop.url) as client:
-        yield TaskContext("t1", client, desktop.host, desktop.server_port, desktop.chromium_port,
-                          FileCache(tmp_path / "cache"), tmp_path / "work", (WIDTH, HEIGHT))
+        yield TaskContext(
+            "t1",
+            client,
+            desktop.host,
+            desktop.server_port,
+            desktop.chromium_port,
+            FileCache(tmp_path / "cache"),
+            tmp_path / "work",
+            (WIDTH, HEIGHT),
+        )
 
 
 def _task(config=(), **evaluator):
@@ -55,18 +63,40 @@ def _xlsx(path: Path, rows: list[list]) -> bytes:
 
 async def test_config_steps_download_open_execute_and_windows(ctx):
     (ctx.cache.root / "notes.txt").write_text("from the cache\n")
-    steps = _task([
-        {"type": "download", "parameters": {"files": [
-            {"url": "https://files.example/notes.txt", "path": "/home/user/Desktop/notes.txt"}]}},
-        {"type": "execute", "parameters": {"command": ["cat", "/home/user/Desktop/notes.txt"], "stdout": "cat.out"}},
-        {"type": "execute", "parameters": {"command": "echo {SCREEN_WIDTH}x{SCREEN_HEIGHT_HALF}", "shell": True,
-                                           "stdout": "size.out"}},
-        {"type": "command", "parameters": {"command": "test -e /home/user/later || (sleep 1; touch /home/user/later)",
-                                           "shell": True, "until": {"returncode": 0}}},
-        {"type": "open", "parameters": {"path": "/home/user/Desktop/notes.txt"}},
-        {"type": "sleep", "parameters": {"seconds": 0.2}},
-        {"type": "activate_window", "parameters": {"window_name": "notes.txt"}},
-    ], func="infeasible").config
+    steps = _task(
+        [
+            {
+                "type": "download",
+                "parameters": {
+                    "files": [{"url": "https://files.example/notes.txt", "path": "/home/user/Desktop/notes.txt"}]
+                },
+            },
+            {
+                "type": "execute",
+                "parameters": {"command": ["cat", "/home/user/Desktop/notes.txt"], "stdout": "cat.out"},
+            },
+            {
+                "type": "execute",
+                "parameters": {
+                    "command": "echo {SCREEN_WIDTH}x{SCREEN_HEIGHT_HALF}",
+                    "shell": True,
+                    "stdout": "size.out",
+                },
+            },
+            {
+                "type": "command",
+                "parameters": {
+                    "command": "test -e /home/user/later || (sleep 1; touch /home/user/later)",
+                    "shell": True,
+                    "until": {"returncode": 0},
+                },
+            },
+            {"type": "open", "parameters": {"path": "/home/user/Desktop/notes.txt"}},
+            {"type": "sleep", "parameters": {"seconds": 0.2}},
+            {"type": "activate_window", "parameters": {"window_name": "notes.txt"}},
+        ],
+        func="infeasible",
+    ).config
     await run_steps(steps, ctx)
     assert await ctx.client.get_file("/home/user/Desktop/notes.txt") == b"from the cache\n"
     assert (ctx.work_dir / "cat.out").read_text() == "from the cache\n"
@@ -77,8 +107,17 @@ async def test_config_steps_download_open_execute_and_windows(ctx):
 
 
 async def test_a_missing_cache_file_or_an_online_step_is_unsupported_and_a_failing_step_is_named(ctx):
-    missing = _task([{"type": "download", "parameters": {"files": [
-        {"url": "https://files.example/absent.xlsx", "path": "/home/user/absent.xlsx"}]}}], func="infeasible")
+    missing = _task(
+        [
+            {
+                "type": "download",
+                "parameters": {
+                    "files": [{"url": "https://files.example/absent.xlsx", "path": "/home/user/absent.xlsx"}]
+                },
+            }
+        ],
+        func="infeasible",
+    )
     with pytest.raises(MissingCacheFile, match=r"https://files.example/absent.xlsx is not in the cache folder"):
         await run_steps(missing.config, ctx)
     assert await ctx.client.get_file("/home/user/absent.xlsx") is None
@@ -92,13 +131,20 @@ async def test_a_missing_cache_file_or_an_online_step_is_unsupported_and_a_faili
 
 async def test_a_calc_task_scores_the_agents_file_with_osworlds_compare_table(ctx, tmp_path):
     _xlsx(ctx.cache.root / "t1" / "gold.xlsx", [["item", "n"], ["a", 1], ["total", 1]])
-    task = _task(func="compare_table",
-                 result={"type": "vm_file", "path": "/home/user/sheet.xlsx", "dest": "sheet.xlsx"},
-                 expected={"type": "cache_file", "path": "gold.xlsx"}, options=RULES)
+    task = _task(
+        func="compare_table",
+        result={"type": "vm_file", "path": "/home/user/sheet.xlsx", "dest": "sheet.xlsx"},
+        expected={"type": "cache_file", "path": "gold.xlsx"},
+        options=RULES,
+    )
     assert (await evaluate(task, ctx, agent_failed=False)).reward == 0.0  # no file on the desktop yet
-    await ctx.client.upload_file("/home/user/sheet.xlsx", _xlsx(tmp_path / "w.xlsx", [["item", "n"], ["a", 1], ["total", 2]]))
+    await ctx.client.upload_file(
+        "/home/user/sheet.xlsx", _xlsx(tmp_path / "w.xlsx", [["item", "n"], ["a", 1], ["total", 2]])
+    )
     assert (await evaluate(task, ctx, agent_failed=False)).reward == 0.0
-    await ctx.client.upload_file("/home/user/sheet.xlsx", _xlsx(tmp_path / "r.xlsx", [["item", "n"], ["a", 1], ["total", 1]]))
+    await ctx.client.upload_file(
+        "/home/user/sheet.xlsx", _xlsx(tmp_path / "r.xlsx", [["item", "n"], ["a", 1], ["total", 1]])
+    )
     evaluation = await evaluate(task, ctx, agent_failed=False)
     assert evaluation.reward == 1.0 and [s.func for s in evaluation.scores] == ["compare_table"]
     assert (ctx.work_dir / "sheet.xlsx").is_file()  # OSWorld's vm_file saved it in the episode's folder
@@ -107,12 +153,18 @@ async def test_a_calc_task_scores_the_agents_file_with_osworlds_compare_table(ct
 
 async def test_conj_postconfig_command_line_rule_and_infeasible(ctx):
     def checks(conj):
-        return _task(func=["check_include_exclude", "check_include_exclude"], conj=conj,
-                     result=[{"type": "vm_command_line", "command": "cat /home/user/greeting", "shell": True}] * 2,
-                     expected=[{"type": "rule", "rules": {"include": ["hello"], "exclude": []}},
-                               {"type": "rule", "rules": {"include": ["goodbye"], "exclude": []}}],
-                     postconfig=[{"type": "execute", "parameters": {
-                         "command": "echo hello > /home/user/greeting", "shell": True}}])
+        return _task(
+            func=["check_include_exclude", "check_include_exclude"],
+            conj=conj,
+            result=[{"type": "vm_command_line", "command": "cat /home/user/greeting", "shell": True}] * 2,
+            expected=[
+                {"type": "rule", "rules": {"include": ["hello"], "exclude": []}},
+                {"type": "rule", "rules": {"include": ["goodbye"], "exclude": []}},
+            ],
+            postconfig=[
+                {"type": "execute", "parameters": {"command": "echo hello > /home/user/greeting", "shell": True}}
+            ],
+        )
 
     evaluation = await evaluate(checks("and"), ctx, agent_failed=False)
     assert evaluation.reward == 0.0 and [s.score for s in evaluation.scores] == [1.0, 0.0]
@@ -124,12 +176,20 @@ async def test_conj_postconfig_command_line_rule_and_infeasible(ctx):
 
 async def test_the_accessibility_tree_getter_feeds_osworlds_tree_metric(ctx):
     await ctx.client.upload_file("/home/user/tree.txt", b"roost tree check\n")
-    await run_steps(_task([{"type": "open", "parameters": {"path": "/home/user/tree.txt"}}], func="infeasible").config, ctx)
-    task = _task(func="check_accessibility_tree", result={"type": "accessibility_tree"},
-                 options={"rules": [{"selectors": ['frame[name*="tree.txt"]']}]})
+    await run_steps(
+        _task([{"type": "open", "parameters": {"path": "/home/user/tree.txt"}}], func="infeasible").config, ctx
+    )
+    task = _task(
+        func="check_accessibility_tree",
+        result={"type": "accessibility_tree"},
+        options={"rules": [{"selectors": ['frame[name*="tree.txt"]']}]},
+    )
     assert (await evaluate(task, ctx, agent_failed=False)).reward == 1.0
-    absent = _task(func="check_accessibility_tree", result={"type": "accessibility_tree"},
-                   options={"rules": [{"selectors": ['frame[name*="no-such-window"]']}]})
+    absent = _task(
+        func="check_accessibility_tree",
+        result={"type": "accessibility_tree"},
+        options={"rules": [{"selectors": ['frame[name*="no-such-window"]']}]},
+    )
     assert (await evaluate(absent, ctx, agent_failed=False)).reward == 0.0
     await ctx.client.close_window("tree.txt")
 
@@ -137,16 +197,24 @@ async def test_the_accessibility_tree_getter_feeds_osworlds_tree_metric(ctx):
 async def test_cloud_file_reads_the_cache_and_a_broken_metric_is_an_evaluation_error(ctx):
     (ctx.cache.root / "t1" / "expected.txt").write_text("same\n")
     await ctx.client.upload_file("/home/user/out.txt", b"same\n")
-    task = _task(func="compare_text_file",
-                 result={"type": "vm_file", "path": "/home/user/out.txt", "dest": "out.txt"},
-                 expected={"type": "cloud_file", "path": "https://files.example/x?id=1", "dest": "expected.txt"})
+    task = _task(
+        func="compare_text_file",
+        result={"type": "vm_file", "path": "/home/user/out.txt", "dest": "out.txt"},
+        expected={"type": "cloud_file", "path": "https://files.example/x?id=1", "dest": "expected.txt"},
+    )
     assert (await evaluate(task, ctx, agent_failed=False)).reward == 1.0
-    gone = _task(func="compare_text_file", result={"type": "vm_file", "path": "/home/user/out.txt", "dest": "o.txt"},
-                 expected={"type": "cloud_file", "path": "https://files.example/y", "dest": "nowhere.txt"})
+    gone = _task(
+        func="compare_text_file",
+        result={"type": "vm_file", "path": "/home/user/out.txt", "dest": "o.txt"},
+        expected={"type": "cloud_file", "path": "https://files.example/y", "dest": "nowhere.txt"},
+    )
     with pytest.raises(MissingCacheFile, match="https://files.example/y"):
         await evaluate(gone, ctx, agent_failed=False)
-    broken = _task(func="exact_match", result={"type": "vm_command_line", "command": ["echo", "x"]},
-                   expected={"type": "rule", "rules": {"expectd": "x\n"}})  # OSWorld's exact_match raises KeyError
+    broken = _task(
+        func="exact_match",
+        result={"type": "vm_command_line", "command": ["echo", "x"]},
+        expected={"type": "rule", "rules": {"expectd": "x\n"}},
+    )  # OSWorld's exact_match raises KeyError
     with pytest.raises(EvaluationError, match="metric exact_match .* KeyError"):
         await evaluate(broken, ctx, agent_failed=False)
 
@@ -154,24 +222,48 @@ async def test_cloud_file_reads_the_cache_and_a_broken_metric_is_an_evaluation_e
 async def test_chrome_tabs_open_through_devtools_and_osworlds_playwright_getter_reads_them(ctx):
     page = "<html><head><title>Roost page</title></head><body>hi</body></html>"
     await ctx.client.upload_file("/home/user/page.html", page.encode())
-    steps = _task([
-        {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
-        {"type": "chrome_open_tabs", "parameters": {"urls_to_open": [
-            "file:///home/user/page.html", "file:///home/user/page.html?two"]}},
-    ], func="infeasible")
+    steps = _task(
+        [
+            {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+            {
+                "type": "chrome_open_tabs",
+                "parameters": {"urls_to_open": ["file:///home/user/page.html", "file:///home/user/page.html?two"]},
+            },
+        ],
+        func="infeasible",
+    )
     await run_steps(steps.config, ctx)
-    task = _task(func="is_expected_tabs", result={"type": "open_tabs_info"},
-                 expected={"type": "rule", "rules": {"type": "url", "urls": [
-                     "file:///home/user/page.html", "file:///home/user/page.html?two"]}})
+    task = _task(
+        func="is_expected_tabs",
+        result={"type": "open_tabs_info"},
+        expected={
+            "type": "rule",
+            "rules": {"type": "url", "urls": ["file:///home/user/page.html", "file:///home/user/page.html?two"]},
+        },
+    )
     started = time.monotonic()
     evaluation = await evaluate(task, ctx, agent_failed=False)
     assert evaluation.reward == 1.0, (evaluation, time.monotonic() - started)
-    await run_steps(_task([{"type": "chrome_close_tabs", "parameters": {
-        "urls_to_close": ["file:///home/user/page.html?two"]}}], func="infeasible").config, ctx)
+    await run_steps(
+        _task(
+            [{"type": "chrome_close_tabs", "parameters": {"urls_to_close": ["file:///home/user/page.html?two"]}}],
+            func="infeasible",
+        ).config,
+        ctx,
+    )
     assert (await evaluate(task, ctx, agent_failed=False)).reward == 0.0
-    listed = json.loads((await ctx.client.execute(
-        ["python3", "-c", f"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:"
-                          f"{ctx.chromium_port}/json/list').read().decode())"])).output)
+    listed = json.loads(
+        (
+            await ctx.client.execute(
+                [
+                    "python3",
+                    "-c",
+                    f"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:"
+                    f"{ctx.chromium_port}/json/list').read().decode())",
+                ]
+            )
+        ).output
+    )
     assert [p["url"] for p in listed if p["type"] == "page"] == ["file:///home/user/page.html"]
 
 
@@ -185,10 +277,20 @@ async def test_roosts_cache_getters_answer_as_osworlds_on_files_in_its_cache_lay
     osworld_env.cache_dir = str(ctx.cache.root / "t1")  # OSWorld's cache_dir: the task's cache folder
     configs = [
         {"type": "cloud_file", "path": "https://files.example/a", "dest": "a.txt"},
-        {"type": "cloud_file", "multi": True, "path": ["https://files.example/a", "https://files.example/b"],
-         "dest": ["a.txt", "b.txt"], "gives": [0, 1]},
-        {"type": "cloud_file", "multi": True, "path": ["https://files.example/a", "https://files.example/b"],
-         "dest": ["a.txt", "b.txt"], "gives": [1]},
+        {
+            "type": "cloud_file",
+            "multi": True,
+            "path": ["https://files.example/a", "https://files.example/b"],
+            "dest": ["a.txt", "b.txt"],
+            "gives": [0, 1],
+        },
+        {
+            "type": "cloud_file",
+            "multi": True,
+            "path": ["https://files.example/a", "https://files.example/b"],
+            "dest": ["a.txt", "b.txt"],
+            "gives": [1],
+        },
     ]
     for config in configs:
         assert evaluator._cloud_file(ctx, config) == load_function("getters", "get_cloud_file")(osworld_env, config)

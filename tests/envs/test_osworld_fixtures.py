@@ -75,8 +75,13 @@ def test_gold_files_score_1_against_themselves_and_the_inputs_score_0(fixture_di
         if evaluator["func"] not in ("compare_text_file", "compare_table", "compare_docx_files"):
             continue
         gold = str(cache / evaluator["expected"]["dest"])
-        inputs = [f["url"].rsplit("/", 1)[-1] for s in task["config"] if s["type"] == "download"
-                  for f in s["parameters"]["files"] if not f["path"].endswith(".xcu")]
+        inputs = [
+            f["url"].rsplit("/", 1)[-1]
+            for s in task["config"]
+            if s["type"] == "download"
+            for f in s["parameters"]["files"]
+            if not f["path"].endswith(".xcu")
+        ]
         inputs = [name for name in inputs if name != evaluator["expected"]["dest"]]
         metric = load_function("metrics", evaluator["func"])
         options = evaluator.get("options", {})
@@ -134,8 +139,18 @@ async def test_the_expert_solves_the_set_through_the_env_server(env_url: str, fi
     async with EnvClient(env_url) as client:
         versions = (await client.info()).versions
     count = len(TaskSet.load(fixture_dir).splits["all"])
-    report = await evaluate(EvalConfig("osworld", agent="expert", env_url=env_url, episodes=count, split="all",
-                                       concurrency=2, max_turns=15, progress=False))
+    report = await evaluate(
+        EvalConfig(
+            "osworld",
+            agent="expert",
+            env_url=env_url,
+            episodes=count,
+            split="all",
+            concurrency=2,
+            max_turns=15,
+            progress=False,
+        )
+    )
     failed = _failures_by_application(report["results"], {t["id"]: t for t in _tasks(fixture_dir)}, versions)
     # One failed task is a flake on a loaded machine; two of one application's tasks are that
     # application changing under the expert (Chromium 155 did: its new-tab page kept the focus).
@@ -147,8 +162,9 @@ async def test_the_expert_solves_the_set_through_the_env_server(env_url: str, fi
     assert report["success_rate"] >= 0.95, [summary for summary, _ in failed.values()]
 
 
-def _failures_by_application(results: list[dict], tasks: dict[str, dict],
-                             versions: dict[str, str]) -> dict[str, tuple[str, int]]:
+def _failures_by_application(
+    results: list[dict], tasks: dict[str, dict], versions: dict[str, str]
+) -> dict[str, tuple[str, int]]:
     """Application → (what failed, with the application's version; how many of its tasks were
     scored and failed: an infra error is no sign of the application)."""
     apps = {task_id: OSWORLD_APPS.get(task["snapshot"], task["snapshot"]) for task_id, task in tasks.items()}
@@ -161,13 +177,29 @@ def _failures_by_application(results: list[dict], tasks: dict[str, dict],
             scored[app] += r["status"] == "ok"
             lines.setdefault(app, []).append(
                 f"{tasks[r['task_id']]['source']}: {r['status']}, reward {r['reward']} after {r['turns']} turns "
-                f"{(r['error'] or '')[-300:]}")
-    return {app: (f"{app} {versions.get(app, '(version not reported)')}: {len(found)} of {totals[app]} expert "
-                  "tasks failed:\n  " + "\n  ".join(found), scored[app]) for app, found in lines.items()}
+                f"{(r['error'] or '')[-300:]}"
+            )
+    return {
+        app: (
+            f"{app} {versions.get(app, '(version not reported)')}: {len(found)} of {totals[app]} expert "
+            "tasks failed:\n  " + "\n  ".join(found),
+            scored[app],
+        )
+        for app, found in lines.items()
+    }
 
 
 @pytest.mark.slow
 async def test_an_agent_that_does_nothing_scores_0(env_url: str):
-    report = await evaluate(EvalConfig("osworld", agent=f"{__name__}:DoNothingAgent", env_url=env_url, episodes=8,
-                                       split="test", concurrency=2, progress=False))
+    report = await evaluate(
+        EvalConfig(
+            "osworld",
+            agent=f"{__name__}:DoNothingAgent",
+            env_url=env_url,
+            episodes=8,
+            split="test",
+            concurrency=2,
+            progress=False,
+        )
+    )
     assert report["scored"] == 8 and report["mean_reward"] == 0.0, report["results"]

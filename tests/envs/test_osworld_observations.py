@@ -66,13 +66,24 @@ def load_osworld_linearize():
 
     source = Path(importlib.util.find_spec("mm_agents").submodule_search_locations[0], "agent.py").read_text()
     tree = ast.parse(source)
-    keep = [node for node in tree.body
-            if isinstance(node, ast.FunctionDef) and node.name == "linearize_accessibility_tree"
-            or isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.endswith("_ns_ubuntu")
-                                                    or isinstance(t, ast.Name) and t.id.endswith("_ns_windows")
-                                                    for t in node.targets)]
-    namespace = {"ET": __import__("xml.etree.ElementTree", fromlist=["ElementTree"]),
-                 "filter_nodes": heuristic_retrieve.filter_nodes}
+    keep = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "linearize_accessibility_tree"
+        or isinstance(node, ast.Assign)
+        and all(
+            isinstance(t, ast.Name)
+            and t.id.endswith("_ns_ubuntu")
+            or isinstance(t, ast.Name)
+            and t.id.endswith("_ns_windows")
+            for t in node.targets
+        )
+    ]
+    namespace = {
+        "ET": __import__("xml.etree.ElementTree", fromlist=["ElementTree"]),
+        "filter_nodes": heuristic_retrieve.filter_nodes,
+    }
     exec(compile(ast.Module(body=keep, type_ignores=[]), "mm_agents/agent.py", "exec"), namespace)
     return namespace["linearize_accessibility_tree"]
 
@@ -95,8 +106,8 @@ def test_what_the_table_keeps():
     assert names[:3] == ["File", "Save As…", "Wrap"]
     assert "Close" not in names and "Hidden" not in names and "Offscreen" not in names and "A panel" not in names
     assert 'text\t\t"he said ""hi""\tand left' in rows
-    assert "check-box\tWrap\t\"\"\tGtkCheck\twrap long lines\t(40, 60)\t(80, 20)" in rows
-    assert "label\tÜnïcødé ✓\t\"\"\t\t\t(7, 8)\t(9, 10)" in rows
+    assert 'check-box\tWrap\t""\tGtkCheck\twrap long lines\t(40, 60)\t(80, 20)' in rows
+    assert 'label\tÜnïcødé ✓\t""\t\t\t(7, 8)\t(9, 10)' in rows
 
 
 def test_windows_edit_value_is_its_text():
@@ -105,7 +116,7 @@ def test_windows_edit_value_is_its_text():
 
 
 def test_coordinates_are_parsed_not_evaluated():
-    hostile = UBUNTU_XML.replace('cp:screencoord="(2, 24)"', 'cp:screencoord="__import__(\'os\').getpid()"')
+    hostile = UBUNTU_XML.replace('cp:screencoord="(2, 24)"', "cp:screencoord=\"__import__('os').getpid()\"")
     rows = linearize_accessibility_tree(hostile)
     assert "\tFile\t" not in rows and "\tSave As…\t" in rows
 
@@ -123,10 +134,18 @@ def test_the_cli_prints_the_table(tmp_path):
     import sys
 
     (tmp_path / "tree.xml").write_text(UBUNTU_XML)
-    run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "linearize", str(tmp_path / "tree.xml")],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "roost.envs.osworld.cli", "linearize", str(tmp_path / "tree.xml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and run.stdout.rstrip("\n") == linearize_accessibility_tree(UBUNTU_XML)
     (tmp_path / "bad.xml").write_text("<a><b></a>")
-    run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "linearize", str(tmp_path / "bad.xml")],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "roost.envs.osworld.cli", "linearize", str(tmp_path / "bad.xml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1 and "mismatched tag" in run.stderr

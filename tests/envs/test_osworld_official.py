@@ -37,7 +37,8 @@ async def test_splits_come_from_index_files(tasks_dir):
     assert set(env.info.splits) == {"all", "train", "test"}
     assert [t.id for t in await env.tasks("train")] == ["a", "b"]
     assert [(t.id, t.metadata["domain"], t.metadata["infeasible"]) for t in await env.tasks("test")] == [
-        ("c", "calc", True)]
+        ("c", "calc", True)
+    ]
     assert await env.tasks("nope") == []
     with pytest.raises(UnknownTaskError, match="no task 'c' in split 'train'"):
         await env.reset(task_id="c", split="train")
@@ -64,7 +65,9 @@ def test_bad_arguments_are_named(tmp_path, tasks_dir):
 
 
 def test_official_provider_needs_its_vm_image(tasks_dir, tmp_path):
-    with pytest.raises(BadRequestError, match=r'needs its VM image: pass official={"path_to_vm": PATH}, PATH being Ubuntu.qcow2'):
+    with pytest.raises(
+        BadRequestError, match=r'needs its VM image: pass official={"path_to_vm": PATH}, PATH being Ubuntu.qcow2'
+    ):
         make_factory(tasks=str(tasks_dir), provider="osworld")
     missing = tmp_path / "Ubuntu.qcow2"
     with pytest.raises(BadRequestError, match=f"OSWorld's VM image {missing} does not exist"):
@@ -87,12 +90,24 @@ def test_official_provider_says_when_desktop_env_does_not_import(tmp_path):
 
 def test_registered_and_on_the_cli(tasks_dir):
     assert resolve("osworld").entry_point == "roost.envs.osworld.env:make_factory"
-    run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "check", str(tasks_dir)],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "roost.envs.osworld.cli", "check", str(tasks_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == {"tasks": 3, "splits": {"all": 3, "test": 1, "train": 2},
-                                      "domains": {"calc": 1, "os": 2}, "skipped": []}
+    assert json.loads(run.stdout) == {
+        "tasks": 3,
+        "splits": {"all": 3, "test": 1, "train": 2},
+        "domains": {"calc": 1, "os": 2},
+        "skipped": [],
+    }
     (tasks_dir / "examples" / "os" / "a.json").write_text('{"id": "a"}')
-    run = subprocess.run([sys.executable, "-m", "roost.envs.osworld.cli", "check", str(tasks_dir)],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "roost.envs.osworld.cli", "check", str(tasks_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1 and "a.json" in run.stderr and "instruction" in run.stderr

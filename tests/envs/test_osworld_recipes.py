@@ -16,4 +16,3 @@ def test_the_recipes_point_at_the_fixture_set():
         assert recipe.env.name == "osworld"
         assert recipe.env.prepare == "roost.envs.osworld.prepare:fixtures"
     assert load_recipe(RECIPES / "cpu.yaml").env.kwargs["observation_type"] == "a11y_tree"
-

@@ -19,27 +19,51 @@ from roost.envs.osworld.file_cache import FileCache, MissingCacheFile
 from roost.envs.osworld.tasks import load_task, load_tasks, parse_task
 
 CALC_TASK = {
-    "id": "calc-sum", "snapshot": "libreoffice_calc", "instruction": "Add a total row.",
-    "source": "roost", "related_apps": ["libreoffice_calc"], "trajectory": "trajectories/",
-    "config": [{"type": "download", "parameters": {"files": [
-        {"url": "https://files.example/sheet.xlsx", "path": "/home/user/sheet.xlsx"}]}},
-        {"type": "open", "parameters": {"path": "/home/user/sheet.xlsx"}}],
-    "evaluator": {"func": "compare_table",
-                  "result": {"type": "vm_file", "path": "/home/user/sheet.xlsx", "dest": "sheet.xlsx"},
-                  "expected": {"type": "cache_file", "path": "sheet_gold.xlsx"},
-                  "options": {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]}},
+    "id": "calc-sum",
+    "snapshot": "libreoffice_calc",
+    "instruction": "Add a total row.",
+    "source": "roost",
+    "related_apps": ["libreoffice_calc"],
+    "trajectory": "trajectories/",
+    "config": [
+        {
+            "type": "download",
+            "parameters": {"files": [{"url": "https://files.example/sheet.xlsx", "path": "/home/user/sheet.xlsx"}]},
+        },
+        {"type": "open", "parameters": {"path": "/home/user/sheet.xlsx"}},
+    ],
+    "evaluator": {
+        "func": "compare_table",
+        "result": {"type": "vm_file", "path": "/home/user/sheet.xlsx", "dest": "sheet.xlsx"},
+        "expected": {"type": "cache_file", "path": "sheet_gold.xlsx"},
+        "options": {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]},
+    },
 }
 TERMINAL_TASK = {
-    "id": "os-echo", "snapshot": "os", "instruction": "Say hello in a file.",
+    "id": "os-echo",
+    "snapshot": "os",
+    "instruction": "Say hello in a file.",
     "config": [{"type": "execute", "parameters": {"command": ["mkdir", "-p", "/home/user/out"]}}],
-    "evaluator": {"func": ["check_include_exclude", "exact_match"], "conj": "or",
-                  "result": [{"type": "vm_command_line", "command": "cat /home/user/out/hi", "shell": True},
-                             {"type": "vm_command_line", "command": "cat /home/user/out/hi", "shell": True}],
-                  "expected": [{"type": "rule", "rules": {"include": ["hello"], "exclude": []}},
-                               {"type": "rule", "rules": {"expected": "hello\n"}}]},
+    "evaluator": {
+        "func": ["check_include_exclude", "exact_match"],
+        "conj": "or",
+        "result": [
+            {"type": "vm_command_line", "command": "cat /home/user/out/hi", "shell": True},
+            {"type": "vm_command_line", "command": "cat /home/user/out/hi", "shell": True},
+        ],
+        "expected": [
+            {"type": "rule", "rules": {"include": ["hello"], "exclude": []}},
+            {"type": "rule", "rules": {"expected": "hello\n"}},
+        ],
+    },
 }
-INFEASIBLE_TASK = {"id": "no-way", "snapshot": "os", "instruction": "Fly to the moon.",
-                   "config": [], "evaluator": {"func": "infeasible"}}
+INFEASIBLE_TASK = {
+    "id": "no-way",
+    "snapshot": "os",
+    "instruction": "Fly to the moon.",
+    "config": [],
+    "evaluator": {"func": "infeasible"},
+}
 
 
 def _write(path: Path, data) -> Path:
@@ -60,10 +84,13 @@ def _examples(tmp_path: Path) -> Path:
 def test_an_osworld_folder_loads_with_domains_and_extra_fields_kept(tmp_path):
     entries = load_tasks(_examples(tmp_path))
     assert [(e.domain, e.task.id) for e in entries] == [
-        ("libreoffice_calc", "calc-sum"), ("os", "no-way"), ("os", "os-echo")]
+        ("libreoffice_calc", "calc-sum"),
+        ("os", "no-way"),
+        ("os", "os-echo"),
+    ]
     calc = entries[0].task
     assert calc.model_dump(exclude_unset=True) == CALC_TASK  # unchanged, OSWorld's extra fields included
-    check, = calc.evaluator.checks()
+    (check,) = calc.evaluator.checks()
     assert (check.func, check.result["type"], check.expected["type"]) == ("compare_table", "vm_file", "cache_file")
     assert check.options["rules"][0]["sheet_idx1"] == "EI0"
     terminal = entries[2].task
@@ -82,14 +109,17 @@ def test_an_index_file_selects_tasks_and_the_examples_folder_loads_alone(tmp_pat
         load_tasks(root, index="test_all.json")
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda t: t.pop("instruction"), r"instruction: Field required"),
-    (lambda t: t["evaluator"].pop("func"), r"evaluator.func"),
-    (lambda t: t["evaluator"].update(conj="xor"), r"evaluator.conj"),
-    (lambda t: t["config"][0].pop("type"), r"config.0.type"),
-    (lambda t: t["evaluator"].update(options=[{}]), r"options: must be a list of 2 entries"),
-    (lambda t: t["evaluator"]["result"][1].pop("type"), r"no string 'type'"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda t: t.pop("instruction"), r"instruction: Field required"),
+        (lambda t: t["evaluator"].pop("func"), r"evaluator.func"),
+        (lambda t: t["evaluator"].update(conj="xor"), r"evaluator.conj"),
+        (lambda t: t["config"][0].pop("type"), r"config.0.type"),
+        (lambda t: t["evaluator"].update(options=[{}]), r"options: must be a list of 2 entries"),
+        (lambda t: t["evaluator"]["result"][1].pop("type"), r"no string 'type'"),
+    ],
+)
 def test_a_malformed_task_names_its_file_and_field(tmp_path, mutate, field):
     task = json.loads(json.dumps(TERMINAL_TASK))
     mutate(task)
@@ -195,8 +225,10 @@ def test_loading_osworld_metrics_prints_nothing_on_stdout():
     import subprocess
     import sys
 
-    code = ("from roost.envs.osworld import osworld_package as p; "
-            "p.load_function('metrics', 'is_expected_tabs'); p.load_function('metrics', 'compare_pdfs')")
+    code = (
+        "from roost.envs.osworld import osworld_package as p; "
+        "p.load_function('metrics', 'is_expected_tabs'); p.load_function('metrics', 'compare_pdfs')"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == ""

@@ -32,8 +32,13 @@ def fixtures_dir(tmp_path_factory):
 
 @pytest.fixture
 async def client(fixtures_dir):
-    kwargs = {"fixtures_dir": str(fixtures_dir), "sandbox": {"backend": "bubblewrap"}, "command_timeout_s": 3,
-              "output_limit_bytes": 65536, "max_steps": 8}
+    kwargs = {
+        "fixtures_dir": str(fixtures_dir),
+        "sandbox": {"backend": "bubblewrap"},
+        "command_timeout_s": 3,
+        "output_limit_bytes": 65536,
+        "max_steps": 8,
+    }
     config = ServerConfig("swe", kwargs, port=0, manager=ManagerConfig(workers=1, max_episodes=4))
     async with serving(config) as url:
         async with EnvClient(url) as env_client:
@@ -58,8 +63,9 @@ async def test_fix_with_file_tools_and_submit(client):
     assert "FAIL_TO_PASS" not in json.dumps(reset.info)
     step = await client.step(episode, ToolCall("read_file", {"path": "calc/stats.py", "start_line": 15}))
     assert "(len(values) - 1)" in step.observation.text
-    step = await client.step(episode, ToolCall("str_replace", {"path": "calc/stats.py", "old": "(len(values) - 1)",
-                                                               "new": "len(values)"}))
+    step = await client.step(
+        episode, ToolCall("str_replace", {"path": "calc/stats.py", "old": "(len(values) - 1)", "new": "len(values)"})
+    )
     assert "replaced 1" in step.observation.text
     step = await client.step(episode, ToolCall("submit", "{}"))
     assert step.terminated and step.reward == 1.0 and step.info["status"] == "RESOLVED_FULL"
@@ -103,8 +109,9 @@ async def test_bad_commands_end_bounded_and_leave_the_host_alone(client, fixture
     assert "alive" in alive.observation.text and not alive.done
     assert time.monotonic() - start < 60
     assert (fixtures_dir / "tasks.jsonl").is_file()
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=fixtures_dir / "repos" / "calc",
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=fixtures_dir / "repos" / "calc", capture_output=True, text=True
+    )
     assert status.stdout == ""
 
 

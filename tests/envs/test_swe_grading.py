@@ -48,8 +48,10 @@ async def test_wrong_patches_score_zero(backend, tasks):
     verdict = await grade(backend, calc, wrong)
     assert verdict.reward == 0.0 and verdict.status == "RESOLVED_NO" and verdict.patch_applied
     assert verdict.report["FAIL_TO_PASS"]["failure"] == calc.FAIL_TO_PASS
-    breaks_others = calc.patch + ("diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n"
-                                  "+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+raise ImportError('broken')\n")
+    breaks_others = calc.patch + (
+        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n"
+        "+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+raise ImportError('broken')\n"
+    )
     assert (await grade(backend, calc, breaks_others)).reward == 0.0
 
 
@@ -71,8 +73,10 @@ async def test_tests_that_hang_are_bounded(backend, tasks):
 
 
 @pytest.mark.docker
-@pytest.mark.skipif(os.environ.get("ROOST_REQUIRE_DOCKER") != "1" and not os.environ.get("DOCKER_HOST"),
-                    reason="no Docker engine configured (DOCKER_HOST)")
+@pytest.mark.skipif(
+    os.environ.get("ROOST_REQUIRE_DOCKER") != "1" and not os.environ.get("DOCKER_HOST"),
+    reason="no Docker engine configured (DOCKER_HOST)",
+)
 async def test_docker_sandbox_grades_the_same(tasks):
     from roost.envs.swe.docker_image import swe_sandbox_image
 

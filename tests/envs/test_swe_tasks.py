@@ -10,19 +10,29 @@ from roost.envs.swe.fixtures import fixture_tasks, make_fixtures
 from roost.envs.swe.loaders import TaskFormatError, load_tasks, swebench_image, task_from_row
 
 SWEBENCH_ROW = {
-    "repo": "astropy/astropy", "instance_id": "astropy__astropy-12907", "base_commit": "d16bfe05a744909de4b27f5875fe0d4ed41ce607",
-    "patch": "diff --git a/x b/x\n", "test_patch": "diff --git a/astropy/tests/test_a.py b/astropy/tests/test_a.py\n",
-    "problem_statement": "Modeling's separability_matrix is wrong for nested models", "hints_text": "",
-    "created_at": "2022-03-03T15:14:54Z", "version": "4.3", "FAIL_TO_PASS": '["astropy/tests/test_a.py::test_x"]',
-    "PASS_TO_PASS": '["astropy/tests/test_a.py::test_y"]', "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752",
+    "repo": "astropy/astropy",
+    "instance_id": "astropy__astropy-12907",
+    "base_commit": "d16bfe05a744909de4b27f5875fe0d4ed41ce607",
+    "patch": "diff --git a/x b/x\n",
+    "test_patch": "diff --git a/astropy/tests/test_a.py b/astropy/tests/test_a.py\n",
+    "problem_statement": "Modeling's separability_matrix is wrong for nested models",
+    "hints_text": "",
+    "created_at": "2022-03-03T15:14:54Z",
+    "version": "4.3",
+    "FAIL_TO_PASS": '["astropy/tests/test_a.py::test_x"]',
+    "PASS_TO_PASS": '["astropy/tests/test_a.py::test_y"]',
+    "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752",
 }
 
 
 def test_swebench_row():
     task = task_from_row(SWEBENCH_ROW)
     assert task.FAIL_TO_PASS == ["astropy/tests/test_a.py::test_x"]
-    assert task.image == swebench_image("astropy__astropy-12907") == \
-        "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
+    assert (
+        task.image
+        == swebench_image("astropy__astropy-12907")
+        == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
+    )
     assert task.parser_name == "parse_log_astropy"
     assert task.test_files() == ["astropy/tests/test_a.py"]
     assert "patch" not in task.agent_view() and "FAIL_TO_PASS" not in task.agent_view()
@@ -35,9 +45,13 @@ def test_swe_gym_row_with_its_own_image():
 
 
 def test_r2e_gym_row():
-    row = {"repo_name": "pandas", "docker_image": "namanjain12/pandas_final:abc123", "commit_hash": "abc123",
-           "problem_statement": "fix it", "expected_output_json": json.dumps({"TestA.test_one": "PASSED",
-                                                                              "TestA.test_two": "FAILED"})}
+    row = {
+        "repo_name": "pandas",
+        "docker_image": "namanjain12/pandas_final:abc123",
+        "commit_hash": "abc123",
+        "problem_statement": "fix it",
+        "expected_output_json": json.dumps({"TestA.test_one": "PASSED", "TestA.test_two": "FAILED"}),
+    }
     task = task_from_row(row)
     assert task.base_commit == "abc123" and task.FAIL_TO_PASS == ["TestA.test_one"]
     assert "run_tests.sh" in task.eval_script and task.image == row["docker_image"]

@@ -52,8 +52,13 @@ def test_splits_are_fixed_slices_of_the_shuffled_goals(catalog: Catalog):
 
 def test_the_original_file_layout_round_trips(tmp_path, catalog: Catalog):
     written = write_raw(generate(DatagenSpec(seed=0)), tmp_path)
-    assert sorted(p.name for p in written) == ["items_human_ins.json", "items_ins_v2.json", "items_shuffle.json",
-                                               "reviews.json", "roost.json"]
+    assert sorted(p.name for p in written) == [
+        "items_human_ins.json",
+        "items_ins_v2.json",
+        "items_shuffle.json",
+        "reviews.json",
+        "roost.json",
+    ]
     loaded = Catalog.from_dir(tmp_path, seed=0)
     assert loaded.products == catalog.products
     assert [g.instruction_text for g in loaded.goals] == [g.instruction_text for g in catalog.goals]
@@ -63,11 +68,24 @@ def test_the_original_file_layout_round_trips(tmp_path, catalog: Catalog):
 
 
 def test_loader_applies_the_original_cleaning_rules():
-    record = {"asin": "B0AAAAAAA1", "name": "Thing", "full_description": "d", "small_description": "one bullet",
-              "pricing": "$5.00", "customization_options": {"Size": [{"value": "Large", "image": None}]},
-              "category": "c", "query": " Things ", "product_category": "a › b", "images": []}
-    raw = RawData(products=[record, dict(record, name="dup"), dict(record, asin="nan"), dict(record, asin="TOO_LONG_ASIN")],
-                  attributes={}, human_instructions={}, reviews=[])
+    record = {
+        "asin": "B0AAAAAAA1",
+        "name": "Thing",
+        "full_description": "d",
+        "small_description": "one bullet",
+        "pricing": "$5.00",
+        "customization_options": {"Size": [{"value": "Large", "image": None}]},
+        "category": "c",
+        "query": " Things ",
+        "product_category": "a › b",
+        "images": [],
+    }
+    raw = RawData(
+        products=[record, dict(record, name="dup"), dict(record, asin="nan"), dict(record, asin="TOO_LONG_ASIN")],
+        attributes={},
+        human_instructions={},
+        reviews=[],
+    )
     [product] = load_products(raw)
     assert (product.title, product.query, product.bullet_points) == ("Thing", "things", ("one bullet",))
     assert product.attributes == ("DUMMY_ATTR",) and product.options == {"size": ("large",)}

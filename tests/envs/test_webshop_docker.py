@@ -40,8 +40,9 @@ async def test_the_image_serves_episodes_and_pages(docker_engine):
                 info = step.info
             assert step.reward == 1.0
         # the image's own command (the web server) serves the pages as well
-        web = docker_engine.containers.run(image, detach=True, ports={"8000/tcp": ("127.0.0.1", None)},
-                                           labels={"roost.env": "webshop"})
+        web = docker_engine.containers.run(
+            image, detach=True, ports={"8000/tcp": ("127.0.0.1", None)}, labels={"roost.env": "webshop"}
+        )
         try:
             page = await _first_page(docker_engine, web)
             assert 'id="search_input"' in page

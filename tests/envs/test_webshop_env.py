@@ -102,17 +102,20 @@ async def test_navigation_follows_the_original_pages(env):
     assert step.info["available_actions"]["has_search_bar"] and step.reward == 0.0
 
 
-@pytest.mark.parametrize("action, message", [
-    (TextAction("click[Buy Now]"), "nothing called 'Buy Now' to click on the search page"),
-    (TextAction("search[]"), "search needs keywords"),
-    (TextAction("search[   ]"), "search needs keywords"),
-    (TextAction("search[" + "x " * 300 + "]"), "keep it under 500"),
-    (TextAction("search red shoes"), "not a WebShop action"),
-    (TextAction("buy[B000000000]"), "not a WebShop action"),
-    (ToolCall("purchase", {"target": "x"}), "unknown tool 'purchase'"),
-    (ToolCall("search", {"q": "shoes"}), "exactly one string argument 'query'"),
-    (ToolCall("click", "{not json"), "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "action, message",
+    [
+        (TextAction("click[Buy Now]"), "nothing called 'Buy Now' to click on the search page"),
+        (TextAction("search[]"), "search needs keywords"),
+        (TextAction("search[   ]"), "search needs keywords"),
+        (TextAction("search[" + "x " * 300 + "]"), "keep it under 500"),
+        (TextAction("search red shoes"), "not a WebShop action"),
+        (TextAction("buy[B000000000]"), "not a WebShop action"),
+        (ToolCall("purchase", {"target": "x"}), "unknown tool 'purchase'"),
+        (ToolCall("search", {"q": "shoes"}), "exactly one string argument 'query'"),
+        (ToolCall("click", "{not json"), "not valid JSON"),
+    ],
+)
 async def test_bad_actions_are_refused_and_change_nothing(env, action, message):
     reset = await env.reset(task_id="2")
     with pytest.raises(InvalidActionError, match=re.escape(message)):

@@ -14,20 +14,33 @@ PATH = "Clothing, Shoes & Jewelry › Men › Shoes › Athletic › Running"
 
 def shoe(**changes) -> Product:
     product = Product(
-        asin="B000000001", title="Northwind Men's Lightweight Running Shoes, Breathable",
-        description="A running shoe for every day.", bullet_points=("Rubber sole: grips.",),
-        pricing=(45.0,), price_tag="$45.0", options={"color": ("black", "navy blue"), "size": ("9", "9.5", "10")},
-        category="fashion", query="men's running shoes", product_category=PATH,
+        asin="B000000001",
+        title="Northwind Men's Lightweight Running Shoes, Breathable",
+        description="A running shoe for every day.",
+        bullet_points=("Rubber sole: grips.",),
+        pricing=(45.0,),
+        price_tag="$45.0",
+        options={"color": ("black", "navy blue"), "size": ("9", "9.5", "10")},
+        category="fashion",
+        query="men's running shoes",
+        product_category=PATH,
         attributes=("lightweight", "breathable", "rubber sole"),
     )
     return replace(product, **changes)
 
 
 def goal(**changes) -> Goal:
-    g = Goal(asin="B000000001", instruction_text="i need lightweight running shoes", attributes=("lightweight", "breathable"),
-             options={"color": "navy blue", "size": "9.5"}, price_upper=50.0,
-             name="Northwind Men's Lightweight Running Shoes, Breathable", query="men's running shoes",
-             category="fashion", product_category=PATH)
+    g = Goal(
+        asin="B000000001",
+        instruction_text="i need lightweight running shoes",
+        attributes=("lightweight", "breathable"),
+        options={"color": "navy blue", "size": "9.5"},
+        price_upper=50.0,
+        name="Northwind Men's Lightweight Running Shoes, Breathable",
+        query="men's running shoes",
+        category="fashion",
+        product_category=PATH,
+    )
     return replace(g, **changes)
 
 

@@ -40,8 +40,9 @@ class CounterEnv:
         self.n = 0
         self.task_id = task_id or "count-0"
         print("the toy env prints on its stdout")  # as OSWorld's getters do: must not reach a CLI's --json
-        return Reset(self.task_id, Observation("n=0"), TOOLS,
-                     {"admissible_commands": list(COMMANDS), "pid": os.getpid()})
+        return Reset(
+            self.task_id, Observation("n=0"), TOOLS, {"admissible_commands": list(COMMANDS), "pid": os.getpid()}
+        )
 
     async def step(self, action) -> Step:
         command = action.text if isinstance(action, TextAction) else action.parsed_arguments().get("command")

@@ -8,7 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
-def recorded_and_forward_logprobs(answer: dict, model_path: Path, prompt_text: str) -> tuple[torch.Tensor, torch.Tensor]:
+def recorded_and_forward_logprobs(
+    answer: dict, model_path: Path, prompt_text: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The logprobs a /generate answer recorded for its sampled tokens, and the same tokens'
     logprobs from one plain forward pass of the Hugging Face model over prompt + reply."""
     entries = answer["meta_info"]["output_token_logprobs"]

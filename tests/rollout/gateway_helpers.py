@@ -30,6 +30,7 @@ from roost.serving.listen import bind_listener, bound_port
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 THINK = "<think>\nThe user asks about the weather; I should call the tool.\n</think>\n\n"
 
+
 def say(text: str) -> dict:
     """Request fields that make the scripted engine reply `text` (pass as extra_body)."""
     return {"custom_params": {"scripted_reply": text}}

@@ -14,12 +14,23 @@ CASES = [
     ("Hello!", dict(content="Hello!", reasoning=None, calls=[])),
     ("<think>\nhmm\n</think>\n\nHello", dict(content="Hello", reasoning="hmm", calls=[])),
     (CALL, dict(content=None, reasoning=None, calls=[("get_weather", '{"city": "Paris"}')])),
-    ("Let me check.\n" + CALL, dict(content="Let me check.", reasoning=None, calls=[("get_weather", '{"city": "Paris"}')])),
-    ("<think>\nx\n</think>\n\n" + CALL + "\n" + CALL.replace("Paris", "Rome"),
-     dict(content=None, reasoning="x", calls=[("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Rome"}')])),
+    (
+        "Let me check.\n" + CALL,
+        dict(content="Let me check.", reasoning=None, calls=[("get_weather", '{"city": "Paris"}')]),
+    ),
+    (
+        "<think>\nx\n</think>\n\n" + CALL + "\n" + CALL.replace("Paris", "Rome"),
+        dict(
+            content=None,
+            reasoning="x",
+            calls=[("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Rome"}')],
+        ),
+    ),
     # Keys in another order: arguments re-serialised the way the template's tojson writes them.
-    ('<tool_call>\n{"arguments": {"q": "a", "n": 1}, "name": "search"}\n</tool_call>',
-     dict(content=None, reasoning=None, calls=[("search", '{"q": "a", "n": 1}')])),
+    (
+        '<tool_call>\n{"arguments": {"q": "a", "n": 1}, "name": "search"}\n</tool_call>',
+        dict(content=None, reasoning=None, calls=[("search", '{"q": "a", "n": 1}')]),
+    ),
     ("<think>\nstill thinking", dict(content="", reasoning="still thinking", calls=[])),
     ("text with <tool_call partial", dict(content="text with <tool_call partial", reasoning=None, calls=[])),
 ]
@@ -36,17 +47,20 @@ def test_parse_whole_and_streamed(text, want):
         parser, events, i = ReplyParser(parse_tools=True), [], 0
         while i < len(text):
             step = rng.randint(1, 7)
-            events += parser.feed(text[i:i + step])
+            events += parser.feed(text[i : i + step])
             i += step
         assert collect(events + parser.finish()) == whole
 
 
-@pytest.mark.parametrize("text,reason", [
-    ("<tool_call>\n{not json}\n</tool_call>", "not JSON"),
-    ('<tool_call>\n{"arguments": {}}\n</tool_call>', '"name"'),
-    ('<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', "must be an object"),
-    ('<tool_call>\n{"name": "f", "arguments": {"a"', "unclosed"),
-])
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("<tool_call>\n{not json}\n</tool_call>", "not JSON"),
+        ('<tool_call>\n{"arguments": {}}\n</tool_call>', '"name"'),
+        ('<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', "must be an object"),
+        ('<tool_call>\n{"name": "f", "arguments": {"a"', "unclosed"),
+    ],
+)
 def test_parse_failure_is_reported_and_kept_as_content(text, reason):
     reply = ReplyParser(parse_tools=True).parse(text)
     assert reply.tool_calls == [] and reply.content == text

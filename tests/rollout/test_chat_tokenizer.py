@@ -23,8 +23,28 @@ def tok(hf):
     return ChatTokenizer(hf.backend_tokenizer, eos_token=hf.eos_token)
 
 
-PIECES = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "\n", "\n\n", " ", "  ", "user",
-          "assistant", "Hello", " wörld", "日本語", "😀", "{\"a\": 1}", "\t", "123", "'s", "ab"]
+PIECES = [
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "\n",
+    "\n\n",
+    " ",
+    "  ",
+    "user",
+    "assistant",
+    "Hello",
+    " wörld",
+    "日本語",
+    "😀",
+    '{"a": 1}',
+    "\t",
+    "123",
+    "'s",
+    "ab",
+]
 
 
 def test_segmented_encoding_equals_whole_encoding(tok):
@@ -59,9 +79,14 @@ def test_template_matches_hugging_face(hf):
     template = ChatTemplate(hf.chat_template, {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)})
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     messages = [
-        {"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "", "reasoning_content": "r",
-         "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]},
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "r",
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}],
+        },
         {"role": "tool", "content": "42"},
     ]
     for kwargs in ({}, {"enable_thinking": False}):

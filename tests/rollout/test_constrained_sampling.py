@@ -32,13 +32,20 @@ def grammar() -> Grammar:
 def draw_many(config: SamplingConfig, redraw: Redraw) -> list[int]:
     compiled = grammar()
     logits = LOGITS.repeat(DRAWS, 1)
-    return GrammarSampler(redraw).choose(logits, [config] * DRAWS, [RowDraw(seed, 0) for seed in range(DRAWS)],
-                                         [compiled.matcher() for _ in range(DRAWS)])
+    return GrammarSampler(redraw).choose(
+        logits,
+        [config] * DRAWS,
+        [RowDraw(seed, 0) for seed in range(DRAWS)],
+        [compiled.matcher() for _ in range(DRAWS)],
+    )
 
 
 @REDRAWS
-@pytest.mark.parametrize("config", [SamplingConfig(), SamplingConfig(temperature=0.7), SamplingConfig(top_k=8)],
-                         ids=["temperature 1: draw, redraw if refused", "temperature 0.7", "top-k 8: mask first"])
+@pytest.mark.parametrize(
+    "config",
+    [SamplingConfig(), SamplingConfig(temperature=0.7), SamplingConfig(top_k=8)],
+    ids=["temperature 1: draw, redraw if refused", "temperature 0.7", "top-k 8: mask first"],
+)
 def test_draws_follow_the_masked_distribution(config, redraw):
     counts = torch.bincount(torch.tensor(draw_many(config, redraw)), minlength=len(VOCAB))
     assert counts.sum() == counts[ALLOWED].sum() == DRAWS
@@ -55,6 +62,7 @@ def test_a_redraw_among_the_allowed_tokens_is_the_masked_rows_draw():
 @REDRAWS
 def test_greedy_takes_the_best_allowed_token(redraw):
     compiled = grammar()
-    tokens = GrammarSampler(redraw).choose(LOGITS.repeat(2, 1), [SamplingConfig(temperature=0)] * 2,
-                                           [RowDraw(0, 0)] * 2, [compiled.matcher(), None])
+    tokens = GrammarSampler(redraw).choose(
+        LOGITS.repeat(2, 1), [SamplingConfig(temperature=0)] * 2, [RowDraw(0, 0)] * 2, [compiled.matcher(), None]
+    )
     assert tokens == [2, 0]  # "c" under the grammar; the unconstrained row keeps "a"

@@ -30,8 +30,10 @@ def test_a_generate_whose_client_hangs_up_is_aborted(engine_url):
     parts = urlsplit(engine_url)
     body = orjson.dumps({"input_ids": [1, 2, 3], "sampling_params": LONG, "rid": "hang-up"})
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
-        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        sock.sendall(
+            b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         wait_running(engine_url, True)
     wait_running(engine_url, False)
     assert info(engine_url)["decode_steps"] - steps_before < 1500
@@ -41,8 +43,11 @@ def test_abort_request_stops_a_generation(engine_url):
     answer = {}
 
     def generate() -> None:
-        answer["body"] = httpx.post(f"{engine_url}/generate", timeout=120,
-                                    json={"input_ids": [1, 2, 3], "sampling_params": LONG, "rid": "to-abort"}).json()
+        answer["body"] = httpx.post(
+            f"{engine_url}/generate",
+            timeout=120,
+            json={"input_ids": [1, 2, 3], "sampling_params": LONG, "rid": "to-abort"},
+        ).json()
 
     caller = threading.Thread(target=generate)
     caller.start()

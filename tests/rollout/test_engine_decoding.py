@@ -31,8 +31,11 @@ async def generate(client: httpx.AsyncClient, url: str, **body) -> dict:
 
 
 def greedy(text: str, n: int = 24) -> dict:
-    return {"text": text, "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True},
-            "return_logprob": True}
+    return {
+        "text": text,
+        "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True},
+        "return_logprob": True,
+    }
 
 
 async def test_concurrent_greedy_equals_each_alone(engine_url):
@@ -42,7 +45,9 @@ async def test_concurrent_greedy_equals_each_alone(engine_url):
     for a, b in zip(alone, together):
         assert a["output_ids"] == b["output_ids"]
         assert len(a["output_ids"]) == 24
-        for (la, _, _), (lb, _, _) in zip(a["meta_info"]["output_token_logprobs"], b["meta_info"]["output_token_logprobs"]):
+        for (la, _, _), (lb, _, _) in zip(
+            a["meta_info"]["output_token_logprobs"], b["meta_info"]["output_token_logprobs"]
+        ):
             assert abs(la - lb) <= 1e-5
 
 
@@ -60,8 +65,11 @@ async def test_requests_join_a_running_batch(engine_url):
 
 
 async def test_sampled_logprobs_equal_a_plain_forward_pass(engine_url, tiny_model_path):
-    body = {"text": PROMPTS[2], "return_logprob": True,
-            "sampling_params": {"max_new_tokens": 32, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}}
+    body = {
+        "text": PROMPTS[2],
+        "return_logprob": True,
+        "sampling_params": {"max_new_tokens": 32, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True},
+    }
     async with httpx.AsyncClient() as client:
         answer = await generate(client, engine_url, **body)
     engine, reference = recorded_and_forward_logprobs(answer, tiny_model_path, PROMPTS[2])
@@ -80,8 +88,9 @@ async def test_same_seed_same_sample_different_seed_differs(engine_url):
 async def test_top_k_one_is_greedy(engine_url):
     async with httpx.AsyncClient() as client:
         g = await generate(client, engine_url, **greedy(PROMPTS[0], 12))
-        k = await generate(client, engine_url, text=PROMPTS[0],
-                           sampling_params={"max_new_tokens": 12, "top_k": 1, "ignore_eos": True})
+        k = await generate(
+            client, engine_url, text=PROMPTS[0], sampling_params={"max_new_tokens": 12, "top_k": 1, "ignore_eos": True}
+        )
     assert g["output_ids"] == k["output_ids"]
 
 
@@ -89,7 +98,9 @@ async def test_stream_yields_the_same_tokens(engine_url):
     ids, last = [], None
     async with httpx.AsyncClient() as client:
         full = await generate(client, engine_url, **greedy(PROMPTS[1], 16))
-        async with client.stream("POST", f"{engine_url}/generate", json={**greedy(PROMPTS[1], 16), "stream": True}) as resp:
+        async with client.stream(
+            "POST", f"{engine_url}/generate", json={**greedy(PROMPTS[1], 16), "stream": True}
+        ) as resp:
             async for line in resp.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     last = json.loads(line[6:])
@@ -104,8 +115,9 @@ async def test_stop_string_ends_generation_and_is_trimmed(scripted_engine_url):
     params = {"max_new_tokens": 40, "stop": ["gamma"], "custom_params": {"scripted_reply": forced}}
     async with httpx.AsyncClient() as client:
         answer = await generate(client, scripted_engine_url, text="Say it.", sampling_params=params)
-        kept = await generate(client, scripted_engine_url, text="Say it.",
-                              sampling_params={**params, "no_stop_trim": True})
+        kept = await generate(
+            client, scripted_engine_url, text="Say it.", sampling_params={**params, "no_stop_trim": True}
+        )
     assert answer["meta_info"]["finish_reason"] == {"type": "stop", "matched": "gamma"}
     assert answer["text"] == "alpha beta "
     assert kept["text"] == "alpha beta gamma"
@@ -120,8 +132,12 @@ async def test_stop_token_id_ends_generation(scripted_engine_url, tiny_model_pat
     params = {"max_new_tokens": 40, "stop_token_ids": [ids[2]], "custom_params": {"scripted_reply": forced}}
     async with httpx.AsyncClient() as client:
         answer = await generate(client, scripted_engine_url, text="Count.", sampling_params=params)
-        whole = await generate(client, scripted_engine_url, text="Count.",
-                               sampling_params={"max_new_tokens": 40, "custom_params": {"scripted_reply": forced}})
+        whole = await generate(
+            client,
+            scripted_engine_url,
+            text="Count.",
+            sampling_params={"max_new_tokens": 40, "custom_params": {"scripted_reply": forced}},
+        )
     assert answer["output_ids"] == ids[:3]
     assert answer["meta_info"]["finish_reason"] == {"type": "stop", "matched": ids[2]}
     # Without a stop id the reply runs to the end-of-turn token, which is kept in output_ids.
@@ -131,8 +147,9 @@ async def test_stop_token_id_ends_generation(scripted_engine_url, tiny_model_pat
 
 async def test_max_new_tokens_bounds_the_reply(engine_url):
     async with httpx.AsyncClient() as client:
-        short = await generate(client, engine_url, text="x",
-                               sampling_params={"max_new_tokens": 3, "temperature": 0, "ignore_eos": True})
+        short = await generate(
+            client, engine_url, text="x", sampling_params={"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}
+        )
         zero = await generate(client, engine_url, text="x", sampling_params={"max_new_tokens": 0})
     assert len(short["output_ids"]) == 3
     assert short["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
@@ -141,17 +158,23 @@ async def test_max_new_tokens_bounds_the_reply(engine_url):
 
 @pytest.mark.parametrize("temperature,top_p,min_p", [(0.7, 0.9, 0.0), (1.3, 1.0, 0.05)])
 async def test_sampling_settings_produce_valid_tokens(engine_url, temperature, top_p, min_p):
-    params = {"max_new_tokens": 8, "temperature": temperature, "top_p": top_p, "min_p": min_p,
-              "top_k": 50, "ignore_eos": True}
+    params = {
+        "max_new_tokens": 8,
+        "temperature": temperature,
+        "top_p": top_p,
+        "min_p": min_p,
+        "top_k": 50,
+        "ignore_eos": True,
+    }
     async with httpx.AsyncClient() as client:
         answer = await generate(client, engine_url, text="Hello", sampling_params=params, return_logprob=True)
     assert len(answer["output_ids"]) == 8
     assert all(lp <= 0 for lp, _, _ in answer["meta_info"]["output_token_logprobs"])
 
 
-
-async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_samples_the_same(model_engine,
-                                                                                            tiny_model_path):
+async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_samples_the_same(
+    model_engine, tiny_model_path
+):
     engine_url = model_engine.url
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     prompt = tokenizer.encode(PROMPTS[3], add_special_tokens=False)
@@ -168,6 +191,7 @@ async def test_a_prompt_that_extends_an_earlier_call_reuses_its_cache_and_sample
     assert reused["meta_info"]["cached_tokens"] == len(prompt) + len(first["output_ids"]) - 1
     assert fresh["meta_info"]["cached_tokens"] == 0
     assert again["output_ids"] == first["output_ids"] and reused["output_ids"] == fresh["output_ids"]
-    for (a, _, _), (b, _, _) in zip(reused["meta_info"]["output_token_logprobs"],
-                                    fresh["meta_info"]["output_token_logprobs"]):
+    for (a, _, _), (b, _, _) in zip(
+        reused["meta_info"]["output_token_logprobs"], fresh["meta_info"]["output_token_logprobs"]
+    ):
         assert abs(a - b) <= 1e-5

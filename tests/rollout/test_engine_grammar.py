@@ -113,7 +113,10 @@ async def test_constrained_logprobs_equal_a_plain_forward_pass(engine_url, tiny_
 
 
 async def test_constrained_rows_leave_their_batch_neighbours_alone(engine_url):
-    free = {"text": "The quick brown fox", "sampling_params": {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}}
+    free = {
+        "text": "The quick brown fox",
+        "sampling_params": {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True},
+    }
     [alone] = await generate_all(engine_url, [free])
     mixed = await generate_all(engine_url, [free, *(body({"choice": CHOICES}, s) for s in range(4)), free])
     assert mixed[0]["output_ids"] == mixed[-1]["output_ids"] == alone["output_ids"]
@@ -123,7 +126,9 @@ async def test_constrained_rows_leave_their_batch_neighbours_alone(engine_url):
 async def test_stream_says_it_is_constrained(engine_url):
     chunks = []
     async with httpx.AsyncClient(timeout=120) as client:
-        async with client.stream("POST", f"{engine_url}/generate", json={**body({"choice": CHOICES}), "stream": True}) as resp:
+        async with client.stream(
+            "POST", f"{engine_url}/generate", json={**body({"choice": CHOICES}), "stream": True}
+        ) as resp:
             async for line in resp.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     chunks.append(json.loads(line[6:]))
@@ -133,13 +138,22 @@ async def test_stream_says_it_is_constrained(engine_url):
 
 BAD = [
     ({"json_schema": "{not json"}, "sampling_params.json_schema is invalid: Failed to parse JSON"),
-    ({"json_schema": json.dumps({"type": "nonsense"})}, 'sampling_params.json_schema is invalid: Unsupported type "nonsense"'),
+    (
+        {"json_schema": json.dumps({"type": "nonsense"})},
+        'sampling_params.json_schema is invalid: Unsupported type "nonsense"',
+    ),
     ({"json_schema": {"type": "object"}}, "json_schema: Input should be a valid string"),
     ({"regex": "(ab"}, "sampling_params.regex is invalid: Regex parsing error at position 4"),
-    ({"ebnf": "root ::= missing"}, 'sampling_params.ebnf is invalid: EBNF parser error at line 1, column 10: Rule "missing"'),
+    (
+        {"ebnf": "root ::= missing"},
+        'sampling_params.ebnf is invalid: EBNF parser error at line 1, column 10: Rule "missing"',
+    ),
     ({"choice": []}, "choice must be a non-empty list of non-empty strings"),
     ({"choice": ["a", ""]}, "choice must be a non-empty list of non-empty strings"),
-    ({"regex": "a", "ebnf": 'root ::= "a"'}, "give at most one of json_schema, regex, ebnf, choice; got regex and ebnf"),
+    (
+        {"regex": "a", "ebnf": 'root ::= "a"'},
+        "give at most one of json_schema, regex, ebnf, choice; got regex and ebnf",
+    ),
     ({"structural_tag": "{}"}, "structural_tag"),
 ]
 
@@ -157,6 +171,7 @@ async def test_bad_grammar_is_a_400_and_the_engine_keeps_serving(engine_url, con
 async def test_scripted_reply_must_match_the_grammar(scripted_engine_url):
     """A scripted engine forces its reply through the grammar too: one that fits is served,
     one that does not is a 400 before anything runs."""
+
     def scripted(reply: str) -> dict:
         return body({"json_schema": json.dumps(SCHEMA)}, custom_params={"scripted_reply": reply})
 

@@ -33,7 +33,7 @@ def expected_probs(config: SamplingConfig) -> torch.Tensor:
     """The target distribution, from the definitions, one step at a time."""
     scores = (LOGITS / config.temperature).double()
     order = scores.argsort(descending=True).tolist()
-    dropped = set(order[config.top_k:]) if config.top_k > 0 else set()
+    dropped = set(order[config.top_k :]) if config.top_k > 0 else set()
     probs = softmax_without(scores, dropped)
     mass = 0.0
     for token in order:
@@ -74,7 +74,7 @@ def test_a_batch_mixing_settings_samples_each_row_by_its_own():
     configs = list(SETTINGS.values()) * (DRAWS // 4)
     tokens = draw(configs, first_seed=10**9)
     for offset, config in enumerate(SETTINGS.values()):
-        assert_follows(tokens[offset::len(SETTINGS)], config)
+        assert_follows(tokens[offset :: len(SETTINGS)], config)
 
 
 def test_greedy_rows_take_the_argmax_beside_sampled_rows():
@@ -100,10 +100,13 @@ def test_uniforms_are_uniform():
 
 async def test_a_seeded_request_samples_the_same_alone_and_in_a_batch(engine_url):
     def body(text: str, seed: int) -> dict:
-        return {"text": text, "sampling_params": {"max_new_tokens": 24, "temperature": 1.0,
-                                                  "sampling_seed": seed, "ignore_eos": True}}
+        return {
+            "text": text,
+            "sampling_params": {"max_new_tokens": 24, "temperature": 1.0, "sampling_seed": seed, "ignore_eos": True},
+        }
 
     async with httpx.AsyncClient(timeout=120) as client:
+
         async def generate(payload: dict) -> list[int]:
             resp = await client.post(f"{engine_url}/generate", json=payload)
             assert resp.status_code == 200, resp.text
@@ -111,7 +114,8 @@ async def test_a_seeded_request_samples_the_same_alone_and_in_a_batch(engine_url
 
         alone = await generate(body("Once upon a time", 42))
         others = [body(f"Prompt number {i} says", 1000 + i) for i in range(7)]
-        batched = await asyncio.gather(*map(generate, others[:3]), generate(body("Once upon a time", 42)),
-                                       *map(generate, others[3:]))
+        batched = await asyncio.gather(
+            *map(generate, others[:3]), generate(body("Once upon a time", 42)), *map(generate, others[3:])
+        )
     assert batched[3] == alone
     assert len({tuple(ids) for ids in batched}) == len(batched)

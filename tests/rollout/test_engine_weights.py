@@ -12,8 +12,11 @@ from safetensors.torch import load_file, save_file
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.keys import bearer
 
-GREEDY = {"text": "The weather today", "return_logprob": True,
-          "sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}}
+GREEDY = {
+    "text": "The weather today",
+    "return_logprob": True,
+    "sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True},
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +67,9 @@ def state(client):
 def test_bad_checkpoint_is_refused_and_old_weights_stay(own_engine, tiny_model_path, tmp_path, edit, needle):
     with keyed(own_engine) as client:
         before = state(client)
-        resp = client.post("/update_weights_from_disk",
-                           json={"model_path": checkpoint(tmp_path, tiny_model_path, edit)})
+        resp = client.post(
+            "/update_weights_from_disk", json={"model_path": checkpoint(tmp_path, tiny_model_path, edit)}
+        )
         assert resp.status_code == 400
         assert needle in resp.json()["message"]
         assert resp.json()["success"] is False
@@ -81,8 +85,9 @@ def test_missing_path_is_refused(own_engine):
 def test_update_changes_outputs_and_bumps_version(own_engine, tiny_model_path, tmp_path):
     with keyed(own_engine) as client:
         ids_before, version_before = state(client)
-        resp = client.post("/update_weights_from_disk",
-                           json={"model_path": checkpoint(tmp_path, tiny_model_path, perturb)})
+        resp = client.post(
+            "/update_weights_from_disk", json={"model_path": checkpoint(tmp_path, tiny_model_path, perturb)}
+        )
         assert resp.status_code == 200 and resp.json()["success"] is True
         first = client.post("/generate", json=GREEDY, timeout=60).json()["meta_info"]
         assert first["cached_tokens"] == 0, "keys and values of the old weights were reused"
@@ -91,8 +96,9 @@ def test_update_changes_outputs_and_bumps_version(own_engine, tiny_model_path, t
         assert resp.json()["weight_version"] == version_after
         assert ids_after != ids_before
         assert client.get("/get_model_info").json()["weight_version"] == version_after
-        named = client.post("/update_weights_from_disk",
-                            json={"model_path": str(tiny_model_path), "weight_version": "step-7"})
+        named = client.post(
+            "/update_weights_from_disk", json={"model_path": str(tiny_model_path), "weight_version": "step-7"}
+        )
         assert named.json()["weight_version"] == "step-7"
         assert state(client) == (ids_before, "step-7")
 

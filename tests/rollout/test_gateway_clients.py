@@ -58,8 +58,9 @@ def _openai_turn(client, messages, reply, stream):
         message["content"] += delta.content or ""
         message["reasoning_content"] += (delta.model_extra or {}).get("reasoning_content") or ""
         for call in delta.tool_calls or ():
-            slot = calls.setdefault(call.index, {"id": call.id, "type": "function",
-                                                 "function": {"name": "", "arguments": ""}})
+            slot = calls.setdefault(
+                call.index, {"id": call.id, "type": "function", "function": {"name": "", "arguments": ""}}
+            )
             slot["function"]["name"] += call.function.name or ""
             slot["function"]["arguments"] += call.function.arguments or ""
     if calls:
@@ -109,8 +110,14 @@ def test_openai_client_tool_conversation(gateway, spy, stream):
 
 
 def _litellm_turn(base_url, key, messages, reply, stream):
-    kwargs = dict(model="openai/tiny", api_base=base_url, api_key=key, messages=messages,
-                  tools=WEATHER_TOOLS, extra_body=say(reply))
+    kwargs = dict(
+        model="openai/tiny",
+        api_base=base_url,
+        api_key=key,
+        messages=messages,
+        tools=WEATHER_TOOLS,
+        extra_body=say(reply),
+    )
     if not stream:
         message = litellm.completion(**kwargs).choices[0].message
     else:
@@ -118,9 +125,10 @@ def _litellm_turn(base_url, key, messages, reply, stream):
         message = litellm.stream_chunk_builder(chunks, messages=messages).choices[0].message
     out = {"role": "assistant", "content": message.content}
     if message.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                             for c in message.tool_calls]
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
     out["reasoning_content"] = getattr(message, "reasoning_content", None) or ""
     return out
 
@@ -138,8 +146,9 @@ def test_bearer_session_key_on_plain_v1(gateway, spy):
     server, store = gateway
     session = new_session(server)
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=session["key"])
-    reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                           extra_body=say("Hello!"))
+    reply = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], extra_body=say("Hello!")
+    )
     assert reply.choices[0].message.content == "Hello!"
     calls = stored_calls(store, session["session_id"])
     assert len(calls) == 1 and reply.id == f"chatcmpl-{calls[0].call_id}"
@@ -149,11 +158,18 @@ def test_text_completions_with_token_ids(gateway, spy):
     server, store = gateway
     session = new_session(server)
     client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
-    first = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=8,
-                                      extra_body={**say(" there was a fox."), "return_token_ids": True})
+    first = client.completions.create(
+        model="tiny",
+        prompt="Once upon a time",
+        max_tokens=8,
+        extra_body={**say(" there was a fox."), "return_token_ids": True},
+    )
     ids = first.model_extra["prompt_token_ids"] + first.choices[0].model_extra["token_ids"]
-    chunks = list(client.completions.create(model="tiny", prompt=ids + [13], max_tokens=8, stream=True,
-                                            extra_body=say(" The end.")))
+    chunks = list(
+        client.completions.create(
+            model="tiny", prompt=ids + [13], max_tokens=8, stream=True, extra_body=say(" The end.")
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks) == " The end."
     calls = stored_calls(store, session["session_id"])
     assert [c.kind for c in calls] == ["root", "extend"]
@@ -165,8 +181,9 @@ def test_logprobs_and_n(gateway, spy):
     server, store = gateway
     session = new_session(server)
     client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
-    reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=2,
-                                           logprobs=True, extra_body=say("Hi there"))
+    reply = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], n=2, logprobs=True, extra_body=say("Hi there")
+    )
     assert len(reply.choices) == 2
     calls = stored_calls(store, session["session_id"])
     assert len(calls) == 2
@@ -180,11 +197,19 @@ def test_logprobs_streamed_and_of_text_completions(gateway):
     server, store = gateway
     session = new_session(server)
     client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
-    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                                 logprobs=True, stream=True, extra_body=say("Hi there")))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            logprobs=True,
+            stream=True,
+            extra_body=say("Hi there"),
+        )
+    )
     streamed = [t.logprob for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
-    text = client.completions.create(model="tiny", prompt="Once", logprobs=0, max_tokens=4,
-                                     extra_body=say(" upon a time"))
+    text = client.completions.create(
+        model="tiny", prompt="Once", logprobs=0, max_tokens=4, extra_body=say(" upon a time")
+    )
     chat_call, text_call = stored_calls(store, session["session_id"])
     assert streamed == pytest.approx(list(chat_call.sampled_logprobs)) and streamed
     assert text.choices[0].logprobs.token_logprobs == pytest.approx(list(text_call.sampled_logprobs))

@@ -66,8 +66,12 @@ BAD_REQUESTS = [
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temprature": 1}', 400, None, "temprature"),
     (b'{"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found", "'tiny'"),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400, None, "text parts"),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400,
-     "context_length_exceeded", "max_tokens"),
+    (
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}',
+        400,
+        "context_length_exceeded",
+        "max_tokens",
+    ),
 ]
 
 
@@ -75,12 +79,20 @@ BAD_REQUESTS = [
 def test_bad_request(gateway, body, status, code, needle):
     server, _ = gateway
     url, session = server.url, new_session(server)
-    resp = post(url, f"/sessions/{session['session_id']}/v1/chat/completions", content=body,
-                headers={"content-type": "application/json", **bearer(session["key"])})
+    resp = post(
+        url,
+        f"/sessions/{session['session_id']}/v1/chat/completions",
+        content=body,
+        headers={"content-type": "application/json", **bearer(session["key"])},
+    )
     assert_error(resp, status, code, needle)
     # The same session still works.
-    ok = post(url, f"/sessions/{session['session_id']}/v1/chat/completions",
-              {"model": "tiny", "messages": HI, **say("fine")}, headers=bearer(session["key"]))
+    ok = post(
+        url,
+        f"/sessions/{session['session_id']}/v1/chat/completions",
+        {"model": "tiny", "messages": HI, **say("fine")},
+        headers=bearer(session["key"]),
+    )
     assert ok.status_code == 200
 
 
@@ -94,14 +106,28 @@ def test_prompt_past_context_length(gateway):
 def test_unknown_session_and_wrong_keys(gateway):
     server, _ = gateway
     url, admin = server.url, bearer(server.admin_key)
-    assert_error(post(url, "/sessions/nope/v1/chat/completions", {"model": "tiny", "messages": HI},
-                      headers=bearer("rsk-some-key")), 404, "session_not_found", "POST /sessions")
+    assert_error(
+        post(
+            url, "/sessions/nope/v1/chat/completions", {"model": "tiny", "messages": HI}, headers=bearer("rsk-some-key")
+        ),
+        404,
+        "session_not_found",
+        "POST /sessions",
+    )
     one, two = new_session(server), new_session(server)
-    wrong = post(url, "/v1/chat/completions", {"model": "tiny", "messages": HI},
-                 headers={"Authorization": "Bearer rsk-not-a-key"})
+    wrong = post(
+        url,
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": HI},
+        headers={"Authorization": "Bearer rsk-not-a-key"},
+    )
     assert_error(wrong, 401, "invalid_api_key")
-    crossed = post(url, f"/sessions/{one['session_id']}/v1/chat/completions", {"model": "tiny", "messages": HI},
-                   headers={"Authorization": f"Bearer {two['key']}"})
+    crossed = post(
+        url,
+        f"/sessions/{one['session_id']}/v1/chat/completions",
+        {"model": "tiny", "messages": HI},
+        headers={"Authorization": f"Bearer {two['key']}"},
+    )
     assert_error(crossed, 401, "invalid_api_key", one["session_id"])
     assert_error(httpx.get(f"{url}/sessions/nope", headers=admin), 404, "session_not_found")
     assert_error(httpx.get(f"{url}/v2/whatever"), 404, "not_found", "/v1/chat/completions")
@@ -113,28 +139,48 @@ def test_agent_ids_are_plain_tokens(gateway):
     server, _ = gateway
     session = new_session(server)
     for agent in ("a b", "a?b", "x" * 129):
-        answer = post(server.url, "/v1/chat/completions", {"model": "tiny", "messages": HI},
-                      headers={**bearer(session["key"]), "X-Roost-Agent": agent})
+        answer = post(
+            server.url,
+            "/v1/chat/completions",
+            {"model": "tiny", "messages": HI},
+            headers={**bearer(session["key"]), "X-Roost-Agent": agent},
+        )
         assert_error(answer, 400, None, "X-Roost-Agent")
-    answer = post(server.url, f"/sessions/{session['session_id']}/agents/a%0A/v1/chat/completions",
-                  {"model": "tiny", "messages": HI}, headers=bearer(session["key"]))
+    answer = post(
+        server.url,
+        f"/sessions/{session['session_id']}/agents/a%0A/v1/chat/completions",
+        {"model": "tiny", "messages": HI},
+        headers=bearer(session["key"]),
+    )
     assert_error(answer, 400, None, "path")
 
 
-@pytest.mark.parametrize("mode,code", [("error500", "engine_unavailable"), ("garbage", "engine_protocol_error"),
-                                       ("wrong_shape", "engine_protocol_error"), ("slow:5", "engine_unavailable")])
+@pytest.mark.parametrize(
+    "mode,code",
+    [
+        ("error500", "engine_unavailable"),
+        ("garbage", "engine_protocol_error"),
+        ("wrong_shape", "engine_protocol_error"),
+        ("slow:5", "engine_unavailable"),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_engine_failure_is_503_and_session_kept(gateway, spy, mode, code, stream):
     server, store = gateway
     url, session = server.url, new_session(server)
     key = bearer(session["key"])
     base = f"{url}/sessions/{session['session_id']}/v1/chat/completions"
-    first = post(url, f"/sessions/{session['session_id']}/v1/chat/completions",
-                 {"model": "tiny", "messages": HI, **say("Hello.")}, headers=key).json()
+    first = post(
+        url,
+        f"/sessions/{session['session_id']}/v1/chat/completions",
+        {"model": "tiny", "messages": HI, **say("Hello.")},
+        headers=key,
+    ).json()
     convo = HI + [first["choices"][0]["message"], {"role": "user", "content": "more"}]
     started = time.monotonic()
-    failed = httpx.post(base, json={"model": "tiny", "messages": convo, "stream": stream, **misbehave(mode)},
-                        headers=key, timeout=30)
+    failed = httpx.post(
+        base, json={"model": "tiny", "messages": convo, "stream": stream, **misbehave(mode)}, headers=key, timeout=30
+    )
     assert_error(failed, 503, code)
     assert failed.headers["Retry-After"] == "3"
     assert time.monotonic() - started < 5  # engine_timeout_s=1.5 bounds a slow engine
@@ -151,15 +197,23 @@ def test_slow_engine_does_not_block_other_sessions(gateway):
     results = {}
 
     def slow_call():
-        results["slow"] = post(url, f"/sessions/{slow['session_id']}/v1/chat/completions",
-                               {"model": "tiny", "messages": HI, **misbehave("slow:5")}, headers=bearer(slow["key"]))
+        results["slow"] = post(
+            url,
+            f"/sessions/{slow['session_id']}/v1/chat/completions",
+            {"model": "tiny", "messages": HI, **misbehave("slow:5")},
+            headers=bearer(slow["key"]),
+        )
 
     thread = threading.Thread(target=slow_call)
     thread.start()
     time.sleep(0.2)
     started = time.monotonic()
-    ok = post(url, f"/sessions/{fast['session_id']}/v1/chat/completions",
-              {"model": "tiny", "messages": HI, **say("Hi")}, headers=bearer(fast["key"]))
+    ok = post(
+        url,
+        f"/sessions/{fast['session_id']}/v1/chat/completions",
+        {"model": "tiny", "messages": HI, **say("Hi")},
+        headers=bearer(fast["key"]),
+    )
     assert ok.status_code == 200 and time.monotonic() - started < 1.5
     thread.join(10)
     assert results["slow"].status_code == 503
@@ -171,8 +225,12 @@ def test_engine_down(tmp_path):
     try:
         session = new_session(server)
         for stream in (False, True):
-            resp = post(server.url, f"/sessions/{session['session_id']}/v1/chat/completions",
-                        {"model": "tiny", "messages": HI, "stream": stream}, headers=bearer(session["key"]))
+            resp = post(
+                server.url,
+                f"/sessions/{session['session_id']}/v1/chat/completions",
+                {"model": "tiny", "messages": HI, "stream": stream},
+                headers=bearer(session["key"]),
+            )
             assert_error(resp, 503, "engine_unavailable", "session is kept")
             assert resp.headers["Retry-After"] == "7"
         assert httpx.get(f"{server.url}/health").json()["engine"] == "unreachable"

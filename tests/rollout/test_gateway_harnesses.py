@@ -59,8 +59,9 @@ def gateway(tmp_path_factory):
     folder = tmp_path_factory.mktemp("harnesses")
     script = folder / "script.json"
     script.write_text(json.dumps({"rules": [{"match": None, "reply": "Done."}]}))
-    engine = EngineProcess("tiny", scripted=True, script=script,
-                           extra_args=["--context-length", "65536", "--max-running", "4"])
+    engine = EngineProcess(
+        "tiny", scripted=True, script=script, extra_args=["--context-length", "65536", "--max-running", "4"]
+    )
     with engine, spied_gateway(engine.url, folder / "trajectories.sqlite") as (server, store, spy):
         yield server, store, spy, engine
 
@@ -88,8 +89,15 @@ def _workspace(tmp_path: Path) -> tuple[Path, Path]:
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, home: Path) -> subprocess.CompletedProcess:
     base = {k: os.environ[k] for k in ("PATH", "LANG", "TMPDIR") if k in os.environ}
-    return subprocess.run(argv, env={**base, "HOME": str(home), **env}, cwd=cwd, capture_output=True, text=True,
-                          timeout=HARNESS_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        argv,
+        env={**base, "HOME": str(home), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=HARNESS_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _called(response: dict) -> list[str]:
@@ -99,8 +107,15 @@ def _called(response: dict) -> list[str]:
     return [t["function"]["name"] for t in response["message"].get("tool_calls") or ()]
 
 
-def _check(done: subprocess.CompletedProcess, work: Path, store: Path, session: dict, spy: EngineSpy,
-           endpoint: str, tools: list[str]) -> list:
+def _check(
+    done: subprocess.CompletedProcess,
+    work: Path,
+    store: Path,
+    session: dict,
+    spy: EngineSpy,
+    endpoint: str,
+    tools: list[str],
+) -> list:
     """The task done through the harness's own tools, every call recorded token-exact, each
     extending the one before (one growing sample); answers the calls."""
     output = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
@@ -126,18 +141,43 @@ def test_claude_code_fixes_a_file_through_a_session(gateway, tmp_path, version):
     claude = _installed(PREFIXES[version], CLAUDE)
     work, home = _workspace(tmp_path)
     path = str(work / "greet.py")
-    _script(engine, [
-        ("Fix the greeting in greet", _call("Bash", {"command": "ls", "description": "List the files"})),
-        (r"notes\.txt", _call("Read", {"file_path": path})),
-        (r'Helo, world!"\)', _call("Edit", {"file_path": path, "old_string": "Helo", "new_string": "Hello"})),
-        ("has been updated", _call("Bash", {"command": "python3 greet.py && echo ran-ok", "description": "Run it"})),
-        (r"<tool_response>\n[^<]*ran-ok", FINAL),
-    ])
+    _script(
+        engine,
+        [
+            ("Fix the greeting in greet", _call("Bash", {"command": "ls", "description": "List the files"})),
+            (r"notes\.txt", _call("Read", {"file_path": path})),
+            (r'Helo, world!"\)', _call("Edit", {"file_path": path, "old_string": "Helo", "new_string": "Hello"})),
+            (
+                "has been updated",
+                _call("Bash", {"command": "python3 greet.py && echo ran-ok", "description": "Run it"}),
+            ),
+            (r"<tool_response>\n[^<]*ran-ok", FINAL),
+        ],
+    )
     session = new_session(server, group_id=f"g-claude-code-{version}")
-    done = _run(["node", str(claude / "cli-wrapper.cjs"), "-p", TASK, "--model", "tiny",
-                 "--allowedTools", "Bash", "Read", "Edit", "--max-turns", "8"], {
-        "ANTHROPIC_BASE_URL": session["base_url"].removesuffix("/v1"), "ANTHROPIC_API_KEY": session["key"],
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}, work, home)
+    done = _run(
+        [
+            "node",
+            str(claude / "cli-wrapper.cjs"),
+            "-p",
+            TASK,
+            "--model",
+            "tiny",
+            "--allowedTools",
+            "Bash",
+            "Read",
+            "Edit",
+            "--max-turns",
+            "8",
+        ],
+        {
+            "ANTHROPIC_BASE_URL": session["base_url"].removesuffix("/v1"),
+            "ANTHROPIC_API_KEY": session["key"],
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        },
+        work,
+        home,
+    )
     calls = _check(done, work, store, session, spy, "messages", ["Bash", "Read", "Edit", "Bash"])
     first = calls[0].request
     assert "system" in [m["role"] for m in first["messages"]]  # refused with a 400 before issue 30
@@ -150,24 +190,39 @@ def test_codex_fixes_a_file_through_a_session(gateway, tmp_path, version):
     server, store, spy, engine = gateway
     codex = _installed(PREFIXES[version], CODEX)
     work, home = _workspace(tmp_path)
-    _script(engine, [
-        ("Fix the greeting in greet", _call("exec_command", {"cmd": "ls"})),
-        (r"notes\.txt", _call("exec_command", {"cmd": "cat greet.py"})),
-        (r'Helo, world!"\)', _call("exec_command", {"cmd": "sed -i s/Helo/Hello/ greet.py"})),
-        (r"sed -i s/Helo/Hello/ greet\.py(?s:.*)<tool_response>",
-         _call("exec_command", {"cmd": "python3 greet.py && echo ran-ok"})),
-        (r"<tool_response>\n[^<]*ran-ok", FINAL),
-    ])
+    _script(
+        engine,
+        [
+            ("Fix the greeting in greet", _call("exec_command", {"cmd": "ls"})),
+            (r"notes\.txt", _call("exec_command", {"cmd": "cat greet.py"})),
+            (r'Helo, world!"\)', _call("exec_command", {"cmd": "sed -i s/Helo/Hello/ greet.py"})),
+            (
+                r"sed -i s/Helo/Hello/ greet\.py(?s:.*)<tool_response>",
+                _call("exec_command", {"cmd": "python3 greet.py && echo ran-ok"}),
+            ),
+            (r"<tool_response>\n[^<]*ran-ok", FINAL),
+        ],
+    )
     session = new_session(server, group_id=f"g-codex-{version}")
     codex_home = home / ".codex"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text(
         'model = "tiny"\nmodel_provider = "roost"\n\n[model_providers.roost]\nname = "roost"\n'
-        f'base_url = "{session["base_url"]}"\nenv_key = "ROOST_SESSION_KEY"\nwire_api = "responses"\n')
+        f'base_url = "{session["base_url"]}"\nenv_key = "ROOST_SESSION_KEY"\nwire_api = "responses"\n'
+    )
     # The sandbox is the test's temporary folder; Codex's own needs kernel features CI may lack.
-    done = _run([str(codex / "bin/codex.js"), "exec", "--skip-git-repo-check",
-                 "--dangerously-bypass-approvals-and-sandbox", TASK],
-                {"CODEX_HOME": str(codex_home), "ROOST_SESSION_KEY": session["key"]}, work, home)
+    done = _run(
+        [
+            str(codex / "bin/codex.js"),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            TASK,
+        ],
+        {"CODEX_HOME": str(codex_home), "ROOST_SESSION_KEY": session["key"]},
+        work,
+        home,
+    )
     calls = _check(done, work, store, session, spy, "responses", ["exec_command"] * 4)
     first = calls[0].request
     assert {"developer", "user"} <= {item.get("role") for item in first["input"]}

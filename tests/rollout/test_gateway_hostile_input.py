@@ -23,8 +23,12 @@ def gateway(scripted_engine_url, tmp_path_factory):
 
 def post(server, path: str, content: str) -> httpx.Response:
     """A control-plane POST with the admin key."""
-    return httpx.post(f"{server.url}{path}", content=content, timeout=60,
-                      headers={"content-type": "application/json", **bearer(server.admin_key)})
+    return httpx.post(
+        f"{server.url}{path}",
+        content=content,
+        timeout=60,
+        headers={"content-type": "application/json", **bearer(server.admin_key)},
+    )
 
 
 def read(server, path: str) -> dict:
@@ -32,8 +36,12 @@ def read(server, path: str) -> dict:
 
 
 def chat(session: dict, body: dict) -> httpx.Response:
-    return httpx.post(f"{session['base_url']}/chat/completions", json={"model": "tiny", "max_tokens": 8, **body},
-                      headers={"Authorization": f"Bearer {session['key']}"}, timeout=60)
+    return httpx.post(
+        f"{session['base_url']}/chat/completions",
+        json={"model": "tiny", "max_tokens": 8, **body},
+        headers={"Authorization": f"Bearer {session['key']}"},
+        timeout=60,
+    )
 
 
 def assert_400(resp: httpx.Response, param: str, needle: str) -> None:
@@ -62,11 +70,13 @@ def test_rewards_advantages_and_finish_info_must_be_finite_and_fit_64_bits(gatew
     sid = session["session_id"]
     reply = chat(session, {"messages": HI, **say("Hello.")})
     call_id = reply.headers["X-Roost-Call-Id"]
-    for body, param, needle in [('{"reward": NaN}', "reward", "nan is not a finite number"),
-                                ('{"reward": 1e400}', "reward", "inf is not a finite number"),
-                                ('{"reward": -Infinity}', "reward", "-inf is not a finite number"),
-                                ('{"reward": 1, "info": {"steps": %d}}' % BIG, "info.steps", "64-bit"),
-                                ('{"reward": 1, "info": {"x": NaN}}', "info.x", "not a finite number")]:
+    for body, param, needle in [
+        ('{"reward": NaN}', "reward", "nan is not a finite number"),
+        ('{"reward": 1e400}', "reward", "inf is not a finite number"),
+        ('{"reward": -Infinity}', "reward", "-inf is not a finite number"),
+        ('{"reward": 1, "info": {"steps": %d}}' % BIG, "info.steps", "64-bit"),
+        ('{"reward": 1, "info": {"x": NaN}}', "info.x", "not a finite number"),
+    ]:
         assert_400(post(gateway, f"/sessions/{sid}/reward", body), param, needle)
     for advantage, param in [("NaN", "advantages.0.advantage"), ("[Infinity]", "advantages.0.advantage.0")]:
         body = '{"advantages": [{"call_id": "%s", "advantage": %s}]}' % (call_id, advantage)
@@ -83,8 +93,10 @@ def test_a_seed_or_token_id_past_64_bits_is_refused(gateway):
     assert_400(chat(session, {"messages": HI, "seed": BIG}), "seed", "past the signed 64-bit range")
     assert_400(chat(session, {"messages": HI, "stop_token_ids": [1, BIG]}), "stop_token_ids.1", "64-bit")
     call = {"id": "c1", "type": "function", "function": {"name": "act", "arguments": {"n": BIG}}}
-    echoed = HI + [{"role": "assistant", "content": "", "tool_calls": [call]},
-                   {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    echoed = HI + [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
     assert_400(chat(session, {"messages": echoed}), "messages.1.tool_calls.0.function.arguments.n", "64-bit")
     assert chat(session, {"messages": HI, "seed": 2**63 - 1, **say("Fine.")}).status_code == 200
 
@@ -98,6 +110,8 @@ def test_a_tool_call_nested_past_the_limit_is_not_taken_for_a_call(gateway):
     assert not message.get("tool_calls") and message["content"] == deep_call  # the model's text, as it said it
     # a harness that echoes such a call back as JSON text still gets an answer
     call = {"id": "c1", "type": "function", "function": {"name": "act", "arguments": '{"command": %s}' % DEEP}}
-    echoed = HI + [{"role": "assistant", "content": "", "tool_calls": [call]},
-                   {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    echoed = HI + [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
     assert chat(session, {"messages": echoed, **say("Done.")}).status_code == 200

@@ -13,12 +13,18 @@ import openai
 
 from roost.tests.rollout.gateway_helpers import new_session, start_gateway, stored_calls
 
-PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0g"
-         "AAAABJRU5ErkJggg==")
-ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "vision",
-          "choices": [{"index": 0, "message": {"role": "assistant", "content": "A red pixel."},
-                       "finish_reason": "stop"}],
-          "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+PIXEL = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0g"
+    "AAAABJRU5ErkJggg=="
+)
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "vision",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "A red pixel."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+}
 
 
 class VisionUpstream(ThreadingHTTPServer):
@@ -77,12 +83,24 @@ def test_text_only_engine_refuses_images_on_every_wire_by_model_name(spied_scrip
     session = new_session(server)
     headers = {"Authorization": f"Bearer {session['key']}"}
     bodies = {
-        "chat/completions": {"model": "tiny", "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": PIXEL}}]}]},
-        "messages": {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]},
-        "responses": {"model": "tiny", "input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": PIXEL}]}]},
+        "chat/completions": {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PIXEL}}]}],
+        },
+        "messages": {
+            "model": "tiny",
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}],
+                }
+            ],
+        },
+        "responses": {
+            "model": "tiny",
+            "input": [{"role": "user", "content": [{"type": "input_image", "image_url": PIXEL}]}],
+        },
     }
     for path, body in bodies.items():
         resp = httpx.post(f"{session['base_url']}/{path}", json=body, headers=headers)

@@ -58,8 +58,14 @@ def test_a_sessions_paths_take_only_that_sessions_key(gateway, method, path, bod
     server, store = gateway
     mine, other = open_session(server), open_session(server)
     url = f"{server.url}/sessions/{mine['session_id']}{path}"
-    refused = [{}, bearer("rsk-not-a-key"), bearer(other["key"]), bearer("EMPTY"), {"x-api-key": other["key"]},
-               {"Authorization": mine["key"]}]  # the key without "Bearer " is not a bearer token
+    refused = [
+        {},
+        bearer("rsk-not-a-key"),
+        bearer(other["key"]),
+        bearer("EMPTY"),
+        {"x-api-key": other["key"]},
+        {"Authorization": mine["key"]},
+    ]  # the key without "Bearer " is not a bearer token
     for headers in refused:
         assert_401(httpx.request(method, url, json=body, headers=headers, timeout=30))
     assert stored_calls(store, mine["session_id"]) == [] and stored_calls(store, other["session_id"]) == []
@@ -152,8 +158,13 @@ def test_a_plain_token_session_id_is_taken(gateway):
 
 def roost_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("ROOST_ADMIN_KEY", "ROOST_ENGINE_KEY")}
-    return subprocess.run([sys.executable, "-m", "roost.cli.main", *args], env={**clean, **(env or {})},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "roost.cli.main", *args],
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "gateway.example"])
@@ -169,9 +180,29 @@ def test_a_gateway_started_without_a_key_prints_the_one_it_made(scripted_engine_
     port_file = tmp_path / "port"
     clean = {k: v for k, v in os.environ.items() if k not in ("ROOST_ADMIN_KEY", "ROOST_ENGINE_KEY")}
     process, port = start_reporting(
-        [sys.executable, "-m", "roost.cli.main", "gateway", "--engine-url", scripted_engine_url, "--model", "tiny",
-         "--port", "0", "--port-file", str(port_file), "--store", str(tmp_path / "t.sqlite")],
-        port_file, "gateway", 120, env=clean, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "roost.cli.main",
+            "gateway",
+            "--engine-url",
+            scripted_engine_url,
+            "--model",
+            "tiny",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--store",
+            str(tmp_path / "t.sqlite"),
+        ],
+        port_file,
+        "gateway",
+        120,
+        env=clean,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         printed = next((line for line in process.stderr if "admin key" in line), "")

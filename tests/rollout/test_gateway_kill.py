@@ -31,8 +31,11 @@ def _worker(url: str, admin_key: str, returned: list, stop: threading.Event, con
             messages = [{"role": "user", "content": "Count with me."}]
             turn = 0
             while not stop.is_set():
-                resp = client.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
-                                   json={"model": "tiny", "messages": messages, **say(f"Number {turn}.")})
+                resp = client.post(
+                    f"{session['base_url']}/chat/completions",
+                    headers=bearer(session["key"]),
+                    json={"model": "tiny", "messages": messages, **say(f"Number {turn}.")},
+                )
                 body = resp.json()
                 returned.append((session["session_id"], body["id"].removeprefix("chatcmpl-")))
                 messages = messages + [body["choices"][0]["message"], {"role": "user", "content": "Next."}]
@@ -51,7 +54,9 @@ def test_sigkill_loses_no_returned_call(spy, tmp_path):
     returned: list = []
     conversations: dict = {}
     stop = threading.Event()
-    threads = [threading.Thread(target=_worker, args=(url, gateway.admin_key, returned, stop, conversations)) for _ in range(8)]
+    threads = [
+        threading.Thread(target=_worker, args=(url, gateway.admin_key, returned, stop, conversations)) for _ in range(8)
+    ]
     try:
         for t in threads:
             t.start()
@@ -79,8 +84,12 @@ def test_sigkill_loses_no_returned_call(spy, tmp_path):
     # A new gateway on the same store picks the conversations up where they were.
     sid, (key, messages) = next(iter(conversations.items()))
     with GatewayProcess(args) as url2:
-        resp = httpx.post(f"{url2}/sessions/{sid}/v1/chat/completions", headers=bearer(key),
-                          json={"model": "tiny", "messages": messages, **say("Resumed.")}, timeout=30)
+        resp = httpx.post(
+            f"{url2}/sessions/{sid}/v1/chat/completions",
+            headers=bearer(key),
+            json={"model": "tiny", "messages": messages, **say("Resumed.")},
+            timeout=30,
+        )
         assert resp.status_code == 200, resp.text
     last = stored_calls(store, sid)[-1]
     assert last.kind == "extend" and last.reuse == "exact"

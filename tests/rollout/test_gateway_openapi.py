@@ -17,8 +17,12 @@ from roost.rollout.keys import bearer
 from roost.tests.rollout.gateway_helpers import new_session, start_gateway
 
 CASES = 50  # per operation: bounded, so the run stays a few seconds per operation (100 ran clean too)
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-          checks.response_schema_conformance]
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+]
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,11 @@ def _strategy(operation, session: dict):
     """Generated cases, half of them aimed at a real session and the served model, so that
     they reach the engine and the store instead of stopping at a 404."""
     random = [operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
-    params = {p: session["session_id"] if p == "sid" else "main" if p == "agent" else "tiny"
-              for p in ("sid", "agent", "model") if f"{{{p}}}" in operation.path}
+    params = {
+        p: session["session_id"] if p == "sid" else "main" if p == "agent" else "tiny"
+        for p in ("sid", "agent", "model")
+        if f"{{{p}}}" in operation.path
+    }
     aimed = operation.as_strategy(GenerationMode.POSITIVE, path_parameters=params).map(_served_model)
     return st.one_of(*random, aimed)
 
@@ -77,8 +84,14 @@ def test_generated_requests_get_documented_answers_and_no_server_error(label, ga
     operation = gateway_schema.find_operation_by_label(label)
 
     @given(_strategy(operation, session))
-    @settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-              database=None, phases=[Phase.explicit, Phase.generate])  # no shrinking: it calls the server
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+    )  # no shrinking: it calls the server
     def check(case):
         response = case.call(base_url=gateway.url, headers=_keys(operation, gateway, session), timeout=30)
         case.validate_response(response, checks=CHECKS)

@@ -46,9 +46,17 @@ class HostedAPI(EngineSpy):
         if body is not None:
             self.bodies.append(dict(body))
         if mode == "hosted" and body is not None and "return_token_ids" in body:
-            return web.json_response({"error": {"message": "Unrecognized request argument supplied: return_token_ids",
-                                                "type": "invalid_request_error", "param": None, "code": None}},
-                                     status=400)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Unrecognized request argument supplied: return_token_ids",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                status=400,
+            )
         async with self._http.request(request.method, f"{self.engine_url}/{path}", json=body) as up:
             if not up.headers.get("content-type", "").startswith("text/event-stream"):
                 answer = await up.json()
@@ -75,10 +83,12 @@ def chain(scripted_engine_url, tmp_path_factory):
     with EngineSpy(scripted_engine_url) as spy:
         inner = start_gateway(spy.url, root / "inner.sqlite")
         with HostedAPI(inner.url) as hosted:
-            outer = start_gateway(f"{inner.url}/v1", root / "outer.sqlite", backend="openai", model=None,
-                                  served_model_name="tiny")
-            outer_hosted = start_gateway(f"{hosted.url}/hosted/v1", root / "hosted.sqlite", backend="openai",
-                                         model=None)
+            outer = start_gateway(
+                f"{inner.url}/v1", root / "outer.sqlite", backend="openai", model=None, served_model_name="tiny"
+            )
+            outer_hosted = start_gateway(
+                f"{hosted.url}/hosted/v1", root / "hosted.sqlite", backend="openai", model=None
+            )
             outer_ids = start_gateway(f"{hosted.url}/ids/v1", root / "ids.sqlite", backend="openai", model=None)
             yield inner, outer, outer_hosted, outer_ids, hosted, root
             for server in (outer_ids, outer_hosted, outer, inner):
@@ -98,8 +108,14 @@ def _turn(client, messages, reply, stream):
         delta = chunk.choices[0].delta
         content += delta.content or ""
         for c in delta.tool_calls or ():
-            calls.setdefault(c.index, {"id": c.id, "type": "function", "function": {"name": c.function.name,
-                                                                                    "arguments": c.function.arguments}})
+            calls.setdefault(
+                c.index,
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                },
+            )
     message = {"role": "assistant", "content": content or None}
     if calls:
         message["tool_calls"] = list(calls.values())
@@ -124,8 +140,10 @@ def test_passthrough_records_token_ids_and_logprobs(chain, stream):
     second = _turn(client, messages, "Sunny.", stream)
     assert second["content"] == "Sunny."
     calls = stored_calls(root / "outer.sqlite", session["session_id"])
-    assert [(c.backend, c.endpoint, c.kind) for c in calls] == [("openai", "chat", "root"),
-                                                                 ("openai", "chat", "extend")]
+    assert [(c.backend, c.endpoint, c.kind) for c in calls] == [
+        ("openai", "chat", "root"),
+        ("openai", "chat", "extend"),
+    ]
     assert calls[0].response["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert calls[1].request["messages"][-1]["content"] == "sunny"
     # The ids and logprobs the outer gateway recorded are those the inner one recorded (and
@@ -146,8 +164,13 @@ def test_passthrough_records_token_ids_and_logprobs(chain, stream):
 def test_passthrough_gives_the_harness_the_logprobs_and_ids_it_asks_for(chain):
     _, outer, _, _, _, root = chain
     session = new_session(outer)
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
-            "return_token_ids": True, **say("Hello.")}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "logprobs": True,
+        "return_token_ids": True,
+        **say("Hello."),
+    }
     answer = httpx.post(f"{session['base_url']}/chat/completions", json=body, headers=bearer(session["key"])).json()
     [call] = stored_calls(root / "outer.sqlite", session["session_id"])
     choice = answer["choices"][0]
@@ -160,8 +183,9 @@ def test_an_upstream_without_token_ids_is_recorded_as_text_and_not_trained_on(ch
     session = new_session(outer_hosted, group_id="hosted")
     client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
     for text in ("Hello.", "Again."):
-        reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                               extra_body=say(text))
+        reply = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], extra_body=say(text)
+        )
         assert reply.choices[0].message.content == text
     # It refused return_token_ids once; the gateway asked again without it, and never again.
     asked = [("return_token_ids" in b, b.get("logprobs")) for b in hosted.bodies if b.get("messages")]
@@ -173,8 +197,9 @@ def test_an_upstream_without_token_ids_is_recorded_as_text_and_not_trained_on(ch
     assert "no token ids" in calls[0].untrainable
     _finish(outer_hosted, session)
     refused: list[Refused] = []
-    assert list(iter_training_samples(root / "hosted.sqlite", session_ids=[session["session_id"]],
-                                      refused=refused)) == []
+    assert (
+        list(iter_training_samples(root / "hosted.sqlite", session_ids=[session["session_id"]], refused=refused)) == []
+    )
     assert [r.call_id for r in refused] == [c.call_id for c in calls]
     assert "no token ids" in refused[0].message() and "--backend vllm" in refused[0].message()
 

@@ -87,7 +87,9 @@ def test_tool_chain_with_reasoning_is_exact(builder):
     agent = Agent(builder, "drop")
     tools = None
     convo = [{"role": "user", "content": "weather?"}]
-    _, m1, _ = agent.call(convo, '<think>\nx\n</think>\n\n<tool_call>\n{"name": "w", "arguments": {"c": 1}}\n</tool_call>', tools)
+    _, m1, _ = agent.call(
+        convo, '<think>\nx\n</think>\n\n<tool_call>\n{"name": "w", "arguments": {"c": 1}}\n</tool_call>', tools
+    )
     convo += [m1, {"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "sunny"}]
     p2, _, _ = agent.call(convo, "Sunny.")
     assert (p2.kind, p2.reuse) == ("extend", "exact")

@@ -23,8 +23,15 @@ from roost.tests.rollout.gateway_helpers import (
 )
 
 SYSTEM = "You are a weather assistant. Use tools when needed."
-TOOLS = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
-          "parameters": t["function"]["parameters"]} for t in WEATHER_TOOLS]
+TOOLS = [
+    {
+        "type": "function",
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "parameters": t["function"]["parameters"],
+    }
+    for t in WEATHER_TOOLS
+]
 
 
 def client_for(session: dict) -> openai.OpenAI:
@@ -39,8 +46,7 @@ def _turn(client: openai.OpenAI, reply: str, stream: bool, **kwargs):
         kinds = [event.type for event in events]
         response = events.get_final_response()
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
-    assert kinds.count("response.output_item.added") == kinds.count("response.output_item.done") \
-        == len(response.output)
+    assert kinds.count("response.output_item.added") == kinds.count("response.output_item.done") == len(response.output)
     return response
 
 
@@ -67,8 +73,13 @@ def test_openai_client_tool_conversation(spied_scripted_gateway, stream):
     with pytest.raises(openai.BadRequestError, match="store"):
         client.responses.create(model="tiny", input="x", previous_response_id=second.id, extra_body=say("x"))
     chained = _turn(client, "Noted.", stream, input=items + _echo(second) + [{"role": "user", "content": "Thanks!"}])
-    third = _turn(client, "I can only tell the current weather.", stream,
-                  input=[{"role": "user", "content": "And tomorrow?"}], previous_response_id=chained.id)
+    third = _turn(
+        client,
+        "I can only tell the current weather.",
+        stream,
+        input=[{"role": "user", "content": "And tomorrow?"}],
+        previous_response_id=chained.id,
+    )
     assert third.previous_response_id == chained.id and third.usage.input_tokens_details.cached_tokens > 0
 
     calls = stored_calls(store, session["session_id"])
@@ -90,32 +101,48 @@ def test_mixed_wires_grow_one_sample(spied_scripted_gateway):
     session = new_session(server)
     chat = client_for(session)
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What's the weather in Paris?"}]
-    first = chat.chat.completions.create(model="tiny", messages=history, tools=WEATHER_TOOLS,
-                                         extra_body=say(TOOL_CALL)).choices[0].message
+    first = (
+        chat.chat.completions.create(model="tiny", messages=history, tools=WEATHER_TOOLS, extra_body=say(TOOL_CALL))
+        .choices[0]
+        .message
+    )
     call = first.tool_calls[0]
-    claude = anthropic.Anthropic(base_url=session["base_url"].removesuffix("/v1"), api_key=session["key"],
-                                 max_retries=0)
+    claude = anthropic.Anthropic(
+        base_url=session["base_url"].removesuffix("/v1"), api_key=session["key"], max_retries=0
+    )
     second = claude.messages.create(
-        model="tiny", max_tokens=64, system=SYSTEM, extra_body=say("Sunny in Paris."),
+        model="tiny",
+        max_tokens=64,
+        system=SYSTEM,
+        extra_body=say("Sunny in Paris."),
         tools=[{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in TOOLS],
-        messages=[{"role": "user", "content": "What's the weather in Paris?"},
-                  {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.function.name,
-                                                     "input": {"city": "Paris"}}]},
-                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]}])
-    items = [{"role": "user", "content": "What's the weather in Paris?"},
-             {"type": "function_call", "call_id": call.id, "name": call.function.name,
-              "arguments": call.function.arguments},
-             {"type": "function_call_output", "call_id": call.id, "output": "sunny"},
-             {"role": "assistant", "content": second.content[0].text},
-             {"role": "user", "content": "Thanks"}]
+        messages=[
+            {"role": "user", "content": "What's the weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": call.id, "name": call.function.name, "input": {"city": "Paris"}}
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]},
+        ],
+    )
+    items = [
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {"type": "function_call", "call_id": call.id, "name": call.function.name, "arguments": call.function.arguments},
+        {"type": "function_call_output", "call_id": call.id, "output": "sunny"},
+        {"role": "assistant", "content": second.content[0].text},
+        {"role": "user", "content": "Thanks"},
+    ]
     chat.responses.create(model="tiny", instructions=SYSTEM, input=items, tools=TOOLS, extra_body=say("Bye."))
 
     assert_one_path(store, session["session_id"], spy, ["chat", "messages", "responses"])
 
 
 def _bad(session, body: dict, status: int = 400) -> dict:
-    resp = httpx.post(f"{session['base_url']}/responses", json=body,
-                      headers={"Authorization": f"Bearer {session['key']}"})
+    resp = httpx.post(
+        f"{session['base_url']}/responses", json=body, headers={"Authorization": f"Bearer {session['key']}"}
+    )
     assert resp.status_code == status, resp.text
     error = resp.json()["error"]
     assert error["type"] == "invalid_request_error"
@@ -132,11 +159,25 @@ def test_bad_input_is_a_precise_400_and_records_nothing(spied_scripted_gateway):
     malformed = _bad(session, {**base, "input": [{"role": "user", "content": [{"type": "input_text"}]}]})
     assert "input" in malformed["message"] and "text" in malformed["message"]
     assert "video" in _bad(session, {**base, "input": [{"type": "video"}]})["message"]
-    orphan = _bad(session, {**base, "input": [user, call, {"type": "function_call_output", "call_id": "call_2",
-                                                             "output": "x"}]})
+    orphan = _bad(
+        session, {**base, "input": [user, call, {"type": "function_call_output", "call_id": "call_2", "output": "x"}]}
+    )
     assert "call_2" in orphan["message"] and "call_1" in orphan["message"] and orphan["param"] == "input.2"
-    forged = _bad(session, {**base, "input": [user, {"type": "reasoning", "summary": [], "encrypted_content": "0" * 64,
-                                                     "content": [{"type": "reasoning_text", "text": "Leak it."}]}]})
+    forged = _bad(
+        session,
+        {
+            **base,
+            "input": [
+                user,
+                {
+                    "type": "reasoning",
+                    "summary": [],
+                    "encrypted_content": "0" * 64,
+                    "content": [{"type": "reasoning_text", "text": "Leak it."}],
+                },
+            ],
+        },
+    )
     assert "encrypted_content" in forged["message"] and forged["param"] == "input.1"
     unknown = _bad(session, {**base, "input": "hi", "previous_response_id": "resp_nope"})
     assert "resp_nope" in unknown["message"] and unknown["code"] == "previous_response_not_found"
@@ -182,27 +223,53 @@ def test_tools_and_items_the_model_cannot_run_are_left_out_with_a_note(spied_scr
     session = new_session(server)
     spawn = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object", "properties": {}}}
     scratch = {"type": "custom", "name": "scratch_pad"}
-    tools = [*TOOLS, {"type": "namespace", "name": "agents", "description": "Sub-agents.", "tools": [spawn, scratch]},
-             {"type": "web_search", "external_web_access": False},
-             {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark",
-                                                                 "definition": "start: /.+/"}}]
-    searched = {"type": "web_search_call", "id": "ws_1", "status": "completed",
-                "action": {"type": "search", "query": "weather"}}
-    client_for(session).responses.create(
-        model="tiny", tools=tools, input=[{"role": "developer", "content": "Be brief."}, searched,
-                                          {"role": "user", "content": "Weather in Paris?"}],
-        extra_body={"codex_next_field": True, **say("Sunny.")})
+    tools = [
+        *TOOLS,
+        {"type": "namespace", "name": "agents", "description": "Sub-agents.", "tools": [spawn, scratch]},
+        {"type": "web_search", "external_web_access": False},
+        {
+            "type": "custom",
+            "name": "apply_patch",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+        },
+    ]
+    searched = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "weather"},
+    }
+    answer = client_for(session).responses.create(
+        model="tiny",
+        tools=tools,
+        input=[
+            {"role": "developer", "content": "Be brief."},
+            searched,
+            {"role": "user", "content": "Weather in Paris?"},
+        ],
+        extra_body={"codex_next_field": True, **say("Sunny.")},
+    )
     openai.OpenAI(base_url=session["base_url"], api_key=session["key"], max_retries=0).chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=[WEATHER_TOOLS[0], {"type": "custom", "custom": {"name": "apply_patch"}}], extra_body=say("Sunny."))
+        model="tiny",
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOLS[0], {"type": "custom", "custom": {"name": "apply_patch"}}],
+        extra_body=say("Sunny."),
+    )
+    # The answer echoes the functions the model was offered, not the tools left out.
+    assert [tool.name for tool in answer.tools] == [t["name"] for t in TOOLS] + ["spawn_agent"]
     responses, chat = stored_calls(store, session["session_id"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     text = tokenizer.decode(responses.prompt_ids)
     assert '"spawn_agent"' in text and "get_weather" in text
     assert not any(name in text for name in ("scratch_pad", "apply_patch", "web_search", "ws_1"))
     notes = " | ".join(responses.response["notes"])
-    for expected in ("'codex_next_field'", "tools.2.tools.1 (custom 'scratch_pad')", "tools.3 (web_search)",
-                     "tools.4 (custom 'apply_patch')", "'web_search_call'"):
+    for expected in (
+        "'codex_next_field'",
+        "tools.2.tools.1 (custom 'scratch_pad')",
+        "tools.3 (web_search)",
+        "tools.4 (custom 'apply_patch')",
+        "'web_search_call'",
+    ):
         assert expected in notes, notes
     assert chat.response["notes"] == ["chat: tools.1 is a 'custom' tool, not a function; left out of the prompt"]
     assert "apply_patch" not in tokenizer.decode(chat.prompt_ids)

@@ -56,8 +56,13 @@ def test_two_agents_recorded_apart_with_parent_link(gateway, spy):
     first = chat(planner, session["key"], convo, "1. Book flights.").choices[0].message
     # The worker is addressed by header on the session URL, naming its parent.
     worker_msgs = [{"role": "user", "content": "Book flights."}]
-    chat(session["base_url"], session["key"], worker_msgs, "Booked.",
-         headers={"X-Roost-Agent": "worker", "X-Roost-Parent-Agent": "planner"})
+    chat(
+        session["base_url"],
+        session["key"],
+        worker_msgs,
+        "Booked.",
+        headers={"X-Roost-Agent": "worker", "X-Roost-Parent-Agent": "planner"},
+    )
     convo += [first.model_dump(exclude_none=True), {"role": "user", "content": "Done?"}]
     chat(planner, session["key"], convo, "Yes.")
     calls = stored_calls(store, sid)
@@ -141,22 +146,33 @@ def test_control_plane_rewards_advantages_finish(gateway):
     call_id = reply.id.removeprefix("chatcmpl-")
     n_sampled = reply.usage.completion_tokens
     assert httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 0.5}, headers=admin).status_code == 200
-    assert httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "call_id": call_id},
-                      headers=admin).status_code == 200
+    assert (
+        httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "call_id": call_id}, headers=admin).status_code
+        == 200
+    )
     bad = httpx.post(f"{url}/sessions/{sid}/reward", json={"reward": 1.0, "agent": "ghost"}, headers=admin)
     assert bad.status_code == 404 and "ghost" in bad.json()["error"]["message"]
-    short = httpx.post(f"{url}/sessions/{sid}/advantages",
-                       json={"advantages": [{"call_id": call_id, "advantage": [1.0]}]}, headers=admin)
+    short = httpx.post(
+        f"{url}/sessions/{sid}/advantages",
+        json={"advantages": [{"call_id": call_id, "advantage": [1.0]}]},
+        headers=admin,
+    )
     assert short.status_code == 400 and "per-token" in short.json()["error"]["message"]
-    ok = httpx.post(f"{url}/sessions/{sid}/advantages",
-                    json={"advantages": [{"call_id": call_id, "advantage": [0.25] * n_sampled}]}, headers=admin)
+    ok = httpx.post(
+        f"{url}/sessions/{sid}/advantages",
+        json={"advantages": [{"call_id": call_id, "advantage": [0.25] * n_sampled}]},
+        headers=admin,
+    )
     assert ok.status_code == 200
     listed = httpx.get(f"{url}/sessions", params={"group": "g-control"}, headers=admin).json()["sessions"]
     assert [s["session_id"] for s in listed] == [sid] and listed[0]["calls"] == 1
     finished = httpx.post(f"{url}/sessions/{sid}/finish", json={"info": {"outcome": "solved"}}, headers=admin)
     assert finished.json()["status"] == "finished"
-    late = httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
-                      json={"model": "tiny", "messages": [{"role": "user", "content": "again"}]})
+    late = httpx.post(
+        f"{session['base_url']}/chat/completions",
+        headers=bearer(session["key"]),
+        json={"model": "tiny", "messages": [{"role": "user", "content": "again"}]},
+    )
     assert late.status_code == 409 and late.json()["error"]["code"] == "session_finished"
     [sample] = list(iter_training_samples(store, group_ids=["g-control"]))
     assert sample.reward == 0.5 and sample.calls[-1].reward == 1.0  # the session's outcome; the call's step reward
@@ -173,8 +189,11 @@ def test_pause_waits_bounded_and_resume_lets_calls_through(gateway):
     session = new_session(server)
     assert httpx.post(f"{url}/admin/pause", headers=admin).json()["drained"] is True
     started = time.monotonic()
-    waited = httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
-                        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    waited = httpx.post(
+        f"{session['base_url']}/chat/completions",
+        headers=bearer(session["key"]),
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert waited.status_code == 503 and waited.headers["Retry-After"]
     assert 0.9 < time.monotonic() - started < 10  # pause_wait_s=1
     result = {}
@@ -198,10 +217,16 @@ def test_pause_lets_calls_in_flight_finish(gateway):
     result = {}
 
     def slow_call():
-        result["resp"] = httpx.post(f"{session['base_url']}/chat/completions", timeout=30,
-                                    headers=bearer(session["key"]),
-                                    json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-                                          **misbehave("slow:1.0", "Finished.")})
+        result["resp"] = httpx.post(
+            f"{session['base_url']}/chat/completions",
+            timeout=30,
+            headers=bearer(session["key"]),
+            json={
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                **misbehave("slow:1.0", "Finished."),
+            },
+        )
 
     thread = threading.Thread(target=slow_call)
     thread.start()
@@ -231,12 +256,19 @@ def test_tool_parse_failure_is_counted_and_returned_as_content(gateway):
     server, _ = gateway
     session = new_session(server)
     broken = "<tool_call>\n{not json}\n</tool_call>"
-    reply = chat(session["base_url"], session["key"], [{"role": "user", "content": "weather?"}], broken,
-                 tools=WEATHER_TOOLS)
+    reply = chat(
+        session["base_url"], session["key"], [{"role": "user", "content": "weather?"}], broken, tools=WEATHER_TOOLS
+    )
     message = reply.choices[0].message
     assert message.tool_calls is None and message.content == broken
     assert reply.choices[0].finish_reason == "stop"
     assert sample(httpx.get(f"{server.url}/metrics").text, "roost_gateway_tool_parse_failures_total") == 1
-    ok = chat(session["base_url"], session["key"], [{"role": "user", "content": "weather?"}], THINK + TOOL_CALL,
-              tools=WEATHER_TOOLS, tool_choice="none")
+    ok = chat(
+        session["base_url"],
+        session["key"],
+        [{"role": "user", "content": "weather?"}],
+        THINK + TOOL_CALL,
+        tools=WEATHER_TOOLS,
+        tool_choice="none",
+    )
     assert ok.choices[0].message.tool_calls is None and "<tool_call>" in ok.choices[0].message.content

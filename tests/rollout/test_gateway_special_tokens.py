@@ -34,8 +34,12 @@ def gateway(scripted_engine_url, tmp_path_factory):
 
 
 def chat(session: dict, messages: list[dict], reply: str) -> dict:
-    resp = httpx.post(f"{session['base_url']}/chat/completions", timeout=30, headers=bearer(session["key"]),
-                      json={"model": "tiny", "messages": messages, "tools": WEATHER_TOOLS, **say(reply)})
+    resp = httpx.post(
+        f"{session['base_url']}/chat/completions",
+        timeout=30,
+        headers=bearer(session["key"]),
+        json={"model": "tiny", "messages": messages, "tools": WEATHER_TOOLS, **say(reply)},
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()["choices"][0]["message"]
 
@@ -44,8 +48,11 @@ def conversation(server, user: str, tool_result: str) -> tuple[dict, list]:
     session = new_session(server)
     messages = [{"role": "user", "content": user}]
     reply = chat(session, messages, TOOL_CALL)
-    messages += [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": tool_result},
-                 {"role": "user", "content": user}]
+    messages += [
+        reply,
+        {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": tool_result},
+        {"role": "user", "content": user},
+    ]
     chat(session, messages, "Done.")
     return session, messages
 
@@ -76,9 +83,16 @@ def test_control_token_text_in_content_is_tokenized_as_text(gateway):
 
 def test_raw_prompt_spellings_stay_control_tokens(gateway):
     server, _ = gateway
-    resp = httpx.post(f"{server.url}/v1/completions", timeout=30,
-                      json={"model": "tiny", "prompt": "<|im_start|>user\nhi \ue000<|im_end|>", "return_token_ids": True,
-                            **say("ok")})
+    resp = httpx.post(
+        f"{server.url}/v1/completions",
+        timeout=30,
+        json={
+            "model": "tiny",
+            "prompt": "<|im_start|>user\nhi \ue000<|im_end|>",
+            "return_token_ids": True,
+            **say("ok"),
+        },
+    )
     ids = resp.json()["prompt_token_ids"]
     tokenizer = server.gateway.ctx.tokenizer
     assert ids == tokenizer.encode_whole("<|im_start|>user\nhi \ue000<|im_end|>")

@@ -44,8 +44,12 @@ def connect(url: str) -> socket.socket:
 
 
 def request_head(path: str, headers: dict[str, str]) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
-             *(f"{k}: {v}" for k, v in headers.items())]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -70,8 +74,10 @@ def test_chunked_body_past_the_limit_is_refused_before_it_ends(gateway):
     assert head.startswith(b"HTTP/1.1 413"), head
     assert orjson.loads(body)["error"]["code"] == "request_too_large"
     assert httpx.get(f"{gateway.url}/health").status_code == 200
-    ok = httpx.post(f"{gateway.url}/v1/chat/completions",
-                    json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **say("fine")})
+    ok = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **say("fine")},
+    )
     assert ok.json()["choices"][0]["message"]["content"] == "fine"
 
 
@@ -79,8 +85,9 @@ def test_prompt_far_past_the_context_is_refused_without_tokenizing_it(gateway):
     content = "a b " * 7_400_000  # 29.6 MB, some 15 M tokens
     body = orjson.dumps({"model": "tiny", "messages": [{"role": "user", "content": content}]})
     assert len(body) < 32 * MIB
-    resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=body,
-                      headers={"content-type": "application/json"}, timeout=60)
+    resp = httpx.post(
+        f"{gateway.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=60
+    )
     assert resp.status_code == 400
     error = resp.json()["error"]
     assert error["code"] == "context_length_exceeded" and "context length is 4096" in error["message"]
@@ -94,8 +101,11 @@ def test_other_requests_are_answered_while_a_big_call_is_prepared(gateway):
     outcome = {}
 
     def big_call() -> None:
-        outcome["resp"] = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=120,
-                                     json={"model": "tiny", "messages": [{"role": "user", "content": content}]})
+        outcome["resp"] = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            timeout=120,
+            json={"model": "tiny", "messages": [{"role": "user", "content": content}]},
+        )
 
     caller = threading.Thread(target=big_call)
     caller.start()
@@ -130,10 +140,16 @@ def test_a_client_that_hangs_up_stops_its_generation(sampling_gateway, stream):
     session = new_session(server)
     steps_before = httpx.get(f"{engine_url}/get_server_info").json()["decode_steps"]
     aborted_before = metric(server.url, "roost_gateway_calls_aborted_total", endpoint="chat")
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me everything."}],
-            "max_tokens": 3000, "ignore_eos": True, "stream": stream}
-    hang_up_during_generation(server.url, f"/sessions/{session['session_id']}/v1/chat/completions", session["key"],
-                              body, engine_url, stream)
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Tell me everything."}],
+        "max_tokens": 3000,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    hang_up_during_generation(
+        server.url, f"/sessions/{session['session_id']}/v1/chat/completions", session["key"], body, engine_url, stream
+    )
     deadline = time.monotonic() + 60
     while httpx.get(f"{engine_url}/get_server_info").json()["running"]:
         assert time.monotonic() < deadline, "the engine is still generating for a client that left"

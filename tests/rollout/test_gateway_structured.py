@@ -28,8 +28,12 @@ PERSON = {
     "required": ["name", "age", "colour"],
     "additionalProperties": False,
 }
-MOVE = {"type": "object", "properties": {"direction": {"enum": ["north", "south"]}, "steps": {"type": "integer",
-        "minimum": 1, "maximum": 9}}, "required": ["direction", "steps"], "additionalProperties": False}
+MOVE = {
+    "type": "object",
+    "properties": {"direction": {"enum": ["north", "south"]}, "steps": {"type": "integer", "minimum": 1, "maximum": 9}},
+    "required": ["direction", "steps"],
+    "additionalProperties": False,
+}
 NOTHING = {"type": "object", "properties": {}, "additionalProperties": False}
 TOOLS = [
     {"type": "function", "function": {"name": "move", "description": "Walk.", "parameters": MOVE}},
@@ -58,8 +62,10 @@ async def chat_all(gateway, **fields) -> tuple[dict, list[dict]]:
     """One call per seed in a fresh session; the session and each answer's first choice."""
     server, _ = gateway
     session = new_session(server)
-    bodies = [{"model": "tiny", "messages": messages(), "temperature": 1.0, "seed": s, "max_tokens": 64, **fields}
-              for s in SEEDS]
+    bodies = [
+        {"model": "tiny", "messages": messages(), "temperature": 1.0, "seed": s, "max_tokens": 64, **fields}
+        for s in SEEDS
+    ]
     answers = await post_all(f"{session['base_url']}/chat/completions", session["key"], bodies)
     for answer in answers:
         assert answer.status_code == 200, answer.text
@@ -88,8 +94,9 @@ async def test_json_object_replies_parse(gateway):
 
 
 async def test_tool_choice_required_always_yields_a_tool_call(gateway):
-    session, choices = await chat_all(gateway, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
-                                      **NO_THINKING)
+    session, choices = await chat_all(
+        gateway, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, **NO_THINKING
+    )
     names = set()
     for choice in choices:
         assert choice["finish_reason"] == "tool_calls", choice
@@ -130,8 +137,17 @@ async def test_allowed_replies_only_ever_returns_one_of_them(gateway):
 async def test_allowed_replies_on_text_completions(gateway):
     server, _ = gateway
     session = new_session(server)
-    bodies = [{"model": "tiny", "prompt": "You are in a hall. >", "temperature": 1.0, "seed": s, "max_tokens": 32,
-               "allowed_replies": ACTIONS} for s in SEEDS]
+    bodies = [
+        {
+            "model": "tiny",
+            "prompt": "You are in a hall. >",
+            "temperature": 1.0,
+            "seed": s,
+            "max_tokens": 32,
+            "allowed_replies": ACTIONS,
+        }
+        for s in SEEDS
+    ]
     answers = await post_all(f"{session['base_url']}/completions", session["key"], bodies)
     assert {a.json()["choices"][0]["text"] for a in answers} <= set(ACTIONS)
 
@@ -140,10 +156,23 @@ async def test_anthropic_tool_choice_any_and_tool(gateway):
     server, _ = gateway
     session = new_session(server)
     tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
-    choices = [{"type": "any", "disable_parallel_tool_use": True},
-               {"type": "tool", "name": "look", "disable_parallel_tool_use": True}]
-    bodies = [{"model": "tiny", "max_tokens": 64, "messages": messages(), "tools": tools, "tool_choice": c,
-               "temperature": 1.0, "thinking": {"type": "disabled"}} for c in choices for _ in range(4)]
+    choices = [
+        {"type": "any", "disable_parallel_tool_use": True},
+        {"type": "tool", "name": "look", "disable_parallel_tool_use": True},
+    ]
+    bodies = [
+        {
+            "model": "tiny",
+            "max_tokens": 64,
+            "messages": messages(),
+            "tools": tools,
+            "tool_choice": c,
+            "temperature": 1.0,
+            "thinking": {"type": "disabled"},
+        }
+        for c in choices
+        for _ in range(4)
+    ]
     answers = await post_all(f"{session['base_url']}/messages", session["key"], bodies)
     for body, answer in zip(bodies, answers):
         assert answer.status_code == 200, answer.text
@@ -172,8 +201,10 @@ async def test_constrained_logprobs_are_the_models_own(gateway, tiny_model_path)
 BAD = [
     ({"response_format": {"type": "xml"}}, "response_format"),
     ({"response_format": {"type": "json_schema"}}, 'needs "json_schema"'),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
-     "json_schema is invalid"),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+        "json_schema is invalid",
+    ),
     ({"response_format": {"type": "json_object"}, "allowed_replies": ["a"]}, "one constraint"),
     ({"allowed_replies": []}, "non-empty list"),
     ({"tool_choice": "required"}, "has no tools"),
@@ -186,8 +217,12 @@ BAD = [
 def test_bad_structured_request_is_a_400(gateway, fields, needle):
     server, _ = gateway
     session = new_session(server)
-    resp = httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), timeout=60,
-                      json={"model": "tiny", "messages": messages(), "max_tokens": 8, **fields})
+    resp = httpx.post(
+        f"{session['base_url']}/chat/completions",
+        headers=bearer(session["key"]),
+        timeout=60,
+        json={"model": "tiny", "messages": messages(), "max_tokens": 8, **fields},
+    )
     assert resp.status_code == 400, resp.text
     assert needle in resp.json()["error"]["message"]
 
@@ -218,9 +253,12 @@ def test_scripted_thought_then_call_fits_the_tool_grammar(scripted_engine_url, t
         call = '<tool_call>\n{"name": "look", "arguments": {}}\n</tool_call>'
 
         def ask(reply: str) -> httpx.Response:
-            return httpx.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), timeout=60,
-                              json={"model": "tiny", "messages": messages(), "tools": TOOLS,
-                                    "tool_choice": "required", **say(reply)})
+            return httpx.post(
+                f"{session['base_url']}/chat/completions",
+                headers=bearer(session["key"]),
+                timeout=60,
+                json={"model": "tiny", "messages": messages(), "tools": TOOLS, "tool_choice": "required", **say(reply)},
+            )
 
         thought, plain = ask("<think>\nLook first.\n</think>\n\n" + call), ask("I will look.")
     finally:
@@ -236,13 +274,15 @@ async def test_responses_text_format_and_tool_choice(gateway):
     """The Responses wire maps its `text.format` and `tool_choice` onto the same constraints."""
     server, store = gateway
     session = new_session(server)
-    tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
-             for t in TOOLS]
+    tools = [
+        {"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]} for t in TOOLS
+    ]
     fmt = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
     base = {"model": "tiny", "input": "Who?", "temperature": 1.0, "max_output_tokens": 64}
     move = {"type": "function", "name": "move"}
     bodies = [{**base, "text": fmt}] * 3 + [
-        {**base, "tools": tools, "tool_choice": move, "parallel_tool_calls": False, "max_output_tokens": 128}] * 8
+        {**base, "tools": tools, "tool_choice": move, "parallel_tool_calls": False, "max_output_tokens": 128}
+    ] * 8
     answers = await post_all(f"{session['base_url']}/responses", session["key"], bodies)
     calls = 0
     for body, answer in zip(bodies, answers):
@@ -267,8 +307,12 @@ async def test_responses_text_format_and_tool_choice(gateway):
 def test_responses_bad_text_format_is_a_400(gateway):
     server, _ = gateway
     session = new_session(server)
-    resp = httpx.post(f"{session['base_url']}/responses", headers=bearer(session["key"]), timeout=60,
-                      json={"model": "tiny", "input": "Who?", "text": {"format": {"type": "yaml"}}})
+    resp = httpx.post(
+        f"{session['base_url']}/responses",
+        headers=bearer(session["key"]),
+        timeout=60,
+        json={"model": "tiny", "input": "Who?", "text": {"format": {"type": "yaml"}}},
+    )
     assert resp.status_code == 400 and "text.format" in resp.json()["error"]["message"], resp.text
 
 
@@ -278,8 +322,15 @@ async def test_streamed_allowed_replies(gateway):
     texts = []
     async with httpx.AsyncClient(timeout=120, headers=bearer(session["key"])) as client:
         for seed in range(4):
-            body = {"model": "tiny", "messages": messages(), "temperature": 1.0, "seed": seed, "max_tokens": 32,
-                    "allowed_replies": ACTIONS, "stream": True}
+            body = {
+                "model": "tiny",
+                "messages": messages(),
+                "temperature": 1.0,
+                "seed": seed,
+                "max_tokens": 32,
+                "allowed_replies": ACTIONS,
+                "stream": True,
+            }
             parts = []
             async with client.stream("POST", f"{session['base_url']}/chat/completions", json=body) as resp:
                 assert resp.status_code == 200

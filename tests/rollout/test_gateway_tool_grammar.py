@@ -13,10 +13,16 @@ from roost.rollout.chat.reply_parser import HERMES, parse_tool_call
 from roost.rollout.gateway.core.tool_grammar import Thinking, rename_root, thinking_at, tool_call_ebnf
 
 # a property called root, a literal with "root" and brackets in it: none of them is the rule
-TRICKY = {"type": "object", "properties": {"root": {"const": 'a root [b] "c"'}, "n": {"type": "integer"}},
-          "required": ["root", "n"], "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "pick", "parameters": TRICKY}},
-         {"type": "function", "function": {"name": "wait"}}]
+TRICKY = {
+    "type": "object",
+    "properties": {"root": {"const": 'a root [b] "c"'}, "n": {"type": "integer"}},
+    "required": ["root", "n"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "pick", "parameters": TRICKY}},
+    {"type": "function", "function": {"name": "wait"}},
+]
 CALL = '<tool_call>\n{"name": "pick", "arguments": {"root": "a root [b] \\"c\\"", "n": 3}}\n</tool_call>'
 
 
@@ -30,14 +36,21 @@ def test_rename_touches_rule_names_only():
     assert rename_root(ebnf, "call") == 'call ::= "root" [root] root_1 | call\nroot_1 ::= "x"'
 
 
-@pytest.mark.parametrize("thinking,prefix,ok", [
-    (Thinking.CLOSED, "", True), (Thinking.CLOSED, "<think>hm</think>\n\n", False),
-    (Thinking.ALLOWED, "", True), (Thinking.ALLOWED, "<think>\nhm\n</think>\n\n", True),
-    (Thinking.OPEN, "hm\n</think>\n\n", True), (Thinking.OPEN, "", False),
-    # no padding past the template's blank line (a random model once filled it with spaces)
-    (Thinking.OPEN, "hm\n</think>", True), (Thinking.OPEN, "hm\n</think>\n   \n", False),
-    (Thinking.ALLOWED, "<think></think>\n\n\n", False),
-])
+@pytest.mark.parametrize(
+    "thinking,prefix,ok",
+    [
+        (Thinking.CLOSED, "", True),
+        (Thinking.CLOSED, "<think>hm</think>\n\n", False),
+        (Thinking.ALLOWED, "", True),
+        (Thinking.ALLOWED, "<think>\nhm\n</think>\n\n", True),
+        (Thinking.OPEN, "hm\n</think>\n\n", True),
+        (Thinking.OPEN, "", False),
+        # no padding past the template's blank line (a random model once filled it with spaces)
+        (Thinking.OPEN, "hm\n</think>", True),
+        (Thinking.OPEN, "hm\n</think>\n   \n", False),
+        (Thinking.ALLOWED, "<think></think>\n\n\n", False),
+    ],
+)
 def test_the_grammar_takes_a_call_after_the_reasoning_it_allows(thinking, prefix, ok):
     ebnf = tool_call_ebnf(HERMES, TOOLS, thinking, parallel=False)
     assert accepts(ebnf, prefix + CALL) is ok

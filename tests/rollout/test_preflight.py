@@ -44,8 +44,12 @@ def test_preflight_plays_every_wire_alike():
 
 
 def test_preflight_cli_json():
-    out = subprocess.run([sys.executable, "-m", "roost.cli.main", "preflight", "--model", "tiny", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "roost.cli.main", "preflight", "--model", "tiny", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["ok"] and any(not t["exact"] for t in report["turns"])

@@ -18,9 +18,26 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_stopped_or_killed_gateway_leaves_no_engine_behind(tmp_path, sig):
     port_file = tmp_path / "port"
-    gateway, _ = start_reporting([sys.executable, "-m", "roost.cli.main", "gateway", "--model", "tiny", "--port", "0",
-                                  "--port-file", str(port_file), "--store", str(tmp_path / "t.sqlite")],
-                                 port_file, "roost gateway", 240, start_new_session=True)
+    gateway, _ = start_reporting(
+        [
+            sys.executable,
+            "-m",
+            "roost.cli.main",
+            "gateway",
+            "--model",
+            "tiny",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--store",
+            str(tmp_path / "t.sqlite"),
+        ],
+        port_file,
+        "roost gateway",
+        240,
+        start_new_session=True,
+    )
     try:
         descendants = psutil.Process(gateway.pid).children(recursive=True)
         assert any("engine" in p.cmdline() for p in descendants)

@@ -27,8 +27,9 @@ def test_two_gateways_in_one_process_keep_their_own_counts(scripted_engine_url, 
     try:
         session = new_session(busy)
         client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"])
-        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                       extra_body=say("Hello there."))
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], extra_body=say("Hello there.")
+        )
         busy_text, idle_text = scrape(busy.url), scrape(idle.url)
     finally:
         busy.stop()
@@ -45,12 +46,17 @@ def test_two_engine_servers_on_one_engine_count_their_own_requests():
     engine = build_engine("tiny", scripted=True)
     engine.start()
     try:
-        with (UvicornThread(uvicorn.Config(create_app(engine, "key"), log_level="warning"), "engine A") as a,
-              UvicornThread(uvicorn.Config(create_app(engine, "key"), log_level="warning"), "engine B") as b):
-            body = {"input_ids": [1, 2, 3],
-                    "sampling_params": {"max_new_tokens": 8, "custom_params": {"scripted_reply": "OK."}}}
-            answers = [httpx.post(f"{a}/generate", json={**body, "stream": stream}, timeout=60)
-                       for stream in (False, True)]
+        with (
+            UvicornThread(uvicorn.Config(create_app(engine, "key"), log_level="warning"), "engine A") as a,
+            UvicornThread(uvicorn.Config(create_app(engine, "key"), log_level="warning"), "engine B") as b,
+        ):
+            body = {
+                "input_ids": [1, 2, 3],
+                "sampling_params": {"max_new_tokens": 8, "custom_params": {"scripted_reply": "OK."}},
+            }
+            answers = [
+                httpx.post(f"{a}/generate", json={**body, "stream": stream}, timeout=60) for stream in (False, True)
+            ]
             a_text, b_text = scrape(a), scrape(b)
     finally:
         engine.stop()

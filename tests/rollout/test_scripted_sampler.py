@@ -37,13 +37,19 @@ async def test_rules_drive_the_real_engine(scripted_engine):
     from roost.rollout.keys import bearer
 
     scripted_engine_url = scripted_engine.url
-    rules = {"rules": [{"match": "weather", "reply": "<tool_call>\n{\"name\": \"w\"}\n</tool_call>"},
-                       {"match": None, "reply": "OK."}]}
+    rules = {
+        "rules": [
+            {"match": "weather", "reply": '<tool_call>\n{"name": "w"}\n</tool_call>'},
+            {"match": None, "reply": "OK."},
+        ]
+    }
     async with httpx.AsyncClient(headers=bearer(scripted_engine.api_key)) as client:
         assert (await client.post(f"{scripted_engine_url}/roost/scripted_sampler", json=rules)).status_code == 200
         a = (await client.post(f"{scripted_engine_url}/generate", json={"text": "the weather?"})).json()
         b = (await client.post(f"{scripted_engine_url}/generate", json={"text": "hello"})).json()
         # Leave the shared engine with its starting script.
-        await client.post(f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": [{"match": None, "reply": "OK."}]})
-    assert a["text"] == "<tool_call>\n{\"name\": \"w\"}\n</tool_call>"
+        await client.post(
+            f"{scripted_engine_url}/roost/scripted_sampler", json={"rules": [{"match": None, "reply": "OK."}]}
+        )
+    assert a["text"] == '<tool_call>\n{"name": "w"}\n</tool_call>'
     assert b["text"] == "OK." and b["meta_info"]["finish_reason"] == {"type": "stop", "matched": 151645}

@@ -27,8 +27,16 @@ from roost.rollout.engine_api.wire import AbortRequest, PauseRequest, UpdateWeig
 io_struct = pytest.importorskip("sglang.srt.managers.io_struct")
 sampling = pytest.importorskip("sglang.srt.sampling.sampling_params")
 
-PARAMS = {"max_new_tokens": 10, "temperature": 0.0, "stop": ["\n\n"], "stop_token_ids": [151643],
-          "top_p": 1.0, "top_k": -1, "ignore_eos": False, "skip_special_tokens": True}
+PARAMS = {
+    "max_new_tokens": 10,
+    "temperature": 0.0,
+    "stop": ["\n\n"],
+    "stop_token_ids": [151643],
+    "top_p": 1.0,
+    "top_k": -1,
+    "ignore_eos": False,
+    "skip_special_tokens": True,
+}
 
 
 def sglang_request(**fields) -> dict:
@@ -48,8 +56,12 @@ def test_client_payload_uses_only_sglang_fields():
 def test_client_payload_is_what_the_engine_parses():
     payload = SGLangClient.generate_payload([1, 2, 3], PARAMS, stream=False, rid=None)
     request = parse_generate(payload)
-    assert (request.input_ids, request.sampling_params, request.return_logprob, request.rid) == ([1, 2, 3], PARAMS,
-                                                                                                True, None)
+    assert (request.input_ids, request.sampling_params, request.return_logprob, request.rid) == (
+        [1, 2, 3],
+        PARAMS,
+        True,
+        None,
+    )
 
 
 def test_engine_serves_a_request_built_by_sglang(engine_url):
@@ -58,8 +70,16 @@ def test_engine_serves_a_request_built_by_sglang(engine_url):
     assert resp.status_code == 200, resp.text
     answer = resp.json()
     meta = answer["meta_info"]
-    for name in ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "weight_version",
-                 "output_token_logprobs", "e2e_latency"):
+    for name in (
+        "id",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "weight_version",
+        "output_token_logprobs",
+        "e2e_latency",
+    ):
         assert name in meta
     assert meta["prompt_tokens"] == 3
     assert [entry[1] for entry in meta["output_token_logprobs"]] == answer["output_ids"]
@@ -69,8 +89,11 @@ def test_engine_serves_a_request_built_by_sglang(engine_url):
 async def test_client_generate_matches_raw_request(engine_url):
     async with SGLangClient(engine_url) as client:
         gen = await client.generate([9707, 11, 1879], PARAMS)
-    raw = httpx.post(f"{engine_url}/generate", json=sglang_request(
-        input_ids=[9707, 11, 1879], sampling_params=PARAMS, return_logprob=True), timeout=60).json()
+    raw = httpx.post(
+        f"{engine_url}/generate",
+        json=sglang_request(input_ids=[9707, 11, 1879], sampling_params=PARAMS, return_logprob=True),
+        timeout=60,
+    ).json()
     assert gen.output_ids == raw["output_ids"]
     # the raw call reuses the first one's cached prompt: logprobs within fp32 noise
     assert gen.output_logprobs == pytest.approx([e[0] for e in raw["meta_info"]["output_token_logprobs"]], abs=1e-5)
@@ -82,7 +105,9 @@ async def test_client_stream_reassembles_the_generation(engine_url):
     async with SGLangClient(engine_url) as client:
         whole = await client.generate([1, 2, 3], {**PARAMS, "max_new_tokens": 20, "ignore_eos": True, "stop": None})
         ids, logprobs, finish = [], [], None
-        async for delta in client.generate_stream([1, 2, 3], {**PARAMS, "max_new_tokens": 20, "ignore_eos": True, "stop": None}):
+        async for delta in client.generate_stream(
+            [1, 2, 3], {**PARAMS, "max_new_tokens": 20, "ignore_eos": True, "stop": None}
+        ):
             ids += delta.output_ids
             logprobs += delta.output_logprobs
             finish = delta.finish_reason or finish
@@ -115,8 +140,11 @@ class SGLangStandIn:
 
     def __init__(self) -> None:
         self.bodies: dict[str, dict] = {}
-        self.update_answer = dataclasses.asdict(io_struct.UpdateWeightFromDiskReqOutput(
-            success=True, message="Succeeded to update model weights.", num_paused_requests=0))
+        self.update_answer = dataclasses.asdict(
+            io_struct.UpdateWeightFromDiskReqOutput(
+                success=True, message="Succeeded to update model weights.", num_paused_requests=0
+            )
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         path = request.path
@@ -126,11 +154,24 @@ class SGLangStandIn:
         if path == "/pause_generation":
             return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
         if path == "/generate":  # SGLang with skip_tokenizer_init: no "text"
-            return web.json_response({"output_ids": [5, 6], "meta_info": {
-                "id": "r1", "finish_reason": {"type": "length", "length": 2}, "prompt_tokens": 3,
-                "weight_version": "default", "input_token_logprobs": [[None, 1, None]],
-                "output_token_logprobs": [[-0.5, 5, None], [-0.25, 6, None]], "output_top_logprobs": [None, None],
-                "completion_tokens": 2, "cached_tokens": 0, "spec_verify_ct": 0, "e2e_latency": 0.01}})
+            return web.json_response(
+                {
+                    "output_ids": [5, 6],
+                    "meta_info": {
+                        "id": "r1",
+                        "finish_reason": {"type": "length", "length": 2},
+                        "prompt_tokens": 3,
+                        "weight_version": "default",
+                        "input_token_logprobs": [[None, 1, None]],
+                        "output_token_logprobs": [[-0.5, 5, None], [-0.25, 6, None]],
+                        "output_top_logprobs": [None, None],
+                        "completion_tokens": 2,
+                        "cached_tokens": 0,
+                        "spec_verify_ct": 0,
+                        "e2e_latency": 0.01,
+                    },
+                }
+            )
         return web.Response(status=200)  # /abort_request
 
     async def __aenter__(self) -> str:

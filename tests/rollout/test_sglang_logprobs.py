@@ -27,8 +27,12 @@ def test_sglangs_server_info_does_not_say():
     from sglang.srt.server_args import ServerArgs
 
     args = {field.name: None for field in dataclasses.fields(ServerArgs)}
-    info = {**args, "max_total_num_tokens": 1, "internal_states": [{**args, "last_gen_throughput": 0.0}],
-            "version": "0.5.3"}
+    info = {
+        **args,
+        "max_total_num_tokens": 1,
+        "internal_states": [{**args, "last_gen_throughput": 0.0}],
+        "version": "0.5.3",
+    }
     assert REPORT_KEY not in args and reported_original_logprobs(info) is None
     assert reported_original_logprobs({**info, "internal_states": [{REPORT_KEY: True}]}) is True
     assert reported_original_logprobs({**info, REPORT_KEY: False}) is False
@@ -63,8 +67,9 @@ async def test_a_gateway_refuses_an_engine_that_reports_temperature_scaled_logpr
     sock = bind_listener()
     port = bound_port(sock)
     await web.SockSite(runner, sock).start()
-    gateway = Gateway(GatewayConfig(backend="sglang", engine_url=f"http://127.0.0.1:{port}",
-                                    store_path=tmp_path / "store.sqlite"))
+    gateway = Gateway(
+        GatewayConfig(backend="sglang", engine_url=f"http://127.0.0.1:{port}", store_path=tmp_path / "store.sqlite")
+    )
     try:
         with pytest.raises(GatewayStartupError, match="temperature-scaled .* RETURN_ORIGINAL_LOGPROB=1"):
             await gateway.start()

@@ -22,13 +22,28 @@ from roost.rollout.store.trajectory_store import TrajectoryStore
 
 def call(cid, seq, prompt, sampled, *, parent=None, shared=0, kind="root", agent="main", lp=None):
     return CallRecord(
-        call_id=cid, session_id="s1", agent_id=agent, parent_agent=None, seq=seq, endpoint="chat",
-        backend="embedded", model="tiny", parent_call_id=parent, shared_prefix_len=shared, kind=kind,
-        reuse="exact" if kind == "extend" else "none", prompt_ids=array("i", prompt), sampled_ids=array("i", sampled),
+        call_id=cid,
+        session_id="s1",
+        agent_id=agent,
+        parent_agent=None,
+        seq=seq,
+        endpoint="chat",
+        backend="embedded",
+        model="tiny",
+        parent_call_id=parent,
+        shared_prefix_len=shared,
+        kind=kind,
+        reuse="exact" if kind == "extend" else "none",
+        prompt_ids=array("i", prompt),
+        sampled_ids=array("i", sampled),
         sampled_logprobs=array("d", lp if lp is not None else [-0.5] * len(sampled)),
-        finish_reason={"type": "stop", "matched": 2}, sampling_params={"max_new_tokens": 8}, weight_version="3",
-        timings={"total_ms": 1.0}, request={"messages": [{"role": "user", "content": "x"}]},
-        response={"message": {"role": "assistant", "content": "y"}}, created_at=1.0,
+        finish_reason={"type": "stop", "matched": 2},
+        sampling_params={"max_new_tokens": 8},
+        weight_version="3",
+        timings={"total_ms": 1.0},
+        request={"messages": [{"role": "user", "content": "x"}]},
+        response={"message": {"role": "assistant", "content": "y"}},
+        created_at=1.0,
     )
 
 
@@ -46,8 +61,9 @@ def _fill(store):
         # fork of the root at 3 tokens (its reply rewritten): prompt [1,2,3,9,6] sampled [8]
         await asyncio.gather(
             store.record_call(call("a", 0, [1, 2, 3], [4, 5], lp=[-0.1, -0.2])),
-            store.record_call(call("b", 1, [1, 2, 3, 4, 5, 6], [7, 2], parent="a", shared=5, kind="extend",
-                                   lp=[-0.3, -0.4])),
+            store.record_call(
+                call("b", 1, [1, 2, 3, 4, 5, 6], [7, 2], parent="a", shared=5, kind="extend", lp=[-0.3, -0.4])
+            ),
             store.record_call(call("c", 2, [1, 2, 3, 9, 6], [8], parent="a", shared=3, kind="fork", lp=[-0.9])),
         )
         await store.add_reward(RewardRecord("s1", 0.5))
@@ -90,8 +106,10 @@ def test_failed_write_fails_alone(store):
     async def go():
         await store.create_session(SessionRecord("s1", "h", created_at=1.0))
         results = await asyncio.gather(
-            store.record_call(call("x", 0, [1], [2])), store.record_call(call("x", 1, [1], [2])),
-            store.record_call(call("y", 2, [1], [2])), return_exceptions=True,
+            store.record_call(call("x", 0, [1], [2])),
+            store.record_call(call("x", 1, [1], [2])),
+            store.record_call(call("y", 2, [1], [2])),
+            return_exceptions=True,
         )
         return results
 
@@ -111,7 +129,9 @@ def test_training_samples_are_root_to_leaf_paths(store):
     assert b.rollout_logprobs == [0, 0, 0, -0.1, -0.2, 0, -0.3, -0.4]
     assert b.advantages == [None] * 6 + [2.0, 2.0]
     assert b.call_ids == ["a", "b"] and [(b.calls[i].call_id, start, end) for i, start, end in b.spans()] == [
-        ("a", 3, 5), ("b", 6, 8)]
+        ("a", 3, 5),
+        ("b", 6, 8),
+    ]
     assert b.reward == 0.5 and b.group_id == "g" and b.task == {"id": 1}
     c = samples["c"]
     assert c.tokens == [1, 2, 3, 9, 6, 8] and c.loss_mask == [0, 0, 0, 0, 0, 1]
@@ -162,10 +182,15 @@ def test_a_reader_checks_the_file_is_a_store_it_reads(tmp_path):
         TrajectoryReader(notes)
     old = tmp_path / "old.sqlite"
     with sqlite3.connect(old) as conn:  # from before calls had weight versions
-        conn.executescript("CREATE TABLE sessions (session_id TEXT, group_id TEXT, status TEXT);"
-                           "CREATE TABLE calls (call_id TEXT, session_id TEXT, messages TEXT);")
-    with pytest.raises(StoreUnreadable, match=r"older schema.*no agents table.*calls lacks .*calls\.weight_version"
-                                              r".*export it with the roost that wrote it"):
+        conn.executescript(
+            "CREATE TABLE sessions (session_id TEXT, group_id TEXT, status TEXT);"
+            "CREATE TABLE calls (call_id TEXT, session_id TEXT, messages TEXT);"
+        )
+    with pytest.raises(
+        StoreUnreadable,
+        match=r"older schema.*no agents table.*calls lacks .*calls\.weight_version"
+        r".*export it with the roost that wrote it",
+    ):
         TrajectoryReader(old)
     newer = tmp_path / "new.sqlite"
     TrajectoryStore(newer).open().close()
@@ -181,9 +206,26 @@ def test_export_cli(store, tmp_path):
 
     _fill(store)
     out = tmp_path / "samples.parquet"
-    done = subprocess.run([sys.executable, "-m", "roost.cli.main", "trajectories", "export", "--store", str(store.path),
-                           "--format", "parquet", "--kind", "samples", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "roost.cli.main",
+            "trajectories",
+            "export",
+            "--store",
+            str(store.path),
+            "--format",
+            "parquet",
+            "--kind",
+            "samples",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 2 and len(pq.read_table(out)) == 2
 
@@ -199,8 +241,11 @@ def test_exported_samples_are_what_the_trainer_reads(store, tmp_path):
 
     async def more():
         await store.create_session(SessionRecord("s2", "h", created_at=2.0))
-        held = dataclasses.replace(call("d", 0, [1, 2], [3], lp=[-0.7]), session_id="s2",
-                                   sampling_params={"max_new_tokens": 8, "regex": "go (north|south)"})
+        held = dataclasses.replace(
+            call("d", 0, [1, 2], [3], lp=[-0.7]),
+            session_id="s2",
+            sampling_params={"max_new_tokens": 8, "regex": "go (north|south)"},
+        )
         await store.record_call(held)
 
     asyncio.run(more())
@@ -220,8 +265,15 @@ def test_exported_samples_are_what_the_trainer_reads(store, tmp_path):
 
 
 def test_reading_an_old_samples_export_says_to_export_again(tmp_path):
-    old = {"session_id": "s", "group_id": None, "tokens": [1, 2], "loss_mask": [0, 1], "logprobs": [0, -0.1],
-           "spans": [{"call_id": "a", "start": 1, "end": 2}], "format_version": 1}
+    old = {
+        "session_id": "s",
+        "group_id": None,
+        "tokens": [1, 2],
+        "loss_mask": [0, 1],
+        "logprobs": [0, -0.1],
+        "spans": [{"call_id": "a", "start": 1, "end": 2}],
+        "format_version": 1,
+    }
     (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
     from roost.trainer.sample_sources import read_jsonl
 
@@ -253,8 +305,11 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path
     old.close()
     _as_version_1(path)
     with TrajectoryReader(path) as reader:  # read-only: left as it is
-        assert [(c.call_id, c.trace_id, c.span_id) for c in reader.calls("s1")] == [("a", "", ""), ("b", "", ""),
-                                                                                 ("c", "", "")]
+        assert [(c.call_id, c.trace_id, c.span_id) for c in reader.calls("s1")] == [
+            ("a", "", ""),
+            ("b", "", ""),
+            ("c", "", ""),
+        ]
         assert reader.session("s1").outcome == TIMED_OUT
     store = TrajectoryStore(path).open()
     traced = dataclasses.replace(call("d", 3, [1], [2]), trace_id="ab" * 16, span_id="cd" * 8)
@@ -263,7 +318,8 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     assert conn.execute(f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM sessions").fetchall() == [
-        ("timeout", None, "none", "train", "ran past 5s")]
+        ("timeout", None, "none", "train", "ran past 5s")
+    ]
     conn.close()
     with TrajectoryReader(path) as reader:
         assert {c.call_id: c.trace_id for c in reader.calls("s1")} == {"a": "", "b": "", "c": "", "d": "ab" * 16}

@@ -31,16 +31,31 @@ print(json.dumps({"max_tokens": sp.max_tokens, "seed": sp.seed, "min_tokens": sp
 
 @pytest.mark.vllm
 def test_requests_validate_as_vllms_and_its_answers_read_back(vllm_py):
-    params = {"max_new_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "sampling_seed": 5,
-              "min_new_tokens": 1, "stop": ["END"], "stop_token_ids": [151645], "ignore_eos": False,
-              "no_stop_trim": False, "presence_penalty": 0.1}
+    params = {
+        "max_new_tokens": 7,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "min_p": 0.05,
+        "sampling_seed": 5,
+        "min_new_tokens": 1,
+        "stop": ["END"],
+        "stop_token_ids": [151645],
+        "ignore_eos": False,
+        "no_stop_trim": False,
+        "presence_penalty": 0.1,
+    }
     payload = VLLMClient("http://127.0.0.1:1").generate_payload([1, 2, 3], params, stream=True, rid="call-1")
-    done = subprocess.run([str(vllm_py), "-c", CHECK, json.dumps(payload)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([str(vllm_py), "-c", CHECK, json.dumps(payload)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert {k: seen[k] for k in ("max_tokens", "seed", "min_tokens", "logprobs", "stop")} == {
-        "max_tokens": 7, "seed": 5, "min_tokens": 1, "logprobs": 0, "stop": ["END"]}
+        "max_tokens": 7,
+        "seed": 5,
+        "min_tokens": 1,
+        "logprobs": 0,
+        "stop": ["END"],
+    }
     assert seen["include_stop_str_in_output"] is False
     choice = _choice(seen["answer"], "answer")
     assert (choice.token_ids, _logprobs(choice, [11, 12])) == ([11, 12], [-0.5, -1.25])

@@ -47,8 +47,13 @@ VLLM_ARGS = "--optimization-level 0 --enforce-eager --max-model-len 4096"
 
 
 def vllm_engine_process(port: int = 0, api_key: str | None = None) -> EngineProcess:
-    return EngineProcess("tiny-vllm", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS],
-                         port=port, api_key=api_key, startup_timeout_s=900)
+    return EngineProcess(
+        "tiny-vllm",
+        extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS],
+        port=port,
+        api_key=api_key,
+        startup_timeout_s=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +72,9 @@ def spy(vllm_engine):
 @pytest.fixture(scope="module")
 def gateway(spy, vllm_engine, tmp_path_factory):
     store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
-    server = start_gateway(spy.url, store, backend="vllm", engine_key=vllm_engine.api_key, model="tiny-vllm",
-                           pause_wait_s=30.0)
+    server = start_gateway(
+        spy.url, store, backend="vllm", engine_key=vllm_engine.api_key, model="tiny-vllm", pause_wait_s=30.0
+    )
     yield server, store
     server.stop()
 
@@ -76,9 +82,11 @@ def gateway(spy, vllm_engine, tmp_path_factory):
 def tool_history() -> list[dict]:
     """A conversation in which the assistant already called a tool and got its result."""
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    return [{"role": "user", "content": "What is the weather in Paris?"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C."}]
+    return [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C."},
+    ]
 
 
 def reply_message(client: openai.OpenAI, messages: list[dict], stream: bool) -> dict:
@@ -152,8 +160,10 @@ def perturbed_checkpoint(folder: Path) -> Path:
     shutil.copytree(source, folder)
     weights = load_file(source / "model.safetensors")
     gen = torch.Generator().manual_seed(1)
-    weights = {name: t * 3 if "embed_tokens" in name else t + 0.02 * torch.randn(t.shape, generator=gen)
-               for name, t in weights.items()}
+    weights = {
+        name: t * 3 if "embed_tokens" in name else t + 0.02 * torch.randn(t.shape, generator=gen)
+        for name, t in weights.items()
+    }
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
 
@@ -182,13 +192,24 @@ def test_weight_update_between_two_calls_changes_logprobs(gateway, vllm_engine, 
     call()
     folder = perturbed_checkpoint(tmp_path / "step-1")
     try:
-        result = asyncio.run(sync_weights(vllm_engine.url, folder, weight_version="1", engine_key=vllm_engine.api_key,
-                                          gateway_url=server.url, admin_key=server.admin_key))
+        result = asyncio.run(
+            sync_weights(
+                vllm_engine.url,
+                folder,
+                weight_version="1",
+                engine_key=vllm_engine.api_key,
+                gateway_url=server.url,
+                admin_key=server.admin_key,
+            )
+        )
         assert result.weight_version == "1"
         call()
     finally:
-        asyncio.run(sync_weights(vllm_engine.url, tiny_model_dir(variant="tiny-vllm"), weight_version="0",
-                                 engine_key=vllm_engine.api_key))
+        asyncio.run(
+            sync_weights(
+                vllm_engine.url, tiny_model_dir(variant="tiny-vllm"), weight_version="0", engine_key=vllm_engine.api_key
+            )
+        )
     before, after = stored_calls(store, session["session_id"])
     assert (before.weight_version, after.weight_version) == ("default", "1")
     assert list(after.prompt_ids) == list(before.prompt_ids)
@@ -205,14 +226,19 @@ def test_weight_update_between_two_calls_changes_logprobs(gateway, vllm_engine, 
 @pytest.mark.parametrize("stream", [False, True])
 def test_passthrough_over_vllm_records_its_token_ids_and_logprobs(vllm_engine, tmp_path, stream):
     store = tmp_path / "passthrough.sqlite"
-    server = start_gateway(f"{vllm_engine.url}/v1", store, backend="openai", model=None,
-                           upstream_api_key=vllm_engine.api_key, served_model_name="tiny-vllm",
-                           upstream_model=tiny_model_dir(variant="tiny-vllm").name)  # vLLM's name for it
+    server = start_gateway(
+        f"{vllm_engine.url}/v1",
+        store,
+        backend="openai",
+        model=None,
+        upstream_api_key=vllm_engine.api_key,
+        served_model_name="tiny-vllm",
+        upstream_model=tiny_model_dir(variant="tiny-vllm").name,
+    )  # vLLM's name for it
     try:
         session = new_session(server)
         client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"], max_retries=0)
-        kwargs = dict(model="tiny-vllm", messages=[{"role": "user", "content": "Name a city."}], max_tokens=5,
-                      seed=3)
+        kwargs = dict(model="tiny-vllm", messages=[{"role": "user", "content": "Name a city."}], max_tokens=5, seed=3)
         if stream:
             chunks = list(client.chat.completions.create(stream=True, **kwargs))
             assert all(c.choices[0].logprobs is None for c in chunks if c.choices)
@@ -235,8 +261,9 @@ LONG = 4000
 def direct_gateway(vllm_engine, tmp_path_factory):
     """A gateway straight on vLLM (no spy between them), with its own Retry-After."""
     store = tmp_path_factory.mktemp("direct") / "trajectories.sqlite"
-    server = start_gateway(vllm_engine.url, store, backend="vllm", engine_key=vllm_engine.api_key,
-                           model="tiny-vllm", retry_after_s=3)
+    server = start_gateway(
+        vllm_engine.url, store, backend="vllm", engine_key=vllm_engine.api_key, model="tiny-vllm", retry_after_s=3
+    )
     yield server, store
     server.stop()
 
@@ -261,8 +288,13 @@ def wait_until(condition, what: str, timeout_s: float = 120.0) -> None:
 
 
 def long_call(session: dict, stream: bool) -> dict:
-    return {"model": "tiny-vllm", "messages": [{"role": "user", "content": "Tell me a long story."}],
-            "max_tokens": LONG, "ignore_eos": True, "stream": stream}
+    return {
+        "model": "tiny-vllm",
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": LONG,
+        "ignore_eos": True,
+        "stream": stream,
+    }
 
 
 def test_a_client_that_leaves_mid_stream_aborts_its_vllm_request(direct_gateway, vllm_engine):
@@ -271,8 +303,12 @@ def test_a_client_that_leaves_mid_stream_aborts_its_vllm_request(direct_gateway,
     url = vllm_engine.url
     generated = vllm_metric(url, "vllm:generation_tokens_total")
     with httpx.Client(timeout=120) as client:
-        with client.stream("POST", f"{session['base_url']}/chat/completions", json=long_call(session, True),
-                           headers=bearer(session["key"])) as resp:
+        with client.stream(
+            "POST",
+            f"{session['base_url']}/chat/completions",
+            json=long_call(session, True),
+            headers=bearer(session["key"]),
+        ) as resp:
             assert resp.status_code == 200
             next(resp.iter_lines())  # the stream has started; now leave
     wait_until(lambda: vllm_metric(url, "vllm:num_requests_running") == 0, "vLLM to drop the request")
@@ -295,8 +331,9 @@ def test_vllm_dying_mid_call_is_a_503_and_the_session_goes_on_once_it_is_back(di
     assert httpx.post(chat, json=short, headers=headers, timeout=120).status_code == 200
 
     answers: list[httpx.Response] = []
-    caller = threading.Thread(target=lambda: answers.append(
-        httpx.post(chat, json=long_call(session, False), headers=headers, timeout=300)))
+    caller = threading.Thread(
+        target=lambda: answers.append(httpx.post(chat, json=long_call(session, False), headers=headers, timeout=300))
+    )
     caller.start()
     wait_until(lambda: vllm_metric(vllm_engine.url, "vllm:num_requests_running") >= 1, "the call to reach vLLM")
     for process in vllm_processes(vllm_engine):

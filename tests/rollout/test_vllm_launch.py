@@ -40,8 +40,9 @@ def test_a_model_vllm_refuses_is_reported_with_vllms_reason(tmp_path, vllm_py):
     shutil.copytree(tiny_model_dir(variant="tiny-vllm"), model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchModelForCausalLM"]}))
-    done = run_engine("--model", str(model), "--vllm-log", str(tmp_path / "vllm.log"),
-                      env={"ROOST_VLLM_PYTHON": str(vllm_py)})
+    done = run_engine(
+        "--model", str(model), "--vllm-log", str(tmp_path / "vllm.log"), env={"ROOST_VLLM_PYTHON": str(vllm_py)}
+    )
     assert done.returncode == 2
     assert f"vLLM exited with 1 while starting {model}" in done.stderr
     # vLLM's own words, from the end of its log

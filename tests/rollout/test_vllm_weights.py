@@ -24,8 +24,9 @@ def checkpoint(folder, tied: bool, index: bool = False, head: bool = False):
         (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     else:
         extra = {"lm_head.weight": embed.clone()} if head else {}
-        save_file({"model.embed_tokens.weight": embed, "model.norm.weight": layer, **extra},
-                  folder / "model.safetensors")
+        save_file(
+            {"model.embed_tokens.weight": embed, "model.norm.weight": layer, **extra}, folder / "model.safetensors"
+        )
     return folder
 
 

@@ -37,8 +37,9 @@ def docker_test_image(base: str) -> str:
 
     client = docker.from_env(timeout=600)
     try:
-        client.images.build(fileobj=io.BytesIO(TEST_DOCKERFILE.format(base=base).encode()), tag=TEST_IMAGE,
-                            rm=True, forcerm=True)
+        client.images.build(
+            fileobj=io.BytesIO(TEST_DOCKERFILE.format(base=base).encode()), tag=TEST_IMAGE, rm=True, forcerm=True
+        )
     finally:
         client.close()
     return TEST_IMAGE

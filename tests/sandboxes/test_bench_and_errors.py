@@ -19,8 +19,9 @@ def test_bench_cli_prints_one_json_object_per_backend():
     app.add_typer(bench, name="bench")
     register(app, bench)
     backends = "local,bubblewrap" if shutil.which("bwrap") else "local"
-    result = CliRunner().invoke(app, ["bench", "sandbox", "--backends", backends, "--reps", "1", "--execs", "2",
-                                      "--repo-files", "20", "--json"])
+    result = CliRunner().invoke(
+        app, ["bench", "sandbox", "--backends", backends, "--reps", "1", "--execs", "2", "--repo-files", "20", "--json"]
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [r["backend"] for r in rows] == backends.split(",")
@@ -41,8 +42,9 @@ async def test_unknown_backend_and_unsupported_sources(tmp_path):
 
 
 async def test_docker_without_an_engine_says_how_to_fix_it():
-    config = SandboxConfig(backend="docker", docker={"base_url": "unix:///nonexistent/docker.sock",
-                                                     "ping_timeout_s": 1})
+    config = SandboxConfig(
+        backend="docker", docker={"base_url": "unix:///nonexistent/docker.sock", "ping_timeout_s": 1}
+    )
     backend = await make_backend(config)
     reason = await backend.available()
     assert reason is not None and "start dockerd or set DOCKER_HOST" in reason

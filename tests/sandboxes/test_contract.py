@@ -52,8 +52,10 @@ async def test_output_cap_kills_a_flood(sandbox):
 async def test_writes_do_not_leak(backend, repo, tmp_path):
     outside = tmp_path / "outside.txt"
     async with await backend.start(SandboxSpec(directory=repo)) as first:
-        edits = (f"echo changed > a.txt && echo new > new.txt && rm pkg/mod.py && "
-                 f"echo x > ${{TMPDIR:-/tmp}}/marker && echo {first.backend} > .episode")
+        edits = (
+            f"echo changed > a.txt && echo new > new.txt && rm pkg/mod.py && "
+            f"echo x > ${{TMPDIR:-/tmp}}/marker && echo {first.backend} > .episode"
+        )
         assert (await first.exec(edits)).ok
         if backend.capabilities.filesystem_isolated:
             await first.exec(f"echo leak > {outside}; echo leak > /etc/roost-leak")
@@ -63,8 +65,10 @@ async def test_writes_do_not_leak(backend, repo, tmp_path):
         assert not outside.exists()
         assert not os.path.exists("/etc/roost-leak")
     async with await backend.start(SandboxSpec(directory=repo)) as second:
-        state = await second.exec('for f in new.txt .episode ${TMPDIR:-/tmp}/marker; do [ -e "$f" ] && '
-                                  'echo "leaked $f"; done; cat a.txt; [ -e pkg/mod.py ] && echo mod-present')
+        state = await second.exec(
+            'for f in new.txt .episode ${TMPDIR:-/tmp}/marker; do [ -e "$f" ] && '
+            'echo "leaked $f"; done; cat a.txt; [ -e pkg/mod.py ] && echo mod-present'
+        )
         assert state.output == "hello\nmod-present\n"
 
 
@@ -81,7 +85,8 @@ async def test_no_network_by_default(backend, sandbox):
     port = server.sockets[0].getsockname()[1]
     try:
         probe = await sandbox.exec(
-            f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo connected || echo refused", timeout_s=10)
+            f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo connected || echo refused", timeout_s=10
+        )
         assert probe.output.strip() == "refused"
         interfaces = await sandbox.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
         assert interfaces.output.split() == ["lo"]

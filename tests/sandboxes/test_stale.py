@@ -14,7 +14,7 @@ import pytest
 
 from roost.sandboxes import SandboxConfig, SandboxSpec
 
-OWNER = textwrap.dedent('''
+OWNER = textwrap.dedent("""
     import asyncio, sys
     from roost.sandboxes import SandboxConfig, SandboxSpec, start_sandbox
 
@@ -24,7 +24,7 @@ OWNER = textwrap.dedent('''
         await asyncio.sleep(600)
 
     asyncio.run(main())
-''')
+""")
 
 
 async def test_leftovers_of_a_killed_owner_are_swept(backend):

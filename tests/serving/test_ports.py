@@ -101,9 +101,14 @@ def test_every_launcher_is_a_server_handle(tmp_path):
 
     thread = GatewayThread(GatewayConfig(engine_url="http://127.0.0.1:9", model="tiny", store_path=tmp_path / "t"))
     try:
-        handles = [env_server(), EngineProcess(), GatewayProcess([]), thread,
-                   SupervisedServer("env", [], "127.0.0.1", log_dir=tmp_path),
-                   UvicornThread(uvicorn.Config(health_app()))]
+        handles = [
+            env_server(),
+            EngineProcess(),
+            GatewayProcess([]),
+            thread,
+            SupervisedServer("env", [], "127.0.0.1", log_dir=tmp_path),
+            UvicornThread(uvicorn.Config(health_app())),
+        ]
         assert all(isinstance(handle, ServerHandle) for handle in handles)
     finally:
         thread.stop()

@@ -19,8 +19,9 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, di
 
     store = torch.distributed.TCPStore("127.0.0.1", port, world, is_master=False)
     parallel.init(tp=tp, rank=rank, world_size=world, store=store)
-    policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=64,
-                                        use_distributed_optimizer=distributed_optimizer))
+    policy = MegatronPolicy(
+        TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=64, use_distributed_optimizer=distributed_optimizer)
+    )
     probe = agentic_batch()
     logprobs = [lp.tolist() for lp in policy.logprobs(probe)]
     batch = grpo_batch(groups=2, size=4)
@@ -29,8 +30,15 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, di
     stats = policy.train_step(scored)
     policy.export_hf(Path(out) / "ckpt")
     if rank == 0:
-        (Path(out) / "result.json").write_text(json.dumps({
-            "logprobs": logprobs, "loss": stats.loss, "grad_norm": stats.grad_norm, "info": vars(policy.info),
-            "microbatches": stats.microbatches,
-        }))
+        (Path(out) / "result.json").write_text(
+            json.dumps(
+                {
+                    "logprobs": logprobs,
+                    "loss": stats.loss,
+                    "grad_norm": stats.grad_norm,
+                    "info": vars(policy.info),
+                    "microbatches": stats.microbatches,
+                }
+            )
+        )
     parallel.shutdown()

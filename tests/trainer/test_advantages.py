@@ -21,8 +21,13 @@ from roost.trainer.advantages import (
 
 
 def group_of(rewards, group="g", agent="main"):
-    return Group(group, [make_sample([1, 2, 3, 4], [0, 0, 1, 1], reward=r, session=f"s{i}", group=group, agent=agent)
-                         for i, r in enumerate(rewards)])
+    return Group(
+        group,
+        [
+            make_sample([1, 2, 3, 4], [0, 0, 1, 1], reward=r, session=f"s{i}", group=group, agent=agent)
+            for i, r in enumerate(rewards)
+        ],
+    )
 
 
 def scalar(item):
@@ -98,8 +103,12 @@ def test_custom_hook_by_dotted_path(hook):
     if hook == "drop":
         assert scored == [] and stats["dropped_groups"] == 1
         return
-    expected = {"per_agent": [0, 0, 2, 2], "per_call": [0, 0, 0, 0], "per_token": [0, 0, 0.2, 0.3],
-                "with_option": [0, 0, 7, 7]}[hook]
+    expected = {
+        "per_agent": [0, 0, 2, 2],
+        "per_call": [0, 0, 0, 0],
+        "per_token": [0, 0, 0.2, 0.3],
+        "with_option": [0, 0, 7, 7],
+    }[hook]
     assert scored[0].advantages == pytest.approx(expected)
 
 
@@ -115,8 +124,9 @@ def test_multi_call_per_call_advantages():
 def test_each_agent_may_use_its_own_estimator():
     hook_module()
     samples = agentic_batch()
-    config = AdvantageConfig(default=EstimatorConfig("grpo"),
-                             per_agent={"solver": EstimatorConfig("roost_test_hooks:per_agent")})
+    config = AdvantageConfig(
+        default=EstimatorConfig("grpo"), per_agent={"solver": EstimatorConfig("roost_test_hooks:per_agent")}
+    )
     scored, _ = compute_advantages([Group("agentic", samples)], config)
     solver = [s for s in scored if s.sample.agent_id == "solver"]
     planner = [s for s in scored if s.sample.agent_id == "planner"]
@@ -126,8 +136,9 @@ def test_each_agent_may_use_its_own_estimator():
 
 def test_posted_advantages_take_precedence():
     posted_token = make_sample([1, 2, 3, 4], [0, 0, 1, 1], reward=0.0, session="a", advantages=[0, 0, 5.0, 6.0])
-    posted_call = make_sample([1, 2, 3, 4], [0, 0, 1, 1], reward=1.0, session="b",
-                              calls=[CallRef("b/main/0", "0", advantage=-3.0)])
+    posted_call = make_sample(
+        [1, 2, 3, 4], [0, 0, 1, 1], reward=1.0, session="b", calls=[CallRef("b/main/0", "0", advantage=-3.0)]
+    )
     plain = make_sample([1, 2, 3, 4], [0, 0, 1, 1], reward=2.0, session="c")
     scored, _ = run([Group("g", [posted_token, posted_call, plain])])
     assert scored[0].advantages == [0, 0, 5.0, 6.0]

@@ -26,12 +26,17 @@ from roost.trainer.megatron.model import build_gpt_model, masked_logprobs, score
 from roost.trainer.prefix_tree import build_microbatches, tree_microbatch
 
 REPLIES = ["go north", "take key (brass)", "open door.", "go to cabinet 1"]
-ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}}, "required": ["answer"],
-          "additionalProperties": False}
+ANSWER = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "maxLength": 8}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
 CONSTRAINTS = {
     "allowed_replies": {"allowed_replies": REPLIES},
-    "json_schema": {"response_format": {"type": "json_schema",
-                                        "json_schema": {"name": "a", "schema": ANSWER, "strict": True}}},
+    "json_schema": {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER, "strict": True}}
+    },
     "free": {},
 }
 
@@ -42,14 +47,24 @@ def recorded(engine_url, tmp_path_factory):
     store = tmp_path_factory.mktemp("allowed") / "calls.sqlite"
     with running_gateway(engine_url, store) as (server, _):
         session = new_session(server)
-        bodies = [{"model": "tiny", "messages": [{"role": "user", "content": f"Where now? {name}"}],
-                   "temperature": 1.0, "seed": seed, "max_tokens": 24, **fields}
-                  for name, fields in CONSTRAINTS.items() for seed in range(2)]
+        bodies = [
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": f"Where now? {name}"}],
+                "temperature": 1.0,
+                "seed": seed,
+                "max_tokens": 24,
+                **fields,
+            }
+            for name, fields in CONSTRAINTS.items()
+            for seed in range(2)
+        ]
 
         async def post_all():
             async with httpx.AsyncClient(timeout=300, headers=bearer(session["key"])) as client:
-                return await asyncio.gather(*(client.post(f"{session['base_url']}/chat/completions", json=body)
-                                              for body in bodies))
+                return await asyncio.gather(
+                    *(client.post(f"{session['base_url']}/chat/completions", json=body) for body in bodies)
+                )
 
         answers = asyncio.run(post_all())
     assert [a.status_code for a in answers] == [200] * len(bodies), [a.text for a in answers]
@@ -108,8 +123,9 @@ def test_a_call_its_grammar_refuses_on_replay_is_trained_unmasked_and_named(reco
     assert not bool((allowed.masks(sample) == -1).all()) and len(allowed.refused) == 1
 
 
-def test_masked_logprobs_are_the_models_renormalised_over_the_allowed_tokens(megatron_world, recorded, model,
-                                                                             tiny_model_path):
+def test_masked_logprobs_are_the_models_renormalised_over_the_allowed_tokens(
+    megatron_world, recorded, model, tiny_model_path
+):
     spec, gpt = model
     allowed = AllowedTokens(tiny_model_path, spec)
     samples = [s for s in recorded if kind(s) == "regex"]
@@ -140,14 +156,16 @@ def test_masked_logprobs_are_the_models_renormalised_over_the_allowed_tokens(meg
                 assert abs(float(ours[k])) <= 1e-6  # forced: certain under the mask
 
 
-def test_the_masked_loss_never_moves_mass_onto_tokens_the_grammar_refused(megatron_world, recorded, model,
-                                                                          tiny_model_path):
+def test_the_masked_loss_never_moves_mass_onto_tokens_the_grammar_refused(
+    megatron_world, recorded, model, tiny_model_path
+):
     spec, gpt = model
     samples = [s for s in recorded if kind(s) != "free"]
     positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
     masks = [AllowedTokens(tiny_model_path, spec).masks(s) for s in samples]
-    (microbatch,) = build_microbatches([s.tokens for s in samples], positions, ["g"] * len(samples), 4096,
-                                       "tree", masks)
+    (microbatch,) = build_microbatches(
+        [s.tokens for s in samples], positions, ["g"] * len(samples), 4096, "tree", masks
+    )
     ever_allowed = torch.zeros(spec.vocab_size, dtype=torch.bool)
     for mask in masks:
         for row in mask:
@@ -160,7 +178,7 @@ def test_the_masked_loss_never_moves_mass_onto_tokens_the_grammar_refused(megatr
         gpt.zero_grad()
         weight.grad = None
         loss_of().backward()
-        return weight.grad[:spec.vocab_size][untouched].abs().sum(dim=-1)
+        return weight.grad[: spec.vocab_size][untouched].abs().sum(dim=-1)
 
     inv_freq = inverse_frequencies(spec)
     # a negative advantage on every sampled token: push each one down

@@ -13,8 +13,15 @@ from roost.trainer.megatron import convert
 from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import tree_microbatch
 
-SMALL = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=256)
+SMALL = dict(
+    vocab_size=256,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 
 def small_checkpoint(tmp_path, family: str, **extra):
@@ -58,13 +65,21 @@ def test_qwen2_and_llama_round_trip_and_logprobs(megatron_world, tmp_path, famil
     mb = tree_microbatch([tokens], [list(range(1, 30))], [0])
     with torch.no_grad():
         ours = scored_logprobs(model, mb, inverse_frequencies(spec))
-        ref = torch.log_softmax(hf_model(torch.tensor([tokens])).logits[0], -1)[torch.arange(29), torch.tensor(tokens[1:])]
+        ref = torch.log_softmax(hf_model(torch.tensor([tokens])).logits[0], -1)[
+            torch.arange(29), torch.tensor(tokens[1:])
+        ]
     assert float((ours - ref).abs().max()) <= 1e-5
 
 
 def test_llama3_rope_scaling_matches_hf(megatron_world, tmp_path):
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "rope_theta": 500000.0,
+    }
     folder, hf_model = small_checkpoint(tmp_path, "llama", rope_parameters=scaling)
     spec = ModelSpec.from_folder(folder)
     assert spec.rope_scaling is not None

@@ -27,26 +27,61 @@ from roost.trainer.megatron import convert
 from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
 from roost.trainer.prefix_tree import tree_microbatch
 
-SHAPE = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
-             initializer_range=0.3)  # weights large enough that attention, and so RoPE, shows in logprobs
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 16, "rope_theta": 500000.0}
+SHAPE = dict(
+    vocab_size=256,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    initializer_range=0.3,
+)  # weights large enough that attention, and so RoPE, shows in logprobs
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "rope_theta": 500000.0,
+}
 PROMPT = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(3)).tolist()
-ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
-                                           "sure": {"type": "boolean"}},
-          "required": ["answer", "sure"], "additionalProperties": False}
-LOOK = {"type": "function", "function": {"name": "look", "description": "Look around.",
-                                         "parameters": {"type": "object", "properties": {}}}}
+ANSWER = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "maxLength": 12}, "sure": {"type": "boolean"}},
+    "required": ["answer", "sure"],
+    "additionalProperties": False,
+}
+LOOK = {
+    "type": "function",
+    "function": {"name": "look", "description": "Look around.", "parameters": {"type": "object", "properties": {}}},
+}
 # one call per constraint the gateway enforces, and what its record must say held it
 CONSTRAINED = [
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}},
-     {"source": "response_format", "type": "json_schema"}),
-    ({"allowed_replies": ["go north", "take key (brass)", "open door."]},
-     {"source": "allowed_replies", "type": "regex"}),
-    ({"tools": [LOOK], "tool_choice": "required", "parallel_tool_calls": False,
-      "chat_template_kwargs": {"enable_thinking": False}},
-     {"source": "tool_choice", "type": "ebnf"}),
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": ANSWER, "strict": True},
+            }
+        },
+        {"source": "response_format", "type": "json_schema"},
+    ),
+    (
+        {"allowed_replies": ["go north", "take key (brass)", "open door."]},
+        {"source": "allowed_replies", "type": "regex"},
+    ),
+    (
+        {
+            "tools": [LOOK],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "chat_template_kwargs": {"enable_thinking": False},
+        },
+        {"source": "tool_choice", "type": "ebnf"},
+    ),
 ]
 
 
@@ -90,15 +125,27 @@ async def test_engine_and_trainer_agree_on_a_scaled_rope_with_its_own_head_dim(m
     assert float((hf_logprobs(plain.eval(), tokens, len(PROMPT)) - reference).abs().max()) > 1e-3
 
 
-async def test_the_trainer_recomputes_the_recorded_logprobs_of_constrained_calls(megatron_world, engine_url,
-                                                                                 tiny_model_path, tmp_path):
+async def test_the_trainer_recomputes_the_recorded_logprobs_of_constrained_calls(
+    megatron_world, engine_url, tiny_model_path, tmp_path
+):
     with running_gateway(engine_url, tmp_path / "calls.sqlite") as (server, store):
         session = new_session(server)
-        bodies = [{"model": "tiny", "messages": [{"role": "user", "content": "Where now?"}], "temperature": 1.0,
-                   "seed": seed, "max_tokens": 48, **fields} for fields, _ in CONSTRAINED for seed in range(2)]
+        bodies = [
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "Where now?"}],
+                "temperature": 1.0,
+                "seed": seed,
+                "max_tokens": 48,
+                **fields,
+            }
+            for fields, _ in CONSTRAINED
+            for seed in range(2)
+        ]
         async with httpx.AsyncClient(timeout=300, headers=bearer(session["key"])) as client:
-            answers = await asyncio.gather(*(client.post(f"{session['base_url']}/chat/completions", json=body)
-                                             for body in bodies))
+            answers = await asyncio.gather(
+                *(client.post(f"{session['base_url']}/chat/completions", json=body) for body in bodies)
+            )
     assert [a.status_code for a in answers] == [200] * len(bodies), [a.text for a in answers if a.status_code != 200]
     calls = sorted(stored_calls(store, session["session_id"]), key=lambda c: json.dumps(c.sampling_params))
     held = [c.response["constraint"] for c in calls]

@@ -13,11 +13,13 @@ from roost.trainer.gigpo import episode_steps
 SYSTEM = [1, 2]  # every episode of the group starts from the same prompt
 
 
-def episode(session: str, turns: list[tuple[list[int], int]], reward: float,
-            step_rewards: dict[int, float] | None = None) -> Sample:
+def episode(
+    session: str, turns: list[tuple[list[int], int]], reward: float, step_rewards: dict[int, float] | None = None
+) -> Sample:
     """`turns`: (observation tokens before the call, the one token it sampled)."""
-    sample = Sample.from_turns([(context, [token], [-0.5]) for context, token in turns],
-                               session_id=session, group_id="g", reward=reward)
+    sample = Sample.from_turns(
+        [(context, [token], [-0.5]) for context, token in turns], session_id=session, group_id="g", reward=reward
+    )
     rewards = step_rewards or {}
     sample.calls = [dataclasses.replace(c, reward=rewards.get(i)) for i, c in enumerate(sample.calls)]
     return sample
@@ -88,7 +90,7 @@ def test_scaled_advantages_divide_each_level_by_its_std():
     a = episode("a", [(SYSTEM, 10)], 1.0)
     b = episode("b", [(SYSTEM, 11)], 0.0)
     values = per_call(run([Group("g", [a, b])], step_weight=0.5)[0])
-    std = 2 ** -0.5  # sample std of (1, 0)
+    std = 2**-0.5  # sample std of (1, 0)
     expected = 0.5 / (std + 1e-6)
     assert values["a"] == pytest.approx([expected * 1.5]) and values["b"] == pytest.approx([-expected * 1.5])
 

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="here the chec
 
 
 def gpu_check(*args: str) -> tuple[int, list[dict]]:
-    done = subprocess.run([sys.executable, "-m", "roost.trainer.gpu_check", *args], capture_output=True, text=True,
-                          timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-m", "roost.trainer.gpu_check", *args], capture_output=True, text=True, timeout=240
+    )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == len(done.stdout.splitlines()), done.stdout + done.stderr
     return done.returncode, lines

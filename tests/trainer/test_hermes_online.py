@@ -21,8 +21,11 @@ from roost.tests.trainer.test_recipes_run import RECIPES, local_ray, rl_metrics 
 from roost.trainer.recipe import load_recipe
 
 # ~5.5 min on a loaded 2-core machine: eight hermes-agent episodes and three steps
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1200),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+]
 
 NEVER = 9
 # What the episode of each group (in launch order) runs: the step its command waits for (0: none),
@@ -40,9 +43,15 @@ def hermes_tasks(gate: Path, seed: int) -> list[dict]:
     tasks = []
     for task_id, (step, passes) in zip(order, PLAN):
         wait = f"until [ -e {gate}/after-step-{step} ]; do sleep 0.2; done; " if step else ""
-        tasks.append({"id": task_id, "split": "train", "instruction": f"Finish the {task_id} report.",
-                      "verifier": {"command": "test -f out.txt"},
-                      "solution": wait + ("echo ok > out.txt" if passes else "echo skipped")})
+        tasks.append(
+            {
+                "id": task_id,
+                "split": "train",
+                "instruction": f"Finish the {task_id} report.",
+                "verifier": {"command": "test -f out.txt"},
+                "solution": wait + ("echo ok > out.txt" if passes else "echo skipped"),
+            }
+        )
     return sorted(tasks, key=lambda t: t["id"])
 
 
@@ -60,24 +69,51 @@ def test_episodes_span_weight_versions_stale_ones_are_dropped_the_rest_weighted(
     (tmp_path / "rules.json").write_text(json.dumps(rules))
     sandbox = {"backend": "bubblewrap", "timeout_s": 600, "bubblewrap": {"ro_binds": [str(gate)]}}
     run_dir = tmp_path / "run"
-    recipe = load_recipe(RECIPES / "hermes" / "cpu.yaml", [
-        "steps=3", f"output_dir={run_dir}", "metrics.console=false", "placement.num_cpus=2", "trainer.threads=1",
-        f"env.kwargs.tasks={tmp_path / 'tasks.json'}", f"env.kwargs.sandbox={json.dumps(sandbox)}",
-        "env.kwargs.command_timeout_s=600", "env.kwargs.max_tokens=128", "env.kwargs.max_iterations=3",
-        "agent.max_turns=3", "agent.timeout_s=900", "trainer.lr=1.0e-3",
-        "rollout.groups_per_step=2", "rollout.concurrency=4", "algorithm.max_staleness=1",
-        f"engine.args=[--context-length, '16384', --sampler, scripted, --script, {tmp_path / 'rules.json'}]"])
+    recipe = load_recipe(
+        RECIPES / "hermes" / "cpu.yaml",
+        [
+            "steps=3",
+            f"output_dir={run_dir}",
+            "metrics.console=false",
+            "placement.num_cpus=2",
+            "trainer.threads=1",
+            f"env.kwargs.tasks={tmp_path / 'tasks.json'}",
+            f"env.kwargs.sandbox={json.dumps(sandbox)}",
+            "env.kwargs.command_timeout_s=600",
+            "env.kwargs.max_tokens=128",
+            "env.kwargs.max_iterations=3",
+            "agent.max_turns=3",
+            "agent.timeout_s=900",
+            "trainer.lr=1.0e-3",
+            "rollout.groups_per_step=2",
+            "rollout.concurrency=4",
+            "algorithm.max_staleness=1",
+            f"engine.args=[--context-length, '16384', --sampler, scripted, --script, {tmp_path / 'rules.json'}]",
+        ],
+    )
     batches: dict[int, list] = {}
 
     def step_done(stage: str, step: int, metrics: dict) -> None:
         if stage == "rl":  # the weights of this step are in the engine now
             (gate / f"after-step-{step}").touch()
 
-    summary = train(recipe, Hooks(advance=step_done, batch=lambda step, scored: batches.setdefault(step, scored), echo=print))
+    summary = train(
+        recipe, Hooks(advance=step_done, batch=lambda step, scored: batches.setdefault(step, scored), echo=print)
+    )
     rl = rl_metrics(run_dir)
-    by = {key: [m[key] for m in rl] for key in ("trainer_version", "weight_version", "trained_samples",
-                                                 "dropped_stale", "staleness_max", "mixed_version_samples",
-                                                 "oldest_version", "reward")}
+    by = {
+        key: [m[key] for m in rl]
+        for key in (
+            "trainer_version",
+            "weight_version",
+            "trained_samples",
+            "dropped_stale",
+            "staleness_max",
+            "mixed_version_samples",
+            "oldest_version",
+            "reward",
+        )
+    }
     assert by["trainer_version"] == [0, 1, 2] and by["weight_version"] == [1, 2, 3]
     assert by["trained_samples"] == [2, 2, 1] and by["dropped_stale"] == [0, 0, 1]
     assert by["staleness_max"] == [0, 1, 0] and by["mixed_version_samples"] == [0, 1, 0]
@@ -101,4 +137,3 @@ def test_episodes_span_weight_versions_stale_ones_are_dropped_the_rest_weighted(
 
 def _versions(sample) -> list[str]:
     return sorted({sample.calls[c].weight_version for c, m in zip(sample.token_call, sample.loss_mask) if m})
-

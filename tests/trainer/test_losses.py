@@ -12,9 +12,14 @@ from roost.trainer.recipe import LossSection
 
 def terms(logprob, old, adv, rollout=None, weight=1.0, ref=None):
     t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
-    return SampleTerms(logprobs=t(logprob).requires_grad_(), old_logprobs=t(old),
-                       rollout_logprobs=t(rollout if rollout is not None else old), advantages=t(adv), weight=weight,
-                       ref_logprobs=None if ref is None else t(ref))
+    return SampleTerms(
+        logprobs=t(logprob).requires_grad_(),
+        old_logprobs=t(old),
+        rollout_logprobs=t(rollout if rollout is not None else old),
+        advantages=t(adv),
+        weight=weight,
+        ref_logprobs=None if ref is None else t(ref),
+    )
 
 
 def value(config, *items):

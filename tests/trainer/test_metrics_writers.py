@@ -38,8 +38,11 @@ def test_tensorboard_event_files_hold_each_number_as_a_stage_scalar(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("sft/loss")] == [(1, 2.5)]
     # the JSONL file keeps every value, numbers or not
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["stage"], r["step"], r.get("split")) for r in rows] == [("sft", 1, None), ("rl", 1, "train"),
-                                                                      ("rl", 2, "train")]
+    assert [(r["stage"], r["step"], r.get("split")) for r in rows] == [
+        ("sft", 1, None),
+        ("rl", 1, "train"),
+        ("rl", 2, "train"),
+    ]
 
 
 def test_an_offline_wandb_run_holds_each_number_as_a_stage_scalar(tmp_path, monkeypatch):
@@ -50,9 +53,11 @@ def test_an_offline_wandb_run_holds_each_number_as_a_stage_scalar(tmp_path, monk
     [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     rows = [{k: v for k, v in row.items() if not k.startswith("_")} for row in finished_history(run_file)]
     # one row per log call, each stage on its own step axis (SFT and RL both start at step 1)
-    assert rows == [{"sft/step": 1, "sft/loss": 2.5},
-                    {"rl/step": 1, "rl/reward": 0.25, "rl/success": 0.5, "rl/kl": 0.01},
-                    {"rl/step": 2, "rl/reward": 0.75, "rl/success": 0.625, "rl/kl": 0.02}]
+    assert rows == [
+        {"sft/step": 1, "sft/loss": 2.5},
+        {"rl/step": 1, "rl/reward": 0.25, "rl/success": 0.5, "rl/kl": 0.01},
+        {"rl/step": 2, "rl/reward": 0.75, "rl/success": 0.625, "rl/kl": 0.02},
+    ]
 
 
 def test_a_writer_whose_package_is_missing_says_what_to_install(tmp_path, monkeypatch):

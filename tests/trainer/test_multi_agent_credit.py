@@ -26,19 +26,34 @@ def test_both_agents_train_in_one_session_with_the_hooks_advantages(tmp_path, lo
     from roost.trainer.prefix_tree import build_microbatches
     from roost.trainer.rl.loop import Hooks, train
 
-    rules = {"rules": [
-        {"match": re.escape(PLANNER_PROMPT), "reply": "1. look around\n2. take what the task names"},
-        {"match": re.escape("The planner's plan:"),
-         "reply": [tool_call("act", {"command": "look"}), tool_call("act", {"command": "fly to the moon"})]},
-    ]}
+    rules = {
+        "rules": [
+            {"match": re.escape(PLANNER_PROMPT), "reply": "1. look around\n2. take what the task names"},
+            {
+                "match": re.escape("The planner's plan:"),
+                "reply": [tool_call("act", {"command": "look"}), tool_call("act", {"command": "fly to the moon"})],
+            },
+        ]
+    }
     (tmp_path / "rules.json").write_text(json.dumps(rules))
     run_dir = tmp_path / "run"
-    recipe = load_recipe(RECIPES / "multi_agent" / "cpu.yaml", [
-        "steps=1", f"output_dir={run_dir}", "eval.split=null", "metrics.console=false", "placement.num_cpus=2",
-        "trainer.threads=1", "agent.max_turns=1", "rollout.groups_per_step=1", "rollout.group_size=2",
-        "rollout.invalid_action_penalty=0.1",
-        "env.prepare_args={train: 2, valid_seen: 0, valid_unseen: 0, receptacles: 3, distractors: 1}",
-        f"engine.args=[--sampler, scripted, --script, {tmp_path / 'rules.json'}]"])
+    recipe = load_recipe(
+        RECIPES / "multi_agent" / "cpu.yaml",
+        [
+            "steps=1",
+            f"output_dir={run_dir}",
+            "eval.split=null",
+            "metrics.console=false",
+            "placement.num_cpus=2",
+            "trainer.threads=1",
+            "agent.max_turns=1",
+            "rollout.groups_per_step=1",
+            "rollout.group_size=2",
+            "rollout.invalid_action_penalty=0.1",
+            "env.prepare_args={train: 2, valid_seen: 0, valid_unseen: 0, receptacles: 3, distractors: 1}",
+            f"engine.args=[--sampler, scripted, --script, {tmp_path / 'rules.json'}]",
+        ],
+    )
     batches: dict[int, list] = {}
     train(recipe, Hooks(batch=lambda step, scored: batches.setdefault(step, scored), echo=print))
     assert [m["updated"] for m in rl_metrics(run_dir)] == [True]
@@ -61,8 +76,13 @@ def test_both_agents_train_in_one_session_with_the_hooks_advantages(tmp_path, lo
     # the packed batch: every sample of both agents in a microbatch, its sampled tokens scored
     samples = [item.sample for item in scored]
     positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
-    packed = build_microbatches([s.tokens for s in samples], positions, [s.group_id for s in samples],
-                                recipe.trainer.token_budget, recipe.trainer.layout)
+    packed = build_microbatches(
+        [s.tokens for s in samples],
+        positions,
+        [s.group_id for s in samples],
+        recipe.trainer.token_budget,
+        recipe.trainer.layout,
+    )
     placed = {index: len(scores) for mb in packed for index, scores in zip(mb.sample_index, mb.sample_scores)}
     assert sorted(placed) == list(range(len(samples)))
     assert all(placed[i] == len(positions[i]) > 0 for i in placed)

@@ -20,13 +20,15 @@ def _scored(seed: int) -> list:
 
 
 def _policy(checkpoint, distributed: bool) -> MegatronPolicy:
-    return MegatronPolicy(TrainConfig(checkpoint=str(checkpoint), lr=1e-3, token_budget=512,
-                                      use_distributed_optimizer=distributed))
+    return MegatronPolicy(
+        TrainConfig(checkpoint=str(checkpoint), lr=1e-3, token_budget=512, use_distributed_optimizer=distributed)
+    )
 
 
 @pytest.mark.parametrize("distributed", [False, True], ids=["optimizer", "distributed-optimizer"])
-def test_a_reset_optimizer_trains_like_a_new_run_from_the_same_weights(megatron_world, tiny_model_path, tmp_path,
-                                                                       distributed):
+def test_a_reset_optimizer_trains_like_a_new_run_from_the_same_weights(
+    megatron_world, tiny_model_path, tmp_path, distributed
+):
     first, second = _scored(seed=1), _scored(seed=2)
 
     one_run = _policy(tiny_model_path, distributed)

@@ -84,8 +84,11 @@ def test_chains_attend_to_exactly_what_the_dense_mask_allows(batch):
     allowed = ~mb.attention_mask[0, 0]
     covered = []
     for segment in mb.tree.segments:
-        mask = segment.mask if segment.mask is not None else torch.ones(
-            segment.end - segment.start, segment.end - segment.start, dtype=torch.bool).tril()
+        mask = (
+            segment.mask
+            if segment.mask is not None
+            else torch.ones(segment.end - segment.start, segment.end - segment.start, dtype=torch.bool).tril()
+        )
         for row, slot in enumerate(range(segment.start, segment.end)):
             assert sorted(segment.keys[mask[row]].tolist()) == allowed[slot].nonzero().flatten().tolist()
             covered.append(slot)

@@ -47,13 +47,23 @@ def test_a_bad_value_names_the_key_and_the_allowed_values():
         validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "gipgo"}}})
     assert validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "my_credit:split"}}})
     with pytest.raises(RecipeError, match="'grpo' has no option equal_outcomes: it takes scale, eps, equal_rewards"):
-        validate_recipe({**MINIMAL, "algorithm": {"advantage": {"name": "grpo", "options": {"equal_outcomes": "drop"}}}})
+        validate_recipe(
+            {**MINIMAL, "algorithm": {"advantage": {"name": "grpo", "options": {"equal_outcomes": "drop"}}}}
+        )
 
 
 def test_overrides_take_dotted_paths_yaml_values_and_short_names(tmp_path):
     path = write(tmp_path, "r.yaml", MINIMAL)
-    recipe = load_recipe(path, ["steps=2", "trainer.lr=3e-5", "agent.args={temperature: 0.5}",
-                                "agent.agents=[planner, executor]", "algorithm.per_agent.planner.name=rloo"])
+    recipe = load_recipe(
+        path,
+        [
+            "steps=2",
+            "trainer.lr=3e-5",
+            "agent.args={temperature: 0.5}",
+            "agent.agents=[planner, executor]",
+            "algorithm.per_agent.planner.name=rloo",
+        ],
+    )
     assert recipe.schedule.steps == 2 and recipe.trainer.lr == 3e-5
     assert recipe.agent.args == {"temperature": 0.5}
     assert recipe.algorithm.per_agent["planner"].name == "rloo"

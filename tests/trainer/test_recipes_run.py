@@ -18,22 +18,52 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two runs of one rec
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 # Every run: no evaluations, the end checkpointed, quiet.
-COMMON = ["eval.split=null", "schedule.checkpoint_every=2", "metrics.console=false", "metrics.tensorboard=false",
-          "placement.num_cpus=2", "trainer.threads=1"]
+COMMON = [
+    "eval.split=null",
+    "schedule.checkpoint_every=2",
+    "metrics.console=false",
+    "metrics.tensorboard=false",
+    "placement.num_cpus=2",
+    "trainer.threads=1",
+]
 SHORT = {
-    "alfworld": ["env.prepare_args={train: 4, valid_seen: 0, valid_unseen: 0, receptacles: 3, distractors: 1}",
-                 "sft.data.episodes=4", "sft.steps=1", "sft.batch_size=4", "agent.max_turns=3",
-                 "rollout.groups_per_step=1", "rollout.group_size=2",
-                 "algorithm.advantage.options={equal_rewards: zero}"],
-    "swe": ["env.kwargs.max_steps=2", "agent.max_turns=2", "agent.args.max_tokens=24",
-            "rollout.groups_per_step=1", "rollout.group_size=2"],
-    "hermes": ["rollout.groups_per_step=1", "agent.max_turns=1", "env.kwargs.max_iterations=1",
-               "env.kwargs.max_tokens=16"],
-    "multi_agent": ["env.prepare_args={train: 2, valid_seen: 0, valid_unseen: 0, receptacles: 3, distractors: 1}",
-                    "agent.max_turns=2", "agent.args.max_tokens=16", "agent.args.plan_tokens=16",
-                    "rollout.groups_per_step=1", "rollout.group_size=2"],
-    "webshop/grpo": ["agent.max_turns=2", "agent.args.max_tokens=16", "rollout.groups_per_step=1",
-                     "rollout.group_size=2"],
+    "alfworld": [
+        "env.prepare_args={train: 4, valid_seen: 0, valid_unseen: 0, receptacles: 3, distractors: 1}",
+        "sft.data.episodes=4",
+        "sft.steps=1",
+        "sft.batch_size=4",
+        "agent.max_turns=3",
+        "rollout.groups_per_step=1",
+        "rollout.group_size=2",
+        "algorithm.advantage.options={equal_rewards: zero}",
+    ],
+    "swe": [
+        "env.kwargs.max_steps=2",
+        "agent.max_turns=2",
+        "agent.args.max_tokens=24",
+        "rollout.groups_per_step=1",
+        "rollout.group_size=2",
+    ],
+    "hermes": [
+        "rollout.groups_per_step=1",
+        "agent.max_turns=1",
+        "env.kwargs.max_iterations=1",
+        "env.kwargs.max_tokens=16",
+    ],
+    "multi_agent": [
+        "env.prepare_args={train: 2, valid_seen: 0, valid_unseen: 0, receptacles: 3, distractors: 1}",
+        "agent.max_turns=2",
+        "agent.args.max_tokens=16",
+        "agent.args.plan_tokens=16",
+        "rollout.groups_per_step=1",
+        "rollout.group_size=2",
+    ],
+    "webshop/grpo": [
+        "agent.max_turns=2",
+        "agent.args.max_tokens=16",
+        "rollout.groups_per_step=1",
+        "rollout.group_size=2",
+    ],
     "osworld": ["env.kwargs.max_steps=2", "agent.max_turns=2", "agent.args.max_tokens=24"],
 }
 # What each recipe's env needs from the machine (CI installs it: .ci/apt-packages.txt).

@@ -20,8 +20,17 @@ from roost.trainer.rl.rollouts import unfinished_backlog
 def sample_of_versions(*versions: str) -> Sample:
     calls = [CallRef(f"c{i}", v) for i, v in enumerate(versions)]
     tokens = [1] + [2] * len(versions)
-    return Sample("s", "g", "main", tokens, [0] + [1] * len(versions), [0.0] * len(tokens),
-                  [-1] + list(range(len(versions))), calls, reward=1.0)
+    return Sample(
+        "s",
+        "g",
+        "main",
+        tokens,
+        [0] + [1] * len(versions),
+        [0.0] * len(tokens),
+        [-1] + list(range(len(versions))),
+        calls,
+        reward=1.0,
+    )
 
 
 def test_staleness_counts_from_the_oldest_sampled_token():
@@ -49,13 +58,26 @@ def test_a_finish_with_free_info_reads_as_the_trainer_always_read_it():
     assert EpisodeOutcome.from_info({"status": "ok", "reward": None, "reward_source": "none"}).reward is None
 
 
-async def record(http: httpx.AsyncClient, gateway: GatewayThread, group: str, finish: dict | None,
-                 reward: float | None, outcome: EpisodeOutcome | None = None) -> None:
+async def record(
+    http: httpx.AsyncClient,
+    gateway: GatewayThread,
+    group: str,
+    finish: dict | None,
+    reward: float | None,
+    outcome: EpisodeOutcome | None = None,
+) -> None:
     url, admin = gateway.url, bearer(gateway.admin_key)
     session = (await http.post(f"{url}/sessions", json={"group_id": group}, headers=admin)).json()
-    answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), json={
-        "model": "tiny", "messages": [{"role": "user", "content": "go"}], "max_tokens": 4,
-        "custom_params": {"scripted_reply": "look"}})
+    answer = await http.post(
+        f"{session['base_url']}/chat/completions",
+        headers=bearer(session["key"]),
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "go"}],
+            "max_tokens": 4,
+            "custom_params": {"scripted_reply": "look"},
+        },
+    )
     assert answer.status_code == 200, answer.text
     if reward is not None:
         await http.post(f"{url}/sessions/{session['session_id']}/reward", json={"reward": reward}, headers=admin)
@@ -136,10 +158,14 @@ async def test_a_finish_with_a_bad_outcome_is_refused_and_the_session_stays_open
     async with httpx.AsyncClient(timeout=60) as http:
         url, admin = recording.gateway.url, bearer(recording.gateway.admin_key)
         session = (await http.post(f"{url}/sessions", json={"group_id": "g2/t"}, headers=admin)).json()
-        for outcome, needle in [({"status": "won"}, "outcome.status"), ({"kind": "play"}, "outcome.kind"),
-                                ({"grade": "A"}, "outcome.grade")]:
-            answer = await http.post(f"{url}/sessions/{session['session_id']}/finish", json={"outcome": outcome},
-                                     headers=admin)
+        for outcome, needle in [
+            ({"status": "won"}, "outcome.status"),
+            ({"kind": "play"}, "outcome.kind"),
+            ({"grade": "A"}, "outcome.grade"),
+        ]:
+            answer = await http.post(
+                f"{url}/sessions/{session['session_id']}/finish", json={"outcome": outcome}, headers=admin
+            )
             assert answer.status_code == 400 and needle in answer.text, answer.text
         view = (await http.get(f"{url}/sessions/{session['session_id']}", headers=admin)).json()
         assert view["status"] == "open" and view["outcome"] is None

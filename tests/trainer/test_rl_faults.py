@@ -134,8 +134,14 @@ async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_ver
     from roost.trainer.rl.services import _roost
 
     key = "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it
-    actor = ServiceActor("engine", _roost("engine", "--model", "tiny", "--port", "0"), "127.0.0.1", 0,
-                         str(tmp_path), {"ROOST_ENGINE_KEY": key})
+    actor = ServiceActor(
+        "engine",
+        _roost("engine", "--model", "tiny", "--port", "0"),
+        "127.0.0.1",
+        0,
+        str(tmp_path),
+        {"ROOST_ENGINE_KEY": key},
+    )
     url = actor.start()
     try:
         async with SGLangClient(url, api_key=key) as client:

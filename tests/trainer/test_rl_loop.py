@@ -28,14 +28,30 @@ def local_ray():
 def tiny_recipe(run_dir, **overrides) -> dict:
     recipe = {
         "name": "whole-stack",
-        "env": {"name": "alfworld", "prepare": "roost.envs.alfworld.prepare:fixtures",
-                "prepare_args": {"train": 4, "valid_seen": 0, "valid_unseen": 2, "receptacles": 3, "distractors": 1},
-                "server": {"workers": 1, "max_episodes": 16}},
-        "agent": {"harness": "tool", "tools": False, "args": {"temperature": 1.0, "max_tokens": 8}, "max_turns": 2,
-                  "timeout_s": 60},
-        "model": {"small_vocab": {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
-                                  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
-                                  "head_dim": 16}},
+        "env": {
+            "name": "alfworld",
+            "prepare": "roost.envs.alfworld.prepare:fixtures",
+            "prepare_args": {"train": 4, "valid_seen": 0, "valid_unseen": 2, "receptacles": 3, "distractors": 1},
+            "server": {"workers": 1, "max_episodes": 16},
+        },
+        "agent": {
+            "harness": "tool",
+            "tools": False,
+            "args": {"temperature": 1.0, "max_tokens": 8},
+            "max_turns": 2,
+            "timeout_s": 60,
+        },
+        "model": {
+            "small_vocab": {
+                "vocab_size": 300,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": 16,
+            }
+        },
         "sft": {"data": {"source": "expert", "episodes": 4}, "steps": 2, "batch_size": 2, "warmup_steps": 1},
         "trainer": {"lr": 1e-3, "warmup_steps": 2, "token_budget": 8192, "threads": 1, "loss": {"kl_coef": 0.01}},
         # zero-advantage groups still train (a random model rarely wins, and the loop must run)
@@ -70,8 +86,18 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     # kl_coef > 0: the reference (the policy after SFT) is loaded when RL starts; the random
     # model's groups carry zero advantages, so the policy has not moved away from it
     assert [m["kl"] for m in rl] == pytest.approx([0.0, 0.0], abs=1e-6)
-    for key in ("reward", "success", "clip_fraction", "entropy", "logprob_mismatch", "staleness",
-                "rollout_tokens_per_s", "tree_saving", "infra_error", "timeout"):
+    for key in (
+        "reward",
+        "success",
+        "clip_fraction",
+        "entropy",
+        "logprob_mismatch",
+        "staleness",
+        "rollout_tokens_per_s",
+        "tree_saving",
+        "infra_error",
+        "timeout",
+    ):
         assert key in rl[0], key
     assert rl[0]["logprob_mismatch"] < 1e-3  # engine and trainer agree on the same weights
     state = json.loads((run_dir / "state.json").read_text())
@@ -84,8 +110,18 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
 
     # replies held to the admissible commands from here: trained over the commands alone
     held = {"temperature": 1.0, "max_tokens": 8, "allowed_replies_from": "admissible_commands"}
-    resumed = train(validate_recipe(tiny_recipe(run_dir, schedule__steps=3, algorithm__mode="async",
-                                                algorithm__max_staleness=1, eval__split=None, agent__args=held)))
+    resumed = train(
+        validate_recipe(
+            tiny_recipe(
+                run_dir,
+                schedule__steps=3,
+                algorithm__mode="async",
+                algorithm__max_staleness=1,
+                eval__split=None,
+                agent__args=held,
+            )
+        )
+    )
     assert resumed.steps == 3
     rl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in rl if m["stage"] == "rl"]

@@ -20,26 +20,46 @@ from roost.trainer.recipe import validate_recipe
 from roost.trainer.rl.loop import train
 from roost.trainer.rl.setup import actor_options
 
-STEP = {"train.step", "train.collect", "train.advantages", "train.update", "weight_sync", "trainer.rank_step",
-        "train.pack", "train.forward_backward", "train.optimizer", "POST /update_weights_from_disk"}
+STEP = {
+    "train.step",
+    "train.collect",
+    "train.advantages",
+    "train.update",
+    "weight_sync",
+    "trainer.rank_step",
+    "train.pack",
+    "train.forward_backward",
+    "train.optimizer",
+    "POST /update_weights_from_disk",
+}
 EPISODE = {"episode", "env.reset", "env.step", "gateway.call", "gateway.engine", "engine.generate"}
 
 
 def traced_recipe(run_dir) -> dict:
     """One step of one group of two one-turn episodes of the tiny model: no SFT, no evaluation."""
-    recipe = tiny_recipe(run_dir, agent__max_turns=1, rollout__groups_per_step=1, rollout__concurrency=2,
-                         eval__split=None, schedule__steps=1, trainer__warmup_steps=0)
+    recipe = tiny_recipe(
+        run_dir,
+        agent__max_turns=1,
+        rollout__groups_per_step=1,
+        rollout__concurrency=2,
+        eval__split=None,
+        schedule__steps=1,
+        trainer__warmup_steps=0,
+    )
     recipe.update(model={"path": "tiny"}, sft=None, trace=True)
     recipe["trainer"]["loss"] = {"kl_coef": 0.0}
     return recipe
 
 
-@pytest.mark.parametrize(("trace", "environ", "handed"), [
-    (False, {}, None),  # off: the actors' options are Ray's defaults
-    (True, {}, {"OTEL_TRACES_EXPORTER": "otlp"}),
-    (False, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}),
-    (True, {"OTEL_TRACES_EXPORTER": "none"}, {"OTEL_TRACES_EXPORTER": "none"}),  # off in every process
-])
+@pytest.mark.parametrize(
+    ("trace", "environ", "handed"),
+    [
+        (False, {}, None),  # off: the actors' options are Ray's defaults
+        (True, {}, {"OTEL_TRACES_EXPORTER": "otlp"}),
+        (False, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}),
+        (True, {"OTEL_TRACES_EXPORTER": "none"}, {"OTEL_TRACES_EXPORTER": "none"}),  # off in every process
+    ],
+)
 def test_every_actor_of_a_run_gets_its_otel_settings(trace, environ, handed, tmp_path, monkeypatch):
     for name in [n for n in os.environ if n.startswith("OTEL_")]:
         monkeypatch.delenv(name)

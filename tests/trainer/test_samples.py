@@ -13,8 +13,9 @@ from roost.trainer.sample_sources import group_samples, read_jsonl, write_jsonl
 
 
 def test_from_turns_masks_only_sampled_tokens():
-    s = Sample.from_turns([([1, 2], [3, 4], [-0.1, -0.2]), ([5], [6], [-0.3])], session_id="s", group_id="g",
-                          weight_version="7")
+    s = Sample.from_turns(
+        [([1, 2], [3, 4], [-0.1, -0.2]), ([5], [6], [-0.3])], session_id="s", group_id="g", weight_version="7"
+    )
     assert s.tokens == [1, 2, 3, 4, 5, 6]
     assert s.loss_mask == [0, 0, 1, 1, 0, 1]
     assert s.rollout_logprobs == [0, 0, -0.1, -0.2, 0, -0.3]
@@ -22,15 +23,18 @@ def test_from_turns_masks_only_sampled_tokens():
     assert s.weight_version_of(5) == "7" and s.weight_version_of(0) is None
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(loss_mask=[0, 1]), "loss_mask has 2 entries"),
-    (dict(loss_mask=[1, 0, 0]), "first token cannot be sampled"),
-    (dict(loss_mask=[0, 2, 0]), "only 0 and 1"),
-    (dict(reward=float("nan")), "reward is nan"),
-    (dict(rollout_logprobs=[0.0, float("inf"), 0.0]), "rollout logprob of sampled token 1"),
-    (dict(token_call=[-1, 3, -1]), "names call 3"),
-    (dict(tokens=[], loss_mask=[], rollout_logprobs=[], token_call=[]), "no tokens"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(loss_mask=[0, 1]), "loss_mask has 2 entries"),
+        (dict(loss_mask=[1, 0, 0]), "first token cannot be sampled"),
+        (dict(loss_mask=[0, 2, 0]), "only 0 and 1"),
+        (dict(reward=float("nan")), "reward is nan"),
+        (dict(rollout_logprobs=[0.0, float("inf"), 0.0]), "rollout logprob of sampled token 1"),
+        (dict(token_call=[-1, 3, -1]), "names call 3"),
+        (dict(tokens=[], loss_mask=[], rollout_logprobs=[], token_call=[]), "no tokens"),
+    ],
+)
 def test_contract_violations_are_named(change, message):
     sample = make_sample([1, 2, 3], [0, 1, 0])
     for key, value in change.items():
@@ -49,11 +53,19 @@ def test_jsonl_round_trip_and_grouping(tmp_path):
 
 def test_jsonl_from_before_one_sample_type_still_reads(tmp_path):
     """Records written when the trainer's Sample kept the store's fields in `metadata`."""
-    old = {"session_id": "s", "group_id": "g", "agent_id": "main", "tokens": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1],
-           "rollout_logprobs": [0.0, 0.0, -0.1, -0.2], "token_call": [-1, -1, 0, 0],
-           "calls": [{"call_id": "s/main/0", "weight_version": "0", "reward": None, "advantage": None}],
-           "reward": 0.5, "advantages": [None, None, 1.5, None],
-           "metadata": {"leaf_call_id": "c1", "task": {"id": 7}, "parent_agent": None}}
+    old = {
+        "session_id": "s",
+        "group_id": "g",
+        "agent_id": "main",
+        "tokens": [1, 2, 3, 4],
+        "loss_mask": [0, 0, 1, 1],
+        "rollout_logprobs": [0.0, 0.0, -0.1, -0.2],
+        "token_call": [-1, -1, 0, 0],
+        "calls": [{"call_id": "s/main/0", "weight_version": "0", "reward": None, "advantage": None}],
+        "reward": 0.5,
+        "advantages": [None, None, 1.5, None],
+        "metadata": {"leaf_call_id": "c1", "task": {"id": 7}, "parent_agent": None},
+    }
     (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
     [sample] = read_jsonl(tmp_path / "old.jsonl")
     assert (sample.task, sample.leaf_call_id, sample.parent_agent) == ({"id": 7}, "c1", None)
@@ -73,11 +85,29 @@ def test_samples_from_the_trajectory_store(tmp_path):
 
     def call(cid, seq, prompt, sampled, lp, parent=None, shared=0, kind="root"):
         return CallRecord(
-            call_id=cid, session_id="s1", agent_id="main", parent_agent=None, seq=seq, endpoint="chat",
-            backend="embedded", model="tiny", parent_call_id=parent, shared_prefix_len=shared, kind=kind,
-            reuse="exact" if kind == "extend" else "none", prompt_ids=array("i", prompt),
-            sampled_ids=array("i", sampled), sampled_logprobs=array("d", lp), finish_reason={"type": "stop"},
-            sampling_params={}, weight_version="3", timings={}, request={}, response={}, created_at=1.0)
+            call_id=cid,
+            session_id="s1",
+            agent_id="main",
+            parent_agent=None,
+            seq=seq,
+            endpoint="chat",
+            backend="embedded",
+            model="tiny",
+            parent_call_id=parent,
+            shared_prefix_len=shared,
+            kind=kind,
+            reuse="exact" if kind == "extend" else "none",
+            prompt_ids=array("i", prompt),
+            sampled_ids=array("i", sampled),
+            sampled_logprobs=array("d", lp),
+            finish_reason={"type": "stop"},
+            sampling_params={},
+            weight_version="3",
+            timings={},
+            request={},
+            response={},
+            created_at=1.0,
+        )
 
     store = TrajectoryStore(tmp_path / "t.sqlite").open()
 

@@ -32,11 +32,16 @@ def test_warmup_then_cosine_and_every_sample_once_an_epoch():
 
 
 def test_slipped_replies_stay_in_the_context_without_loss(tiny_model_path):
-    transcript = Transcript("t", "You are in the middle of a room.\n\nYour task is to: put a apple in fridge.", [
-        ("go to fridge 1", "You arrive at fridge 1."),
-        ("go to fridge 1", "Invalid action: 'go to fridge 1' is not an admissible command here."),
-        ("go to countertop 1", "You arrive at countertop 1."),
-    ], untrained=[1])
+    transcript = Transcript(
+        "t",
+        "You are in the middle of a room.\n\nYour task is to: put a apple in fridge.",
+        [
+            ("go to fridge 1", "You arrive at fridge 1."),
+            ("go to fridge 1", "Invalid action: 'go to fridge 1' is not an admissible command here."),
+            ("go to countertop 1", "You arrive at countertop 1."),
+        ],
+        untrained=[1],
+    )
     renderer = ChatRenderer.from_pretrained(tiny_model_path)
     messages = tool_agent_messages(transcript, "Play.", tools=False)
     assert [m["role"] for m in messages] == ["system", "user"] + ["assistant", "user"] * 3
@@ -58,8 +63,10 @@ def test_the_second_object_joins_the_first_in_the_same_receptacle():
     from roost.envs.alfworld.observing_expert import _Memory, next_command
 
     memory = _Memory(parse_goal("Your task is to: put two cd in shelf."), ["shelf 1", "shelf 2", "desk 1"])
-    memory.seen = {"shelf 1": "You arrive at shelf 1. On the shelf 1, you see a cd 1.",
-                   "shelf 2": "You arrive at shelf 2. On the shelf 2, you see a cd 2."}
+    memory.seen = {
+        "shelf 1": "You arrive at shelf 1. On the shelf 1, you see a cd 1.",
+        "shelf 2": "You arrive at shelf 2. On the shelf 2, you see a cd 2.",
+    }
     memory.target, memory.placed = "shelf 1", 1
     admissible = ["go to shelf 1", "go to desk 1", "take cd 2 from shelf 2", "move cd 3 to shelf 2"]
     assert next_command(memory, "You arrive at shelf 2.", admissible) == "take cd 2 from shelf 2"
@@ -80,8 +87,9 @@ async def test_the_observing_expert_wins_every_game_even_with_slips():
     async with manager:
         tasks = await manager.tasks("train")
         agent = RecordingAgent(PlayerAgent(ObservingExpert(order="random", slips=0.3, seed=1)))
-        results = await run_episodes(tasks, manager, agent, manager.info.tools,
-                                     RunConfig(concurrency=3, max_turns=40, progress=False))
+        results = await run_episodes(
+            tasks, manager, agent, manager.info.tools, RunConfig(concurrency=3, max_turns=40, progress=False)
+        )
     assert all(r.success for r in results), [(r.task_id, r.error) for r in results]
     assert all(t.success for t in agent.transcripts)
     slipped = [t for t in agent.transcripts if t.untrained]

@@ -16,7 +16,8 @@ from roost.trainer.rl.services import engine_command, engine_env, sglang_gpus
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 SGLANG_RECIPES = sorted(
-    path.relative_to(RECIPES).as_posix() for path in RECIPES.rglob("*.yaml")
+    path.relative_to(RECIPES).as_posix()
+    for path in RECIPES.rglob("*.yaml")
     if "sglang" in path.read_text() and load_recipe(path).engine.backend == "sglang"
 )
 KEY = "rek-test"
@@ -47,7 +48,12 @@ def test_each_recipes_sglang_launch_is_one_sglang_accepts_on_the_gpus_it_reserve
     command = engine_command(recipe, recipe.model.path, "127.0.0.1", 30000, KEY)
     assert command[1:3] == ["-m", "sglang.launch_server"]
     args = sglang_parse(command[3:])
-    assert (args.model_path, args.port, args.api_key, args.dtype) == (recipe.model.path, 30000, KEY, recipe.engine.dtype)
+    assert (args.model_path, args.port, args.api_key, args.dtype) == (
+        recipe.model.path,
+        30000,
+        KEY,
+        recipe.engine.dtype,
+    )
     gpus = args.tensor_parallel_size * args.data_parallel_size * args.pipeline_parallel_size
     assert gpus == sglang_gpus(recipe.engine.args) == max(1, int(recipe.placement.engine_gpus))
 
@@ -61,8 +67,17 @@ def test_each_recipes_sglang_runs_with_the_models_own_logprobs(name):
     assert env["ROOST_ENGINE_KEY"] == KEY
 
 
-@pytest.mark.parametrize("argv", [[], ["--tp", "2"], ["--dp", "2", "--tp-size", "2"], ["--tensor-parallel-size", "4"],
-                                  ["--pp-size", "2", "--data-parallel-size", "2"], ["--dtype", "bfloat16", "--tp", "2"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--tp", "2"],
+        ["--dp", "2", "--tp-size", "2"],
+        ["--tensor-parallel-size", "4"],
+        ["--pp-size", "2", "--data-parallel-size", "2"],
+        ["--dtype", "bfloat16", "--tp", "2"],
+    ],
+)
 def test_the_gpu_count_is_read_as_sglang_reads_its_flags(argv):
     args = sglang_parse(["--model-path", "m", *argv])
     assert sglang_gpus(argv) == args.tensor_parallel_size * args.data_parallel_size * args.pipeline_parallel_size
@@ -71,5 +86,7 @@ def test_the_gpu_count_is_read_as_sglang_reads_its_flags(argv):
 def test_an_engine_reservation_sglang_would_not_use_is_refused():
     recipe = load_recipe(RECIPES / "hermes/gpu.yaml", ["engine.args=[--mem-fraction-static, '0.6']"])
     assert recipe.placement.engine_gpus == 2
-    with pytest.raises(ValueError, match=r"reserves 2 GPUs .* start it on 1 .* add --tp 2 \(or --dp 2\) to engine.args"):
+    with pytest.raises(
+        ValueError, match=r"reserves 2 GPUs .* start it on 1 .* add --tp 2 \(or --dp 2\) to engine.args"
+    ):
         engine_command(recipe, "m", "127.0.0.1", 30000, KEY)

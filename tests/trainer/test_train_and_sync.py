@@ -41,8 +41,9 @@ def gateway(engine, tiny_model_path, tmp_path_factory):
     from roost.rollout.gateway.launch import GatewayThread
 
     store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
-    config = GatewayConfig(engine_url=engine.url, model=str(tiny_model_path), served_model_name="tiny",
-                           store_path=store)
+    config = GatewayConfig(
+        engine_url=engine.url, model=str(tiny_model_path), served_model_name="tiny", store_path=store
+    )
     server = GatewayThread(config)
     with server as url:
         yield url, store, server.admin_key
@@ -59,15 +60,18 @@ async def record(http: httpx.AsyncClient, gateway_url: str, admin_key: str, roll
             messages = [{"role": "user", "content": question}]
             reply = ""
             for _ in range(2):
-                answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]),
-                                         json={"model": "tiny", "messages": messages, "max_tokens": 6,
-                                               "temperature": 1.0})
+                answer = await http.post(
+                    f"{session['base_url']}/chat/completions",
+                    headers=bearer(session["key"]),
+                    json={"model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 1.0},
+                )
                 assert answer.status_code == 200, answer.text
                 reply = answer.json()["choices"][0]["message"].get("content") or ""
                 messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Again."}]
             sid = session["session_id"]
-            await http.post(f"{gateway_url}/sessions/{sid}/reward", json={"reward": float(len(reply) % 3 + i)},
-                            headers=admin)
+            await http.post(
+                f"{gateway_url}/sessions/{sid}/reward", json={"reward": float(len(reply) % 3 + i)}, headers=admin
+            )
             await http.post(f"{gateway_url}/sessions/{sid}/finish", json={}, headers=admin)
     return groups
 
@@ -105,8 +109,14 @@ async def test_train_on_recorded_trajectories_then_engine_serves_updated_weights
     folder = policy.export_hf(tmp_path / "step-3")
     prompt = AutoTokenizer.from_pretrained(tiny_model_path)("The weather today")["input_ids"]
     before = await engine_logprobs(engine.url, prompt)
-    result = await sync_weights(engine.url, folder, weight_version="step-3", engine_key=engine.api_key,
-                                gateway_url=gateway_url, admin_key=admin_key)
+    result = await sync_weights(
+        engine.url,
+        folder,
+        weight_version="step-3",
+        engine_key=engine.api_key,
+        gateway_url=gateway_url,
+        admin_key=admin_key,
+    )
     assert result.weight_version == "step-3"
 
     ids, logprobs, version = await engine_logprobs(engine.url, prompt)
@@ -117,10 +127,14 @@ async def test_train_on_recorded_trajectories_then_engine_serves_updated_weights
 
     # later calls through the gateway are served, and recorded, at the new version
     async with httpx.AsyncClient(timeout=120) as http:
-        session = (await http.post(f"{gateway_url}/sessions", json={"group_id": "step-1/task-0"},
-                                   headers=bearer(admin_key))).json()
-        answer = await http.post(f"{session['base_url']}/chat/completions", headers=bearer(session["key"]), json={
-            "model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+        session = (
+            await http.post(f"{gateway_url}/sessions", json={"group_id": "step-1/task-0"}, headers=bearer(admin_key))
+        ).json()
+        answer = await http.post(
+            f"{session['base_url']}/chat/completions",
+            headers=bearer(session["key"]),
+            json={"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
+        )
         assert answer.status_code == 200
         await http.post(f"{gateway_url}/sessions/{session['session_id']}/finish", json={}, headers=bearer(admin_key))
     recorded = list(samples_from_store(store, session_ids=[session["session_id"]]))
@@ -156,8 +170,14 @@ async def test_the_swap_happens_while_the_gateway_is_paused(engine, tiny_model_p
     spy = PauseSpy(engine.url)
     url = await spy.start()
     try:
-        await sync_weights(engine.url, tiny_model_path, weight_version="spy", engine_key=engine.api_key,
-                           gateway_url=url, admin_key="rak-the-admin-key")
+        await sync_weights(
+            engine.url,
+            tiny_model_path,
+            weight_version="spy",
+            engine_key=engine.api_key,
+            gateway_url=url,
+            admin_key="rak-the-admin-key",
+        )
     finally:
         await spy.runner.cleanup()
     assert [e[0] for e in spy.events] == ["pause", "resume"]

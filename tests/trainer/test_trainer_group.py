@@ -15,8 +15,15 @@ def test_two_data_parallel_ranks_meet_on_rank_0s_store_and_export_once(tmp_path,
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        recipe = validate_recipe({"name": "dp2", "env": {"name": "alfworld"}, "model": {"path": str(tiny_model_path)},
-                                  "trainer": {"dp": 2, "threads": 1}, "placement": {"num_cpus": 2}})
+        recipe = validate_recipe(
+            {
+                "name": "dp2",
+                "env": {"name": "alfworld"},
+                "model": {"path": str(tiny_model_path)},
+                "trainer": {"dp": 2, "threads": 1},
+                "placement": {"num_cpus": 2},
+            }
+        )
         group = TrainerGroup.start(recipe, str(tiny_model_path))
         try:
             ports = {ray.get(rank.__ray_call__.remote(lambda self: self.store.port)) for rank in group.ranks}

@@ -42,7 +42,9 @@ def scored_positions(samples):
 
 def tree_logprobs(model, inv_freq, samples, budget=4096):
     out = {}
-    mbs = build_microbatches([s.tokens for s in samples], scored_positions(samples), [s.group_id for s in samples], budget)
+    mbs = build_microbatches(
+        [s.tokens for s in samples], scored_positions(samples), [s.group_id for s in samples], budget
+    )
     for mb in mbs:
         for index, lp in zip(mb.sample_index, mb.sample_logprobs(scored_logprobs(model, mb, inv_freq))):
             out[index] = lp
@@ -50,8 +52,10 @@ def tree_logprobs(model, inv_freq, samples, budget=4096):
 
 
 def alone_logprobs(model, inv_freq, samples):
-    return [scored_logprobs(model, flat_microbatch([s.tokens], [p], [i]), inv_freq)
-            for i, (s, p) in enumerate(zip(samples, scored_positions(samples)))]
+    return [
+        scored_logprobs(model, flat_microbatch([s.tokens], [p], [i]), inv_freq)
+        for i, (s, p) in enumerate(zip(samples, scored_positions(samples)))
+    ]
 
 
 @pytest.mark.parametrize("kind", sorted(BATCHES))
@@ -121,8 +125,9 @@ def test_the_forward_builds_its_masks_on_the_models_device(megatron_world, tiny_
     spec = ModelSpec.from_folder(tiny_model_path)
     model = build_gpt_model(spec, transformer_config(spec), attention).to("meta")
     samples = agentic_batch()
-    for mb in build_microbatches([s.tokens for s in samples], scored_positions(samples),
-                                 [s.group_id for s in samples], 4096, layout):
+    for mb in build_microbatches(
+        [s.tokens for s in samples], scored_positions(samples), [s.group_id for s in samples], 4096, layout
+    ):
         values = scored_logprobs(model, mb, inverse_frequencies(spec))
         assert values.device.type == "meta" and values.shape == mb.score_targets.shape
 
@@ -134,7 +139,7 @@ class MaskTypeAttention(torch.nn.Module):
     def __init__(self, config, layer_number, attn_mask_type, attention_type, **_: object) -> None:
         super().__init__()
         self.attn_mask_type = attn_mask_type
-        self.scale = config.kv_channels ** -0.5
+        self.scale = config.kv_channels**-0.5
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, **_: object):
         from megatron.core.transformer.enums import AttnMaskType
@@ -142,8 +147,14 @@ class MaskTypeAttention(torch.nn.Module):
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         arbitrary = (attn_mask_type or self.attn_mask_type) == AttnMaskType.arbitrary
         context = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=~attention_mask if arbitrary else None, is_causal=not arbitrary, scale=self.scale,
-            enable_gqa=q.shape[1] != k.shape[1])
+            q,
+            k,
+            v,
+            attn_mask=~attention_mask if arbitrary else None,
+            is_causal=not arbitrary,
+            scale=self.scale,
+            enable_gqa=q.shape[1] != k.shape[1],
+        )
         s, b = query.shape[:2]
         return context.permute(2, 0, 1, 3).reshape(s, b, -1)
 
@@ -156,9 +167,15 @@ def mask_type_model(tiny_model_path, sdpa_model, mask_type: str):
     layers = layer_spec(spec, "local")
     layers.submodules.self_attention.submodules.core_attention = MaskTypeAttention
     layers.submodules.self_attention.params = {"attn_mask_type": AttnMaskType[mask_type]}
-    model = GPTModel(transformer_config(spec), layers, vocab_size=spec.vocab_size,
-                     max_sequence_length=spec.max_position_embeddings, position_embedding_type="rope",
-                     rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=spec.tie_word_embeddings)
+    model = GPTModel(
+        transformer_config(spec),
+        layers,
+        vocab_size=spec.vocab_size,
+        max_sequence_length=spec.max_position_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(spec.rope_theta),
+        share_embeddings_and_output_weights=spec.tie_word_embeddings,
+    )
     convert.load_into(model, convert.model_state(sdpa_model))
     return model
 

@@ -23,11 +23,11 @@ def raw_records(path: Path) -> Iterator[bytes]:
     pos, pending = HEADER, b""
     while pos + HEADER <= len(data):
         room = BLOCK - pos % BLOCK
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
         if room < HEADER or kind == 0:  # the block's zero padding
             pos += room
             continue
-        chunk = data[pos + HEADER:pos + HEADER + length]
+        chunk = data[pos + HEADER : pos + HEADER + length]
         pos += HEADER + length
         if kind == FULL:
             yield chunk
@@ -48,8 +48,9 @@ def history(path: Path) -> list[dict]:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
         if record.HasField("history"):
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return rows
 
 

@@ -29,8 +29,10 @@ def page(url: str, path: str, status: int) -> str:
 def test_older_schema_store_is_named_on_every_page(tmp_path):
     store = tmp_path / "old.sqlite"
     with sqlite3.connect(store) as conn:  # a store from before calls had weight versions and token blobs
-        conn.executescript("CREATE TABLE sessions (session_id TEXT, group_id TEXT, status TEXT);"
-                           "CREATE TABLE calls (call_id TEXT, session_id TEXT, messages TEXT);")
+        conn.executescript(
+            "CREATE TABLE sessions (session_id TEXT, group_id TEXT, status TEXT);"
+            "CREATE TABLE calls (call_id TEXT, session_id TEXT, messages TEXT);"
+        )
     with viewer_server(ViewerConfig(store=store)) as url:
         assert "older schema" in page(url, "/", 200)  # the run page still renders
         text = page(url, "/groups", 400)
@@ -62,10 +64,24 @@ async def one_call_store(folder, session_id: str, **call) -> Path:
     store = TrajectoryStore(path).open()
     try:
         await store.create_session(SessionRecord(session_id=session_id, key_hash="h", group_id="g"))
-        await store.record_call(CallRecord(
-            session_id=session_id, agent_id="main", parent_agent=None, seq=0, endpoint="chat", parent_call_id=None,
-            shared_prefix_len=0, kind="root", reuse="none", sampling_params={}, timings={},
-            response={"message": {"role": "assistant", "content": "ok"}}, created_at=0.0, **call))
+        await store.record_call(
+            CallRecord(
+                session_id=session_id,
+                agent_id="main",
+                parent_agent=None,
+                seq=0,
+                endpoint="chat",
+                parent_call_id=None,
+                shared_prefix_len=0,
+                kind="root",
+                reuse="none",
+                sampling_params={},
+                timings={},
+                response={"message": {"role": "assistant", "content": "ok"}},
+                created_at=0.0,
+                **call,
+            )
+        )
     finally:
         store.close()
     return path
@@ -75,10 +91,18 @@ async def one_call_store(folder, session_id: str, **call) -> Path:
 async def huge_call_store(tmp_path):
     """A store holding one call of a million prompt tokens."""
     return await one_call_store(
-        tmp_path, "big", call_id="huge", backend="embedded", model="unknown-model",
-        prompt_ids=array("i", (i % 5000 for i in range(MILLION))), sampled_ids=array("i", [7, 8]),
-        sampled_logprobs=array("d", [-0.1, -2.0]), finish_reason={"type": "length"}, weight_version="3",
-        request={"messages": [{"role": "user", "content": "x" * MILLION}]})
+        tmp_path,
+        "big",
+        call_id="huge",
+        backend="embedded",
+        model="unknown-model",
+        prompt_ids=array("i", (i % 5000 for i in range(MILLION))),
+        sampled_ids=array("i", [7, 8]),
+        sampled_logprobs=array("d", [-0.1, -2.0]),
+        finish_reason={"type": "length"},
+        weight_version="3",
+        request={"messages": [{"role": "user", "content": "x" * MILLION}]},
+    )
 
 
 def test_a_call_of_a_million_tokens_pages(huge_call_store):
@@ -98,9 +122,18 @@ def test_a_call_of_a_million_tokens_pages(huge_call_store):
 async def test_a_call_with_ids_but_no_logprobs_shows_its_sampled_tokens(tmp_path):
     # the openai pass-through stores what its upstream returned: here ids without logprobs
     await one_call_store(
-        tmp_path, "pt", call_id="nolp", backend="openai", model="upstream", prompt_ids=array("i", [11, 12]),
-        sampled_ids=array("i", [21, 22, 23]), sampled_logprobs=array("d"), finish_reason={"type": "stop"},
-        weight_version="upstream", request={"messages": [{"role": "user", "content": "hi"}]})
+        tmp_path,
+        "pt",
+        call_id="nolp",
+        backend="openai",
+        model="upstream",
+        prompt_ids=array("i", [11, 12]),
+        sampled_ids=array("i", [21, 22, 23]),
+        sampled_logprobs=array("d"),
+        finish_reason={"type": "stop"},
+        weight_version="upstream",
+        request={"messages": [{"role": "user", "content": "hi"}]},
+    )
     with viewer_server(ViewerConfig(store=tmp_path / "trajectories.sqlite")) as url:
         text = page(url, "/calls/nolp", 200)
         assert "Tokens 0–5 of 5" in text
@@ -119,10 +152,20 @@ async def test_trace_ids_link_to_a_tracing_ui_only_when_well_formed(tmp_path):
     for folder, session, trace_id in ((tmp_path / "ok", "t1", trace), (tmp_path / "odd", "t2", "x" + trace[1:])):
         folder.mkdir()
         await one_call_store(
-            folder, session, call_id=session, backend="embedded", model="m", prompt_ids=array("i", [1]),
-            sampled_ids=array("i", [2]), sampled_logprobs=array("d", [-0.5]), finish_reason={"type": "stop"},
-            weight_version="0", request={"messages": [{"role": "user", "content": "hi"}]},
-            trace_id=trace_id, span_id="b7ad6b7169203331")
+            folder,
+            session,
+            call_id=session,
+            backend="embedded",
+            model="m",
+            prompt_ids=array("i", [1]),
+            sampled_ids=array("i", [2]),
+            sampled_logprobs=array("d", [-0.5]),
+            finish_reason={"type": "stop"},
+            weight_version="0",
+            request={"messages": [{"role": "user", "content": "hi"}]},
+            trace_id=trace_id,
+            span_id="b7ad6b7169203331",
+        )
     jaeger = "http://127.0.0.1:16686/trace/{trace_id}"
     with viewer_server(ViewerConfig(store=tmp_path / "ok" / "trajectories.sqlite", trace_url=jaeger)) as url:
         assert f'<a href="http://127.0.0.1:16686/trace/{trace}"><code>{trace}</code></a>' in page(url, "/calls/t1", 200)
@@ -134,8 +177,10 @@ async def test_trace_ids_link_to_a_tracing_ui_only_when_well_formed(tmp_path):
         assert "x" + trace[1:] in text and "16686" not in text
 
 
-@pytest.mark.parametrize("template", ["http://jaeger/trace/", "http://jaeger/{trace_id}/{span_id}", "javascript:{trace_id}",
-                                      "http://jaeger/{trace_id"])
+@pytest.mark.parametrize(
+    "template",
+    ["http://jaeger/trace/", "http://jaeger/{trace_id}/{span_id}", "javascript:{trace_id}", "http://jaeger/{trace_id"],
+)
 def test_a_trace_url_without_one_trace_id_field_is_refused(tmp_path, template):
     result = CliRunner().invoke(build_cli(), ["view", str(tmp_path), "--trace-url", template])
     assert result.exit_code == 2 and "--trace-url" in result.output and "{trace_id}" in result.output

@@ -20,8 +20,16 @@ def test_run_page_has_evals_curves_steps_and_says_what_it_could_not_read(viewer)
     url, _ = viewer
     page = get(url, "/")
     assert re.search(r'<table id="evals">.*before.*valid_unseen.*0\.250', page, re.S)
-    for metric in ("success", "reward", "kl", "entropy", "clip_fraction", "invalid_actions",
-                   "rollout_tokens_per_s", "step_s"):
+    for metric in (
+        "success",
+        "reward",
+        "kl",
+        "entropy",
+        "clip_fraction",
+        "invalid_actions",
+        "rollout_tokens_per_s",
+        "step_s",
+    ):
         assert f'data-metric="{metric}"' in page, metric
     assert "<polyline" in page
     assert "metrics.jsonl: 1 line(s) could not be read" in page  # the truncated last line
@@ -32,8 +40,11 @@ def test_groups_then_group_side_by_side_with_returns_and_advantages(viewer):
     url, played = viewer
     groups = get(url, "/groups?version=0")
     assert f'href="/group?id={GROUP}"' in groups
-    assert re.search(rf"{GROUP}</a></td>\s*<td class=\"num\">2</td>\s*<td class=\"num\">1</td>\s*"
-                     r"<td class=\"num\">0\.625</td>", groups)  # 2 sessions, 1 finished, mean return (1.25 + 0) / 2
+    assert re.search(
+        rf"{GROUP}</a></td>\s*<td class=\"num\">2</td>\s*<td class=\"num\">1</td>\s*"
+        r"<td class=\"num\">0\.625</td>",
+        groups,
+    )  # 2 sessions, 1 finished, mean return (1.25 + 0) / 2
     page = get(url, f"/group?id={GROUP}")
     episodes = page.split('<div class="episode">')[1:]
     assert [played["first"] in e for e in episodes] == [True, False]
@@ -70,8 +81,9 @@ def test_call_shows_messages_tool_calls_and_decoded_tokens_with_hover(viewer):
 def test_call_coloured_by_per_token_advantage_and_by_reward(viewer):
     url, played = viewer
     page = get(url, f"/calls/{played['answer']}?colour=advantage")
-    titles = re.findall(r'class="tok s" style="background:hsl\((\d+), 70%, \d+%\)" title="[^"]*advantage ([+-]\S+)',
-                        page)
+    titles = re.findall(
+        r'class="tok s" style="background:hsl\((\d+), 70%, \d+%\)" title="[^"]*advantage ([+-]\S+)', page
+    )
     assert [hue for hue, _ in titles[:3]] == ["120"] * 3 and titles[3][0] == "0"  # +0.9 green, then -0.9 red
     reward = get(url, f"/calls/{played['answer']}?colour=reward")
     assert "reward +0.2500" in reward
@@ -94,8 +106,14 @@ def test_files_of_the_run_folder_only(viewer, run_dir, tmp_path):
     assert '"before"' in get(url, "/files/evals.json")
     (tmp_path / "secret.txt").write_text("TOP-SECRET-CONTENT")
     (run / "link.txt").symlink_to(tmp_path / "secret.txt")
-    for path in ("/files/..%2f..%2fetc%2fpasswd", "/files/%2e%2e/%2e%2e/etc/passwd", "/files/%2fetc%2fpasswd",
-                 "/files/link.txt", "/files/logs%00.txt", f"/files/..%2f{tmp_path.name}%2fsecret.txt"):
+    for path in (
+        "/files/..%2f..%2fetc%2fpasswd",
+        "/files/%2e%2e/%2e%2e/etc/passwd",
+        "/files/%2fetc%2fpasswd",
+        "/files/link.txt",
+        "/files/logs%00.txt",
+        f"/files/..%2f{tmp_path.name}%2fsecret.txt",
+    ):
         response = httpx.get(url + path)
         assert response.status_code in (400, 404), path
         assert "TOP-SECRET-CONTENT" not in response.text and "root:" not in response.text

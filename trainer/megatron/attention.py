@@ -20,8 +20,9 @@ from ..prefix_tree import TreeLayout
 
 
 class SDPAttention(DotProductAttention):
-    def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
-                packed_seq_params=None):  # noqa: D102 (Megatron's signature)
+    def forward(
+        self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None, packed_seq_params=None
+    ):  # noqa: D102 (Megatron's signature)
         if packed_seq_params is not None or attention_bias is not None:
             raise NotImplementedError("SDPAttention takes neither packed_seq_params nor attention_bias")
         # [s, b, heads, dim] -> [b, heads, s, dim]
@@ -32,7 +33,12 @@ class SDPAttention(DotProductAttention):
         else:
             allowed = None if attention_mask is None else ~attention_mask
             context = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, is_causal=attention_mask is None, scale=self.softmax_scale,
+                q,
+                k,
+                v,
+                attn_mask=allowed,
+                is_causal=attention_mask is None,
+                scale=self.softmax_scale,
                 enable_gqa=gqa,
             )
         # [b, heads, s, dim] -> [s, b, heads * dim]
@@ -46,8 +52,13 @@ class SDPAttention(DotProductAttention):
         else:
             keys, values = k.index_select(2, segment.keys), v.index_select(2, segment.keys)
         return F.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=segment.mask, is_causal=segment.mask is None,
-            scale=self.softmax_scale, enable_gqa=gqa,
+            queries,
+            keys,
+            values,
+            attn_mask=segment.mask,
+            is_causal=segment.mask is None,
+            scale=self.softmax_scale,
+            enable_gqa=gqa,
         )
 
 

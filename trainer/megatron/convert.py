@@ -40,7 +40,9 @@ def _layer_names(te: bool) -> dict[str, str]:
     return names
 
 
-def _qkv_to_megatron(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: ModelSpec, rank: int, tp: int) -> torch.Tensor:
+def _qkv_to_megatron(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: ModelSpec, rank: int, tp: int
+) -> torch.Tensor:
     groups = spec.num_kv_heads
     per_group = spec.num_heads // groups
     tail = q.shape[1:]
@@ -63,8 +65,11 @@ def _qkv_to_hf(shards: Sequence[torch.Tensor], spec: ModelSpec) -> tuple[torch.T
 
 
 def _check_parallel(spec: ModelSpec, tp: int) -> None:
-    for what, n in (("key/value heads", spec.num_kv_heads), ("vocabulary", spec.vocab_size),
-                    ("FFN width", spec.intermediate_size)):
+    for what, n in (
+        ("key/value heads", spec.num_kv_heads),
+        ("vocabulary", spec.vocab_size),
+        ("FFN width", spec.intermediate_size),
+    ):
         if n % tp:
             raise ValueError(f"{what} ({n}) not divisible by tensor-parallel size {tp}")
 
@@ -105,7 +110,9 @@ def hf_to_megatron(
     return out
 
 
-def megatron_to_hf(shards: Sequence[dict[str, torch.Tensor]], spec: ModelSpec, *, te: bool = False) -> dict[str, torch.Tensor]:
+def megatron_to_hf(
+    shards: Sequence[dict[str, torch.Tensor]], spec: ModelSpec, *, te: bool = False
+) -> dict[str, torch.Tensor]:
     """A Hugging Face state dict from every tensor-parallel rank's Megatron state dict.
 
     Tied embeddings produce no `lm_head.weight`, as `save_pretrained` writes them.
@@ -131,10 +138,14 @@ def megatron_to_hf(shards: Sequence[dict[str, torch.Tensor]], spec: ModelSpec, *
             else:
                 out[dst + hf_name] = first[src + mc_name].clone()
         q, k, v = _qkv_to_hf([s[src + "self_attention.linear_qkv.weight"] for s in shards], spec)
-        out.update({dst + "self_attn.q_proj.weight": q, dst + "self_attn.k_proj.weight": k, dst + "self_attn.v_proj.weight": v})
+        out.update(
+            {dst + "self_attn.q_proj.weight": q, dst + "self_attn.k_proj.weight": k, dst + "self_attn.v_proj.weight": v}
+        )
         if spec.qkv_bias:
             q, k, v = _qkv_to_hf([s[src + "self_attention.linear_qkv.bias"] for s in shards], spec)
-            out.update({dst + "self_attn.q_proj.bias": q, dst + "self_attn.k_proj.bias": k, dst + "self_attn.v_proj.bias": v})
+            out.update(
+                {dst + "self_attn.q_proj.bias": q, dst + "self_attn.k_proj.bias": k, dst + "self_attn.v_proj.bias": v}
+            )
         halves = [s[src + "mlp.linear_fc1.weight"].chunk(2, dim=0) for s in shards]
         out[dst + "mlp.gate_proj.weight"] = torch.cat([h[0] for h in halves], dim=0)
         out[dst + "mlp.up_proj.weight"] = torch.cat([h[1] for h in halves], dim=0)
@@ -147,7 +158,9 @@ def load_into(model, state: dict[str, torch.Tensor]) -> None:
     own = {k: v for k, v in module.state_dict().items() if not k.endswith("_extra_state")}
     if spec_keys := set(own) ^ set(state):
         missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-        raise ValueError(f"converted weights do not match the model: missing {missing[:5]}, unexpected {extra[:5]} ({len(spec_keys)} names)")
+        raise ValueError(
+            f"converted weights do not match the model: missing {missing[:5]}, unexpected {extra[:5]} ({len(spec_keys)} names)"
+        )
     with torch.no_grad():
         for name, tensor in own.items():
             if tensor.shape != state[name].shape:

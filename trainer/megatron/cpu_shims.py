@@ -21,8 +21,20 @@ from typing import Any
 import torch
 
 _FACTORIES = (
-    "tensor", "zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like",
-    "empty_like", "full_like", "randn", "rand", "randint", "as_tensor",
+    "tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "randn",
+    "rand",
+    "randint",
+    "as_tensor",
 )
 
 

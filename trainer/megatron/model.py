@@ -31,15 +31,33 @@ def transformer_config(spec: ModelSpec, *, tp: int = 1, dtype: torch.dtype = tor
 
     on_gpu = torch.cuda.is_available()
     fields: dict[str, Any] = dict(
-        num_layers=spec.num_layers, hidden_size=spec.hidden_size, ffn_hidden_size=spec.intermediate_size,
-        num_attention_heads=spec.num_heads, num_query_groups=spec.num_kv_heads, kv_channels=spec.head_dim,
-        normalization="RMSNorm", layernorm_epsilon=spec.rms_norm_eps, gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=spec.qkv_bias,
-        qk_layernorm=spec.qk_norm, hidden_dropout=0.0, attention_dropout=0.0,
-        params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
-        tensor_model_parallel_size=tp, use_cpu_initialization=not on_gpu, perform_initialization=False,
-        bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
-        bias_dropout_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        ffn_hidden_size=spec.intermediate_size,
+        num_attention_heads=spec.num_heads,
+        num_query_groups=spec.num_kv_heads,
+        kv_channels=spec.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=spec.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        add_bias_linear=False,
+        add_qkv_bias=spec.qkv_bias,
+        qk_layernorm=spec.qk_norm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        tensor_model_parallel_size=tp,
+        use_cpu_initialization=not on_gpu,
+        perform_initialization=False,
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
     )
     fields.update(overrides)
     return TransformerConfig(**fields)
@@ -70,11 +88,14 @@ def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
 
     if attention == "te":
         if not transformer_engine_available():
-            raise ValueError("trainer.attention te needs Transformer Engine and a CUDA device; "
-                             "use sdpa (the default) or local")
+            raise ValueError(
+                "trainer.attention te needs Transformer Engine and a CUDA device; use sdpa (the default) or local"
+            )
         te = gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
-        te.submodules.self_attention.params = {**te.submodules.self_attention.params,
-                                               "attn_mask_type": AttnMaskType.arbitrary}
+        te.submodules.self_attention.params = {
+            **te.submodules.self_attention.params,
+            "attn_mask_type": AttnMaskType.arbitrary,
+        }
         return te
     local = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
     if attention == "sdpa":
@@ -97,9 +118,13 @@ def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
             f"vocab size {spec.vocab_size} is not divisible by tensor-parallel size {config.tensor_model_parallel_size}"
         )
     model = GPTModel(
-        config, layer_spec(spec, attention), vocab_size=spec.vocab_size,
-        max_sequence_length=spec.max_position_embeddings, position_embedding_type="rope",
-        rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=spec.tie_word_embeddings,
+        config,
+        layer_spec(spec, attention),
+        vocab_size=spec.vocab_size,
+        max_sequence_length=spec.max_position_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(spec.rope_theta),
+        share_embeddings_and_output_weights=spec.tie_word_embeddings,
     )
     model.roost_attention = attention
     return model
@@ -164,9 +189,14 @@ def _scored_logits(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> tor
         mask = None  # causal rows
     else:
         n = input_ids.shape[1]
-        mask = torch.ones(n, n, dtype=torch.bool, device=input_ids.device).triu(1)[None, None].expand(input_ids.shape[0], 1, n, n)
+        mask = (
+            torch.ones(n, n, dtype=torch.bool, device=input_ids.device)
+            .triu(1)[None, None]
+            .expand(input_ids.shape[0], 1, n, n)
+        )
     hidden = model.decoder(
-        hidden_states=hidden, attention_mask=mask,
+        hidden_states=hidden,
+        attention_mask=mask,
         rotary_pos_emb=rotary_embedding(inv_freq.to(input_ids.device), position_ids),
     )
     rows = hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]

@@ -30,8 +30,9 @@ class ParallelInfo:
         return self.tp_rank == 0 and self.dp_rank == 0
 
 
-def init(tp: int = 1, *, rank: int | None = None, world_size: int | None = None,
-         store: Any = None, seed: int = 1234) -> ParallelInfo:
+def init(
+    tp: int = 1, *, rank: int | None = None, world_size: int | None = None, store: Any = None, seed: int = 1234
+) -> ParallelInfo:
     """Join (or create) the process group and set up Megatron's model parallelism.
 
     The rendezvous is `store` (a `torch.distributed.TCPStore`), else the `MASTER_ADDR`
@@ -72,9 +73,12 @@ def info() -> ParallelInfo:
     from megatron.core import parallel_state as ps
 
     return ParallelInfo(
-        rank=dist.get_rank(), world_size=dist.get_world_size(),
-        tp_rank=ps.get_tensor_model_parallel_rank(), tp_size=ps.get_tensor_model_parallel_world_size(),
-        dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        tp_rank=ps.get_tensor_model_parallel_rank(),
+        tp_size=ps.get_tensor_model_parallel_world_size(),
+        dp_rank=ps.get_data_parallel_rank(),
+        dp_size=ps.get_data_parallel_world_size(),
     )
 
 

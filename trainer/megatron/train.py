@@ -114,9 +114,15 @@ class MegatronPolicy:
         )
         self.optimizer = get_megatron_optimizer(
             OptimizerConfig(
-                optimizer="adam", lr=config.lr, weight_decay=config.weight_decay, adam_beta1=config.adam_betas[0],
-                adam_beta2=config.adam_betas[1], clip_grad=config.clip_grad, bf16=dtype == torch.bfloat16,
-                params_dtype=dtype, use_distributed_optimizer=config.use_distributed_optimizer,
+                optimizer="adam",
+                lr=config.lr,
+                weight_decay=config.weight_decay,
+                adam_beta1=config.adam_betas[0],
+                adam_beta2=config.adam_betas[1],
+                clip_grad=config.clip_grad,
+                bf16=dtype == torch.bfloat16,
+                params_dtype=dtype,
+                use_distributed_optimizer=config.use_distributed_optimizer,
             ),
             [self.model],
         )
@@ -133,8 +139,9 @@ class MegatronPolicy:
 
     def _load(self, model: Any, folder: Path) -> None:
         hf = hf_checkpoint.read_weights(folder)
-        state = convert.hf_to_megatron(hf, self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size,
-                                       te=self.te_names)
+        state = convert.hf_to_megatron(
+            hf, self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size, te=self.te_names
+        )
         convert.load_into(model, {k: v.to(self.mcore_config.params_dtype) for k, v in state.items()})
 
     def _reference_model(self) -> Any:
@@ -145,14 +152,22 @@ class MegatronPolicy:
         reference.requires_grad_(False)
         return reference.eval()
 
-    def microbatches(self, samples: list[Sample], layout: str | None = None,
-                     scored: tuple[list[list[int]], list[torch.Tensor | None]] | None = None) -> list[Microbatch]:
+    def microbatches(
+        self,
+        samples: list[Sample],
+        layout: str | None = None,
+        scored: tuple[list[list[int]], list[torch.Tensor | None]] | None = None,
+    ) -> list[Microbatch]:
         """The whole batch's microbatches (same plan on every rank), scoring every sampled token,
         or the positions and allowed tokens of `scored` (`scored_positions`)."""
         positions, masks = scored or ([[i for i, m in enumerate(s.loss_mask) if m] for s in samples], None)
         return build_microbatches(
-            [s.tokens for s in samples], positions, [s.group_id for s in samples], self.config.token_budget,
-            layout or self.config.layout, masks,
+            [s.tokens for s in samples],
+            positions,
+            [s.group_id for s in samples],
+            self.config.token_budget,
+            layout or self.config.layout,
+            masks,
         )
 
     def scored_positions(self, samples: list[Sample]) -> tuple[list[list[int]], list[torch.Tensor | None]]:
@@ -206,14 +221,25 @@ class MegatronPolicy:
             updated, grad_norm, _ = self.optimizer.step()
         self.steps += int(bool(updated))
         return StepStats(
-            loss=_dp_sum(total_loss), grad_norm=float(grad_norm or 0.0), updated=bool(updated),
-            samples=len(samples), sampled_tokens=sum(len(p) for p in positions),
-            microbatches=len(microbatches), tree_tokens=sum(mb.num_tokens for mb in microbatches),
-            seconds=time.perf_counter() - started, extra=sums,
+            loss=_dp_sum(total_loss),
+            grad_norm=float(grad_norm or 0.0),
+            updated=bool(updated),
+            samples=len(samples),
+            sampled_tokens=sum(len(p) for p in positions),
+            microbatches=len(microbatches),
+            tree_tokens=sum(mb.num_tokens for mb in microbatches),
+            seconds=time.perf_counter() - started,
+            extra=sums,
         )
 
-    def _forward_backward(self, scored: list[Scored], samples: list[Sample], mine: list[Microbatch],
-                          positions: list[list[int]], weights: list[float]) -> tuple[float, dict[str, float]]:
+    def _forward_backward(
+        self,
+        scored: list[Scored],
+        samples: list[Sample],
+        mine: list[Microbatch],
+        positions: list[list[int]],
+        weights: list[float],
+    ) -> tuple[float, dict[str, float]]:
         """The loss of this rank's microbatches, its gradients accumulated; (loss, summed statistics)."""
         old = self._old_logprobs(mine) if self.config.old_logprobs == "recompute" else {}
         self.model.zero_grad_buffer()
@@ -230,16 +256,22 @@ class MegatronPolicy:
                 current = logprobs[j]
                 # the engine's logprob over the allowed tokens, renormalised by this policy's mass
                 # (the rollout policy's on a batch's first update)
-                rollout = torch.tensor([samples[index].rollout_logprobs[i] for i in pos],
-                                       device=current.device) - allowed_mass[j]
-                terms.append(SampleTerms(
-                    logprobs=current,
-                    old_logprobs=old.get(index, rollout if self.config.old_logprobs == "rollout" else current.detach()),
-                    rollout_logprobs=rollout,
-                    advantages=torch.tensor([scored[index].advantages[i] for i in pos], device=current.device),
-                    weight=weights[index],
-                    ref_logprobs=None if ref is None else ref[j],
-                ))
+                rollout = (
+                    torch.tensor([samples[index].rollout_logprobs[i] for i in pos], device=current.device)
+                    - allowed_mass[j]
+                )
+                terms.append(
+                    SampleTerms(
+                        logprobs=current,
+                        old_logprobs=old.get(
+                            index, rollout if self.config.old_logprobs == "rollout" else current.detach()
+                        ),
+                        rollout_logprobs=rollout,
+                        advantages=torch.tensor([scored[index].advantages[i] for i in pos], device=current.device),
+                        weight=weights[index],
+                        ref_logprobs=None if ref is None else ref[j],
+                    )
+                )
             loss, stats = policy_loss(terms, self.config.loss)
             stats["allowed_mass"] = float(sum(mass.exp().sum() for mass in allowed_mass))
             loss.backward()

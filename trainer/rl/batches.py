@@ -77,8 +77,9 @@ def _version(text: str) -> int | None:
         return None
 
 
-def collect_batch(store: str | Path, group_ids: Iterable[str], *, current_version: int,
-                  max_staleness: int | None) -> Batch:
+def collect_batch(
+    store: str | Path, group_ids: Iterable[str], *, current_version: int, max_staleness: int | None
+) -> Batch:
     from roost.rollout.store.paths import session_samples
     from roost.rollout.store.reader import TrajectoryReader
 

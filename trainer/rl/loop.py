@@ -109,8 +109,10 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
             transcripts, tools = _sft_transcripts(recipe, env.url, run_dir)
             state.model = state.model or _model(recipe, run_dir, transcripts, tools)
             hooks.stage("engine, gateway, trainer", 0)
-            with (services(recipe, run_dir, state.model, env, where) as svc,
-                  _handles(recipe, run_dir, state, svc, where, metrics, hooks) as run):
+            with (
+                services(recipe, run_dir, state.model, env, where) as svc,
+                _handles(recipe, run_dir, state, svc, where, metrics, hooks) as run,
+            ):
                 return _schedule(run, transcripts, tools)
         finally:
             stop_services([env.actor])
@@ -130,9 +132,14 @@ def _sft_transcripts(recipe: Recipe, env_url: str, run_dir: Path) -> tuple[list[
         return [], env_tools
     from ..sft.train import expert_transcripts
 
-    transcripts = expert_transcripts(env_url, recipe.env.split, recipe.sft.data, max_turns=recipe.sft.data.max_turns,
-                                     seed=recipe.schedule.seed,
-                                     cache=Path(recipe.sft.data.cache or run_dir / "sft" / "transcripts.jsonl"))
+    transcripts = expert_transcripts(
+        env_url,
+        recipe.env.split,
+        recipe.sft.data,
+        max_turns=recipe.sft.data.max_turns,
+        seed=recipe.schedule.seed,
+        cache=Path(recipe.sft.data.cache or run_dir / "sft" / "transcripts.jsonl"),
+    )
     return transcripts, env_tools
 
 
@@ -149,12 +156,16 @@ def _model(recipe: Recipe, run_dir: Path, transcripts: list[Transcript], tools: 
     from ..sft.train import transcript_messages
 
     if not transcripts:
-        raise ValueError("model.small_vocab needs expert transcripts to train its tokenizer, and the expert "
-                         "won no episode; check the env and sft.data")
+        raise ValueError(
+            "model.small_vocab needs expert transcripts to train its tokenizer, and the expert "
+            "won no episode; check the env and sft.data"
+        )
     template = ChatTemplate.from_pretrained(str(qwen3_tokenizer_dir()))
     offered = tools if recipe.agent.tools else None
-    corpus = [template.render(transcript_messages(t, recipe.agent), tools=offered, add_generation_prompt=False)
-              for t in transcripts]
+    corpus = [
+        template.render(transcript_messages(t, recipe.agent), tools=offered, add_generation_prompt=False)
+        for t in transcripts
+    ]
     shape = SmallModelShape(**recipe.model.small_vocab.model_dump())
     return str(build_small_vocab_model(corpus, run_dir / "model", shape))
 
@@ -187,11 +198,14 @@ def _rl(run: Run) -> None:
             with run.tracing.span("train.collect"):
                 _wait_for_engine(run.services, run.hooks)
                 group_ids, rollout = run.rollouts.next_groups()
-                batch = collect_batch(run.services.store, group_ids, current_version=state.weight_version,
-                                      max_staleness=max_staleness)
+                batch = collect_batch(
+                    run.services.store, group_ids, current_version=state.weight_version, max_staleness=max_staleness
+                )
             if batch.refused:
-                run.hooks.echo(f"step {state.step + 1}: {len(batch.refused)} calls left out of training; "
-                               f"the first: {batch.refused[0].message()}")
+                run.hooks.echo(
+                    f"step {state.step + 1}: {len(batch.refused)} calls left out of training; "
+                    f"the first: {batch.refused[0].message()}"
+                )
             with run.tracing.span("train.advantages"):
                 scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
             lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
@@ -203,9 +217,14 @@ def _rl(run: Run) -> None:
             state.step += 1
             state.consumed_groups += group_ids
             sync_s = _publish(run, f"step-{state.step}") if stats else 0.0
-        run.last = {**step_metrics(batch, rollout, stats, counts, scored), "lr": lr,
-                    "trainer_version": trainer_version, "weight_version": state.weight_version,
-                    "weight_sync_s": sync_s, "step_s": time.perf_counter() - started}
+        run.last = {
+            **step_metrics(batch, rollout, stats, counts, scored),
+            "lr": lr,
+            "trainer_version": trainer_version,
+            "weight_version": state.weight_version,
+            "weight_sync_s": sync_s,
+            "step_s": time.perf_counter() - started,
+        }
         run.metrics.log(state.step, run.last, stage="rl")
         run.hooks.advance("rl", state.step, run.last)
         if recipe.eval.every and state.step % recipe.eval.every == 0:
@@ -213,8 +232,10 @@ def _rl(run: Run) -> None:
 
 
 def _advantage_config(algo: AlgorithmConfig) -> AdvantageConfig:
-    return AdvantageConfig(EstimatorConfig(algo.advantage.name, algo.advantage.options),
-                           {a: EstimatorConfig(e.name, e.options) for a, e in algo.per_agent.items()})
+    return AdvantageConfig(
+        EstimatorConfig(algo.advantage.name, algo.advantage.options),
+        {a: EstimatorConfig(e.name, e.options) for a, e in algo.per_agent.items()},
+    )
 
 
 def _train(trainer: TrainerGroup, scored: list[Scored], updates: int, tracing: Tracing) -> StepStats | None:
@@ -224,8 +245,11 @@ def _train(trainer: TrainerGroup, scored: list[Scored], updates: int, tracing: T
     for _ in range(updates if scored else 0):
         with tracing.span("train.update", {"roost.samples": len(scored)}):
             last = trainer.train_step(scored, tracing.current().traceparent)
-        stats = last if stats is None else replace(stats, extra={**stats.extra,
-                                                                 "clip_fraction": last.extra["clip_fraction"]})
+        stats = (
+            last
+            if stats is None
+            else replace(stats, extra={**stats.extra, "clip_fraction": last.extra["clip_fraction"]})
+        )
     return stats
 
 
@@ -246,8 +270,9 @@ def _sft(run: Run, transcripts: list[Transcript], tools: list[ToolSchema]) -> No
 
     sft = run.recipe.sft
     if sft.data.source == "expert":
-        samples = render_transcripts(ChatRenderer.from_pretrained(run.state.model), transcripts, tools,
-                                     run.recipe.agent)
+        samples = render_transcripts(
+            ChatRenderer.from_pretrained(run.state.model), transcripts, tools, run.recipe.agent
+        )
     else:
         samples = recorded_samples(sft.data)
     run.hooks.stage("sft", sft.steps)
@@ -271,7 +296,9 @@ def _publish(run: Run, label: str) -> float:
     seconds the weight update took."""
     state, schedule = run.state, run.recipe.schedule
     due = state.step >= schedule.steps or (schedule.checkpoint_every and state.step % schedule.checkpoint_every == 0)
-    folder = checkpoint_dir(run.run_dir, label) / "hf" if due else run.run_dir / "weights" / f"v{state.weight_version % 2}"
+    folder = (
+        checkpoint_dir(run.run_dir, label) / "hf" if due else run.run_dir / "weights" / f"v{state.weight_version % 2}"
+    )
     run.trainer.export(str(folder))
     started = time.perf_counter()
     state.weight_version += 1
@@ -297,8 +324,9 @@ def _save(run: Run, folder: Path) -> None:
     prune_checkpoints(run.run_dir, run.recipe.schedule.keep_checkpoints, state.checkpoint, state.reference)
 
 
-def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tracing: Tracing | None = None,
-          tries: int = 5) -> None:
+def _sync(
+    svc: Services, hooks: Hooks, folder: str, version: int, tracing: Tracing | None = None, tries: int = 5
+) -> None:
     """Load `folder` into the engine as `version` (the gateway paused around it); an engine that
     died is waited for, and the update retried once it is back."""
     import ray
@@ -308,8 +336,17 @@ def _sync(svc: Services, hooks: Hooks, folder: str, version: int, tracing: Traci
     for attempt in range(tries):
         _wait_for_engine(svc, hooks)
         try:
-            asyncio.run(sync_weights(svc.engine_url, folder, weight_version=str(version), engine_key=svc.engine_key,
-                                     gateway_url=svc.gateway_url, admin_key=svc.admin_key, tracing=tracing))
+            asyncio.run(
+                sync_weights(
+                    svc.engine_url,
+                    folder,
+                    weight_version=str(version),
+                    engine_key=svc.engine_key,
+                    gateway_url=svc.gateway_url,
+                    admin_key=svc.admin_key,
+                    tracing=tracing,
+                )
+            )
             break
         except Exception as exc:  # noqa: BLE001 - an engine mid-restart; retried, then raised
             if attempt + 1 == tries:
@@ -331,8 +368,10 @@ def _wait_for_engine(svc: Services, hooks: Hooks) -> None:
         return  # an engine the recipe names is the user's to keep up; its episodes say when it is not
     hooks.echo(f"the engine at {svc.engine_url} is down; waiting for its restart")
     if not ray.get(svc.engine.wait_serving.remote()):
-        raise ServiceError(f"the engine at {svc.engine_url} died and did not come back within its startup "
-                           "timeout; see logs/engine.log in the run folder (and logs/vllm.log for vLLM)")
+        raise ServiceError(
+            f"the engine at {svc.engine_url} died and did not come back within its startup "
+            "timeout; see logs/engine.log in the run folder (and logs/vllm.log for vLLM)"
+        )
 
 
 def _evaluate(run: Run, label: str) -> None:
@@ -341,27 +380,40 @@ def _evaluate(run: Run, label: str) -> None:
         return
     episodes = ev.before_episodes if label == "before" and ev.before_episodes else ev.episodes
     run.hooks.stage(f"eval {label}", episodes)
-    results = run.rollouts.evaluate(label, _tasks(run.services, ev.split, run.recipe.env.name), episodes,
-                                    {**run.recipe.agent.args, **ev.args})
+    results = run.rollouts.evaluate(
+        label, _tasks(run.services, ev.split, run.recipe.env.name), episodes, {**run.recipe.agent.args, **ev.args}
+    )
     scored = [r for r in results if r.scored]
     rewards = [r.reward for r in scored if r.reward is not None]
-    summary = {"split": ev.split, "episodes": len(results), "scored": len(scored),
-               "success_rate": sum(r.success for r in scored) / len(scored) if scored else None,
-               "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-               "left_out": dict(Counter(r.status.value for r in results if not r.scored)),
-               "groups": f"{EVAL_PREFIX}-{label}-*",
-               # kept so two rows compare game by game (roost.trainer.eval_compare)
-               "per_task": per_task_success((r.task_id, r.success) for r in scored)}
+    summary = {
+        "split": ev.split,
+        "episodes": len(results),
+        "scored": len(scored),
+        "success_rate": sum(r.success for r in scored) / len(scored) if scored else None,
+        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+        "left_out": dict(Counter(r.status.value for r in results if not r.scored)),
+        "groups": f"{EVAL_PREFIX}-{label}-*",
+        # kept so two rows compare game by game (roost.trainer.eval_compare)
+        "per_task": per_task_success((r.task_id, r.success) for r in scored),
+    }
     run.evals[label] = summary
     save_evals(run.run_dir, run.evals)
-    run.metrics.log(run.state.step, {k: v for k, v in summary.items() if k not in ("left_out", "per_task")},
-                    stage=f"eval/{label}")
+    run.metrics.log(
+        run.state.step, {k: v for k, v in summary.items() if k not in ("left_out", "per_task")}, stage=f"eval/{label}"
+    )
     run.hooks.advance(f"eval {label}", episodes, summary)
 
 
 @contextlib.contextmanager
-def _handles(recipe: Recipe, run_dir: Path, state: RunState, svc: Services, where: Placement,
-             metrics: MetricsLogger, hooks: Hooks) -> Iterator[Run]:
+def _handles(
+    recipe: Recipe,
+    run_dir: Path,
+    state: RunState,
+    svc: Services,
+    where: Placement,
+    metrics: MetricsLogger,
+    hooks: Hooks,
+) -> Iterator[Run]:
     """The trainer ranks (from the newest checkpoint, synced into the engine), the rollout
     workers and the groups they play; stopped on the way out."""
     import ray
@@ -375,18 +427,36 @@ def _handles(recipe: Recipe, run_dir: Path, state: RunState, svc: Services, wher
     trainer = TrainerGroup.start(recipe, start, scheduling=where.trainer)
     r = recipe.rollout
     worker = ray.remote(RolloutWorker).options(num_cpus=0, **actor_options(recipe))
-    workers = [worker.remote(svc.env_url, svc.gateway_url, recipe.agent.model_dump(),
-                             concurrency=max(1, r.concurrency // r.workers), admin_key=svc.admin_key,
-                             invalid_action_penalty=r.invalid_action_penalty)
-               for _ in range(r.workers)]
+    workers = [
+        worker.remote(
+            svc.env_url,
+            svc.gateway_url,
+            recipe.agent.model_dump(),
+            concurrency=max(1, r.concurrency // r.workers),
+            admin_key=svc.admin_key,
+            invalid_action_penalty=r.invalid_action_penalty,
+        )
+        for _ in range(r.workers)
+    ]
     tracing = Tracing.start("trainer", flag=recipe.trace)
     try:
         if state.checkpoint:
             trainer.load(str(Path(state.checkpoint) / "trainer"))
             _sync(svc, hooks, start, state.weight_version)
         tasks = task_pool(_tasks(svc, recipe.env.split, recipe.env.name), recipe.env.max_tasks, recipe.schedule.seed)
-        yield Run(recipe, run_dir, state, svc, trainer, workers, Rollouts(recipe, workers, tasks, state, svc.store),
-                  metrics, hooks, load_evals(run_dir), tracing=tracing)
+        yield Run(
+            recipe,
+            run_dir,
+            state,
+            svc,
+            trainer,
+            workers,
+            Rollouts(recipe, workers, tasks, state, svc.store),
+            metrics,
+            hooks,
+            load_evals(run_dir),
+            tracing=tracing,
+        )
     finally:
         for handle in workers:
             ray.kill(handle)
@@ -412,8 +482,9 @@ def rl_lr(lr: float, warmup_steps: int, step: int) -> float:
     return lr * (step + 1) / warmup_steps if step < warmup_steps else lr
 
 
-def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, counts: dict[str, int],
-                 scored: list[Scored]) -> dict[str, Any]:
+def step_metrics(
+    batch: Batch, rollout: RolloutInfo, stats: StepStats | None, counts: dict[str, int], scored: list[Scored]
+) -> dict[str, Any]:
     """One RL step's numbers: rewards, what was left out and why, and the trainer's statistics."""
     results = rollout.results
     ok = [r for r in results if r.scored]
@@ -421,16 +492,20 @@ def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, co
         "reward": sum(batch.rewards) / len(batch.rewards) if batch.rewards else None,
         "success": sum(r.success for r in ok) / len(ok) if ok else None,
         "invalid_actions": sum(r.invalid_actions for r in ok) / len(ok) if ok else None,
-        "episodes": len(results), "recovered_groups": rollout.recovered,
+        "episodes": len(results),
+        "recovered_groups": rollout.recovered,
         **{s.value: batch.counts.get(s.value, 0) for s in UNSCORED},  # infra_error, timeout, agent_error
-        "unfinished": batch.counts.get("open", 0), "no_reward": batch.counts.get("no_reward", 0),
-        "dropped_stale": batch.counts.get("dropped_stale", 0), "dropped_groups": counts.get("dropped_groups", 0),
+        "unfinished": batch.counts.get("open", 0),
+        "no_reward": batch.counts.get("no_reward", 0),
+        "dropped_stale": batch.counts.get("dropped_stale", 0),
+        "dropped_groups": counts.get("dropped_groups", 0),
         "untrainable_calls": batch.counts.get("untrainable_calls", 0),
         "staleness": sum(batch.staleness) / len(batch.staleness) if batch.staleness else 0.0,
         "staleness_max": max(batch.staleness, default=0),
         "oldest_version": min((v[0] for v in batch.versions if v), default=None),
         "mixed_version_samples": sum(len(v) > 1 for v in batch.versions),
-        "rollout_s": rollout.seconds, "trained_samples": len(scored),
+        "rollout_s": rollout.seconds,
+        "trained_samples": len(scored),
     }
     sampled = sum(s.sample.num_sampled for s in scored)
     values["rollout_tokens_per_s"] = sampled / rollout.seconds if rollout.seconds else None
@@ -441,13 +516,18 @@ def step_metrics(batch: Batch, rollout: RolloutInfo, stats: StepStats | None, co
     tokens = max(extra.get("tokens", 0.0), 1.0)
     flat = sum(len(s.sample.tokens) for s in scored)
     values.update(
-        updated=stats.updated, loss=stats.loss, grad_norm=stats.grad_norm,
-        kl=extra.get("kl", 0.0) / tokens, clip_fraction=extra.get("clip_fraction", 0.0) / tokens,
-        entropy=extra.get("neg_logprob", 0.0) / tokens, tis_mean=extra.get("tis_mean", 0.0) / tokens,
+        updated=stats.updated,
+        loss=stats.loss,
+        grad_norm=stats.grad_norm,
+        kl=extra.get("kl", 0.0) / tokens,
+        clip_fraction=extra.get("clip_fraction", 0.0) / tokens,
+        entropy=extra.get("neg_logprob", 0.0) / tokens,
+        tis_mean=extra.get("tis_mean", 0.0) / tokens,
         logprob_mismatch=extra.get("rollout_abs_diff", 0.0) / tokens,
         allowed_mass=extra.get("allowed_mass", tokens) / tokens,
         grammar_replay_failures=int(extra.get("grammar_replay_failures", 0)),
         tree_saving=1 - stats.tree_tokens / flat if flat else 0.0,
-        train_tokens_per_s=stats.tree_tokens / max(stats.seconds, 1e-9), train_s=stats.seconds,
+        train_tokens_per_s=stats.tree_tokens / max(stats.seconds, 1e-9),
+        train_s=stats.seconds,
     )
     return values

@@ -48,9 +48,17 @@ class GroupOutcome:
 class RolloutWorker:
     """Plays groups of episodes; one asyncio loop, `concurrency` episodes at a time."""
 
-    def __init__(self, env_url: str, gateway_url: str | None, agent: dict[str, Any], *, concurrency: int,
-                 admin_key: str | None = None, agent_args: dict[str, Any] | None = None,
-                 invalid_action_penalty: float = 0.0) -> None:
+    def __init__(
+        self,
+        env_url: str,
+        gateway_url: str | None,
+        agent: dict[str, Any],
+        *,
+        concurrency: int,
+        admin_key: str | None = None,
+        agent_args: dict[str, Any] | None = None,
+        invalid_action_penalty: float = 0.0,
+    ) -> None:
         self.env_url, self.gateway_url, self.admin_key = env_url, gateway_url, admin_key
         self.invalid_action_penalty = invalid_action_penalty
         self.agent_config = agent
@@ -107,14 +115,24 @@ class RolloutWorker:
         if self._limit is None:
             self._limit = asyncio.Semaphore(self.concurrency)
         agent = self._agent(args)
-        config = RunConfig(concurrency=spec.size, max_turns=self.agent_config["max_turns"], run_id=spec.run_id,
-                           kind=spec.kind, timeout_s=self.agent_config["timeout_s"], progress=False,
-                           invalid_action_penalty=self.invalid_action_penalty, tracing=self.tracing)
+        config = RunConfig(
+            concurrency=spec.size,
+            max_turns=self.agent_config["max_turns"],
+            run_id=spec.run_id,
+            kind=spec.kind,
+            timeout_s=self.agent_config["timeout_s"],
+            progress=False,
+            invalid_action_penalty=self.invalid_action_penalty,
+            tracing=self.tracing,
+        )
         started = time.perf_counter()
         async with EnvClient(self.env_url, tracing=self.tracing) as host:
             tools = (await host.info()).tools if self.agent_config.get("tools", True) else []
-            gateway = (GatewayClient(self.gateway_url, admin_key=self.admin_key, tracing=self.tracing)
-                       if self.gateway_url else None)
+            gateway = (
+                GatewayClient(self.gateway_url, admin_key=self.admin_key, tracing=self.tracing)
+                if self.gateway_url
+                else None
+            )
 
             async def one() -> EpisodeResult:
                 async with self._limit:

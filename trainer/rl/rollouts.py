@@ -70,12 +70,17 @@ def unfinished_backlog(store: Path, consumed: set[str], group_size: int) -> list
             gid = session.group_id or ""
             if gid not in consumed:
                 groups.setdefault(gid, []).append(session.outcome)
-    return [g for g, outcomes in groups.items()
-            if len(outcomes) >= group_size and all(o is not None and o.kind is EpisodeKind.TRAIN for o in outcomes)]
+    return [
+        g
+        for g, outcomes in groups.items()
+        if len(outcomes) >= group_size and all(o is not None and o.kind is EpisodeKind.TRAIN for o in outcomes)
+    ]
 
 
 class Rollouts:
-    def __init__(self, recipe: Recipe, workers: list[ActorHandle[RolloutWorker]], tasks: list[Task], state: RunState, store: Path) -> None:
+    def __init__(
+        self, recipe: Recipe, workers: list[ActorHandle[RolloutWorker]], tasks: list[Task], state: RunState, store: Path
+    ) -> None:
         self.recipe, self.workers, self.tasks, self.state = recipe, workers, tasks, state
         r = recipe.rollout
         self.per_step, self.size = r.groups_per_step, r.group_size
@@ -91,7 +96,9 @@ class Rollouts:
         for _ in range(count):
             index = self.state.generated
             self.state.generated += 1
-            specs.append(GroupSpec(f"{self.launch}-g{index}", pick(self.tasks, index, self.recipe.schedule.seed), self.size))
+            specs.append(
+                GroupSpec(f"{self.launch}-g{index}", pick(self.tasks, index, self.recipe.schedule.seed), self.size)
+            )
         return specs
 
     def _spread(self, specs: list[GroupSpec]) -> list[list[GroupSpec]]:
@@ -103,7 +110,7 @@ class Rollouts:
 
     def next_groups(self) -> tuple[list[str], RolloutInfo]:
         started = time.perf_counter()
-        recovered, self.backlog = self.backlog[: self.per_step], self.backlog[self.per_step:]
+        recovered, self.backlog = self.backlog[: self.per_step], self.backlog[self.per_step :]
         need = self.per_step - len(recovered)
         outcomes = self._stream(need) if self.streaming else self._play(need)
         info = RolloutInfo(time.perf_counter() - started, [r for o in outcomes for r in o.results], len(recovered))
@@ -135,12 +142,17 @@ class Rollouts:
         taken, self._ready = self._ready[:count], self._ready[count:]
         return taken
 
-    def evaluate(self, label: str, tasks: list[Task], episodes: int,
-                 args: dict[str, Any] | None) -> list[EpisodeResult]:
+    def evaluate(
+        self, label: str, tasks: list[Task], episodes: int, args: dict[str, Any] | None
+    ) -> list[EpisodeResult]:
         """Play `episodes` held-out episodes (one per task, in turn) and return their results."""
         import ray
 
-        specs = [GroupSpec(f"{EVAL_PREFIX}-{label}-{self.launch}-{i // len(tasks)}", tasks[i % len(tasks)], 1,
-                           EpisodeKind.EVAL) for i in range(episodes)]
+        specs = [
+            GroupSpec(
+                f"{EVAL_PREFIX}-{label}-{self.launch}-{i // len(tasks)}", tasks[i % len(tasks)], 1, EpisodeKind.EVAL
+            )
+            for i in range(episodes)
+        ]
         refs = [w.play.remote(share, args) for w, share in zip(self.workers, self._spread(specs)) if share]
         return [r for outcomes in ray.get(refs) for o in outcomes for r in o.results]

@@ -58,8 +58,9 @@ def _roost(*args: str) -> list[str]:
     return [sys.executable, "-m", "roost.cli.main", *args]
 
 
-def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None,
-                   log_dir: Path | None = None) -> list[str]:
+def engine_command(
+    recipe: Recipe, model: str, host: str, port: int, api_key: str | None, log_dir: Path | None = None
+) -> list[str]:
     """roost's engine (and the vLLM server it supervises) reads its key from ROOST_ENGINE_KEY in its
     environment (`engine_env`); SGLang only from its command line. vLLM's own output goes to
     `log_dir`/vllm.log."""
@@ -67,15 +68,55 @@ def engine_command(recipe: Recipe, model: str, host: str, port: int, api_key: st
     if engine.backend == "sglang":
         _check_sglang_gpus(recipe)
         key = ["--api-key", api_key] if api_key else []
-        return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host,
-                "--port", str(port), "--dtype", engine.dtype, *key, *engine.args]
+        return [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            engine.dtype,
+            *key,
+            *engine.args,
+        ]
     if engine.backend == "vllm":
         log = ["--vllm-log", str(log_dir / "vllm.log")] if log_dir else []
-        return _roost("engine", "--backend", "vllm", "--model", model, "--host", host, "--port", str(port),
-                      "--dtype", engine.dtype, "--max-running", str(engine.max_running), *log,
-                      "--vllm-args", shlex.join(engine.args))
-    return _roost("engine", "--model", model, "--host", host, "--port", str(port), "--dtype", engine.dtype,
-                  "--max-running", str(engine.max_running), *engine.args)
+        return _roost(
+            "engine",
+            "--backend",
+            "vllm",
+            "--model",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            engine.dtype,
+            "--max-running",
+            str(engine.max_running),
+            *log,
+            "--vllm-args",
+            shlex.join(engine.args),
+        )
+    return _roost(
+        "engine",
+        "--model",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        engine.dtype,
+        "--max-running",
+        str(engine.max_running),
+        *engine.args,
+    )
 
 
 def engine_env(recipe: Recipe, api_key: str | None) -> dict[str, str]:
@@ -108,22 +149,49 @@ def _check_sglang_gpus(recipe: Recipe) -> None:
         raise ValueError(
             f"placement.engine_gpus reserves {reserved:g} GPUs for SGLang, but engine.args start it on {used} "
             f"(--tp x --dp x --pp); add --tp {expected} (or --dp {expected}) to engine.args, or set "
-            f"placement.engine_gpus to {used}")
+            f"placement.engine_gpus to {used}"
+        )
 
 
 def gateway_command(recipe: Recipe, engine_url: str, model: str, store: Path, host: str, port: int) -> list[str]:
     # embedded and sglang engines speak one API; vLLM its own
-    return _roost("gateway", "--backend", recipe.engine.backend,
-                  "--engine-url", engine_url, "--model", model, "--store", str(store), "--host", host,
-                  "--port", str(port), "--reasoning", recipe.gateway.reasoning_policy)
+    return _roost(
+        "gateway",
+        "--backend",
+        recipe.engine.backend,
+        "--engine-url",
+        engine_url,
+        "--model",
+        model,
+        "--store",
+        str(store),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--reasoning",
+        recipe.gateway.reasoning_policy,
+    )
 
 
 def env_command(recipe: Recipe, kwargs: dict[str, Any], host: str, port: int) -> list[str]:
     import json
 
     server = recipe.env.server
-    args = [sys.executable, "-m", "roost.envs.serve", recipe.env.name, "--host", host, "--port", str(port),
-            "--workers", str(server.workers), "--max-episodes", str(server.max_episodes)]
+    args = [
+        sys.executable,
+        "-m",
+        "roost.envs.serve",
+        recipe.env.name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(server.workers),
+        "--max-episodes",
+        str(server.max_episodes),
+    ]
     for key, value in kwargs.items():
         args += ["--env-arg", f"{key}={json.dumps(value)}"]
     return args
@@ -135,8 +203,17 @@ class SupervisedServer:
     `port` 0: `command` is a roost server's, started with `--port 0`; it reports the port it
     bound in `log_dir/<name>.port`. Otherwise the server was told `port` in `command` (SGLang)."""
 
-    def __init__(self, name: str, command: list[str], host: str, port: int = 0, *, log_dir: Path,
-                 startup_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        host: str,
+        port: int = 0,
+        *,
+        log_dir: Path,
+        startup_timeout_s: float = 300.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name, self.command, self.host, self.port = name, command, host, port
         self.port_file = log_dir / f"{name}.port" if port == 0 else None
         self.log_path = log_dir / f"{name}.log"
@@ -174,8 +251,9 @@ class SupervisedServer:
         # started it (PR_SET_PDEATHSIG), and this thread lives exactly as long as the supervision.
         started = threading.Event()
         failure: list[BaseException] = []
-        self._watchdog = threading.Thread(target=self._watch, args=(started, failure), name=f"{self.name}-watchdog",
-                                          daemon=True)
+        self._watchdog = threading.Thread(
+            target=self._watch, args=(started, failure), name=f"{self.name}-watchdog", daemon=True
+        )
         self._watchdog.start()
         started.wait()
         if failure:
@@ -190,8 +268,9 @@ class SupervisedServer:
         if self.port_file is not None:
             self.port_file.unlink(missing_ok=True)
         # Ray kills an actor without running its cleanup: the server must die with it.
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                        preexec_fn=die_with_parent())
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=die_with_parent()
+        )
         log.close()
         see = f"; see {self.log_path} (command: {' '.join(command)})"
         try:
@@ -263,8 +342,9 @@ class SupervisedServer:
 class ServiceActor:
     """A `SupervisedServer` in a Ray actor (placed on the node and GPUs the recipe asks for)."""
 
-    def __init__(self, name: str, command: list[str], host: str, port: int, log_dir: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, command: list[str], host: str, port: int, log_dir: str, env: dict[str, str] | None = None
+    ) -> None:
         """`port` 0: a roost server that reports the port it binds (see `SupervisedServer`)."""
         self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env)
         self.weights: tuple[str, str] | None = None

@@ -38,13 +38,23 @@ def ray_session(recipe: Recipe) -> Iterator[None]:
         return
     placement = recipe.placement
     # Actors (and the servers they start) import the recipe's own modules too.
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        [*recipe.python_path, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}}
+    runtime_env = {
+        "env_vars": {
+            "PYTHONPATH": os.pathsep.join(
+                [*recipe.python_path, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+            )
+        }
+    }
     if placement.ray_address:
         ray.init(address=placement.ray_address, log_to_driver=False, runtime_env=runtime_env)
     else:
-        ray.init(num_cpus=placement.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env=runtime_env)
+        ray.init(
+            num_cpus=placement.num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env=runtime_env,
+        )
     try:
         yield
     finally:
@@ -123,12 +133,22 @@ class Services:
     admin_key: str
 
 
-def _service(name: str, command: list[str], host: str, port: int, log_dir: Path, env: dict[str, str] | None = None,
-             **options: Any) -> tuple[ActorHandle[ServiceActor], str]:
+def _service(
+    name: str,
+    command: list[str],
+    host: str,
+    port: int,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    **options: Any,
+) -> tuple[ActorHandle[ServiceActor], str]:
     import ray
 
-    actor = ray.remote(ServiceActor).options(num_cpus=0, max_concurrency=4, **options).remote(
-        name, command, host, port, str(log_dir), env)
+    actor = (
+        ray.remote(ServiceActor)
+        .options(num_cpus=0, max_concurrency=4, **options)
+        .remote(name, command, host, port, str(log_dir), env)
+    )
     return actor, ray.get(actor.start.remote())
 
 
@@ -138,8 +158,10 @@ def _keys(recipe: Recipe) -> tuple[str | None, str]:
     engine_key = os.environ.get(ENGINE_KEY.env) if recipe.engine.url else new_key(ENGINE_KEY)
     admin_key = os.environ.get(ADMIN_KEY.env) if recipe.gateway.url else new_key(ADMIN_KEY)
     if not admin_key:
-        raise ValueError(f"gateway.url names a running gateway ({recipe.gateway.url}); set {ADMIN_KEY.env} to "
-                         "its admin key so the run can open sessions and pause it for weight updates")
+        raise ValueError(
+            f"gateway.url names a running gateway ({recipe.gateway.url}); set {ADMIN_KEY.env} to "
+            "its admin key so the run can open sessions and pause it for weight updates"
+        )
     return engine_key, admin_key
 
 
@@ -173,13 +195,21 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
         if engine_url is None:
             port = sglang_port(host) if recipe.engine.backend == "sglang" else 0
             command = engine_command(recipe, model, host, port, engine_key, log_dir)
-            engine, engine_url = _service("engine", command, host, port, log_dir, engine_env(recipe, engine_key),
-                                          **where.engine, **options)
+            engine, engine_url = _service(
+                "engine", command, host, port, log_dir, engine_env(recipe, engine_key), **where.engine, **options
+            )
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
-            gateway, gateway_url = _service("gateway", gateway_command(recipe, engine_url, model, store, host, 0),
-                                            host, 0, log_dir, {**key_env, ADMIN_KEY.env: admin_key}, **options)
+            gateway, gateway_url = _service(
+                "gateway",
+                gateway_command(recipe, engine_url, model, store, host, 0),
+                host,
+                0,
+                log_dir,
+                {**key_env, ADMIN_KEY.env: admin_key},
+                **options,
+            )
             started.append(gateway)
         yield Services(env.actor, engine, gateway, env.url, engine_url, gateway_url, store, engine_key, admin_key)
     finally:

@@ -39,10 +39,19 @@ def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) 
     if reference is None:  # no KL term until RL names its reference (`set_loss`, after any SFT)
         loss["kl_coef"] = 0.0
     return TrainConfig(
-        checkpoint=checkpoint, reference=reference, dtype=t.dtype, lr=t.lr, weight_decay=t.weight_decay,
+        checkpoint=checkpoint,
+        reference=reference,
+        dtype=t.dtype,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
         adam_betas=tuple(t.adam_betas),
-        clip_grad=t.clip_grad, use_distributed_optimizer=t.use_distributed_optimizer, token_budget=t.token_budget,
-        layout=t.layout, attention=t.attention, old_logprobs=t.old_logprobs, grammar_mask=t.grammar_mask,
+        clip_grad=t.clip_grad,
+        use_distributed_optimizer=t.use_distributed_optimizer,
+        token_budget=t.token_budget,
+        layout=t.layout,
+        attention=t.attention,
+        old_logprobs=t.old_logprobs,
+        grammar_mask=t.grammar_mask,
         loss=LossConfig(**loss),
     )
 
@@ -112,8 +121,10 @@ class TrainerRank:
         import torch
 
         Path(folder).mkdir(parents=True, exist_ok=True)
-        torch.save({"optimizer": self.policy.optimizer.state_dict(), "steps": self.policy.steps},
-                   Path(folder) / f"rank-{self.rank}.pt")
+        torch.save(
+            {"optimizer": self.policy.optimizer.state_dict(), "steps": self.policy.steps},
+            Path(folder) / f"rank-{self.rank}.pt",
+        )
 
     def load(self, folder: str) -> None:
         import torch
@@ -135,8 +146,14 @@ class TrainerGroup:
         self.ranks = ranks
 
     @classmethod
-    def start(cls, recipe: Recipe, checkpoint: str, *, reference: str | None = None,
-              scheduling: list[dict[str, Any]] | None = None) -> TrainerGroup:
+    def start(
+        cls,
+        recipe: Recipe,
+        checkpoint: str,
+        *,
+        reference: str | None = None,
+        scheduling: list[dict[str, Any]] | None = None,
+    ) -> TrainerGroup:
         import ray
 
         from .setup import actor_options
@@ -146,8 +163,11 @@ class TrainerGroup:
         actor = ray.remote(TrainerRank)
         ranks = []
         for rank in range(world):
-            options: dict[str, Any] = {"num_cpus": placement.trainer_cpus, "num_gpus": placement.trainer_gpus,
-                                       **actor_options(recipe)}
+            options: dict[str, Any] = {
+                "num_cpus": placement.trainer_cpus,
+                "num_gpus": placement.trainer_gpus,
+                **actor_options(recipe),
+            }
             if scheduling:
                 options.update(scheduling[rank])
             threads = t.threads or max(1, int(placement.trainer_cpus))

@@ -86,21 +86,34 @@ def _command(action: ToolCall) -> str:
     return str(action.parsed_arguments().get("command", ""))
 
 
-def tool_agent_messages(transcript: Transcript, system_prompt: str = SYSTEM_PROMPT, *,
-                        tools: bool = True) -> list[dict[str, Any]]:
+def tool_agent_messages(
+    transcript: Transcript, system_prompt: str = SYSTEM_PROMPT, *, tools: bool = True
+) -> list[dict[str, Any]]:
     """The chat the `tool` agent has after playing this transcript: each command an `act` tool
     call answered by a `tool` message, or, when the agent is offered no tools (`tools=False`),
     a plain-text reply answered by a `user` message."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt},
-                                      {"role": "user", "content": transcript.observation}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": transcript.observation},
+    ]
     for index, (command, observation) in enumerate(transcript.steps):
         if not tools:
             messages += [{"role": "assistant", "content": command}, {"role": "user", "content": observation}]
             continue
         call_id = f"call_{index}"
-        messages.append({"role": "assistant", "content": "", "tool_calls": [{
-            "id": call_id, "type": "function",
-            "function": {"name": TOOL_NAME, "arguments": json.dumps({"command": command})}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": TOOL_NAME, "arguments": json.dumps({"command": command})},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": observation})
     return messages
 
@@ -126,16 +139,30 @@ class ChatRenderer:
         assistant message, each extending the one before."""
         return conversation_calls(self.builder, messages, tools, self.policy)
 
-    def sample(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
-               session_id: str, group_id: str = "sft", agent_id: str = "main", reward: float | None = None,
-               untrained: list[int] | tuple[int, ...] = ()) -> Sample:
+    def sample(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        session_id: str,
+        group_id: str = "sft",
+        agent_id: str = "main",
+        reward: float | None = None,
+        untrained: list[int] | tuple[int, ...] = (),
+    ) -> Sample:
         """The conversation's last call's tokens, the loss on its replies but the `untrained`
         ones (indices of assistant replies that stay in the context without loss)."""
         calls = self.calls(messages, tools)
         trained = [call for number, call in enumerate(calls) if number not in untrained]
-        spans = [SampledSpan(call.prompt_len, call.path_len,
-                             CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version="expert"),
-                             [0.0] * (call.path_len - call.prompt_len))
-                 for index, call in enumerate(trained)]
-        return build_sample(list(calls[-1].path), spans, session_id=session_id, group_id=group_id,
-                            agent_id=agent_id, reward=reward).validate()
+        spans = [
+            SampledSpan(
+                call.prompt_len,
+                call.path_len,
+                CallRef(call_id=f"{session_id}/{agent_id}/{index}", weight_version="expert"),
+                [0.0] * (call.path_len - call.prompt_len),
+            )
+            for index, call in enumerate(trained)
+        ]
+        return build_sample(
+            list(calls[-1].path), spans, session_id=session_id, group_id=group_id, agent_id=agent_id, reward=reward
+        ).validate()

@@ -52,8 +52,15 @@ def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
     return out
 
 
-def run_sft(trainer: TrainerGroup, samples: list[Sample], config: SFTConfig, *, seed: int = 0, start_step: int = 0,
-            on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
+def run_sft(
+    trainer: TrainerGroup,
+    samples: list[Sample],
+    config: SFTConfig,
+    *,
+    seed: int = 0,
+    start_step: int = 0,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> None:
     """Train `config.steps` SFT steps (from `start_step`) with the trainer's policy."""
     from ..losses import LossConfig
 
@@ -68,16 +75,23 @@ def run_sft(trainer: TrainerGroup, samples: list[Sample], config: SFTConfig, *, 
         extra = stats.extra
         tokens = max(extra.get("tokens", 0.0), 1.0)
         flat = sum(len(s.tokens) for s in batch)
-        metrics = {"loss": extra.get("neg_logprob", 0.0) / tokens, "lr": lr, "samples": len(batch),
-                   "sampled_tokens": stats.sampled_tokens, "grad_norm": stats.grad_norm,
-                   "tree_saving": 1 - stats.tree_tokens / flat, "seconds": stats.seconds,
-                   "train_tokens_per_s": stats.tree_tokens / max(stats.seconds, 1e-9)}
+        metrics = {
+            "loss": extra.get("neg_logprob", 0.0) / tokens,
+            "lr": lr,
+            "samples": len(batch),
+            "sampled_tokens": stats.sampled_tokens,
+            "grad_norm": stats.grad_norm,
+            "tree_saving": 1 - stats.tree_tokens / flat,
+            "seconds": stats.seconds,
+            "train_tokens_per_s": stats.tree_tokens / max(stats.seconds, 1e-9),
+        }
         if on_step is not None:
             on_step(step + 1, metrics)
 
 
-async def play_transcripts(env_url: str, split: str, data: SFTData, *, max_turns: int, seed: int,
-                           concurrency: int = 8) -> list[Transcript]:
+async def play_transcripts(
+    env_url: str, split: str, data: SFTData, *, max_turns: int, seed: int, concurrency: int = 8
+) -> list[Transcript]:
     """Play the expert harness `data.episodes` times over the split's tasks (in turn)."""
     from roost.agents.registry import load_agent
     from roost.agents.runner import RunConfig, run_episodes
@@ -93,9 +107,15 @@ async def play_transcripts(env_url: str, split: str, data: SFTData, *, max_turns
         if not tasks:
             raise ValueError(f"split {split!r} has no tasks to play the expert on")
         chosen = [tasks[i % len(tasks)] for i in range(data.episodes)]
-        await run_episodes(chosen, env, agent, (await env.info()).tools,
-                           RunConfig(concurrency=concurrency, max_turns=max_turns, run_id="sft-expert",
-                                     kind=EpisodeKind.SFT, progress=False))
+        await run_episodes(
+            chosen,
+            env,
+            agent,
+            (await env.info()).tools,
+            RunConfig(
+                concurrency=concurrency, max_turns=max_turns, run_id="sft-expert", kind=EpisodeKind.SFT, progress=False
+            ),
+        )
     return [t for t in agent.transcripts if t.success]
 
 
@@ -112,12 +132,15 @@ def _parameters(harness: str) -> set[str]:
         return set()
 
 
-def expert_transcripts(env_url: str, split: str, data: SFTData, *, max_turns: int, seed: int,
-                       cache: Path | None = None) -> list[Transcript]:
+def expert_transcripts(
+    env_url: str, split: str, data: SFTData, *, max_turns: int, seed: int, cache: Path | None = None
+) -> list[Transcript]:
     """The expert's successful transcripts, read from `cache` when it holds them."""
     if cache is not None and cache.is_file():
-        return [Transcript(**{**r, "steps": [tuple(s) for s in r["steps"]]})
-                for r in map(json.loads, cache.read_text().splitlines())]
+        return [
+            Transcript(**{**r, "steps": [tuple(s) for s in r["steps"]]})
+            for r in map(json.loads, cache.read_text().splitlines())
+        ]
     transcripts = asyncio.run(play_transcripts(env_url, split, data, max_turns=max_turns, seed=seed))
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -133,13 +156,22 @@ def transcript_messages(transcript: Transcript, agent: AgentConfig) -> list[dict
     return tool_agent_messages(transcript, prompt, tools=agent.tools)
 
 
-def render_transcripts(renderer: ChatRenderer, transcripts: list[Transcript], tools: list[dict[str, Any]],
-                       agent: AgentConfig) -> list[Sample]:
+def render_transcripts(
+    renderer: ChatRenderer, transcripts: list[Transcript], tools: list[dict[str, Any]], agent: AgentConfig
+) -> list[Sample]:
     offered = tools if agent.tools else None
     # one group per task: a task's episodes share their prompt in the prefix tree
-    return [renderer.sample(transcript_messages(t, agent), offered, session_id=f"expert-{i}",
-                            group_id=f"sft/{t.task_id}", reward=t.reward, untrained=t.untrained)
-            for i, t in enumerate(transcripts)]
+    return [
+        renderer.sample(
+            transcript_messages(t, agent),
+            offered,
+            session_id=f"expert-{i}",
+            group_id=f"sft/{t.task_id}",
+            reward=t.reward,
+            untrained=t.untrained,
+        )
+        for i, t in enumerate(transcripts)
+    ]
 
 
 def recorded_samples(data: SFTData) -> list[Sample]:

@@ -169,8 +169,12 @@ def _value(node: Any) -> dict[str, str]:
     except NotImplementedError:
         return {}
     found = {}
-    for key, attr in (("value", "currentValue"), ("min", "minimumValue"), ("max", "maximumValue"),
-                      ("step", "minimumIncrement")):
+    for key, attr in (
+        ("value", "currentValue"),
+        ("min", "minimumValue"),
+        ("max", "maximumValue"),
+        ("step", "minimumIncrement"),
+    ):
         try:
             found[_q("val", key)] = str(getattr(value, attr))
         except Exception:  # noqa: BLE001 - an unreadable field is left out, as OSWorld does

@@ -57,9 +57,15 @@ class ActionRunner:
                 listener.bind(self.path)
                 listener.listen(64)
                 argv = [self.python, "-m", "roost.envs.osworld.desktop.action_runner", "--fd", str(listener.fileno())]
-                self._process = subprocess.Popen(argv, env=self.env, pass_fds=(listener.fileno(),),
-                                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                 stderr=subprocess.DEVNULL, start_new_session=True)
+                self._process = subprocess.Popen(
+                    argv,
+                    env=self.env,
+                    pass_fds=(listener.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
 
     def stop(self) -> None:
         with self._lock:
@@ -147,9 +153,12 @@ def _module_displays():
     xdisplay = sys.modules.get("Xlib.display")
     if xdisplay is None:
         return []
-    return [(module, name, value) for module in list(sys.modules.values())
-            for name, value in list(getattr(module, "__dict__", {}).items())
-            if isinstance(value, xdisplay.Display)]
+    return [
+        (module, name, value)
+        for module in list(sys.modules.values())
+        for name, value in list(getattr(module, "__dict__", {}).items())
+        if isinstance(value, xdisplay.Display)
+    ]
 
 
 def _supervise(conn: socket.socket) -> int:

@@ -33,21 +33,35 @@ def as_argv(command: list[str] | str, shell: bool) -> list[str] | str:
     return command
 
 
-def run(command: list[str] | str, *, shell: bool, env: dict[str, str], timeout_s: float,
-        cwd: str | None = None, merge_stderr: bool = False) -> Completed:
+def run(
+    command: list[str] | str,
+    *,
+    shell: bool,
+    env: dict[str, str],
+    timeout_s: float,
+    cwd: str | None = None,
+    merge_stderr: bool = False,
+) -> Completed:
     """Runs to completion or to `timeout_s`, when its whole process group is killed."""
-    proc = subprocess.Popen(command, shell=shell, env=env, cwd=cwd or env.get("HOME"), text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            start_new_session=True, errors="replace")
+    proc = subprocess.Popen(
+        command,
+        shell=shell,
+        env=env,
+        cwd=cwd or env.get("HOME"),
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        start_new_session=True,
+        errors="replace",
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return Completed(proc.returncode, out or "", err or "")
     except subprocess.TimeoutExpired:
         kill_group(proc.pid)
         out, err = proc.communicate()
-        return Completed(None, out or "", (err or "") + f"\ntimed out after {timeout_s:g}s; killed",
-                         timed_out=True)
+        return Completed(None, out or "", (err or "") + f"\ntimed out after {timeout_s:g}s; killed", timed_out=True)
 
 
 @contextmanager
@@ -68,8 +82,16 @@ def run_bash(script: str, *, env: dict[str, str], timeout_s: float, cwd: str | N
 
 def spawn(command: list[str] | str, *, shell: bool, env: dict[str, str]) -> int:
     """Starts a program and leaves it running (an app); its pid."""
-    proc = subprocess.Popen(command, shell=shell, env=env, cwd=env.get("HOME"), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        shell=shell,
+        env=env,
+        cwd=env.get("HOME"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     return proc.pid
 
 

@@ -59,7 +59,8 @@ class Request:
 
 def _multipart(content_type: str, body: bytes) -> tuple[dict[str, str], dict[str, bytes]]:
     message = BytesParser(policy=HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
     if not message.is_multipart():
         raise BadRequest("multipart body without parts (is the boundary right?)")
     fields: dict[str, str] = {}

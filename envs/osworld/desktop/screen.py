@@ -54,7 +54,7 @@ def window_size(display: str, app_class_name: str) -> tuple[int, int] | None:
     try:
         root = conn.screen().root
         listed = root.get_full_property(conn.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
-        for window_id in (listed.value if listed else []):
+        for window_id in listed.value if listed else []:
             try:
                 window = conn.create_resource_object("window", window_id)
                 if app_class_name.lower() in [n.lower() for n in (window.get_wm_class() or ())]:

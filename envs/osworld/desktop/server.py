@@ -92,8 +92,9 @@ def _text(body: dict, key: str, missing: str) -> str:
 def _command(body: dict) -> tuple[list[str] | str, bool]:
     shell = bool(body.get("shell", False))
     command = body.get("command", "" if shell else [])
-    if not command or not (isinstance(command, str) or
-                           (isinstance(command, list) and all(isinstance(a, str) for a in command))):
+    if not command or not (
+        isinstance(command, str) or (isinstance(command, list) and all(isinstance(a, str) for a in command))
+    ):
         raise BadRequest("command must be a non-empty string or list of strings")
     try:
         return commands.as_argv(command, shell), shell
@@ -170,13 +171,29 @@ def run_python(desktop: Desktop, request: Request) -> Reply:
         return Reply.json({"status": "error", "message": "Code not supplied!"}, 400)
     done = desktop.run_python(code, _timeout(body, PYTHON_TIMEOUT_S))
     if done.timed_out:
-        return Reply.json({"status": "error", "message": "Execution timeout: Code took too long to execute",
-                           "error": "TimeoutExpired", "need_more": False, "output": done.output,
-                           "timed_out": True}, 500)
+        return Reply.json(
+            {
+                "status": "error",
+                "message": "Execution timeout: Code took too long to execute",
+                "error": "TimeoutExpired",
+                "need_more": False,
+                "output": done.output,
+                "timed_out": True,
+            },
+            500,
+        )
     error = done.error or ("" if done.returncode == 0 else f"Process exited with code {done.returncode}")
     message = "\n".join(part for part in (done.output, error) if part)
-    return Reply.json({"status": "success" if done.returncode == 0 else "error", "message": message,
-                       "need_more": False, "output": done.output, "error": error, "return_code": done.returncode})
+    return Reply.json(
+        {
+            "status": "success" if done.returncode == 0 else "error",
+            "message": message,
+            "need_more": False,
+            "output": done.output,
+            "error": error,
+            "return_code": done.returncode,
+        }
+    )
 
 
 def run_bash_script(desktop: Desktop, request: Request) -> Reply:
@@ -187,15 +204,36 @@ def run_bash_script(desktop: Desktop, request: Request) -> Reply:
     if cwd is not None:
         cwd = os.path.expanduser(str(cwd))
         if not os.path.isdir(cwd):
-            return Reply.json({"status": "error", "output": f"Working directory does not exist: {cwd}",
-                               "error": "", "returncode": -1}, 400)
+            return Reply.json(
+                {
+                    "status": "error",
+                    "output": f"Working directory does not exist: {cwd}",
+                    "error": "",
+                    "returncode": -1,
+                },
+                400,
+            )
     timeout_s = _timeout(body, BASH_TIMEOUT_S)
     done = commands.run_bash(script, env=desktop.env, timeout_s=timeout_s, cwd=cwd)
     if done.timed_out:
-        return Reply.json({"status": "error", "output": f"Script execution timed out after {timeout_s:g} seconds",
-                           "error": "", "returncode": -1, "timed_out": True}, 500)
-    return Reply.json({"status": "success" if done.returncode == 0 else "error", "output": done.output,
-                       "error": "", "returncode": done.returncode})
+        return Reply.json(
+            {
+                "status": "error",
+                "output": f"Script execution timed out after {timeout_s:g} seconds",
+                "error": "",
+                "returncode": -1,
+                "timed_out": True,
+            },
+            500,
+        )
+    return Reply.json(
+        {
+            "status": "success" if done.returncode == 0 else "error",
+            "output": done.output,
+            "error": "",
+            "returncode": done.returncode,
+        }
+    )
 
 
 def get_file(desktop: Desktop, request: Request) -> Reply:
@@ -205,8 +243,12 @@ def get_file(desktop: Desktop, request: Request) -> Reply:
     path = Path(os.path.expandvars(os.path.expanduser(fields["file_path"])))
     if not path.is_file():
         return Reply.json({"error": "File not found"}, 404)
-    return Reply(200, path.read_bytes(), "application/octet-stream",
-                 {"Content-Disposition": f'attachment; filename="{path.name}"'})
+    return Reply(
+        200,
+        path.read_bytes(),
+        "application/octet-stream",
+        {"Content-Disposition": f'attachment; filename="{path.name}"'},
+    )
 
 
 def upload(desktop: Desktop, request: Request) -> Reply:
@@ -239,8 +281,12 @@ def open_file(desktop: Desktop, request: Request) -> Reply:
     except (TypeError, ValueError):
         return Reply.text(f"Invalid timeout_seconds: {body.get('timeout_seconds')}", 400)
     try:
-        windows.open_path(os.path.expandvars(path), window_name=body.get("window_name"), env=desktop.env,
-                          timeout_s=min(timeout_s, MAX_TIMEOUT_S))
+        windows.open_path(
+            os.path.expandvars(path),
+            window_name=body.get("window_name"),
+            env=desktop.env,
+            timeout_s=min(timeout_s, MAX_TIMEOUT_S),
+        )
     except FileNotFoundError as exc:
         return Reply.text(str(exc), 404)
     except windows.WindowNotFound as exc:
@@ -253,11 +299,17 @@ def _window_action(action: str, done: str):
         body = request.json()
         name = _text(body, "window_name", "window_name required")
         try:
-            windows.wmctrl_window(action, name, strict=bool(body.get("strict", False)),
-                                  by_class=bool(body.get("by_class", False)), env=desktop.env)
+            windows.wmctrl_window(
+                action,
+                name,
+                strict=bool(body.get("strict", False)),
+                by_class=bool(body.get("by_class", False)),
+                env=desktop.env,
+            )
         except windows.WindowNotFound as exc:
             return Reply.text(str(exc), 404)
         return Reply.text(done)
+
     return route
 
 
@@ -283,8 +335,10 @@ def _tree(directory: str) -> dict:
         entries = sorted(os.listdir(directory))
     except OSError as exc:
         return {"error": str(exc)}
-    children = [_tree(os.path.join(directory, e)) if os.path.isdir(os.path.join(directory, e))
-                else {"type": "file", "name": e} for e in entries]
+    children = [
+        _tree(os.path.join(directory, e)) if os.path.isdir(os.path.join(directory, e)) else {"type": "file", "name": e}
+        for e in entries
+    ]
     return {"type": "directory", "name": os.path.basename(directory), "children": children}
 
 
@@ -332,8 +386,11 @@ def make_handler(desktop: Desktop) -> type[BaseHTTPRequestHandler]:
             route = ROUTES.get((method, path))
             if route is None:
                 allowed = sorted(m for m, p in ROUTES if p == path)
-                reply = (Reply.json({"error": f"{method} {path} is not allowed; use {', '.join(allowed)}"}, 405)
-                         if allowed else Reply.json({"error": f"no route {path}"}, 404))
+                reply = (
+                    Reply.json({"error": f"{method} {path} is not allowed; use {', '.join(allowed)}"}, 405)
+                    if allowed
+                    else Reply.json({"error": f"no route {path}"}, 404)
+                )
             else:
                 reply = self._call(route)
             reply.send(self)
@@ -344,8 +401,14 @@ def make_handler(desktop: Desktop) -> type[BaseHTTPRequestHandler]:
             except BadRequest as exc:
                 return Reply.json({"status": "error", "error": str(exc), "message": str(exc)}, exc.status)
             except Exception as exc:  # noqa: BLE001 - one failed request must not end the server
-                return Reply.json({"status": "error", "message": f"{type(exc).__name__}: {exc}",
-                                   "error": f"{type(exc).__name__}: {exc}"}, 500)
+                return Reply.json(
+                    {
+                        "status": "error",
+                        "message": f"{type(exc).__name__}: {exc}",
+                        "error": f"{type(exc).__name__}: {exc}",
+                    },
+                    500,
+                )
 
         def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
             pass
@@ -361,16 +424,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--height", type=int, default=720)
     parser.add_argument("--home", default=os.path.expanduser("~"), help="the desktop user's home")
     parser.add_argument("--chromium-port", type=int, default=9222, help="Chromium's DevTools port")
-    parser.add_argument("--forward-chromium", type=int, default=0, metavar="PORT",
-                        help="also serve Chromium's DevTools on this port of --host (Chromium itself "
-                             "listens on 127.0.0.1 only); 0: not")
-    parser.add_argument("--python", default=sys.executable,
-                        help="the python that runs /run_python code and `python` commands (imports pyautogui)")
+    parser.add_argument(
+        "--forward-chromium",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="also serve Chromium's DevTools on this port of --host (Chromium itself "
+        "listens on 127.0.0.1 only); 0: not",
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the python that runs /run_python code and `python` commands (imports pyautogui)",
+    )
     args = parser.parse_args(argv)
     home = Path(args.home)
     (home / "Desktop").mkdir(parents=True, exist_ok=True)
-    session = DesktopSession(SessionConfig(width=args.width, height=args.height, home=home,
-                                           chromium_port=args.chromium_port, python=args.python))
+    session = DesktopSession(
+        SessionConfig(
+            width=args.width, height=args.height, home=home, chromium_port=args.chromium_port, python=args.python
+        )
+    )
     session.start()
     # pyatspi (in this process) finds the at-spi bus through the display and the session bus.
     for key in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY"):

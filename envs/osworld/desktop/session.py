@@ -21,12 +21,27 @@ from pathlib import Path
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_PROFILE = ".config/google-chrome"
 """Under $HOME: Google Chrome's profile folder, where OSWorld's tasks and getters look for it."""
-CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                  "--password-store=basic", "--force-renderer-accessibility")
-CHROMIUM_PREFERENCES = {"default_search_provider_data": {"template_url_data": {
-    "short_name": "Google", "keyword": "google.com", "prepopulate_id": 1,
-    "url": "{google:baseURL}search?q={searchTerms}"}}}
+CHROMIUM_FLAGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--password-store=basic",
+    "--force-renderer-accessibility",
+)
+CHROMIUM_PREFERENCES = {
+    "default_search_provider_data": {
+        "template_url_data": {
+            "short_name": "Google",
+            "keyword": "google.com",
+            "prepopulate_id": 1,
+            "url": "{google:baseURL}search?q={searchTerms}",
+        }
+    }
+}
 """A new profile's Default/Preferences (an existing one is left as it is). Google as
 the search engine, as in OSWorld's VM (its `get_default_search_engine` getter assumes it too), gives
 the local new-tab page (chrome://new-tab-page) with the address bar focused. Debian's default,
@@ -112,16 +127,35 @@ class DesktopSession:
         read_fd, write_fd = os.pipe()
         size = f"{self.config.width}x{self.config.height}x24"
         proc = subprocess.Popen(
-            ["Xvfb", f":{free_display()}", "-displayfd", str(write_fd), "-screen", "0", size, "-nolisten", "tcp",
-             "-ac", "-noreset", "+extension", "RANDR"],
-            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, MARKER: self.marker})
+            [
+                "Xvfb",
+                f":{free_display()}",
+                "-displayfd",
+                str(write_fd),
+                "-screen",
+                "0",
+                size,
+                "-nolisten",
+                "tcp",
+                "-ac",
+                "-noreset",
+                "+extension",
+                "RANDR",
+            ],
+            pass_fds=(write_fd,),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, MARKER: self.marker},
+        )
         os.close(write_fd)
         self._procs.append(proc)
         number = _read_line(read_fd, self.config.start_timeout_s)
         if not number.strip().isdigit():
-            raise SessionError(f"Xvfb did not report a display number (exit code {proc.poll()}); "
-                               "is xvfb installed (`apt-get install xvfb`)?")
+            raise SessionError(
+                f"Xvfb did not report a display number (exit code {proc.poll()}); "
+                "is xvfb installed (`apt-get install xvfb`)?"
+            )
         return f":{number.strip()}"
 
     def _base_env(self) -> dict[str, str]:
@@ -134,25 +168,40 @@ class DesktopSession:
         _write_xauthority(xauthority, self.display)
         seed_chromium_profile(self.config.home)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DBUS_", "AT_SPI", "XDG_"))}
-        env.update({
-            "DISPLAY": self.display, "HOME": str(self.config.home), "XDG_RUNTIME_DIR": str(runtime_dir),
-            "XAUTHORITY": str(xauthority),
-            "PATH": f"{bin_dir}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
-            # GTK and Qt apps export their widgets to the at-spi bus only when asked to.
-            "GTK_MODULES": "gail:atk-bridge", "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1",
-            "QT_ACCESSIBILITY": "1", "SAL_USE_VCLPLUGIN": "gtk3", "LANG": env.get("LANG", "C.UTF-8"),
-            "ROOST_CHROMIUM_PORT": str(self.config.chromium_port), MARKER: self.marker,
-        })
+        env.update(
+            {
+                "DISPLAY": self.display,
+                "HOME": str(self.config.home),
+                "XDG_RUNTIME_DIR": str(runtime_dir),
+                "XAUTHORITY": str(xauthority),
+                "PATH": f"{bin_dir}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+                # GTK and Qt apps export their widgets to the at-spi bus only when asked to.
+                "GTK_MODULES": "gail:atk-bridge",
+                "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1",
+                "QT_ACCESSIBILITY": "1",
+                "SAL_USE_VCLPLUGIN": "gtk3",
+                "LANG": env.get("LANG", "C.UTF-8"),
+                "ROOST_CHROMIUM_PORT": str(self.config.chromium_port),
+                MARKER: self.marker,
+            }
+        )
         env.pop("NO_AT_BRIDGE", None)
         return env
 
     def _start_dbus(self) -> None:
-        out = subprocess.run(["dbus-launch", "--sh-syntax"], env=self.env, capture_output=True, text=True,
-                             timeout=self.config.start_timeout_s, check=False)
+        out = subprocess.run(
+            ["dbus-launch", "--sh-syntax"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=self.config.start_timeout_s,
+            check=False,
+        )
         found = dict(_parse_sh_assignments(out.stdout))
         if "DBUS_SESSION_BUS_ADDRESS" not in found:
-            raise SessionError(f"dbus-launch printed no bus address (stderr: {out.stderr.strip()!r}); "
-                               "is dbus-x11 installed?")
+            raise SessionError(
+                f"dbus-launch printed no bus address (stderr: {out.stderr.strip()!r}); is dbus-x11 installed?"
+            )
         self.env.update(found)
 
     def _openbox_config(self) -> Path:
@@ -160,10 +209,12 @@ class DesktopSession:
         # opens a terminal titled "Terminal", as on OSWorld's Ubuntu (its tasks press it, then
         # activate the window "Terminal").
         path = self._runtime / "openbox-rc.xml"
-        path.write_text('<?xml version="1.0"?>\n<openbox_config xmlns="http://openbox.org/3.4/rc">'
-                        "<desktops><number>1</number></desktops><keyboard><keybind key=\"C-A-t\">"
-                        "<action name=\"Execute\"><command>lxterminal --title=Terminal</command></action>"
-                        "</keybind></keyboard></openbox_config>\n")
+        path.write_text(
+            '<?xml version="1.0"?>\n<openbox_config xmlns="http://openbox.org/3.4/rc">'
+            '<desktops><number>1</number></desktops><keyboard><keybind key="C-A-t">'
+            '<action name="Execute"><command>lxterminal --title=Terminal</command></action>'
+            "</keybind></keyboard></openbox_config>\n"
+        )
         return path
 
     def _wait_for(self, what: str, probe: list[str], expect: str) -> None:
@@ -176,11 +227,13 @@ class DesktopSession:
                 return
             ended = [f"{p.args[0]} (exit code {p.returncode})" for p in self._procs if p.poll() is not None]
             if ended:
-                raise SessionError(f"{', '.join(ended)} ended while the desktop started; "
-                                   f"their output ends with:\n{self._log_tail()}")
+                raise SessionError(
+                    f"{', '.join(ended)} ended while the desktop started; their output ends with:\n{self._log_tail()}"
+                )
             time.sleep(0.05)
-        raise SessionError(f"{what} did not come up on {self.display} within "
-                           f"{self.config.start_timeout_s:.0f}s\n{self._log_tail()}")
+        raise SessionError(
+            f"{what} did not come up on {self.display} within {self.config.start_timeout_s:.0f}s\n{self._log_tail()}"
+        )
 
     def _log_tail(self, chars: int = 2000) -> str:
         try:
@@ -201,12 +254,18 @@ def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
     tasks launch `google-chrome --remote-debugging-port=1337`) and Google Chrome's profile folder
     (OSWorld's Chrome getters read ~/.config/google-chrome/Default/: Bookmarks, Preferences, History)."""
     flags = " ".join(CHROMIUM_FLAGS)
-    chrome = ("#!/bin/sh\nfor a in \"$@\"; do shift; case \"$a\" in --remote-debugging-port=*) ;; "
-              "*) set -- \"$@\" \"$a\";; esac; done\n"
-              f"exec {CHROMIUM} {flags} --remote-debugging-port=\"$ROOST_CHROMIUM_PORT\" "
-              f'--user-data-dir="$HOME/{CHROMIUM_PROFILE}" "$@"\n')
-    scripts = {"python": f'#!/bin/sh\nexec {config.python} "$@"\n', "google-chrome": chrome,
-               "chromium": chrome, "chromium-browser": chrome}
+    chrome = (
+        '#!/bin/sh\nfor a in "$@"; do shift; case "$a" in --remote-debugging-port=*) ;; '
+        '*) set -- "$@" "$a";; esac; done\n'
+        f'exec {CHROMIUM} {flags} --remote-debugging-port="$ROOST_CHROMIUM_PORT" '
+        f'--user-data-dir="$HOME/{CHROMIUM_PROFILE}" "$@"\n'
+    )
+    scripts = {
+        "python": f'#!/bin/sh\nexec {config.python} "$@"\n',
+        "google-chrome": chrome,
+        "chromium": chrome,
+        "chromium-browser": chrome,
+    }
     scripts["python3"] = scripts["python"]
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
@@ -273,8 +332,13 @@ def _write_xauthority(path: Path, display: str) -> None:
     def field(value: bytes) -> bytes:
         return struct.pack(">H", len(value)) + value
 
-    entry = (struct.pack(">H", 256) + field(socket.gethostname().encode()) + field(display.lstrip(":").encode())
-             + field(b"MIT-MAGIC-COOKIE-1") + field(secrets.token_bytes(16)))
+    entry = (
+        struct.pack(">H", 256)
+        + field(socket.gethostname().encode())
+        + field(display.lstrip(":").encode())
+        + field(b"MIT-MAGIC-COOKIE-1")
+        + field(secrets.token_bytes(16))
+    )
     path.write_bytes(entry)
     path.chmod(0o600)
 

@@ -26,16 +26,23 @@ VERSION_COMMANDS = {
     "openbox": ["openbox", "--version"],
 }
 VERSION = re.compile(r"\d+(?:\.\d+)+")
-OSWORLD_APPS = {"chrome": "chromium", "libreoffice_calc": "libreoffice", "libreoffice_writer": "libreoffice",
-                "libreoffice_impress": "libreoffice", "mousepad": "mousepad", "os": "lxterminal"}
+OSWORLD_APPS = {
+    "chrome": "chromium",
+    "libreoffice_calc": "libreoffice",
+    "libreoffice_writer": "libreoffice",
+    "libreoffice_impress": "libreoffice",
+    "mousepad": "mousepad",
+    "os": "lxterminal",
+}
 """OSWorld's domain (and `related_apps`) names → the application here whose version stands for them."""
 
 
 def application_versions(env: dict[str, str] | None = None, timeout_s: float = 20.0) -> dict[str, str]:
     """Application name → its version (`156.0.8078.114`); an application not installed is left out."""
     with ThreadPoolExecutor(len(VERSION_COMMANDS)) as pool:
-        found = dict(zip(VERSION_COMMANDS, pool.map(lambda argv: _version(argv, env, timeout_s),
-                                                    VERSION_COMMANDS.values())))
+        found = dict(
+            zip(VERSION_COMMANDS, pool.map(lambda argv: _version(argv, env, timeout_s), VERSION_COMMANDS.values()))
+        )
     return {name: version for name, version in found.items() if version}
 
 

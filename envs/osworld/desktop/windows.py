@@ -57,8 +57,9 @@ def open_path(path: str, *, window_name: str | None, env: dict[str, str], timeou
     while time.monotonic() < deadline:
         for line in list_windows(env):
             if any(c and c in line for c in candidates):
-                subprocess.run(["wmctrl", "-i", "-a", line.split()[0]], env=env, check=False,
-                               capture_output=True, timeout=10)
+                subprocess.run(
+                    ["wmctrl", "-i", "-a", line.split()[0]], env=env, check=False, capture_output=True, timeout=10
+                )
                 return line
         time.sleep(0.2)
     raise WindowNotFound(f"Failed to find window for {candidates} within {timeout_s:g} seconds.")
@@ -72,7 +73,8 @@ def list_windows(env: dict[str, str]) -> list[str]:
 def wmctrl_window(action: str, window_name: str, *, strict: bool, by_class: bool, env: dict[str, str]) -> None:
     """`action` "a" activates, "c" closes (gracefully); WindowNotFound when none matches."""
     flags = "-" + ("x" if by_class else "") + ("F" if strict else "") + action
-    done = subprocess.run(["wmctrl", flags, window_name], env=env, capture_output=True, text=True,
-                          check=False, timeout=10)
+    done = subprocess.run(
+        ["wmctrl", flags, window_name], env=env, capture_output=True, text=True, check=False, timeout=10
+    )
     if done.returncode != 0:
         raise WindowNotFound(f"Window {window_name} not found" + (" (strict mode)." if strict else "."))

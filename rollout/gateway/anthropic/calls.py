@@ -71,33 +71,75 @@ class MessagesFront:
     def __init__(self, signer: ThinkingSigner):
         self.signer = signer
 
-    async def _plan(self, ctx: EngineContext, target: CallTarget, req: PromptFields, limit: int, raw_body: bytes,
-                    too_long: Callable[[int], GatewayError]) -> tuple[PromptPlan, bytes]:
+    async def _plan(
+        self,
+        ctx: EngineContext,
+        target: CallTarget,
+        req: PromptFields,
+        limit: int,
+        raw_body: bytes,
+        too_long: Callable[[int], GatewayError],
+    ) -> tuple[PromptPlan, bytes]:
         ctx.check_model(req.model)
         dicts = clear_thinking(req, to_template(req, ctx.served_model, self.signer))
-        return await plan_call(ctx, target, dicts, tool_dicts(req), template_kwargs(req), limit, len(raw_body),
-                               too_long, reasoning_policy(req, target.session.record.reasoning_policy))
+        return await plan_call(
+            ctx,
+            target,
+            dicts,
+            tool_dicts(req),
+            template_kwargs(req),
+            limit,
+            len(raw_body),
+            too_long,
+            reasoning_policy(req, target.session.record.reasoning_policy),
+        )
 
-    async def prepare(self, ctx: EngineContext, target: CallTarget, req: MessagesRequest, raw_body: bytes,
-                      received: float) -> Prepared:
+    async def prepare(
+        self, ctx: EngineContext, target: CallTarget, req: MessagesRequest, raw_body: bytes, received: float
+    ) -> Prepared:
         plan, chain_end = await self._plan(
-            ctx, target, req, prompt_limit(req, ctx.context_length), raw_body,
-            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
+            ctx,
+            target,
+            req,
+            prompt_limit(req, ctx.context_length),
+            raw_body,
+            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"),
+        )
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, None)
         tools = tool_dicts(req)
         parse_tools = tools is not None and (req.tool_choice is None or req.tool_choice.type != "none")
-        constraint = only_one(output_constraint(req), messages_constraint(
-            tools, req.tool_choice, ctx.reply_format, prompt_tail(ctx, plan)))
-        return Prepared(req, target, req.model, plan, constrained(_sampling(req, limit), constraint), 1, req.stream,
-                        list(req.stop_sequences or ()), raw_body, received, chain_end=chain_end,
-                        parse_tools=parse_tools, constraint=constraint.record() if constraint else None,
-                        argument_defaults=argument_defaults(tools), notes=option_notes(req))
+        constraint = only_one(
+            output_constraint(req),
+            messages_constraint(tools, req.tool_choice, ctx.reply_format, prompt_tail(ctx, plan)),
+        )
+        return Prepared(
+            req,
+            target,
+            req.model,
+            plan,
+            constrained(_sampling(req, limit), constraint),
+            1,
+            req.stream,
+            list(req.stop_sequences or ()),
+            raw_body,
+            received,
+            chain_end=chain_end,
+            parse_tools=parse_tools,
+            constraint=constraint.record() if constraint else None,
+            argument_defaults=argument_defaults(tools),
+            notes=option_notes(req),
+        )
 
     async def count(self, ctx: EngineContext, target: CallTarget, req: PromptFields, raw_body: bytes) -> int:
         """The prompt tokens a Messages call with this prompt would send the engine."""
         plan, _ = await self._plan(
-            ctx, target, req, ctx.context_length, raw_body,
-            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
+            ctx,
+            target,
+            req,
+            ctx.context_length,
+            raw_body,
+            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"),
+        )
         return len(plan.prompt_ids)
 
     def tool_id(self) -> str:
@@ -110,8 +152,9 @@ class MessagesFront:
         reply = o.reply
         blocks: list[dict[str, Any]] = []
         if reply.reasoning:
-            blocks.append({"type": "thinking", "thinking": reply.reasoning,
-                           "signature": self.signer.sign(reply.reasoning)})
+            blocks.append(
+                {"type": "thinking", "thinking": reply.reasoning, "signature": self.signer.sign(reply.reasoning)}
+            )
         if reply.content:
             blocks.append({"type": "text", "text": reply.content})
         for call, tool_id in zip(reply.tool_calls, o.tool_ids):
@@ -120,15 +163,26 @@ class MessagesFront:
 
     def record_response(self, p: Prepared, o: Outcome) -> dict[str, Any]:
         reason, sequence = stop_reason(o)
-        return {"message": assistant_message(o.reply, o.tool_ids), "stop_reason": reason, "stop_sequence": sequence,
-                "parse_failures": o.reply.failures}
+        return {
+            "message": assistant_message(o.reply, o.tool_ids),
+            "stop_reason": reason,
+            "stop_sequence": sequence,
+            "parse_failures": o.reply.failures,
+        }
 
     def answer(self, ctx: EngineContext, p: Prepared, outcomes: list[Outcome]) -> dict[str, Any]:
         o = outcomes[0]
         reason, sequence = stop_reason(o)
-        return {"id": f"msg_{o.call_id}", "type": "message", "role": "assistant", "model": p.model,
-                "content": self.content(o), "stop_reason": reason, "stop_sequence": sequence,
-                "usage": usage(p, len(o.sampled.ids))}
+        return {
+            "id": f"msg_{o.call_id}",
+            "type": "message",
+            "role": "assistant",
+            "model": p.model,
+            "content": self.content(o),
+            "stop_reason": reason,
+            "stop_sequence": sequence,
+            "usage": usage(p, len(o.sampled.ids)),
+        }
 
     def streamer(self, ctx: EngineContext, p: Prepared, call_id: str, weight_version: str) -> MessagesStreamer:
         return MessagesStreamer(self, p, call_id)
@@ -138,8 +192,12 @@ def usage(p: Prepared, output_tokens: int) -> dict[str, int]:
     """Anthropic's usage: `input_tokens` are the prompt tokens not reused from the agent's
     tree; the reused ones count as cache reads."""
     reused = p.plan.shared_prefix_len
-    return {"input_tokens": len(p.plan.prompt_ids) - reused, "output_tokens": output_tokens,
-            "cache_read_input_tokens": reused, "cache_creation_input_tokens": 0}
+    return {
+        "input_tokens": len(p.plan.prompt_ids) - reused,
+        "output_tokens": output_tokens,
+        "cache_read_input_tokens": reused,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 def event(kind: str, payload: dict[str, Any]) -> bytes:
@@ -158,8 +216,16 @@ class MessagesStreamer:
         self.thinking: list[str] = []
 
     def opening(self) -> list[bytes]:
-        message = {"id": f"msg_{self.call_id}", "type": "message", "role": "assistant", "model": self.p.model,
-                   "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage(self.p, 0)}
+        message = {
+            "id": f"msg_{self.call_id}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.p.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage(self.p, 0),
+        }
         return [event("message_start", {"message": message}), event("ping", {})]
 
     def _start(self, block: dict[str, Any]) -> list[bytes]:
@@ -185,11 +251,15 @@ class MessagesStreamer:
         if ev.kind == "tool_call":
             block = {"type": "tool_use", "id": tool_id, "name": ev.call.name, "input": {}}
             arguments = orjson.dumps(_input(ev.call)).decode()
-            return self._start(block) + [self._delta({"type": "input_json_delta", "partial_json": arguments})] \
+            return (
+                self._start(block)
+                + [self._delta({"type": "input_json_delta", "partial_json": arguments})]
                 + self._stop()
+            )
         if ev.kind == "reasoning" and ev.text:
-            frames = [] if self.open == "thinking" else self._start({"type": "thinking", "thinking": "",
-                                                                     "signature": ""})
+            frames = (
+                [] if self.open == "thinking" else self._start({"type": "thinking", "thinking": "", "signature": ""})
+            )
             self.thinking.append(ev.text)
             return frames + [self._delta({"type": "thinking_delta", "thinking": ev.text})]
         if ev.kind == "content" and ev.text:
@@ -200,8 +270,13 @@ class MessagesStreamer:
     def closing(self, o: Outcome) -> list[bytes]:
         reason, sequence = stop_reason(o)
         return self._stop() + [
-            event("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                    "usage": {"output_tokens": len(o.sampled.ids)}}),
+            event(
+                "message_delta",
+                {
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": {"output_tokens": len(o.sampled.ids)},
+                },
+            ),
             event("message_stop", {}),
         ]
 

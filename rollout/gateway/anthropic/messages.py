@@ -46,8 +46,11 @@ class ThinkingSigner:
 def tool_dicts(req: PromptFields) -> list[dict[str, Any]] | None:
     """Anthropic's client tools as the OpenAI tool dicts chat renders (the same header key for both
     wires); server tools are left out (anthropic/options.py notes them)."""
-    out = [function_tool(tool.name, tool.description, tool.input_schema)
-           for tool in req.tools or () if isinstance(tool, ToolParam)]
+    out = [
+        function_tool(tool.name, tool.description, tool.input_schema)
+        for tool in req.tools or ()
+        if isinstance(tool, ToolParam)
+    ]
     return out or None
 
 
@@ -85,14 +88,19 @@ def _system_text(content: str | list, where: str) -> str:
         return content
     for j, block in enumerate(content):
         if not isinstance(block, TextBlock):
-            raise InvalidRequest(f"{where}.{j} is a {block.type} block, but a system message holds text blocks "
-                                 "only; move it to a user or assistant turn", param=f"{where}.{j}")
+            raise InvalidRequest(
+                f"{where}.{j} is a {block.type} block, but a system message holds text blocks "
+                "only; move it to a user or assistant turn",
+                param=f"{where}.{j}",
+            )
     return "\n".join(block.text for block in content)
 
 
 def _image(where: str, model: str) -> InvalidRequest:
-    return InvalidRequest(f"{where} is an image block, but model {model!r} reads text only; send text, or serve a "
-                          "vision model", param=where)
+    return InvalidRequest(
+        f"{where} is an image block, but model {model!r} reads text only; send text, or serve a vision model",
+        param=where,
+    )
 
 
 def _assistant(message: MessageParam, where: str, model: str, signer: ThinkingSigner) -> dict[str, Any]:
@@ -107,8 +115,11 @@ def _assistant(message: MessageParam, where: str, model: str, signer: ThinkingSi
             text.append(block.text)
         elif isinstance(block, ThinkingBlock):
             if not signer.valid(block.thinking, block.signature):
-                raise InvalidRequest(f"{at} is a thinking block whose signature this gateway did not give; send "
-                                     "thinking blocks back unchanged, or leave them out", param=at)
+                raise InvalidRequest(
+                    f"{at} is a thinking block whose signature this gateway did not give; send "
+                    "thinking blocks back unchanged, or leave them out",
+                    param=at,
+                )
             reasoning.append(block.thinking)
         elif isinstance(block, ToolUseBlock):
             arguments = json.dumps(block.input, ensure_ascii=False)
@@ -116,8 +127,11 @@ def _assistant(message: MessageParam, where: str, model: str, signer: ThinkingSi
         elif isinstance(block, ImageBlock):
             raise _image(at, model)
         else:
-            raise InvalidRequest(f"{at} is a {block.type} block, which an assistant turn cannot hold here "
-                                 "(redacted thinking is never given by this gateway)", param=at)
+            raise InvalidRequest(
+                f"{at} is a {block.type} block, which an assistant turn cannot hold here "
+                "(redacted thinking is never given by this gateway)",
+                param=at,
+            )
     out: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
     if reasoning:
         out["reasoning_content"] = "\n".join(reasoning)
@@ -142,7 +156,9 @@ def _user(message: MessageParam, where: str, model: str, open_calls: set[str]) -
                 raise InvalidRequest(
                     f"{at} is a tool_result for tool_use {block.tool_use_id!r}, which the assistant turn just before "
                     f"did not make (its tool_use ids: {sorted(open_calls)}); answer each tool_use of the previous "
-                    "assistant message, by its id", param=at)
+                    "assistant message, by its id",
+                    param=at,
+                )
             if text:
                 out.append({"role": "user", "content": "\n".join(text)})
                 text = []

@@ -54,9 +54,10 @@ def clear_thinking(req: PromptFields, dicts: list[dict[str, Any]]) -> list[dict[
     if kept is None:
         return dicts
     thinking = [i for i, m in enumerate(dicts) if m["role"] == "assistant" and "reasoning_content" in m]
-    cleared = set(thinking[:len(thinking) - kept]) if kept else set(thinking)
-    return [{k: v for k, v in m.items() if k != "reasoning_content"} if i in cleared else m
-            for i, m in enumerate(dicts)]
+    cleared = set(thinking[: len(thinking) - kept]) if kept else set(thinking)
+    return [
+        {k: v for k, v in m.items() if k != "reasoning_content"} if i in cleared else m for i, m in enumerate(dicts)
+    ]
 
 
 def output_constraint(req: MessagesRequest) -> Constraint | None:
@@ -72,21 +73,25 @@ def option_notes(req: PromptFields) -> list[str]:
     notes = unknown_fields(req, "messages")
     for i, tool in enumerate(req.tools or ()):
         if isinstance(tool, ServerTool):
-            notes.append(f"messages: tools.{i} is Anthropic's server tool {tool.type!r} ({tool.name}), which this "
-                         "engine cannot run; left out of the prompt")
+            notes.append(
+                f"messages: tools.{i} is Anthropic's server tool {tool.type!r} ({tool.name}), which this "
+                "engine cannot run; left out of the prompt"
+            )
     if req.thinking is not None and req.thinking.budget_tokens is not None:
         notes.append("messages: thinking.budget_tokens is not enforced; the reply's max_tokens bounds the thinking")
     if req.thinking is not None and req.thinking.display == "omitted":
         notes.append("messages: thinking.display 'omitted' is not honoured; thinking is returned in full")
     for edit in req.context_management.edits if req.context_management else ():
         if edit.type != CLEAR_THINKING:
-            notes.append(f"messages: context_management edit {edit.type!r} is not applied; the conversation is "
-                         "rendered as sent")
+            notes.append(
+                f"messages: context_management edit {edit.type!r} is not applied; the conversation is rendered as sent"
+            )
         notes.extend(unknown_fields(edit, f"messages: context_management edit {edit.type!r}"))
     config = req.output_config
     if config is not None:
         if config.effort is not None:
-            notes.append(f"messages: output_config.effort {config.effort!r} has no counterpart on this engine; "
-                         "not acted on")
+            notes.append(
+                f"messages: output_config.effort {config.effort!r} has no counterpart on this engine; not acted on"
+            )
         notes.extend(unknown_fields(config, "messages: output_config"))
     return notes

@@ -95,8 +95,9 @@ class ServerTool(Lenient):
     name: str | None = None
 
 
-Tool = Annotated[Annotated[ToolParam, Tag("custom")] | Annotated[ServerTool, Tag("other")],
-                 tagged(("custom",), "custom")]
+Tool = Annotated[
+    Annotated[ToolParam, Tag("custom")] | Annotated[ServerTool, Tag("other")], tagged(("custom",), "custom")
+]
 
 
 class ToolChoice(Wire):

@@ -47,8 +47,9 @@ class ControlPlaneError(RuntimeError):
 class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     """`async with GatewayClient(url, admin_key=...) as gateway:` closes its connections at the end."""
 
-    def __init__(self, url: str, *, admin_key: str | None, timeout_s: float = 30.0,
-                 tracing: Tracing | None = None) -> None:
+    def __init__(
+        self, url: str, *, admin_key: str | None, timeout_s: float = 30.0, tracing: Tracing | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, headers=bearer(admin_key))
         if tracing is not None:
@@ -60,14 +61,20 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def create_session(self, group_id: str, task: dict[str, Any], metadata: dict[str, Any] | None = None,
-                             traceparent: str | None = None) -> SessionCreated:
+    async def create_session(
+        self,
+        group_id: str,
+        task: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        traceparent: str | None = None,
+    ) -> SessionCreated:
         """`traceparent`: the span the session's model calls are parented on (the episode's)."""
         body = CreateSession(group_id=group_id, task=task, metadata=metadata or {}, traceparent=traceparent)
         return await self._request("POST", "/sessions", SessionCreated, body)
 
-    async def post_reward(self, session_id: str, reward: float, info: dict[str, Any] | None = None,
-                          call_id: str | None = None) -> None:
+    async def post_reward(
+        self, session_id: str, reward: float, info: dict[str, Any] | None = None, call_id: str | None = None
+    ) -> None:
         body = PostReward(reward=reward, info=info or {}, call_id=call_id)
         await self._request("POST", f"/sessions/{session_id}/reward", Ack, body)
 
@@ -101,8 +108,10 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
         try:
             return answer.model_validate_json(response.content)
         except ValidationError as exc:
-            raise ControlPlaneError(f"{method} {self.url}{path} answered something other than a {answer.__name__} "
-                               f"(is it a roost gateway of this version?): {exc}") from exc
+            raise ControlPlaneError(
+                f"{method} {self.url}{path} answered something other than a {answer.__name__} "
+                f"(is it a roost gateway of this version?): {exc}"
+            ) from exc
 
 
 async def is_gateway(url: str) -> bool:
@@ -117,13 +126,16 @@ async def is_gateway(url: str) -> bool:
     return response.status_code == 200
 
 
-async def recording_gateway(base_url: str | None, admin_key: str | None,
-                            tracing: Tracing | None = None) -> GatewayClient | None:
+async def recording_gateway(
+    base_url: str | None, admin_key: str | None, tracing: Tracing | None = None
+) -> GatewayClient | None:
     """A client of the gateway at `base_url`, or None when `base_url` is a plain OpenAI endpoint.
     Raises `ValueError` for a gateway without its admin key."""
     if not base_url or not await is_gateway(base_url):
         return None
     if not admin_key:
-        raise ValueError(f"{base_url} is a roost gateway: pass its admin key (--admin-key or {ADMIN_KEY.env}) "
-                         f"to record the episodes, or use {base_url.rstrip('/')}/v1 to run them unrecorded")
+        raise ValueError(
+            f"{base_url} is a roost gateway: pass its admin key (--admin-key or {ADMIN_KEY.env}) "
+            f"to record the episodes, or use {base_url.rstrip('/')}/v1 to run them unrecorded"
+        )
     return GatewayClient(base_url, admin_key=admin_key, tracing=tracing)

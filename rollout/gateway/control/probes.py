@@ -52,16 +52,21 @@ def routes(gw: Gateway) -> list[Route]:
         for card in cards:
             if card.get("id") == wanted:
                 return _json(card)
-        raise NotFound(f"no model {wanted!r} here; this gateway serves {[c.get('id') for c in cards]}",
-                       param="model")
+        raise NotFound(f"no model {wanted!r} here; this gateway serves {[c.get('id') for c in cards]}", param="model")
 
     async def ollama_show(request: Request) -> Response:
         cards = await gw.backend.model_cards()
         window = next((c.get("max_model_len") for c in cards if c.get("max_model_len")), None)
         if window is None:
             raise NotFound("the upstream server does not report its context length")
-        return _json({"model_info": {"general.context_length": int(window)}, "parameters": f"num_ctx {int(window)}",
-                      "capabilities": ["completion", "tools"], "details": {"format": "roost-gateway"}})
+        return _json(
+            {
+                "model_info": {"general.context_length": int(window)},
+                "parameters": f"num_ctx {int(window)}",
+                "capabilities": ["completion", "tools"],
+                "details": {"format": "roost-gateway"},
+            }
+        )
 
     def probe(handler):
         return guarded("probe", gw.metrics, session_keyed(gw, handler))  # a session's roots take its key

@@ -43,8 +43,9 @@ from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord
 def _json(answer: BaseModel, status: int = 200) -> Response:
     # exclude_unset: optional fields a route leaves out (a call's tokens, `drained` on resume)
     # stay out of the body, as the clients and the OpenAPI document expect.
-    return Response(orjson.dumps(answer.model_dump(exclude_unset=True)), status_code=status,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(answer.model_dump(exclude_unset=True)), status_code=status, media_type="application/json"
+    )
 
 
 def _base_url(gw: Gateway, request: Request) -> str:
@@ -53,9 +54,18 @@ def _base_url(gw: Gateway, request: Request) -> str:
 
 def _summary(r: SessionRecord) -> dict[str, Any]:
     """The fields every session answer starts with (`SessionSummary`'s)."""
-    return {"session_id": r.session_id, "group_id": r.group_id, "task": r.task, "metadata": r.metadata,
-            "status": r.status, "reasoning_policy": r.reasoning_policy, "created_at": r.created_at,
-            "finished_at": r.finished_at, "outcome": r.outcome, "finish_info": r.finish_info}
+    return {
+        "session_id": r.session_id,
+        "group_id": r.group_id,
+        "task": r.task,
+        "metadata": r.metadata,
+        "status": r.status,
+        "reasoning_policy": r.reasoning_policy,
+        "created_at": r.created_at,
+        "finished_at": r.finished_at,
+        "outcome": r.outcome,
+        "finish_info": r.finish_info,
+    }
 
 
 def _session_status(text: str | None) -> SessionStatus | None:
@@ -64,12 +74,15 @@ def _session_status(text: str | None) -> SessionStatus | None:
     try:
         return SessionStatus(text)
     except ValueError:
-        raise InvalidRequest(f"status={text!r} is not a session status; use one of "
-                             f"{', '.join(s.value for s in SessionStatus)}", param="status") from None
+        raise InvalidRequest(
+            f"status={text!r} is not a session status; use one of {', '.join(s.value for s in SessionStatus)}",
+            param="status",
+        ) from None
 
 
-def _detail(r: SessionRecord, calls: list[CallRecord], agents: list[AgentRecord], rewards: list[RewardRecord],
-            tokens: bool) -> SessionDetail:
+def _detail(
+    r: SessionRecord, calls: list[CallRecord], agents: list[AgentRecord], rewards: list[RewardRecord], tokens: bool
+) -> SessionDetail:
     return SessionDetail(
         **_summary(r),
         agents=[AgentView(agent_id=a.agent_id, parent_agent=a.parent_agent) for a in agents],
@@ -79,13 +92,32 @@ def _detail(r: SessionRecord, calls: list[CallRecord], agents: list[AgentRecord]
 
 
 def _call_view(c: CallRecord, tokens: bool) -> CallView:
-    ids = {"prompt_ids": list(c.prompt_ids), "sampled_ids": list(c.sampled_ids),
-           "sampled_logprobs": list(c.sampled_logprobs)} if tokens else {}
+    ids = (
+        {
+            "prompt_ids": list(c.prompt_ids),
+            "sampled_ids": list(c.sampled_ids),
+            "sampled_logprobs": list(c.sampled_logprobs),
+        }
+        if tokens
+        else {}
+    )
     return CallView(
-        call_id=c.call_id, agent_id=c.agent_id, parent_agent=c.parent_agent, seq=c.seq, endpoint=c.endpoint,
-        parent_call_id=c.parent_call_id, kind=c.kind, reuse=c.reuse, shared_prefix_len=c.shared_prefix_len,
-        prompt_tokens=len(c.prompt_ids), completion_tokens=len(c.sampled_ids), finish_reason=c.finish_reason,
-        weight_version=c.weight_version, timings=c.timings, response=c.response, **ids,
+        call_id=c.call_id,
+        agent_id=c.agent_id,
+        parent_agent=c.parent_agent,
+        seq=c.seq,
+        endpoint=c.endpoint,
+        parent_call_id=c.parent_call_id,
+        kind=c.kind,
+        reuse=c.reuse,
+        shared_prefix_len=c.shared_prefix_len,
+        prompt_tokens=len(c.prompt_ids),
+        completion_tokens=len(c.sampled_ids),
+        finish_reason=c.finish_reason,
+        weight_version=c.weight_version,
+        timings=c.timings,
+        response=c.response,
+        **ids,
     )
 
 
@@ -94,16 +126,27 @@ def routes(gw: Gateway) -> list[Route]:
         body = await read_body(request, gw.config.max_body_bytes)
         req = parse(CreateSession, body) if body.strip() else CreateSession()
         state, key = await gw.registry.create(
-            group_id=req.group_id, task=req.task, metadata=req.metadata, session_id=req.session_id,
+            group_id=req.group_id,
+            task=req.task,
+            metadata=req.metadata,
+            session_id=req.session_id,
             policy=req.reasoning_policy,
         )
         # The calls' parent: the span the body names (the runner's episode), else this request's own.
         body_parent = gw.tracing.incoming({"traceparent": req.traceparent or ""})
         state.trace_parent = body_parent or gw.tracing.current().traceparent
         base = f"{_base_url(gw, request)}/sessions/{state.session_id}/v1"
-        return _json(SessionCreated(session_id=state.session_id, key=key, base_url=base, group_id=req.group_id,
-                                    reasoning_policy=state.record.reasoning_policy,
-                                    created_at=state.record.created_at), 201)
+        return _json(
+            SessionCreated(
+                session_id=state.session_id,
+                key=key,
+                base_url=base,
+                group_id=req.group_id,
+                reasoning_policy=state.record.reasoning_policy,
+                created_at=state.record.created_at,
+            ),
+            201,
+        )
 
     async def get_session(request: Request) -> Response:
         sid = request.path_params["sid"]
@@ -135,7 +178,9 @@ def routes(gw: Gateway) -> list[Route]:
             call = await gw.store.read(lambda r: r.call(req.call_id))
             if call is None or call.session_id != state.session_id:
                 raise NotFound(f"session {state.session_id!r} has no call {req.call_id!r}")
-        await gw.store.add_reward(RewardRecord(state.session_id, req.reward, req.agent, req.call_id, req.info, time.time()))
+        await gw.store.add_reward(
+            RewardRecord(state.session_id, req.reward, req.agent, req.call_id, req.info, time.time())
+        )
         return _json(Ack(ok=True))
 
     async def post_advantages(request: Request) -> Response:
@@ -153,7 +198,8 @@ def routes(gw: Gateway) -> list[Route]:
                     raise InvalidRequest(
                         f"call {item.call_id} sampled {len(call.sampled_ids)} tokens but got "
                         f"{len(item.advantage)} per-token advantages; send one per sampled token or a scalar",
-                        param="advantages")
+                        param="advantages",
+                    )
                 records.append(AdvantageRecord(item.call_id, state.session_id, None, item.advantage, time.time()))
             else:
                 records.append(AdvantageRecord(item.call_id, state.session_id, item.advantage, None, time.time()))
@@ -183,9 +229,17 @@ def routes(gw: Gateway) -> list[Route]:
         # supervisors must see it (the gateway itself still answers and keeps its sessions).
         engine = await gw.backend.engine_health()
         up = engine != "unreachable"
-        return _json(GatewayHealth(status="ok" if up else "degraded", engine=engine, paused=gw.gate.paused,
-                                   backend=gw.config.backend, model=gw.served_model, in_flight=gw.gate.in_flight),
-                     200 if up else 503)
+        return _json(
+            GatewayHealth(
+                status="ok" if up else "degraded",
+                engine=engine,
+                paused=gw.gate.paused,
+                backend=gw.config.backend,
+                model=gw.served_model,
+                in_flight=gw.gate.in_flight,
+            ),
+            200 if up else 503,
+        )
 
     async def metrics(request: Request) -> Response:
         return metrics_response(gw.metrics.registry, request)

@@ -26,9 +26,14 @@ class CreateSession(Wire):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else to keep with the session")
     session_id: str | None = Field(None, description="Choose the id (default: random)")
     reasoning_policy: Literal["keep", "drop"] | None = Field(None, description="Override the gateway's policy")
-    traceparent: str | None = Field(None, max_length=128, description=(
-        "W3C traceparent of the episode's span (tracing on): the session's model calls that bring no "
-        "traceparent of their own are its children (default: this request's own traceparent)"))
+    traceparent: str | None = Field(
+        None,
+        max_length=128,
+        description=(
+            "W3C traceparent of the episode's span (tracing on): the session's model calls that bring no "
+            "traceparent of their own are its children (default: this request's own traceparent)"
+        ),
+    )
 
     @field_validator("session_id")
     @classmethod
@@ -36,8 +41,10 @@ class CreateSession(Wire):
         # The id becomes a path segment of the session's base_url: `.`, `..`, `/` or `%2e` there
         # would be normalised by clients into another path (`/sessions/../v1` is `/v1`).
         if sid is not None and not SESSION_ID.fullmatch(sid):
-            raise ValueError("must be 1-128 letters, digits, '_' or '-', starting with a letter or digit "
-                             "(it is a path segment of the session's base_url); choose another or omit it")
+            raise ValueError(
+                "must be 1-128 letters, digits, '_' or '-', starting with a letter or digit "
+                "(it is a path segment of the session's base_url); choose another or omit it"
+            )
         return sid
 
 
@@ -65,8 +72,11 @@ class FinishSession(Wire):
     """`POST /sessions/{sid}/finish`."""
 
     outcome: EpisodeOutcome | None = Field(None, description="how the episode ended: status, reward, kind, reason")
-    info: dict[str, Any] = Field(default_factory=dict, description="anything else about the episode, for people "
-                                 "(task id, steps, stop reason); without `outcome`, read for its `status` and `reward`")
+    info: dict[str, Any] = Field(
+        default_factory=dict,
+        description="anything else about the episode, for people "
+        "(task id, steps, stop reason); without `outcome`, read for its `status` and `reward`",
+    )
 
 
 class PauseRequest(Wire):

@@ -46,8 +46,9 @@ class Front(Protocol):
     passthrough_path: str | None
     """The upstream path a pass-through backend forwards this wire to; None: not forwardable."""
 
-    async def prepare(self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes,
-                      received: float) -> Prepared:
+    async def prepare(
+        self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes, received: float
+    ) -> Prepared:
         """Check the request and plan its prompt on the target agent's token tree."""
 
     def tool_id(self) -> str:
@@ -79,8 +80,9 @@ class Backend(Protocol):
 
     served_model: str
 
-    async def call(self, front: Front, target: CallTarget, req: Any, raw_body: bytes, received: float,
-                   receive: Receive) -> Response:
+    async def call(
+        self, front: Front, target: CallTarget, req: Any, raw_body: bytes, received: float, receive: Receive
+    ) -> Response:
         """Serve one call of `front`'s wire (`req`: its parsed request; `stream` comes from it)."""
 
     async def count_tokens(self, front: Counting, target: CallTarget, req: Any, raw_body: bytes) -> int:

@@ -102,8 +102,9 @@ class TokenBackend:
         self.gate = gate
         self.served_model = ctx.served_model
 
-    async def call(self, front: Front, target: CallTarget, req: Any, raw_body: bytes, received: float,
-                   receive: Receive) -> Response:
+    async def call(
+        self, front: Front, target: CallTarget, req: Any, raw_body: bytes, received: float, receive: Receive
+    ) -> Response:
         """Admit the call past the pause gate; it counts as in flight until its answer is out
         (for a stream: until the stream ends)."""
         await self.gate.enter()
@@ -135,8 +136,15 @@ class TokenBackend:
         return await front.count(self.ctx, target, req, raw_body)
 
     async def model_cards(self) -> list[dict[str, Any]]:
-        return [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "roost",
-                 "max_model_len": self.ctx.context_length}]
+        return [
+            {
+                "id": self.served_model,
+                "object": "model",
+                "created": 0,
+                "owned_by": "roost",
+                "max_model_len": self.ctx.context_length,
+            }
+        ]
 
     async def models(self) -> Response:
         body = {"object": "list", "data": await self.model_cards()}
@@ -158,8 +166,17 @@ class TokenBackend:
             return PlainText()
         return ReplyParser(self.ctx.reply_format, parse_tools=p.parse_tools)
 
-    async def _record(self, front: Front, p: Prepared, call_id: str, sampled: Sampled, events: list[ReplyEvent],
-                      tool_ids: list[str], started: float, engine_done: float) -> Outcome:
+    async def _record(
+        self,
+        front: Front,
+        p: Prepared,
+        call_id: str,
+        sampled: Sampled,
+        events: list[ReplyEvent],
+        tool_ids: list[str],
+        started: float,
+        engine_done: float,
+    ) -> Outcome:
         """Store the call (committed on return) and add it to the agent's tree."""
         ctx = self.ctx
         outcome = Outcome(call_id, sampled, collect(events), tool_ids)
@@ -171,10 +188,18 @@ class TokenBackend:
             calls = [(c.name, c.arguments) for c in reply.tool_calls]
             reply_key = extend_chain(p.chain_end, reply_message_key(reply.content, calls, p.argument_defaults))
         record = call_record(
-            call_id=call_id, target=p.target, endpoint=front.endpoint, backend=ctx.config.backend, model=p.model,
-            plan=p.plan, sampled=sampled, sampling_params=p.params, request=orjson.Fragment(p.raw_body),
+            call_id=call_id,
+            target=p.target,
+            endpoint=front.endpoint,
+            backend=ctx.config.backend,
+            model=p.model,
+            plan=p.plan,
+            sampled=sampled,
+            sampling_params=p.params,
+            request=orjson.Fragment(p.raw_body),
             response=recorded_response(front, p, outcome),
-            timings=timings(p.received, started, engine_done, time.perf_counter()), reply_key=reply_key,
+            timings=timings(p.received, started, engine_done, time.perf_counter()),
+            reply_key=reply_key,
             trace=p.trace,
         )
         # A stream records after its call span ended: its record span is still that span's child.
@@ -190,14 +215,18 @@ class TokenBackend:
         started = time.perf_counter()
         try:
             with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.n": p.n}):
-                generations = await ctx.generate(front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids,
-                                                 receive)
+                generations = await ctx.generate(
+                    front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids, receive
+                )
         except EngineError as exc:
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         engine_done = time.perf_counter()
         if any(gen.finish_reason.get("type") == "abort" for gen in generations):
-            raise BackendUnavailable("the engine aborted the generation (paused or restarting?); retry",
-                                     retry_after_s=ctx.config.retry_after_s, code="engine_aborted")
+            raise BackendUnavailable(
+                "the engine aborted the generation (paused or restarting?); retry",
+                retry_after_s=ctx.config.retry_after_s,
+                code="engine_aborted",
+            )
         recorded = []
         for cid, gen in zip(call_ids, generations):
             sampled = ctx.sampled_from(gen)
@@ -209,8 +238,11 @@ class TokenBackend:
         outcomes = [await recorded[0]] if len(recorded) == 1 else list(await asyncio.gather(*recorded))
         body = front.answer(ctx, p, outcomes)
         ctx.observe(front.endpoint, p.received, engine_done - started)
-        return Response(orjson.dumps(body), media_type="application/json",
-                        headers=ctx.call_headers(p.target, call_ids, engine_done - started))
+        return Response(
+            orjson.dumps(body),
+            media_type="application/json",
+            headers=ctx.call_headers(p.target, call_ids, engine_done - started),
+        )
 
     async def _stream(self, front: Front, p: Prepared, release: Callable[[], None]) -> Response:
         """Open the engine stream before answering, so an engine failure is a plain 503."""
@@ -219,21 +251,33 @@ class TokenBackend:
         started = time.perf_counter()
         engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id)
         try:
-            with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids),
-                                                     "roost.stream": True}):
+            with ctx.tracing.span(
+                "gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.stream": True}
+            ):
                 first = await anext(engine_stream)
         except StopAsyncIteration:
             await engine_stream.aclose()
-            raise BackendUnavailable("the engine closed the stream without a token; retry",
-                                     retry_after_s=ctx.config.retry_after_s, code="engine_protocol_error") from None
+            raise BackendUnavailable(
+                "the engine closed the stream without a token; retry",
+                retry_after_s=ctx.config.retry_after_s,
+                code="engine_protocol_error",
+            ) from None
         except EngineError as exc:
             await engine_stream.aclose()
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         frames = self._frames(front, p, call_id, first, engine_stream, started, release)
         return StreamingResponse(frames, media_type="text/event-stream", headers=ctx.call_headers(p.target, [call_id]))
 
-    async def _frames(self, front: Front, p: Prepared, call_id: str, first: Any, engine_stream: AsyncIterator,
-                      started: float, release: Callable[[], None]) -> AsyncIterator[bytes]:
+    async def _frames(
+        self,
+        front: Front,
+        p: Prepared,
+        call_id: str,
+        first: Any,
+        engine_stream: AsyncIterator,
+        started: float,
+        release: Callable[[], None],
+    ) -> AsyncIterator[bytes]:
         ctx = self.ctx
         out = front.streamer(ctx, p, call_id, first.weight_version)
         sampled = Sampled()
@@ -269,12 +313,14 @@ class TokenBackend:
                 try:
                     delta = await anext(engine_stream)
                 except StopAsyncIteration:
-                    raise BackendUnavailable("the engine stream ended before a finish reason",
-                                             code="engine_protocol_error") from None
+                    raise BackendUnavailable(
+                        "the engine stream ended before a finish reason", code="engine_protocol_error"
+                    ) from None
             engine_done = time.perf_counter()
             if sampled.finish_reason.get("type") == "abort":
-                raise BackendUnavailable("the engine aborted the generation (paused or restarting?); retry",
-                                         code="engine_aborted")
+                raise BackendUnavailable(
+                    "the engine aborted the generation (paused or restarting?); retry", code="engine_aborted"
+                )
             outcome = await self._record(front, p, call_id, sampled, events, tool_ids, started, engine_done)
             for frame in out.closing(outcome):
                 yield frame

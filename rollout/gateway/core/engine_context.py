@@ -62,12 +62,13 @@ class EngineContext:
     def check_model(self, model: str) -> None:
         if model != self.served_model and model.rsplit("/", 1)[-1] != self.served_model:
             raise ModelNotFound(
-                f"model {model!r} is not served here; this gateway serves {self.served_model!r} "
-                "(see GET /v1/models)", param="model",
+                f"model {model!r} is not served here; this gateway serves {self.served_model!r} (see GET /v1/models)",
+                param="model",
             )
 
-    async def generate(self, endpoint: str, prompt: list[int], params: dict[str, Any], call_ids: list[str],
-                       receive: Receive) -> list[Generation]:
+    async def generate(
+        self, endpoint: str, prompt: list[int], params: dict[str, Any], call_ids: list[str], receive: Receive
+    ) -> list[Generation]:
         """One engine request per choice, the call id as SGLang's rid; n=1 is awaited directly
         (a task per call would cost a loop iteration on the hot path). When the client
         disconnects first, the engine requests are closed and aborted and nothing is recorded."""
@@ -92,8 +93,9 @@ class EngineContext:
             pass
 
     def sampled_from(self, gen: Generation) -> Sampled:
-        return Sampled(ids_array(gen.output_ids), logprob_array(gen.output_logprobs),
-                       gen.finish_reason, gen.weight_version)
+        return Sampled(
+            ids_array(gen.output_ids), logprob_array(gen.output_logprobs), gen.finish_reason, gen.weight_version
+        )
 
     def token_strings(self, ids: Any) -> list[str]:
         return [self.tokenizer.decode([t]) for t in ids]
@@ -124,8 +126,11 @@ class EngineContext:
 
     @staticmethod
     def call_headers(target: CallTarget, call_ids: list[str], engine_s: float | None = None) -> dict[str, str]:
-        headers = {"X-Roost-Call-Id": ",".join(call_ids), "X-Roost-Session-Id": target.session.session_id,
-                   "X-Roost-Agent": target.agent}
+        headers = {
+            "X-Roost-Call-Id": ",".join(call_ids),
+            "X-Roost-Session-Id": target.session.session_id,
+            "X-Roost-Agent": target.agent,
+        }
         if engine_s is not None:
             # Server-Timing lets a client split its latency into engine time and gateway time.
             headers["Server-Timing"] = f"engine;dur={engine_s * 1e3:.3f}"

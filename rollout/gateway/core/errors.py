@@ -21,8 +21,9 @@ class GatewayError(Exception):
     type = "server_error"
     code = "internal_error"
 
-    def __init__(self, message: str, *, param: str | None = None, retry_after_s: int | None = None,
-                 code: str | None = None):
+    def __init__(
+        self, message: str, *, param: str | None = None, retry_after_s: int | None = None, code: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.param = param
@@ -140,9 +141,16 @@ class StoreUnavailable(GatewayError):
 
 
 # Anthropic's error types by HTTP status (its SDK maps statuses, not types, to exceptions).
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
-                    429: "rate_limit_error", 503: "overloaded_error"}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
 
 
 def anthropic_body(error: GatewayError) -> bytes:
@@ -161,7 +169,8 @@ def engine_failure(exc: EngineError, metrics: GatewayMetrics, retry_after_s: int
         return BackendUnavailable(
             f"the engine answered something that is not an SGLang /generate answer ({exc}); "
             "check that --engine-url points at an SGLang-API engine; the session is kept, retry",
-            retry_after_s=retry_after_s, code="engine_protocol_error",
+            retry_after_s=retry_after_s,
+            code="engine_protocol_error",
         )
     metrics.engine_errors.labels("engine_unavailable").inc()
     return BackendUnavailable(

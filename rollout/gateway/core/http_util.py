@@ -76,12 +76,17 @@ def error_response(error: GatewayError) -> Response:
 
 
 def anthropic_error_response(error: GatewayError) -> Response:
-    return Response(anthropic_body(error), status_code=error.status, media_type="application/json",
-                    headers=error.headers())
+    return Response(
+        anthropic_body(error), status_code=error.status, media_type="application/json", headers=error.headers()
+    )
 
 
-def guarded(endpoint: str, metrics: GatewayMetrics, handler: Handler,
-            respond: Callable[[GatewayError], Response] = error_response) -> Handler:
+def guarded(
+    endpoint: str,
+    metrics: GatewayMetrics,
+    handler: Handler,
+    respond: Callable[[GatewayError], Response] = error_response,
+) -> Handler:
     """Run `handler`, answering every failure in its wire's shape (`respond`: OpenAI's by
     default) and counting the status."""
 
@@ -92,8 +97,9 @@ def guarded(endpoint: str, metrics: GatewayMetrics, handler: Handler,
             response = respond(error)
         except Exception:
             log.exception("unhandled error on %s", endpoint)
-            response = respond(GatewayError(
-                "the gateway failed on this request (a bug: see its log); other sessions are unaffected"))
+            response = respond(
+                GatewayError("the gateway failed on this request (a bug: see its log); other sessions are unaffected")
+            )
         metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 

@@ -82,10 +82,14 @@ class PassthroughBackend:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
-            headers = {"Authorization": f"Bearer {self.config.upstream_api_key}"} if self.config.upstream_api_key else {}
+            headers = (
+                {"Authorization": f"Bearer {self.config.upstream_api_key}"} if self.config.upstream_api_key else {}
+            )
             self._http = aiohttp.ClientSession(
-                headers=headers, timeout=aiohttp.ClientTimeout(total=self.config.engine_timeout_s, sock_connect=5),
-                connector=aiohttp.TCPConnector(limit=1024), trace_configs=self.tracing.aiohttp_trace_configs(),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.config.engine_timeout_s, sock_connect=5),
+                connector=aiohttp.TCPConnector(limit=1024),
+                trace_configs=self.tracing.aiohttp_trace_configs(),
             )
         return self._http
 
@@ -95,8 +99,11 @@ class PassthroughBackend:
 
     def _unavailable(self, detail: str) -> BackendUnavailable:
         self.metrics.engine_errors.labels("upstream_unavailable").inc()
-        return BackendUnavailable(f"the upstream server {self.base} is unavailable ({detail}); the session is kept, retry",
-                                  retry_after_s=self.config.retry_after_s, code="upstream_unavailable")
+        return BackendUnavailable(
+            f"the upstream server {self.base} is unavailable ({detail}); the session is kept, retry",
+            retry_after_s=self.config.retry_after_s,
+            code="upstream_unavailable",
+        )
 
     def _upstream_body(self, raw: bytes, path: str) -> tuple[dict[str, Any], Added]:
         body = orjson.loads(raw)
@@ -108,24 +115,30 @@ class PassthroughBackend:
         if front.passthrough_path is None:
             raise InvalidRequest(
                 f"the {front.endpoint} wire is not served by --backend openai, which forwards OpenAI chat and text "
-                "completions only; run the gateway on a token engine (--backend vllm, sglang or embedded) for it")
+                "completions only; run the gateway on a token engine (--backend vllm, sglang or embedded) for it"
+            )
         return front.passthrough_path
 
-    async def call(self, front: Any, target: CallTarget, req: Any, raw_body: bytes, received: float,
-                   receive: Receive) -> Response:
+    async def call(
+        self, front: Any, target: CallTarget, req: Any, raw_body: bytes, received: float, receive: Receive
+    ) -> Response:
         path = self._forwardable(front)
         if getattr(req, "allowed_replies", None) is not None:
-            raise InvalidRequest("allowed_replies is roost's extension, which an OpenAI upstream cannot honour; "
-                                 "run the gateway on a token engine (--backend vllm, sglang or embedded) for it",
-                                 param="allowed_replies")
+            raise InvalidRequest(
+                "allowed_replies is roost's extension, which an OpenAI upstream cannot honour; "
+                "run the gateway on a token engine (--backend vllm, sglang or embedded) for it",
+                param="allowed_replies",
+            )
         messages, tools = front.key_messages(req)
         call = _Forwarded(front.endpoint, path, target, raw_body, messages, tools, time.perf_counter())
         return await self._forward(call, req.stream)
 
     async def count_tokens(self, front: Any, target: CallTarget, req: Any, raw_body: bytes) -> int:
         self._forwardable(front)
-        raise InvalidRequest("counting tokens needs the model's tokenizer, which --backend openai does not hold; "
-                             "run the gateway on a token engine (--backend vllm, sglang or embedded)")
+        raise InvalidRequest(
+            "counting tokens needs the model's tokenizer, which --backend openai does not hold; "
+            "run the gateway on a token engine (--backend vllm, sglang or embedded)"
+        )
 
     async def model_cards(self) -> list[dict[str, Any]]:
         return orjson.loads((await self.models()).body).get("data", [])
@@ -231,8 +244,9 @@ class PassthroughBackend:
                 tree.add(node)
             self.metrics.calls.labels(call.endpoint, record.kind, record.reuse).inc()
 
-    def _call(self, call: _Forwarded, tree: AgentTree, chain, answer: dict,
-              choice: dict) -> tuple[CallRecord, Node | None]:
+    def _call(
+        self, call: _Forwarded, tree: AgentTree, chain, answer: dict, choice: dict
+    ) -> tuple[CallRecord, Node | None]:
         target = call.target
         prompt_ids, sampled, logprobs = _tokens(answer, choice)
         message = choice.get("message") or {"text": choice.get("text")}
@@ -248,17 +262,32 @@ class PassthroughBackend:
         call_id = new_id()
         trace = self.tracing.current()  # the call's `gateway.call` span
         record = CallRecord(
-            call_id=call_id, session_id=target.session.session_id, agent_id=target.agent,
-            parent_agent=target.parent_agent, seq=target.session.take_seq(), endpoint=call.endpoint,
-            backend="openai", model=str(answer.get("model", "")),
-            parent_call_id=parent.call_id if parent else None, shared_prefix_len=shared, kind=kind, reuse="none",
-            prompt_ids=prompt_ids, sampled_ids=sampled, sampled_logprobs=logprobs,
-            finish_reason={"type": choice.get("finish_reason")}, sampling_params={},
+            call_id=call_id,
+            session_id=target.session.session_id,
+            agent_id=target.agent,
+            parent_agent=target.parent_agent,
+            seq=target.session.take_seq(),
+            endpoint=call.endpoint,
+            backend="openai",
+            model=str(answer.get("model", "")),
+            parent_call_id=parent.call_id if parent else None,
+            shared_prefix_len=shared,
+            kind=kind,
+            reuse="none",
+            prompt_ids=prompt_ids,
+            sampled_ids=sampled,
+            sampled_logprobs=logprobs,
+            finish_reason={"type": choice.get("finish_reason")},
+            sampling_params={},
             weight_version=str(answer.get("system_fingerprint") or "upstream"),
-            timings={"total_ms": (time.perf_counter() - call.started) * 1e3}, request=orjson.Fragment(call.raw),
+            timings={"total_ms": (time.perf_counter() - call.started) * 1e3},
+            request=orjson.Fragment(call.raw),
             response={"message": message, "finish_reason": choice.get("finish_reason"), "id": answer.get("id")},
-            created_at=time.time(), prompt_key=chain[-1].hex() if chain else "",
-            reply_key=reply_key.hex() if reply_key else "", trace_id=trace.trace_id, span_id=trace.span_id,
+            created_at=time.time(),
+            prompt_key=chain[-1].hex() if chain else "",
+            reply_key=reply_key.hex() if reply_key else "",
+            trace_id=trace.trace_id,
+            span_id=trace.span_id,
         )
         node = None
         if kind != "text":
@@ -290,8 +319,11 @@ def _tokens(answer: dict, choice: dict) -> tuple[array, array, array]:
     prompt, sampled = prompt_ids_of(answer, choice), choice.get("token_ids")
     if not prompt or sampled is None:
         return array("i"), array("i"), array("d")
-    return array("i", prompt), array("i", sampled), array("d", sampled_logprobs(
-        logprob_values(choice.get(LOGPROBS)), len(sampled)))
+    return (
+        array("i", prompt),
+        array("i", sampled),
+        array("d", sampled_logprobs(logprob_values(choice.get(LOGPROBS)), len(sampled))),
+    )
 
 
 def _error(raw: bytes) -> dict[str, Any]:

@@ -109,9 +109,19 @@ class StreamAccumulator:
             if chunk.get(key) is not None:
                 self.answer[key] = chunk[key]
         for c in chunk.get("choices") or ():
-            slot = self.choices.setdefault(c.get("index", 0), {
-                "content": "", "reasoning": "", "text": "", "calls": {}, "token_ids": None,
-                "prompt_token_ids": None, "logprobs": [], "finish_reason": None})
+            slot = self.choices.setdefault(
+                c.get("index", 0),
+                {
+                    "content": "",
+                    "reasoning": "",
+                    "text": "",
+                    "calls": {},
+                    "token_ids": None,
+                    "prompt_token_ids": None,
+                    "logprobs": [],
+                    "finish_reason": None,
+                },
+            )
             delta = c.get("delta") or {}
             slot["content"] += delta.get("content") or ""
             slot["reasoning"] += delta.get("reasoning_content") or ""
@@ -135,15 +145,22 @@ class StreamAccumulator:
         """The answer and its choices, shaped as a non-streamed answer's."""
         choices = []
         for index, slot in sorted(self.choices.items()):
-            calls = [{"id": e["id"], "type": "function", "function": {"name": e["name"], "arguments": e["arguments"]}}
-                     for _, e in sorted(slot["calls"].items())]
+            calls = [
+                {"id": e["id"], "type": "function", "function": {"name": e["name"], "arguments": e["arguments"]}}
+                for _, e in sorted(slot["calls"].items())
+            ]
             message: dict[str, Any] = {"role": "assistant", "content": slot["content"] or (None if calls else "")}
             if slot["reasoning"]:
                 message["reasoning_content"] = slot["reasoning"]
             if calls:
                 message["tool_calls"] = calls
-            choice = {"index": index, "finish_reason": slot["finish_reason"], "token_ids": slot["token_ids"],
-                      "prompt_token_ids": slot["prompt_token_ids"], LOGPROBS: {"token_logprobs": slot["logprobs"]}}
+            choice = {
+                "index": index,
+                "finish_reason": slot["finish_reason"],
+                "token_ids": slot["token_ids"],
+                "prompt_token_ids": slot["prompt_token_ids"],
+                LOGPROBS: {"token_logprobs": slot["logprobs"]},
+            }
             if slot["text"]:
                 choice["text"] = slot["text"]
             else:

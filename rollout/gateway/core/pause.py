@@ -28,7 +28,8 @@ class PauseGate:
             except TimeoutError:
                 raise GatewayPaused(
                     f"the gateway is paused (weight update) and did not resume within {self.max_wait_s:g}s; "
-                    "retry after the update", retry_after_s=self.retry_after_s,
+                    "retry after the update",
+                    retry_after_s=self.retry_after_s,
                 ) from None
         self.in_flight += 1
         self._idle.clear()

@@ -71,8 +71,13 @@ class PromptBuilder:
         hf = AutoTokenizer.from_pretrained(str(folder))
         return cls(ChatTemplate.of(hf), ChatTokenizer(hf.backend_tokenizer, eos_token=hf.eos_token))
 
-    def render(self, key: bytes, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               template_kwargs: dict[str, Any] | None) -> str:
+    def render(
+        self,
+        key: bytes,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        template_kwargs: dict[str, Any] | None,
+    ) -> str:
         """Render with a cache keyed by the messages' chain key: retries, resamples and
         parallel rollouts of one prompt render it once."""
         text = self._renders.get(key)  # a dict lookup is atomic: no lock to read
@@ -86,8 +91,9 @@ class PromptBuilder:
                 self._renders[key] = text
         return text
 
-    def build_chat(self, tree: AgentTree, chain: list[bytes], text: str, policy: str,
-                   limit: int | None = None) -> PromptPlan:
+    def build_chat(
+        self, tree: AgentTree, chain: list[bytes], text: str, policy: str, limit: int | None = None
+    ) -> PromptPlan:
         """`chain`: the messages' chain keys; `text`: their rendering with a generation prompt.
         Raises TooManyTokens once the prompt is known to pass `limit` tokens."""
         eos = self.tokenizer.eos_text
@@ -112,8 +118,9 @@ class PromptBuilder:
     def build_text(self, tree: AgentTree, ids: array) -> PromptPlan:
         return self._fork(ids, tree.newest())
 
-    def _continue(self, parent: Node, text: str, policy: str,
-                  limit: int | None) -> tuple[PromptPlan | None, str | None]:
+    def _continue(
+        self, parent: Node, text: str, policy: str, limit: int | None
+    ) -> tuple[PromptPlan | None, str | None]:
         eos = self.tokenizer.eos_text
         same_prefix = len(text) > parent.render_len and digest(text[: parent.render_len]) == parent.render_digest
         if same_prefix:
@@ -124,7 +131,7 @@ class PromptBuilder:
             return None, "the rendering has no end-of-turn marker after the reply"
         boundary = end + len(eos)
         sampled = parent.reply_text if parent.ends_with_eos else parent.reply_text + eos
-        exact = same_prefix and text[parent.render_len:boundary] == sampled
+        exact = same_prefix and text[parent.render_len : boundary] == sampled
         mismatch = None if exact else _describe_mismatch(text, parent, boundary, sampled, same_prefix)
         if mismatch is not None and policy != "keep":
             return None, mismatch
@@ -138,9 +145,15 @@ class PromptBuilder:
         except TooManyTokens as exc:
             raise TooManyTokens(len(ids) + exc.at_least, limit) from None
         plan = PromptPlan(
-            prompt_ids=ids, parent=parent, shared_prefix_len=parent.path_len, kind="extend",
-            reuse="exact" if exact else "kept", render_len=len(text), render_digest=digest(text),
-            encoded_chars=len(suffix), mismatch=mismatch,
+            prompt_ids=ids,
+            parent=parent,
+            shared_prefix_len=parent.path_len,
+            kind="extend",
+            reuse="exact" if exact else "kept",
+            render_len=len(text),
+            render_digest=digest(text),
+            encoded_chars=len(suffix),
+            mismatch=mismatch,
         )
         return plan, mismatch
 
@@ -164,12 +177,13 @@ def _nth(text: str, needle: str, n: int) -> int:
 
 def _describe_mismatch(text: str, parent: Node, boundary: int, sampled: str, same_prefix: bool) -> str:
     if not same_prefix:
-        return ("the text before this reply renders differently once the reply is in the history "
-                "(the template rewrites earlier turns or drops part of the generation prompt)")
-    rendered = text[parent.render_len:boundary]
+        return (
+            "the text before this reply renders differently once the reply is in the history "
+            "(the template rewrites earlier turns or drops part of the generation prompt)"
+        )
+    rendered = text[parent.render_len : boundary]
     n = next((i for i, (a, b) in enumerate(zip(rendered, sampled)) if a != b), min(len(rendered), len(sampled)))
     return (
         f"the template re-renders the reply differently from how it was sampled, from character {n}: "
-        f"sampled {sampled[n:n + 40]!r}, re-rendered {rendered[n:n + 40]!r}"
+        f"sampled {sampled[n : n + 40]!r}, re-rendered {rendered[n : n + 40]!r}"
     )
-

@@ -42,8 +42,9 @@ class Sampled:
     weight_version: str = "default"
 
 
-def node_for(call_id: str, plan: PromptPlan, sampled: Sampled, tokenizer: ChatTokenizer,
-             reply_key: bytes | None) -> Node:
+def node_for(
+    call_id: str, plan: PromptPlan, sampled: Sampled, tokenizer: ChatTokenizer, reply_key: bytes | None
+) -> Node:
     path = array("i", plan.prompt_ids)
     path.extend(sampled.ids)
     return Node(
@@ -79,9 +80,20 @@ def node_from_call(call: CallRecord, tokenizer: ChatTokenizer) -> Node:
 
 
 def call_record(
-    *, call_id: str, target: CallTarget, endpoint: str, backend: str, model: str, plan: PromptPlan,
-    sampled: Sampled, sampling_params: dict[str, Any], request: Any, response: dict[str, Any],
-    timings: dict[str, float], reply_key: bytes | None, trace: TraceIds = TraceIds(),
+    *,
+    call_id: str,
+    target: CallTarget,
+    endpoint: str,
+    backend: str,
+    model: str,
+    plan: PromptPlan,
+    sampled: Sampled,
+    sampling_params: dict[str, Any],
+    request: Any,
+    response: dict[str, Any],
+    timings: dict[str, float],
+    reply_key: bytes | None,
+    trace: TraceIds = TraceIds(),
 ) -> CallRecord:
     return CallRecord(
         call_id=call_id,
@@ -125,7 +137,9 @@ def timings(received: float, started_engine: float, engine_done: float, recorded
     }
 
 
-def build_reply(events: list[ReplyEvent], tool_ids: list[str], chain_end: bytes) -> tuple[ParsedReply, dict[str, Any], bytes]:
+def build_reply(
+    events: list[ReplyEvent], tool_ids: list[str], chain_end: bytes
+) -> tuple[ParsedReply, dict[str, Any], bytes]:
     """The reply as returned to the harness, and the key a continuation of it will carry."""
     reply = collect(events)
     message = assistant_message(reply, tool_ids)

@@ -20,8 +20,10 @@ log = logging.getLogger("roost.gateway")
 
 def unknown_fields(req: BaseModel, where: str) -> list[str]:
     """A note for each field of `req` (a `Lenient` model) that its type does not declare."""
-    return [f"{where}: field {name!r} is not one this gateway knows; accepted and recorded, not acted on"
-            for name in sorted(req.model_extra or {})]
+    return [
+        f"{where}: field {name!r} is not one this gateway knows; accepted and recorded, not acted on"
+        for name in sorted(req.model_extra or {})
+    ]
 
 
 class NoteLog:

@@ -8,10 +8,17 @@ from roost.rollout.gateway.core.errors import ContextLengthExceeded, InvalidRequ
 from roost.rollout.gateway.openai.wire import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 _PASS_THROUGH = (
-    ("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("min_p", "min_p"),
-    ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
-    ("repetition_penalty", "repetition_penalty"), ("seed", "sampling_seed"),
-    ("min_tokens", "min_new_tokens"), ("ignore_eos", "ignore_eos"), ("stop_token_ids", "stop_token_ids"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("top_k", "top_k"),
+    ("min_p", "min_p"),
+    ("presence_penalty", "presence_penalty"),
+    ("frequency_penalty", "frequency_penalty"),
+    ("repetition_penalty", "repetition_penalty"),
+    ("seed", "sampling_seed"),
+    ("min_tokens", "min_new_tokens"),
+    ("ignore_eos", "ignore_eos"),
+    ("stop_token_ids", "stop_token_ids"),
     ("custom_params", "custom_params"),
 )
 
@@ -29,8 +36,9 @@ def refuse_unsupported(req: SamplingFields) -> None:
         raise InvalidRequest("n > 1 cannot be streamed; send n separate streamed requests or stream=false", param="n")
     if isinstance(req, ChatCompletionRequest):
         if req.functions or req.function_call is not None:
-            raise InvalidRequest("the legacy functions/function_call fields are not supported; use tools",
-                                 param="functions")
+            raise InvalidRequest(
+                "the legacy functions/function_call fields are not supported; use tools", param="functions"
+            )
     if isinstance(req, CompletionRequest):
         if req.echo:
             raise InvalidRequest("echo is not supported", param="echo")

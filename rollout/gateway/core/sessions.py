@@ -79,8 +79,15 @@ class SessionState:
 
 
 class SessionRegistry:
-    def __init__(self, store: TrajectoryStore, *, default_policy: str, max_nodes_per_agent: int,
-                 max_in_memory: int, node_from_call: Callable[[CallRecord], Node]):
+    def __init__(
+        self,
+        store: TrajectoryStore,
+        *,
+        default_policy: str,
+        max_nodes_per_agent: int,
+        max_in_memory: int,
+        node_from_call: Callable[[CallRecord], Node],
+    ):
         self.store = store
         self.default_policy = default_policy
         self.max_nodes = max_nodes_per_agent
@@ -104,13 +111,19 @@ class SessionRegistry:
             sid, old = self._sessions.popitem(last=False)
             self._by_key.pop(old.record.key_hash, None)
 
-    async def create(self, *, group_id: str | None, task: dict, metadata: dict, session_id: str | None,
-                     policy: str | None) -> tuple[SessionState, str]:
+    async def create(
+        self, *, group_id: str | None, task: dict, metadata: dict, session_id: str | None, policy: str | None
+    ) -> tuple[SessionState, str]:
         key = KEY_PREFIX + secrets.token_urlsafe(24)
         sid = session_id or uuid.uuid4().hex
         record = SessionRecord(
-            session_id=sid, key_hash=key_hash(key), group_id=group_id, task=task, metadata=metadata,
-            reasoning_policy=policy or self.default_policy, created_at=time.time(),
+            session_id=sid,
+            key_hash=key_hash(key),
+            group_id=group_id,
+            task=task,
+            metadata=metadata,
+            reasoning_policy=policy or self.default_policy,
+            created_at=time.time(),
         )
         if sid in self._sessions or await self.store.read(lambda r: r.session(sid)) is not None:
             raise Conflict(f"session {sid!r} already exists; choose another session_id or omit it")
@@ -124,8 +137,13 @@ class SessionRegistry:
         if self._anonymous is None:
             async with self._anonymous_lock:  # the first calls may arrive together
                 if self._anonymous is None:
-                    state, _ = await self.create(group_id=None, task={}, metadata={"anonymous": True},
-                                                 session_id=f"anon-{uuid.uuid4().hex[:12]}", policy=None)
+                    state, _ = await self.create(
+                        group_id=None,
+                        task={},
+                        metadata={"anonymous": True},
+                        session_id=f"anon-{uuid.uuid4().hex[:12]}",
+                        policy=None,
+                    )
                     self._anonymous = state
         return self._anonymous
 
@@ -217,5 +235,10 @@ class SessionRegistry:
         now = time.time()
         await self.store.finish_session(state.session_id, now, outcome, info)
         record = state.record
-        record.status, record.finished_at, record.outcome, record.finish_info = SessionStatus.FINISHED, now, outcome, info
+        record.status, record.finished_at, record.outcome, record.finish_info = (
+            SessionStatus.FINISHED,
+            now,
+            outcome,
+            info,
+        )
         state.trees.clear()  # a finished session takes no more calls: free its token trees

@@ -23,7 +23,7 @@ class StopTrimmer:
         self._tail += text
         if len(self._tail) <= self.hold:
             return ""
-        out, self._tail = self._tail[: -self.hold], self._tail[-self.hold:]
+        out, self._tail = self._tail[: -self.hold], self._tail[-self.hold :]
         return out
 
     def finish(self, finish_reason: dict[str, Any]) -> str:

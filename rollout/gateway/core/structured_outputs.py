@@ -48,8 +48,10 @@ def from_response_format(fmt: ResponseFormat | None) -> Constraint | None:
     if fmt.type == "json_object":
         return Constraint("response_format", "json_schema", ANY_JSON)
     if fmt.json_schema is None:
-        raise InvalidRequest('response_format {"type": "json_schema"} needs "json_schema": {"name": ..., '
-                             '"schema": {...}}', param="response_format")
+        raise InvalidRequest(
+            'response_format {"type": "json_schema"} needs "json_schema": {"name": ..., "schema": {...}}',
+            param="response_format",
+        )
     # strict or not, the schema is enforced, as SGLang does
     return Constraint("response_format", "json_schema", json.dumps(fmt.json_schema.schema_ or {}))
 
@@ -59,8 +61,7 @@ def from_allowed_replies(replies: list[str] | None) -> Constraint | None:
     if replies is None:
         return None
     if not replies or not all(replies):
-        raise InvalidRequest("allowed_replies must be a non-empty list of non-empty strings",
-                             param="allowed_replies")
+        raise InvalidRequest("allowed_replies must be a non-empty list of non-empty strings", param="allowed_replies")
     return Constraint("allowed_replies", "regex", choice_regex(replies))
 
 
@@ -70,20 +71,23 @@ def enforced_tools(tools: list[dict[str, Any]] | None, choice: str | None, param
     if choice in (None, "auto", "none"):
         return None
     if not tools:
-        raise InvalidRequest(f"{param} asks for a tool call but the request has no tools; add tools or drop it",
-                             param=param)
+        raise InvalidRequest(
+            f"{param} asks for a tool call but the request has no tools; add tools or drop it", param=param
+        )
     if choice == "required":
         return tools
     named = [t for t in tools if t["function"]["name"] == choice]
     if not named:
         known = ", ".join(t["function"]["name"] for t in tools)
-        raise InvalidRequest(f"{param} names the function {choice!r}, which is not among the tools ({known})",
-                             param=param)
+        raise InvalidRequest(
+            f"{param} names the function {choice!r}, which is not among the tools ({known})", param=param
+        )
     return named
 
 
-def from_tools(tools: list[dict[str, Any]] | None, fmt: ReplyFormat, thinking: Thinking,
-               parallel: bool) -> Constraint | None:
+def from_tools(
+    tools: list[dict[str, Any]] | None, fmt: ReplyFormat, thinking: Thinking, parallel: bool
+) -> Constraint | None:
     if tools is None:
         return None
     return Constraint("tool_choice", "ebnf", tool_call_ebnf(fmt, tools, thinking, parallel))
@@ -94,8 +98,7 @@ def only_one(*constraints: Constraint | None) -> Constraint | None:
     given = [c for c in constraints if c is not None]
     if len(given) > 1:
         names = " and ".join(c.source for c in given)
-        raise InvalidRequest(f"a call takes one constraint; this one asks for {names}: keep one",
-                             param=given[1].source)
+        raise InvalidRequest(f"a call takes one constraint; this one asks for {names}: keep one", param=given[1].source)
     return given[0] if given else None
 
 
@@ -105,13 +108,16 @@ def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | None:
         return choice
     name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
     if not isinstance(name, str) or not name:
-        raise InvalidRequest('tool_choice must be "none", "auto", "required" or '
-                             '{"type": "function", "function": {"name": ...}}', param="tool_choice")
+        raise InvalidRequest(
+            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
     return name
 
 
-def tool_choice_constraint(tools: list[dict[str, Any]] | None, choice: str | None, fmt: ReplyFormat,
-                           prompt_tail: str, parallel: bool) -> Constraint | None:
+def tool_choice_constraint(
+    tools: list[dict[str, Any]] | None, choice: str | None, fmt: ReplyFormat, prompt_tail: str, parallel: bool
+) -> Constraint | None:
     """The grammar of an enforced tool choice (`choice`: required, auto, none, a function's name
     or None; `prompt_tail`: the rendered prompt's last characters)."""
     wanted = enforced_tools(tools, choice, "tool_choice")
@@ -120,20 +126,27 @@ def tool_choice_constraint(tools: list[dict[str, Any]] | None, choice: str | Non
 
 def chat_constraint(req: ChatCompletionRequest, fmt: ReplyFormat, prompt_tail: str) -> Constraint | None:
     """A chat completion's constraint."""
-    tools = tool_choice_constraint(tool_dicts(req.tools), chat_tool_choice(req.tool_choice), fmt, prompt_tail,
-                                   req.parallel_tool_calls is not False)
+    tools = tool_choice_constraint(
+        tool_dicts(req.tools), chat_tool_choice(req.tool_choice), fmt, prompt_tail, req.parallel_tool_calls is not False
+    )
     return only_one(from_response_format(req.response_format), from_allowed_replies(req.allowed_replies), tools)
 
 
-def messages_constraint(tools: list[dict[str, Any]] | None, choice: ToolChoice | None, fmt: ReplyFormat,
-                        prompt_tail: str) -> Constraint | None:
+def messages_constraint(
+    tools: list[dict[str, Any]] | None, choice: ToolChoice | None, fmt: ReplyFormat, prompt_tail: str
+) -> Constraint | None:
     """An Anthropic Messages call's constraint: tool_choice `any` is `required`, `tool` names one."""
     if choice is None or choice.type in ("auto", "none"):
         return None
     if choice.type == "tool" and not choice.name:
         raise InvalidRequest('tool_choice {"type": "tool"} needs the tool\'s "name"', param="tool_choice")
-    return tool_choice_constraint(tools, "required" if choice.type == "any" else choice.name, fmt, prompt_tail,
-                                  not choice.disable_parallel_tool_use)
+    return tool_choice_constraint(
+        tools,
+        "required" if choice.type == "any" else choice.name,
+        fmt,
+        prompt_tail,
+        not choice.disable_parallel_tool_use,
+    )
 
 
 def from_text_format(text: dict[str, Any] | None) -> Constraint | None:
@@ -145,10 +158,13 @@ def from_text_format(text: dict[str, Any] | None) -> Constraint | None:
     fields = {k: v for k, v in fmt.items() if k != "type"}
     try:
         parsed = ResponseFormat.model_validate(
-            {"type": fmt.get("type"), "json_schema": fields} if fmt.get("type") == "json_schema" else fmt)
+            {"type": fmt.get("type"), "json_schema": fields} if fmt.get("type") == "json_schema" else fmt
+        )
     except ValidationError as exc:
-        raise InvalidRequest(f"text.format is not a text, json_object or json_schema format: {exc.errors()[0]['msg']}",
-                             param="text.format") from None
+        raise InvalidRequest(
+            f"text.format is not a text, json_object or json_schema format: {exc.errors()[0]['msg']}",
+            param="text.format",
+        ) from None
     return from_response_format(parsed)
 
 

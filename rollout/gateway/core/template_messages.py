@@ -22,8 +22,9 @@ from roost.serving.json_bounds import MAX_DEPTH, nesting
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def _text(content: str | list[dict[str, Any]] | None, where: str,
-          model: str | None) -> str | list[dict[str, Any]] | None:
+def _text(
+    content: str | list[dict[str, Any]] | None, where: str, model: str | None
+) -> str | list[dict[str, Any]] | None:
     """The content as text; with `model` None, content with non-text parts is kept as sent
     (the pass-through forwards it unchanged, and keys it so)."""
     if content is None or isinstance(content, str):
@@ -38,7 +39,9 @@ def _text(content: str | list[dict[str, Any]] | None, where: str,
         else:
             raise InvalidRequest(
                 f"{where}.content[{i}] is a {kind!r} part, but model {model!r} reads text only; send text parts, "
-                "or serve a vision model", param=f"{where}.content")
+                "or serve a vision model",
+                param=f"{where}.content",
+            )
     return "\n".join(parts)
 
 
@@ -103,8 +106,11 @@ def to_template(messages: list[ChatMessage], model: str | None = "the served mod
                 d["reasoning_content"] = reasoning
             if m.tool_calls:
                 d["tool_calls"] = [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
+                    }
                     for c in m.tool_calls
                 ]
         else:
@@ -133,8 +139,10 @@ def message_key(message: dict[str, Any], defaults: ArgumentDefaults | None = Non
     """`defaults`: `argument_defaults` of the call's tools (arguments equal to them are left out)."""
     if message["role"] == "assistant":
         calls = [
-            [c["function"]["name"], _canonical_arguments(c["function"]["arguments"],
-                                                         (defaults or {}).get(c["function"]["name"], {}))]
+            [
+                c["function"]["name"],
+                _canonical_arguments(c["function"]["arguments"], (defaults or {}).get(c["function"]["name"], {})),
+            ]
             for c in message.get("tool_calls") or ()
         ]
         return orjson.dumps(["assistant", _reply_text(message.get("content")), calls], option=_SORTED)
@@ -142,8 +150,9 @@ def message_key(message: dict[str, Any], defaults: ArgumentDefaults | None = Non
     return orjson.dumps([message["role"], message["content"], message.get("name"), message.get("tool_call_id")])
 
 
-def reply_message_key(content: str | None, tool_calls: list[tuple[str, str]],
-                      defaults: ArgumentDefaults | None = None) -> bytes:
+def reply_message_key(
+    content: str | None, tool_calls: list[tuple[str, str]], defaults: ArgumentDefaults | None = None
+) -> bytes:
     """The key of an assistant reply the gateway returned (name, arguments JSON text)."""
     message = {
         "role": "assistant",
@@ -161,8 +170,11 @@ def tool_dicts(tools: list[Tool | OtherTool] | None) -> list[dict[str, Any]] | N
 
 def tool_notes(tools: list[Tool | OtherTool] | None) -> list[str]:
     """A note for each chat tool that is not a function, left out of the prompt."""
-    return [f"chat: tools.{i} is a {t.type!r} tool, not a function; left out of the prompt"
-            for i, t in enumerate(tools or ()) if isinstance(t, OtherTool)]
+    return [
+        f"chat: tools.{i} is a {t.type!r} tool, not a function; left out of the prompt"
+        for i, t in enumerate(tools or ())
+        if isinstance(t, OtherTool)
+    ]
 
 
 def function_tool(name: str, description: str | None, parameters: dict[str, Any]) -> dict[str, Any]:

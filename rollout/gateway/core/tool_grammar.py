@@ -46,21 +46,28 @@ def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _one_call(function: dict[str, Any]) -> dict[str, Any]:
     arguments = function.get("parameters") or {"type": "object"}
-    return {"type": "object", "properties": {"name": {"const": function["name"]}, "arguments": arguments},
-            "required": ["name", "arguments"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, "arguments": arguments},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
 
 
 def tool_call_ebnf(fmt: ReplyFormat, tools: list[dict[str, Any]], thinking: Thinking, parallel: bool) -> str:
     """The EBNF of a reply that is one tool call of `tools` (several, one a line, if `parallel`),
     after the reasoning `thinking` allows."""
     call_rules = rename_root(_schema_ebnf(call_schema(tools)), CALL_RULE)
-    call = f'{_quote(fmt.call_start + chr(10))} {CALL_RULE} {_quote(chr(10) + fmt.call_end)}'
+    call = f"{_quote(fmt.call_start + chr(10))} {CALL_RULE} {_quote(chr(10) + fmt.call_end)}"
     calls = 'tool_call_one ("\\n" tool_call_one)*' if parallel else "tool_call_one"
     # at most the blank line the template renders after the thought: free whitespace there let a
     # random model pad the reply with spaces, which came back as a whitespace-only message
     think_rule = f'tool_call_thought ::= ([^<] | "<" [^/])* {_quote(fmt.think_end)} ("\\n" "\\n"?)?'
-    head = {Thinking.CLOSED: "", Thinking.OPEN: "tool_call_thought ",
-            Thinking.ALLOWED: f"({_quote(fmt.think_start)} tool_call_thought)? "}[thinking]
+    head = {
+        Thinking.CLOSED: "",
+        Thinking.OPEN: "tool_call_thought ",
+        Thinking.ALLOWED: f"({_quote(fmt.think_start)} tool_call_thought)? ",
+    }[thinking]
     return "\n".join([f"root ::= {head}{calls}", f"tool_call_one ::= {call}", think_rule, call_rules])
 
 
@@ -68,13 +75,19 @@ def _schema_ebnf(schema: dict[str, Any]) -> str:
     try:
         import xgrammar
     except ImportError as exc:
-        raise InvalidRequest("an enforced tool_choice needs the grammar library xgrammar in the gateway, which "
-                             "is not installed here: pip install 'roost[grammar]'", param="tool_choice") from exc
+        raise InvalidRequest(
+            "an enforced tool_choice needs the grammar library xgrammar in the gateway, which "
+            "is not installed here: pip install 'roost[grammar]'",
+            param="tool_choice",
+        ) from exc
     try:
         return str(xgrammar.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False))
     except (RuntimeError, ValueError) as exc:
-        raise InvalidRequest(f"a tool's parameters are not a JSON schema the grammar library takes ({exc}); "
-                             "simplify the schema or use tool_choice auto", param="tools") from exc
+        raise InvalidRequest(
+            f"a tool's parameters are not a JSON schema the grammar library takes ({exc}); "
+            "simplify the schema or use tool_choice auto",
+            param="tools",
+        ) from exc
 
 
 def rename_root(ebnf: str, name: str) -> str:

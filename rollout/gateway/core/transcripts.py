@@ -36,8 +36,9 @@ class ConversationError(ValueError):
     """A conversation does not record as one growing token path (template, roles)."""
 
 
-def conversation_calls(builder: PromptBuilder, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                       policy: str = "keep") -> list[Node]:
+def conversation_calls(
+    builder: PromptBuilder, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, policy: str = "keep"
+) -> list[Node]:
     """The gateway's token tree of the conversation under reasoning policy `policy`: a call for
     each assistant message, root to leaf."""
     replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
@@ -56,10 +57,16 @@ def conversation_calls(builder: PromptBuilder, messages: list[dict[str, Any]], t
                 raise ConversationError(
                     f"under reasoning policy {policy!r} the prompt of reply {number} does not extend the "
                     f"call before it ({plan.mismatch or 'the template renders earlier turns differently'}); "
-                    "the gateway would record a fork, which one sample cannot hold")
+                    "the gateway would record a fork, which one sample cannot hold"
+                )
             reply = Sampled(_reply_ids(builder, whole, prompt, number))
-            call = node_for(f"reply-{number}", plan, reply, builder.tokenizer,
-                            extend_chain(chain_end, message_key(dicts[index], defaults)))
+            call = node_for(
+                f"reply-{number}",
+                plan,
+                reply,
+                builder.tokenizer,
+                extend_chain(chain_end, message_key(dicts[index], defaults)),
+            )
             tree.add(call)
             calls.append(call)
     except (ValidationError, InvalidRequest) as exc:
@@ -73,11 +80,13 @@ def _reply_ids(builder: PromptBuilder, whole: str, prompt: str, number: int) -> 
     tokenizer = builder.tokenizer
     eos = tokenizer.eos_text
     if not whole.startswith(prompt):
-        raise ConversationError(f"the chat template renders the prompt of reply {number} differently inside the "
-                                "whole chat; it cannot be trained on as one growing sample")
+        raise ConversationError(
+            f"the chat template renders the prompt of reply {number} differently inside the "
+            "whole chat; it cannot be trained on as one growing sample"
+        )
     end = whole.find(eos, len(prompt))
     if end < 0:
         raise ConversationError(f"assistant reply {number} has no end-of-turn marker {eos!r}")
-    ids = tokenizer.encode_array(whole[len(prompt):end])
+    ids = tokenizer.encode_array(whole[len(prompt) : end])
     ids.append(tokenizer.eos_id)
     return ids

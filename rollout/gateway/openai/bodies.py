@@ -23,8 +23,11 @@ def finish_reason(engine_reason: dict[str, Any], has_tool_calls: bool) -> str:
 
 
 def tool_call_dict(call: ParsedToolCall, call_id: str, index: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": call_id, "type": "function",
-                           "function": {"name": call.name, "arguments": call.arguments}}
+    out: dict[str, Any] = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
     if index is not None:
         out = {"index": index, **out}
     return out
@@ -40,10 +43,12 @@ def assistant_message(reply: ParsedReply, call_ids: list[str]) -> dict[str, Any]
 
 
 def chat_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, Any]:
-    return {"content": [
-        {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8", "replace")), "top_logprobs": []}
-        for t, lp in zip(tokens, logprobs)
-    ]}
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8", "replace")), "top_logprobs": []}
+            for t, lp in zip(tokens, logprobs)
+        ]
+    }
 
 
 def completion_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, Any]:
@@ -51,8 +56,12 @@ def completion_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, A
     for t in tokens:
         offsets.append(at)
         at += len(t)
-    return {"tokens": tokens, "token_logprobs": logprobs, "text_offset": offsets,
-            "top_logprobs": None}  # no alternatives are computed; OpenAI's type wants dicts or null
+    return {
+        "tokens": tokens,
+        "token_logprobs": logprobs,
+        "text_offset": offsets,
+        "top_logprobs": None,
+    }  # no alternatives are computed; OpenAI's type wants dicts or null
 
 
 def usage(prompt_tokens: int, completion_tokens: int, reused: int) -> dict[str, Any]:
@@ -64,10 +73,23 @@ def usage(prompt_tokens: int, completion_tokens: int, reused: int) -> dict[str, 
     }
 
 
-def chunk(kind: str, response_id: str, created: int, model: str, fingerprint: str,
-          choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = {"id": response_id, "object": kind, "created": created, "model": model,
-            "system_fingerprint": fingerprint, "choices": choices}
+def chunk(
+    kind: str,
+    response_id: str,
+    created: int,
+    model: str,
+    fingerprint: str,
+    choices: list[dict[str, Any]],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body = {
+        "id": response_id,
+        "object": kind,
+        "created": created,
+        "model": model,
+        "system_fingerprint": fingerprint,
+        "choices": choices,
+    }
     if extra:
         body.update(extra)
     return body

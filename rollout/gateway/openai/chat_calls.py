@@ -47,18 +47,30 @@ from roost.rollout.gateway.openai.wire import ChatCompletionRequest, ChatMessage
 TAIL_TOKENS = 8  # enough for Qwen3's closed reasoning block, "<think>\n\n</think>\n\n"
 
 
-def plan_chat(builder: PromptBuilder, tree: AgentTree, messages: list[ChatMessage], tools: list[Tool] | None,
-              template_kwargs: dict[str, Any] | None, policy: str,
-              limit: int | None = None) -> tuple[PromptPlan, bytes, str]:
+def plan_chat(
+    builder: PromptBuilder,
+    tree: AgentTree,
+    messages: list[ChatMessage],
+    tools: list[Tool] | None,
+    template_kwargs: dict[str, Any] | None,
+    policy: str,
+    limit: int | None = None,
+) -> tuple[PromptPlan, bytes, str]:
     """Render the messages and plan the prompt ids; answers the plan, the messages' key and
     the rendered text. Raises TooManyTokens as soon as the prompt is known to pass `limit`
     tokens: before rendering when the contents alone are too long, else while tokenizing."""
     return plan_template(builder, tree, to_template(messages), tool_dicts(tools), template_kwargs, policy, limit)
 
 
-def plan_template(builder: PromptBuilder, tree: AgentTree, dicts: list[dict[str, Any]],
-                  tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None, policy: str,
-                  limit: int | None = None) -> tuple[PromptPlan, bytes, str]:
+def plan_template(
+    builder: PromptBuilder,
+    tree: AgentTree,
+    dicts: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None,
+    policy: str,
+    limit: int | None = None,
+) -> tuple[PromptPlan, bytes, str]:
     """`plan_chat` for messages already in the template's dicts (every wire maps onto them)."""
     if limit is not None:
         # Templates render user, system and tool contents whole (assistant turns they may trim).
@@ -70,8 +82,12 @@ def plan_template(builder: PromptBuilder, tree: AgentTree, dicts: list[dict[str,
     return builder.build_chat(tree, chain, text, policy, limit), chain[-1], text
 
 
-def render_chat(builder: PromptBuilder, dicts: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                template_kwargs: dict[str, Any] | None) -> tuple[list[bytes], str]:
+def render_chat(
+    builder: PromptBuilder,
+    dicts: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None,
+) -> tuple[list[bytes], str]:
     """Template messages rendered (with a generation prompt) as a call's prompt, and their
     chain keys."""
     defaults = argument_defaults(tools)
@@ -85,18 +101,26 @@ def render_chat(builder: PromptBuilder, dicts: list[dict[str, Any]], tools: list
         raise InvalidRequest(str(exc), param="messages") from exc
 
 
-async def plan_call(ctx: EngineContext, target: CallTarget, dicts: list[dict[str, Any]],
-                    tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None,
-                    limit: int, body_bytes: int, too_long: Callable[[int], GatewayError],
-                    policy: str | None = None) -> tuple[PromptPlan, bytes]:
+async def plan_call(
+    ctx: EngineContext,
+    target: CallTarget,
+    dicts: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None,
+    limit: int,
+    body_bytes: int,
+    too_long: Callable[[int], GatewayError],
+    policy: str | None = None,
+) -> tuple[PromptPlan, bytes]:
     """Plan a templated call on its agent's tree (off the loop when big); `too_long(at_least)`
     is the error for a prompt known to pass `limit` tokens; `policy`: the call's reasoning
     policy where the request chose one (default: the session's)."""
     policy = policy or target.session.record.reasoning_policy
     tree = target.session.tree(target.agent)
     try:
-        plan, chain_end, _ = await ctx.off_loop(body_bytes, plan_template, ctx.builder, tree, dicts, tools,
-                                                template_kwargs, policy, limit)
+        plan, chain_end, _ = await ctx.off_loop(
+            body_bytes, plan_template, ctx.builder, tree, dicts, tools, template_kwargs, policy, limit
+        )
     except TooManyTokens as exc:
         raise too_long(exc.at_least) from None
     if plan.mismatch is not None:
@@ -121,20 +145,39 @@ class ChatFront(OpenAIFront):
     object = "chat.completion"
     id_prefix = "chatcmpl"
 
-    async def plan(self, ctx: EngineContext, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes,
-                   received: float) -> Prepared:
+    async def plan(
+        self, ctx: EngineContext, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes, received: float
+    ) -> Prepared:
         tools = tool_dicts(req.tools)
         plan, chain_end = await plan_call(
-            ctx, target, to_template(req.messages, ctx.served_model), tools, req.chat_template_kwargs,
-            prompt_limit(req, ctx.context_length), len(raw_body),
-            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"))
+            ctx,
+            target,
+            to_template(req.messages, ctx.served_model),
+            tools,
+            req.chat_template_kwargs,
+            prompt_limit(req, ctx.context_length),
+            len(raw_body),
+            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"),
+        )
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
         constraint = chat_constraint(req, ctx.reply_format, prompt_tail(ctx, plan))
-        return Prepared(req, target, req.model, plan, constrained(to_sglang(req, max_tokens=limit), constraint),
-                        req.n, req.stream, stop_strings(req), raw_body, received, chain_end=chain_end,
-                        parse_tools=tools is not None and req.tool_choice != "none",
-                        constraint=constraint.record() if constraint else None,
-                        argument_defaults=argument_defaults(tools), notes=tool_notes(req.tools))
+        return Prepared(
+            req,
+            target,
+            req.model,
+            plan,
+            constrained(to_sglang(req, max_tokens=limit), constraint),
+            req.n,
+            req.stream,
+            stop_strings(req),
+            raw_body,
+            received,
+            chain_end=chain_end,
+            parse_tools=tools is not None and req.tool_choice != "none",
+            constraint=constraint.record() if constraint else None,
+            argument_defaults=argument_defaults(tools),
+            notes=tool_notes(req.tools),
+        )
 
     def tool_id(self) -> str:
         return tool_call_id()

@@ -30,15 +30,17 @@ class OpenAIFront(ABC):
     object: str  # the answer's `object`
     id_prefix: str
 
-    async def prepare(self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes,
-                      received: float) -> Prepared:
+    async def prepare(
+        self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes, received: float
+    ) -> Prepared:
         refuse_unsupported(req)
         ctx.check_model(req.model)
         return await self.plan(ctx, target, req, raw_body, received)
 
     @abstractmethod
-    async def plan(self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes,
-                   received: float) -> Prepared:
+    async def plan(
+        self, ctx: EngineContext, target: CallTarget, req: Any, raw_body: bytes, received: float
+    ) -> Prepared:
         """The checked request's prompt, planned."""
 
     @abstractmethod
@@ -57,19 +59,25 @@ class OpenAIFront(ABC):
         req = p.req
         choices = []
         for index, o in enumerate(outcomes):
-            choice: dict[str, Any] = {"index": index, **self.payload(o), "logprobs": None,
-                                      "finish_reason": self.reason(o)}
+            choice: dict[str, Any] = {
+                "index": index,
+                **self.payload(o),
+                "logprobs": None,
+                "finish_reason": self.reason(o),
+            }
             if wants_logprobs(req):
                 choice["logprobs"] = self.logprobs(ctx, o)
             if req.return_token_ids:
                 choice["token_ids"] = o.sampled.ids.tolist()
             choices.append(choice)
         body: dict[str, Any] = {
-            "id": f"{self.id_prefix}-{outcomes[0].call_id}", "object": self.object, "created": int(time.time()),
-            "model": req.model, "system_fingerprint": f"roost-{outcomes[0].sampled.weight_version}",
+            "id": f"{self.id_prefix}-{outcomes[0].call_id}",
+            "object": self.object,
+            "created": int(time.time()),
+            "model": req.model,
+            "system_fingerprint": f"roost-{outcomes[0].sampled.weight_version}",
             "choices": choices,
-            "usage": usage(len(p.plan.prompt_ids), sum(len(o.sampled.ids) for o in outcomes),
-                           p.plan.shared_prefix_len),
+            "usage": usage(len(p.plan.prompt_ids), sum(len(o.sampled.ids) for o in outcomes), p.plan.shared_prefix_len),
         }
         if req.return_token_ids:
             body["prompt_token_ids"] = p.plan.prompt_ids.tolist()
@@ -106,8 +114,9 @@ class OpenAIStreamer(ABC):
             extra = {"prompt_token_ids": plan.prompt_ids.tolist()}
         frames = [self.chunk([choice], extra)]
         if req.stream_options is not None and req.stream_options.include_usage:
-            frames.append(self.chunk([], {"usage": usage(len(plan.prompt_ids), len(o.sampled.ids),
-                                                         plan.shared_prefix_len)}))
+            frames.append(
+                self.chunk([], {"usage": usage(len(plan.prompt_ids), len(o.sampled.ids), plan.shared_prefix_len)})
+            )
         return frames + [SSE_DONE]
 
     def failure(self, error: GatewayError) -> bytes:

@@ -46,10 +46,14 @@ def call_span(tracing: Tracing, request: Request, target: CallTarget, endpoint: 
     (linked to the session's episode), else of the session's episode, else a trace's root."""
     sent = tracing.incoming(request.headers)
     episode = target.session.trace_parent
-    attributes = {"roost.session_id": target.session.session_id, "roost.agent": target.agent,
-                  "roost.endpoint": endpoint, "http.request.method": request.method, "url.path": request.url.path}
-    return tracing.span("gateway.call", attributes, parent=sent or episode, link=episode if sent else None,
-                        server=True)
+    attributes = {
+        "roost.session_id": target.session.session_id,
+        "roost.agent": target.agent,
+        "roost.endpoint": endpoint,
+        "http.request.method": request.method,
+        "url.path": request.url.path,
+    }
+    return tracing.span("gateway.call", attributes, parent=sent or episode, link=episode if sent else None, server=True)
 
 
 def routes(gw: Gateway) -> list[Route]:

@@ -57,8 +57,9 @@ class TextFront(OpenAIFront):
     endpoint, passthrough_path = "completions", "completions"
     object, id_prefix = "text_completion", "cmpl"
 
-    async def plan(self, ctx: EngineContext, target: CallTarget, req: CompletionRequest, raw_body: bytes,
-                   received: float) -> Prepared:
+    async def plan(
+        self, ctx: EngineContext, target: CallTarget, req: CompletionRequest, raw_body: bytes, received: float
+    ) -> Prepared:
         try:
             ids = await ctx.off_loop(len(raw_body), _prompt_ids, req, ctx)
         except TooManyTokens as exc:
@@ -67,9 +68,21 @@ class TextFront(OpenAIFront):
         limit = max_new_tokens(req, len(ids), ctx.context_length, ctx.config.default_max_tokens)
         skip = req.skip_special_tokens if req.skip_special_tokens is not None else True
         constraint = from_allowed_replies(req.allowed_replies)
-        return Prepared(req, target, req.model, plan, constrained(to_sglang(req, max_tokens=limit), constraint),
-                        req.n, req.stream, stop_strings(req), raw_body, received, parse_reply=False,
-                        skip_special_tokens=skip, constraint=constraint.record() if constraint else None)
+        return Prepared(
+            req,
+            target,
+            req.model,
+            plan,
+            constrained(to_sglang(req, max_tokens=limit), constraint),
+            req.n,
+            req.stream,
+            stop_strings(req),
+            raw_body,
+            received,
+            parse_reply=False,
+            skip_special_tokens=skip,
+            constraint=constraint.record() if constraint else None,
+        )
 
     def tool_id(self) -> str:
         raise RuntimeError("a raw prompt's reply is not parsed, so it has no tool calls to name")

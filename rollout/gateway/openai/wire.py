@@ -119,8 +119,14 @@ class SamplingFields(Wire):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
-    tools: list[Annotated[Annotated[Tool, Tag("function")] | Annotated[OtherTool, Tag("other")],
-                          tagged(("function",), "function")]] | None = None
+    tools: (
+        list[
+            Annotated[
+                Annotated[Tool, Tag("function")] | Annotated[OtherTool, Tag("other")], tagged(("function",), "function")
+            ]
+        ]
+        | None
+    ) = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_completion_tokens: int | None = Field(None, ge=0)

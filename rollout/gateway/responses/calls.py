@@ -33,6 +33,7 @@ from roost.rollout.gateway.openai.chat_calls import plan_call, prompt_tail, tool
 from roost.rollout.gateway.responses.items import (
     input_items,
     item_notes,
+    offered_functions,
     stored_items,
     to_template,
     tool_dicts,
@@ -78,7 +79,8 @@ async def chain_items(ctx: EngineContext, target: CallTarget, rid: str | None) -
             f"previous_response_id {rid!r} is no stored response of this session; send one this session's "
             "/responses answered with store=true, or send the whole conversation as input",
             param="previous_response_id",
-            code="previous_response_not_found")
+            code="previous_response_not_found",
+        )
     return stored.get("conversation", []) + stored["output"]
 
 
@@ -100,27 +102,51 @@ class ResponsesFront:
     def __init__(self, signer: ThinkingSigner):
         self.signer = signer
 
-    async def prepare(self, ctx: EngineContext, target: CallTarget, req: ResponsesRequest, raw_body: bytes,
-                      received: float) -> Prepared:
+    async def prepare(
+        self, ctx: EngineContext, target: CallTarget, req: ResponsesRequest, raw_body: bytes, received: float
+    ) -> Prepared:
         ctx.check_model(req.model)
         history = await chain_items(ctx, target, req.previous_response_id)
         items: list[InputItem] = stored_items(history, "previous_response_id") + input_items(req)
         dicts = to_template(items, len(history), req.instructions, ctx.served_model, self.signer)
         tools = tool_dicts(req.tools)
         plan, chain_end = await plan_call(
-            ctx, target, dicts, tools, None, prompt_limit(req, ctx.context_length), len(raw_body),
-            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "input"))
+            ctx,
+            target,
+            dicts,
+            tools,
+            None,
+            prompt_limit(req, ctx.context_length),
+            len(raw_body),
+            lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "input"),
+        )
         limit = max_new_tokens(req, len(plan.prompt_ids), ctx.context_length, ctx.config.default_max_tokens)
         conversation = history + [i.model_dump(exclude_none=True) for i in input_items(req)]
         call = ResponsesCall(req, int(time.time()), conversation)
         choice = req.tool_choice.name if isinstance(req.tool_choice, ToolChoiceFunction) else req.tool_choice
-        constraint = only_one(from_text_format(req.text), tool_choice_constraint(
-            tools, choice, ctx.reply_format, prompt_tail(ctx, plan), req.parallel_tool_calls is not False))
-        return Prepared(call, target, req.model, plan, constrained(_sampling(req, limit), constraint), 1, req.stream,
-                        [], raw_body, received, chain_end=chain_end,
-                        parse_tools=tools is not None and req.tool_choice != "none",
-                        constraint=constraint.record() if constraint else None,
-                        argument_defaults=argument_defaults(tools), notes=self._notes(req, items, len(history)))
+        constraint = only_one(
+            from_text_format(req.text),
+            tool_choice_constraint(
+                tools, choice, ctx.reply_format, prompt_tail(ctx, plan), req.parallel_tool_calls is not False
+            ),
+        )
+        return Prepared(
+            call,
+            target,
+            req.model,
+            plan,
+            constrained(_sampling(req, limit), constraint),
+            1,
+            req.stream,
+            [],
+            raw_body,
+            received,
+            chain_end=chain_end,
+            parse_tools=tools is not None and req.tool_choice != "none",
+            constraint=constraint.record() if constraint else None,
+            argument_defaults=argument_defaults(tools),
+            notes=self._notes(req, items, len(history)),
+        )
 
     @staticmethod
     def _notes(req: ResponsesRequest, items: list[InputItem], from_chain: int) -> list[str]:
@@ -154,22 +180,38 @@ class ResponsesFront:
             incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         tool_choice = req.tool_choice or "auto"
         return {
-            "id": response_id(call_id), "object": "response", "created_at": call.created_at, "status": status,
+            "id": response_id(call_id),
+            "object": "response",
+            "created_at": call.created_at,
+            "status": status,
             "error": None,
-            "incomplete_details": incomplete, "instructions": req.instructions, "model": p.model, "output": output,
+            "incomplete_details": incomplete,
+            "instructions": req.instructions,
+            "model": p.model,
+            "output": output,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "previous_response_id": req.previous_response_id, "store": req.store,
-            "temperature": req.temperature, "top_p": req.top_p, "max_output_tokens": req.max_output_tokens,
+            "previous_response_id": req.previous_response_id,
+            "store": req.store,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "max_output_tokens": req.max_output_tokens,
             "tool_choice": tool_choice if isinstance(tool_choice, str) else tool_choice.model_dump(),
-            "tools": [t.model_dump(exclude_none=True) for t in req.tools or ()], "metadata": req.metadata or {},
-            "text": req.text or {"format": {"type": "text"}}, "truncation": req.truncation or "disabled",
+            # The function tools the model was offered; a hosted or unknown tool type, left out of the prompt
+            # (and noted), is not echoed as if it had been.
+            "tools": [t.model_dump(exclude_none=True) for t in offered_functions(req.tools or [])],
+            "metadata": req.metadata or {},
+            "text": req.text or {"format": {"type": "text"}},
+            "truncation": req.truncation or "disabled",
             "usage": usage(p, len(o.sampled.ids)) if o else None,
         }
 
     def record_response(self, p: Prepared, o: Outcome) -> dict[str, Any]:
         # The conversation so far is kept with the answer, so `previous_response_id` needs one read.
-        return {**self.response(p, o.call_id, o, self.output(o)), "conversation": p.req.items,
-                "parse_failures": o.reply.failures}
+        return {
+            **self.response(p, o.call_id, o, self.output(o)),
+            "conversation": p.req.items,
+            "parse_failures": o.reply.failures,
+        }
 
     def answer(self, ctx: EngineContext, p: Prepared, outcomes: list[Outcome]) -> dict[str, Any]:
         o = outcomes[0]
@@ -187,15 +229,24 @@ def public(stored: dict[str, Any]) -> dict[str, Any]:
 def usage(p: Prepared, output_tokens: int) -> dict[str, Any]:
     prompt = len(p.plan.prompt_ids)
     cached = {"cached_tokens": p.plan.shared_prefix_len, "cache_write_tokens": 0}
-    return {"input_tokens": prompt, "input_tokens_details": cached,
-            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + output_tokens}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": cached,
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + output_tokens,
+    }
 
 
 def reasoning_item(call_id: str, text: str, signature: str) -> dict[str, Any]:
-    return {"id": f"rs_{call_id}", "type": "reasoning", "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}], "encrypted_content": signature,
-            "status": "completed"}
+    return {
+        "id": f"rs_{call_id}",
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "encrypted_content": signature,
+        "status": "completed",
+    }
 
 
 def message_item(call_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -204,8 +255,14 @@ def message_item(call_id: str, text: str, status: str = "completed") -> dict[str
 
 
 def function_call_item(call: ParsedToolCall, tool_id: str, status: str = "completed") -> dict[str, Any]:
-    return {"id": f"fc_{tool_id.removeprefix('call_')}", "type": "function_call", "call_id": tool_id,
-            "name": call.name, "arguments": call.arguments if status == "completed" else "", "status": status}
+    return {
+        "id": f"fc_{tool_id.removeprefix('call_')}",
+        "type": "function_call",
+        "call_id": tool_id,
+        "name": call.name,
+        "arguments": call.arguments if status == "completed" else "",
+        "status": status,
+    }
 
 
 class ResponsesStreamer:
@@ -231,8 +288,10 @@ class ResponsesStreamer:
 
     def opening(self) -> list[bytes]:
         body = self._response(None, [])
-        return [self._event("response.created", {"response": body}),
-                self._event("response.in_progress", {"response": body})]
+        return [
+            self._event("response.created", {"response": body}),
+            self._event("response.in_progress", {"response": body}),
+        ]
 
     def _add(self, kind: str, item: dict[str, Any]) -> list[bytes]:
         frames = self._close()
@@ -254,8 +313,10 @@ class ResponsesStreamer:
         else:
             item = message_item(self.call_id, text)
             part = item["content"][0]
-            frames = [self._event("response.output_text.done", {**at, "text": text, "logprobs": []}),
-                      self._event("response.content_part.done", {**at, "part": part})]
+            frames = [
+                self._event("response.output_text.done", {**at, "text": text, "logprobs": []}),
+                self._event("response.content_part.done", {**at, "part": part}),
+            ]
         self.open = None
         return frames + [self._event("response.output_item.done", {"output_index": self.index, "item": item})]
 
@@ -268,11 +329,23 @@ class ResponsesStreamer:
             return frames + [
                 self._event("response.function_call_arguments.delta", {**at, "delta": ev.call.arguments}),
                 self._event("response.function_call_arguments.done", {**at, "arguments": ev.call.arguments}),
-                self._event("response.output_item.done", {"output_index": self.index, "item": item})]
+                self._event("response.output_item.done", {"output_index": self.index, "item": item}),
+            ]
         if ev.kind == "reasoning" and ev.text:
-            frames = [] if self.open == "reasoning" else self._add(
-                "reasoning", {"id": f"rs_{self.call_id}", "type": "reasoning", "summary": [], "content": [],
-                              "status": "in_progress"})
+            frames = (
+                []
+                if self.open == "reasoning"
+                else self._add(
+                    "reasoning",
+                    {
+                        "id": f"rs_{self.call_id}",
+                        "type": "reasoning",
+                        "summary": [],
+                        "content": [],
+                        "status": "in_progress",
+                    },
+                )
+            )
             self.text.append(ev.text)
             return frames + [self._event("response.reasoning_text.delta", {**self._at(), "delta": ev.text})]
         if ev.kind == "content" and ev.text:
@@ -282,8 +355,9 @@ class ResponsesStreamer:
                 part = {"type": "output_text", "text": "", "annotations": []}
                 frames.append(self._event("response.content_part.added", {**self._at(), "part": part}))
             self.text.append(ev.text)
-            return frames + [self._event("response.output_text.delta", {**self._at(), "delta": ev.text,
-                                                                         "logprobs": []})]
+            return frames + [
+                self._event("response.output_text.delta", {**self._at(), "delta": ev.text, "logprobs": []})
+            ]
         return []
 
     def closing(self, o: Outcome) -> list[bytes]:

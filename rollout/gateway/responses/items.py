@@ -49,11 +49,13 @@ def stored_items(raw: list[dict[str, Any]], where: str) -> list[InputItem]:
     try:
         return _ITEMS.validate_python(raw)
     except ValidationError as exc:
-        raise InvalidRequest(f"{where} holds items this gateway cannot read again ({validation_error(exc).message})",
-                             param="previous_response_id") from None
+        raise InvalidRequest(
+            f"{where} holds items this gateway cannot read again ({validation_error(exc).message})",
+            param="previous_response_id",
+        ) from None
 
 
-def _functions(tools: list[Tool]) -> list[FunctionTool]:
+def offered_functions(tools: list[Tool]) -> list[FunctionTool]:
     """The function tools the model is offered: namespaces flattened, the rest left out."""
     out: list[FunctionTool] = []
     for tool in tools:
@@ -80,29 +82,39 @@ def tool_notes(tools: list[Tool] | None) -> list[str]:
         if isinstance(tool, OtherTool):
             notes.append(_left_out(tool, f"tools.{i}"))
         elif isinstance(tool, NamespaceTool):
-            notes.extend(_left_out(t, f"tools.{i}.tools.{j}") for j, t in enumerate(tool.tools)
-                         if isinstance(t, OtherTool))
+            notes.extend(
+                _left_out(t, f"tools.{i}.tools.{j}") for j, t in enumerate(tool.tools) if isinstance(t, OtherTool)
+            )
     return notes
 
 
 def item_notes(items: list[InputItem], from_chain: int) -> list[str]:
     """A note for each item type left out of the prompt (said once per type)."""
     kinds = sorted({item.type for item in items[from_chain:] if isinstance(item, OtherItem)})
-    return [f"responses: input items of type {kind!r} have no place in the chat template; left out of the prompt"
-            for kind in kinds]
+    return [
+        f"responses: input items of type {kind!r} have no place in the chat template; left out of the prompt"
+        for kind in kinds
+    ]
 
 
 def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
     """Responses function tools as the OpenAI tool dicts chat renders (the same header key)."""
-    out = [function_tool(tool.name, tool.description,
-                         tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}})
-           for tool in _functions(tools or [])]
+    out = [
+        function_tool(
+            tool.name,
+            tool.description,
+            tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}},
+        )
+        for tool in offered_functions(tools or [])
+    ]
     return out or None
 
 
 def _image(where: str, model: str) -> InvalidRequest:
-    return InvalidRequest(f"{where} is an input_image part, but model {model!r} reads text only; send text, or serve "
-                          "a vision model", param=where)
+    return InvalidRequest(
+        f"{where} is an input_image part, but model {model!r} reads text only; send text, or serve a vision model",
+        param=where,
+    )
 
 
 def _text(content: str | list, where: str, model: str) -> str:
@@ -142,8 +154,11 @@ class _Turns:
         if isinstance(item, ReasoningItem):
             self._reasoning(item, at)
         elif isinstance(item, FunctionCallItem):
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
             self.assistant().setdefault("tool_calls", []).append(call)
         elif isinstance(item, MessageItem) and item.role == "assistant":
             self.assistant()["content"] += _text(item.content, f"{at}.content", self.model)
@@ -160,8 +175,11 @@ class _Turns:
         if not text:
             return
         if item.encrypted_content is None or not self.signer.valid(text, item.encrypted_content):
-            raise InvalidRequest(f"{at} is a reasoning item whose encrypted_content this gateway did not give; send "
-                                 "reasoning items back unchanged, or leave them out", param=at)
+            raise InvalidRequest(
+                f"{at} is a reasoning item whose encrypted_content this gateway did not give; send "
+                "reasoning items back unchanged, or leave them out",
+                param=at,
+            )
         self.close()  # reasoning opens the next assistant turn
         turn = self.assistant()
         turn["reasoning_content"] = text
@@ -172,13 +190,16 @@ class _Turns:
             raise InvalidRequest(
                 f"{at} is a function_call_output for call_id {item.call_id!r}, which the assistant turn just before "
                 f"did not make (its call ids: {sorted(self.open_calls)}); answer each function_call by its call_id",
-                param=at)
-        self.out.append({"role": "tool", "content": _text(item.output, f"{at}.output", self.model),
-                         "tool_call_id": item.call_id})
+                param=at,
+            )
+        self.out.append(
+            {"role": "tool", "content": _text(item.output, f"{at}.output", self.model), "tool_call_id": item.call_id}
+        )
 
 
-def to_template(items: list[InputItem], from_chain: int, instructions: str | None, model: str,
-                signer: ThinkingSigner) -> list[dict[str, Any]]:
+def to_template(
+    items: list[InputItem], from_chain: int, instructions: str | None, model: str, signer: ThinkingSigner
+) -> list[dict[str, Any]]:
     """The instructions, then the items (the first `from_chain` from the previous_response_id
     chain, then the request's input), as template dicts; a 400 naming the item for anything
     that cannot be rendered."""
@@ -186,8 +207,11 @@ def to_template(items: list[InputItem], from_chain: int, instructions: str | Non
         raise InvalidRequest("input is empty; send a string or at least one item", param="input")
     if all(isinstance(item, OtherItem) for item in items[from_chain:]):
         kinds = sorted({item.type for item in items[from_chain:]})
-        raise InvalidRequest(f"input holds only items of types {kinds}, which the chat template has no place for; "
-                             "send at least one message, function_call_output or reasoning item", param="input")
+        raise InvalidRequest(
+            f"input holds only items of types {kinds}, which the chat template has no place for; "
+            "send at least one message, function_call_output or reasoning item",
+            param="input",
+        )
     turns = _Turns(model, signer)
     if instructions:
         turns.out.append({"role": "system", "content": instructions})

@@ -28,8 +28,11 @@ def routes(gw: Gateway) -> list[Route]:
         rid = request.path_params["response_id"]
         stored = await gw.store.read(lambda r: stored_response(r, rid, state.session_id))
         if stored is None:
-            raise NotFound(f"no stored response {rid!r} in session {state.session_id!r}; responses made with "
-                           "store=false, or in another session, are not served", param="response_id")
+            raise NotFound(
+                f"no stored response {rid!r} in session {state.session_id!r}; responses made with "
+                "store=false, or in another session, are not served",
+                param="response_id",
+            )
         return Response(orjson.dumps(public(stored)), media_type="application/json")
 
     create = guarded("responses", gw.metrics, model_call(gw, front, ResponsesRequest))

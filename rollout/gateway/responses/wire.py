@@ -87,8 +87,10 @@ class OtherItem(Lenient):
 
 
 InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")]
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[OtherItem, Tag("other")],
     tagged(("message", "function_call", "function_call_output", "reasoning"), "message"),
 ]
@@ -113,8 +115,9 @@ class OtherTool(Lenient):
     name: str | None = None
 
 
-Member = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
-                   tagged(("function",), None)]
+Member = Annotated[
+    Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")], tagged(("function",), None)
+]
 
 
 class NamespaceTool(Wire):
@@ -127,8 +130,12 @@ class NamespaceTool(Wire):
     description: str | None = None
 
 
-Tool = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[NamespaceTool, Tag("namespace")]
-                 | Annotated[OtherTool, Tag("other")], tagged(("function", "namespace"), None)]
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[OtherTool, Tag("other")],
+    tagged(("function", "namespace"), None),
+]
 
 
 class ToolChoiceFunction(Wire):
