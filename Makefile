@@ -14,7 +14,7 @@ PIP      := $(BIN)/pip install --constraint .ci/constraints.txt
 # Source-only dependencies (fast-downward-textworld, under alfworld) build by running
 # `python` from PATH: it must be the venv's, not a pyenv shim.
 export PATH := $(abspath $(BIN)):$(PATH)
-EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar,tracing,tracking
+EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,tinker,viewer,grammar,tracing,tracking
 # Installed without their dependencies: sglang is needed only for its protocol classes
 # (GenerateReqInput, SamplingParams) and its full dependency set needs a GPU; hermes-agent
 # pins exact versions of openai, pydantic, rich, ... that conflict with roost's, and runs
@@ -24,6 +24,9 @@ EXTRAS   := test,sglang-protocol,envs,agents,sandboxes,trainer,viewer,grammar,tr
 SGLANG   := sglang==0.5.3
 HERMES   := hermes-agent==0.19.0
 OSWORLD  := desktop-env==1.0.2
+# tinker-cookbook's loops, run unchanged against `roost tinker serve`; its tml-renderers pin needs
+# Python 3.12 (pyproject's `tinker` extra lists the rest of what it requires).
+COOKBOOK := tinker-cookbook==0.6.1
 # Claude Code and Codex, run unchanged against the gateway by tests/rollout/test_gateway_harnesses.py:
 # the pinned versions, and in a prefix of their own older published ones that users still run
 # (Codex published no 0.170). npm skips Claude Code's postinstall; its cli-wrapper.cjs runs the
@@ -52,7 +55,7 @@ $(STAMP): pyproject.toml setup.py .ci/constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP) --quiet "torch==2.13.0" -e ".[$(EXTRAS)]"
-	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)" "$(OSWORLD)"
+	$(PIP) --quiet --no-deps "$(SGLANG)" "$(HERMES)" "$(OSWORLD)" "$(COOKBOOK)"
 	touch $(STAMP)
 
 harnesses: $(HARNESSES)/.stamp
