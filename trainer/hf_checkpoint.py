@@ -71,9 +71,14 @@ def check_tokenizer(folder: str | Path, vocab_size: int) -> None:
 
 
 def write_checkpoint(
-    tensors: dict[str, torch.Tensor], source: str | Path, out: str | Path, dtype: torch.dtype | None = None
+    tensors: dict[str, torch.Tensor],
+    source: str | Path,
+    out: str | Path,
+    dtype: torch.dtype | None = None,
+    config: dict | None = None,
 ) -> Path:
-    """Write `tensors` as `out/model.safetensors` with the source's config and tokenizer."""
+    """Write `tensors` as `out/model.safetensors` with the source's config (`config`'s keys over
+    it) and tokenizer."""
     source, out = Path(source), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
@@ -81,6 +86,9 @@ def write_checkpoint(
         for item in source.iterdir():
             if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and item.name not in WEIGHT_INDEXES:
                 shutil.copy2(item, staging / item.name)
+        if config:
+            written = staging / "config.json"
+            written.write_text(json.dumps({**json.loads(written.read_text()), **config}, indent=2))
         if dtype is not None:
             tensors = {k: v.to(dtype) for k, v in tensors.items()}
         save_file(

@@ -133,6 +133,36 @@ class LossSection(_Section):
     aggregation: Literal["token_mean", "seq_mean_token_mean"] | None = None
 
 
+class LoraSection(_Section):
+    """Train LoRA adapters instead of every weight (PEFT's LoRA; the base model frozen)."""
+
+    rank: int = Field(8, ge=1)
+    """Inner dimension of each adapter's `B @ A`."""
+    alpha: float = Field(16.0, gt=0)
+    """The update is `alpha / rank * B @ A`."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on each adapter's input while training."""
+    targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    """Hugging Face module names adapted in every layer; `lm_head` adds the unembedding."""
+
+    @model_validator(mode="after")
+    def _known_targets(self) -> LoraSection:
+        from roost.rollout.lora import KNOWN_TARGETS
+
+        unknown = sorted(set(self.targets) - set(KNOWN_TARGETS))
+        if unknown or not self.targets:
+            raise ValueError(
+                f"LoRA targets {unknown or '(none)'} are not modules roost adapts; use some of {', '.join(KNOWN_TARGETS)}"
+            )
+        return self
+
+    def spec(self):
+        """The adapter's `roost.rollout.lora.LoraSpec`."""
+        from roost.rollout.lora import LoraSpec
+
+        return LoraSpec(rank=self.rank, alpha=self.alpha, dropout=self.dropout, targets=tuple(self.targets))
+
+
 class TrainerConfig(_Section):
     backend: Literal["megatron"] = "megatron"
     tp: int = Field(1, ge=1)
@@ -162,6 +192,15 @@ class TrainerConfig(_Section):
     threads: int | None = None
     """torch threads per rank; null: the CPUs Ray gives the rank."""
     loss: LossSection = LossSection()
+    lora: LoraSection | None = None
+    """LoRA adapters for SFT and RL (only they train; checkpoints hold them in PEFT's layout plus the
+    merged weights); null trains every weight."""
+
+    @model_validator(mode="after")
+    def _lora_layers(self) -> TrainerConfig:
+        if self.lora is not None and self.attention == "te":
+            raise ValueError("trainer.lora runs on the local layer specs: set trainer.attention to sdpa or local")
+        return self
 
 
 class EstimatorSection(_Section):

@@ -3,6 +3,7 @@
     policy = MegatronPolicy(TrainConfig(checkpoint="path/to/hf", lr=1e-5))
     stats = policy.train_step(scored)            # scored = compute_advantages(...)[0]
     policy.export_hf("out/step-1")               # collective; tp0/dp0 writes the folder
+    policy.save_adapter("out/step-1-adapter")    # with TrainConfig.lora: the adapter alone, PEFT's layout
 
 `train_step` packs the samples into prefix-tree microbatches (same plan on every rank),
 gives data-parallel rank r the microbatches r, r + dp, ..., runs forward → per-token
@@ -10,6 +11,9 @@ logprobs → policy loss → backward on each, then reduces gradients across dat
 ranks and takes one Megatron optimizer step. Per-token loss weights are fixed over the
 whole batch first, so the update does not depend on packing, microbatching or DP size.
 Call `parallel.init(tp=...)` in every process before building the policy.
+
+With `TrainConfig.lora` the base weights are frozen and only the adapters (`megatron/lora.py`)
+train; `hf_state` and `export_hf` then give the merged weights (`W + scaling * B @ A`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.rope import inverse_frequencies
+from roost.rollout.lora import AdapterError, LoraSpec, load_adapter
 from roost.rollout.store.samples import Sample
 from roost.tracing import Tracing
 
@@ -31,7 +36,7 @@ from ..advantages import Scored
 from ..allowed_tokens import AllowedTokens, allowed_counts
 from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
 from ..prefix_tree import Microbatch, build_microbatches
-from . import convert, parallel
+from . import convert, lora, parallel
 from .model import build_gpt_model, masked_logprobs, scored_logprobs, transformer_config
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -65,6 +70,10 @@ class TrainConfig:
     token's logprob over the tokens the grammar allowed (`allowed_tokens`), tokens it forced
     left out. False trains the model's own, unmasked, distribution."""
     loss: LossConfig = field(default_factory=LossConfig)
+    lora: LoraSpec | None = None
+    """Train LoRA adapters on these targets, the base weights frozen; None trains every weight."""
+    adapter: str | None = None
+    """A PEFT adapter folder to start the adapters from (resume); None: PEFT's fresh initialisation."""
 
 
 @dataclass
@@ -103,6 +112,7 @@ class MegatronPolicy:
             check_tree_attention(model)
         self.te_names = model.roost_attention == "te"
         self._load(model, self.source)
+        self.lora_hosts = self._attach_lora(model) if config.lora else {}
         if torch.cuda.is_available():
             model.cuda()
         self.model = DistributedDataParallel(
@@ -143,6 +153,27 @@ class MegatronPolicy:
             hf, self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size, te=self.te_names
         )
         convert.load_into(model, {k: v.to(self.mcore_config.params_dtype) for k, v in state.items()})
+
+    def _attach_lora(self, model: Any) -> dict[str, tuple[str, ...]]:
+        spec = self.config.lora
+        hosts = lora.attach(model, spec, self.spec, tp_size=self.info.tp_size)
+        if self.config.adapter is None:
+            weights = lora.fresh_weights(spec, self.spec)
+        else:
+            adapter = load_adapter(self.config.adapter)
+            if (adapter.spec.rank, adapter.spec.alpha, set(adapter.spec.targets)) != (
+                spec.rank,
+                spec.alpha,
+                set(spec.targets),
+            ):
+                raise AdapterError(
+                    f"adapter {self.config.adapter} has rank {adapter.spec.rank}, alpha {adapter.spec.alpha}, targets "
+                    f"{sorted(adapter.spec.targets)}; trainer.lora asks rank {spec.rank}, alpha {spec.alpha}, "
+                    f"targets {sorted(spec.targets)}: make them agree or start a new run"
+                )
+            weights = adapter.weights
+        lora.load_weights(model, hosts, weights, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size)
+        return hosts
 
     def _reference_model(self) -> Any:
         if self.config.reference is None:
@@ -299,7 +330,7 @@ class MegatronPolicy:
         import torch.distributed as dist
         from megatron.core import parallel_state
 
-        local = convert.model_state(self.model)
+        local = {k: v for k, v in convert.model_state(self.model).items() if not lora.is_adapter_name(k)}
         if self.info.tp_size == 1:
             shards = [local]
         else:
@@ -310,15 +341,37 @@ class MegatronPolicy:
                 dist.all_gather(gathered, tensor.contiguous(), group=group)
                 for rank, piece in enumerate(gathered):
                     shards[rank][name] = piece.cpu()
-        return convert.megatron_to_hf(shards, self.spec, te=self.te_names)
+        hf = convert.megatron_to_hf(shards, self.spec, te=self.te_names)
+        return lora.merge(hf, self.adapter_state(), self.config.lora) if self.config.lora else hf
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """The adapters under PEFT's keys in full shapes (collective over tensor parallel)."""
+        if self.config.lora is None:
+            raise AdapterError("this policy trains every weight (no trainer.lora): it has no adapter")
+        return lora.gather_weights(self.model, self.lora_hosts, tp_size=self.info.tp_size)
 
     def export_hf(self, folder: str | Path) -> Path:
-        """Write the weights as a Hugging Face checkpoint (collective; one rank writes)."""
+        """Write the weights as a Hugging Face checkpoint (collective; one rank writes); with LoRA the
+        merged weights, for engines that load no adapter."""
         import torch.distributed as dist
 
         state = self.hf_state()
+        # an adapted unembedding, merged, is no longer the embedding
+        untied = {"tie_word_embeddings": False} if self.spec.tie_word_embeddings and "lm_head.weight" in state else None
         if self.info.writes_checkpoints:
-            hf_checkpoint.write_checkpoint(state, self.source, folder)
+            hf_checkpoint.write_checkpoint(state, self.source, folder, config=untied)
+        dist.barrier()
+        return Path(folder)
+
+    def save_adapter(self, folder: str | Path) -> Path:
+        """Write the adapters alone as a PEFT folder (collective; one rank writes)."""
+        import torch.distributed as dist
+
+        from roost.rollout.lora import save_adapter
+
+        weights = self.adapter_state()
+        if self.info.writes_checkpoints:
+            save_adapter(folder, self.config.lora, weights, base_model=str(self.source))
         dist.barrier()
         return Path(folder)
 

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from ..megatron.train import MegatronPolicy, StepStats, TrainConfig
 
 
-def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) -> TrainConfig:
+def train_config(
+    recipe: Recipe, checkpoint: str, reference: str | None = None, adapter: str | None = None
+) -> TrainConfig:
     from ..losses import LossConfig
     from ..megatron.train import TrainConfig
 
@@ -53,6 +55,8 @@ def train_config(recipe: Recipe, checkpoint: str, reference: str | None = None) 
         old_logprobs=t.old_logprobs,
         grammar_mask=t.grammar_mask,
         loss=LossConfig(**loss),
+        lora=t.lora.spec() if t.lora else None,
+        adapter=adapter,
     )
 
 
