@@ -22,7 +22,9 @@ def random_adapter(policy, seed: int = 7, scale: float = 0.05) -> dict[str, torc
     generator = torch.Generator().manual_seed(seed)
     fresh = lora.fresh_weights(policy.config.lora, policy.spec)
     weights = {k: torch.randn(v.shape, generator=generator) * scale for k, v in fresh.items()}
-    lora.load_weights(policy.model, policy.lora_hosts, weights)
+    lora.load_weights(
+        policy.model, policy.lora_hosts, weights, tp_rank=policy.info.tp_rank, tp_size=policy.info.tp_size
+    )
     return weights
 
 

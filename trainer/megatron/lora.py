@@ -196,22 +196,28 @@ def load_weights(
                 split = (half == "lora_A") == pair.row_parallel
                 mine = full.chunk(tp_size, dim=1 if pair.row_parallel else 0)[tp_rank] if split else full
                 if mine.shape != param.shape:
+                    expected = list(param.shape)
+                    if split:
+                        expected[1 if pair.row_parallel else 0] *= tp_size
                     raise AdapterError(
-                        f"{key}: shape {tuple(full.shape)} does not fit this model "
-                        f"(rank {param.shape[0] if half == 'lora_A' else param.shape[1]} expected)"
+                        f"{key}: shape {tuple(full.shape)}, but this model's {target} with rank "
+                        f"{pair.lora_A.shape[0]} needs {tuple(expected)}"
                     )
                 param.copy_(mine)
 
 
-def gather_weights(model, hosts: dict[str, tuple[str, ...]], *, tp_size: int = 1) -> dict[str, torch.Tensor]:
-    """Every adapter as PEFT-keyed full matrices on CPU (collective over tensor parallel)."""
+def gather_weights(
+    model, hosts: dict[str, tuple[str, ...]], *, tp_size: int = 1, grads: bool = False
+) -> dict[str, torch.Tensor]:
+    """Every adapter as PEFT-keyed full matrices on CPU (collective over tensor parallel); `grads`:
+    their gradients instead, as Megatron's DDP reduced them (`main_grad`)."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
     out = {}
     for layer, target, pair in _pairs(model, hosts):
         for half, param in (("lora_A", pair.lora_A), ("lora_B", pair.lora_B)):
-            tensor = param.detach()
+            tensor = (param.main_grad if grads else param).detach()
             if tp_size > 1 and (half == "lora_A") == pair.row_parallel:
                 pieces = [torch.empty_like(tensor) for _ in range(tp_size)]
                 dist.all_gather(pieces, tensor.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
