@@ -3,12 +3,14 @@
     run_dir/
       state.json              RunState: the step reached, the weight version, which groups were trained
       evals.json              evaluation results by label (before, after_sft, step-N, final)
-      checkpoints/step-N/     hf/ (Hugging Face weights: the engine loads these) and trainer/ (per-rank
-                              model + optimizer state), written complete before state.json names them
+      checkpoints/step-N/     hf/ (Hugging Face weights: the engine loads these; merged with trainer.lora),
+                              adapter/ (trainer.lora only: the adapter alone, PEFT's layout) and trainer/
+                              (per-rank optimizer state), written complete before state.json names them
       trajectories.sqlite     the gateway's store: finished episodes survive any crash
       metrics.jsonl
 
-Resuming loads the newest checkpoint named by state.json, restarts the engine on its
+Resuming loads the newest checkpoint named by state.json (with trainer.lora: the starting model
+and the checkpoint's adapter on it), restarts the engine on its
 weights, and trains first on groups that finished in the store but were never trained on
 (those within the staleness bound), so no finished trajectory is lost.
 """
@@ -75,6 +77,11 @@ def save_evals(run_dir: Path, evals: dict[str, dict[str, Any]]) -> None:
 
 def checkpoint_dir(run_dir: Path, label: str) -> Path:
     return run_dir / "checkpoints" / label
+
+
+def adapter_dir(checkpoint: str | Path) -> Path:
+    """A checkpoint's LoRA adapter folder (PEFT's layout; written with trainer.lora only)."""
+    return Path(checkpoint) / "adapter"
 
 
 def prune_checkpoints(run_dir: Path, keep: int, *protected: str | None) -> None:

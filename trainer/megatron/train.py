@@ -147,10 +147,10 @@ class MegatronPolicy:
         for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
             optimizer.optimizer.state.clear()
 
-    def _load(self, model: Any, folder: Path) -> None:
+    def _load(self, model: Any, folder: Path, spec: ModelSpec | None = None) -> None:
         hf = hf_checkpoint.read_weights(folder)
         state = convert.hf_to_megatron(
-            hf, self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size, te=self.te_names
+            hf, spec or self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size, te=self.te_names
         )
         convert.load_into(model, {k: v.to(self.mcore_config.params_dtype) for k, v in state.items()})
 
@@ -178,8 +178,10 @@ class MegatronPolicy:
     def _reference_model(self) -> Any:
         if self.config.reference is None:
             raise ValueError("loss.kl_coef > 0 needs TrainConfig.reference (a checkpoint folder)")
-        reference = build_gpt_model(self.spec, self.mcore_config, self.config.attention)
-        self._load(reference, Path(self.config.reference))
+        # its own reading: a LoRA run's merged unembedding is untied from the embedding
+        spec = ModelSpec.from_folder(self.config.reference)
+        reference = build_gpt_model(spec, self.mcore_config, self.config.attention)
+        self._load(reference, Path(self.config.reference), spec)
         reference.requires_grad_(False)
         return reference.eval()
 

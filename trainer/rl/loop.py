@@ -27,7 +27,7 @@ from roost.outcome import UNSCORED
 from roost.tracing import Tracing
 
 from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advantages
-from ..checkpoint import RunState, checkpoint_dir, load_evals, prune_checkpoints, save_evals
+from ..checkpoint import RunState, adapter_dir, checkpoint_dir, load_evals, prune_checkpoints, save_evals
 from ..eval_compare import per_task_success
 from ..metrics import MetricsLogger
 from ..recipe import AlgorithmConfig, Recipe, dump_recipe
@@ -299,7 +299,9 @@ def _publish(run: Run, label: str) -> float:
     folder = (
         checkpoint_dir(run.run_dir, label) / "hf" if due else run.run_dir / "weights" / f"v{state.weight_version % 2}"
     )
-    run.trainer.export(str(folder))
+    # with LoRA the adapter goes beside the merged weights (the engines load the merged ones)
+    adapter = adapter_dir(folder.parent) if due else run.run_dir / "weights" / f"adapter-v{state.weight_version % 2}"
+    run.trainer.export(str(folder), str(adapter))
     started = time.perf_counter()
     state.weight_version += 1
     _sync(run.services, run.hooks, str(folder), state.weight_version, run.tracing)
@@ -310,7 +312,7 @@ def _publish(run: Run, label: str) -> float:
 
 def _checkpoint(run: Run, label: str) -> None:
     folder = checkpoint_dir(run.run_dir, label)
-    run.trainer.export(str(folder / "hf"))
+    run.trainer.export(str(folder / "hf"), str(adapter_dir(folder)))
     run.state.weight_version += 1
     _sync(run.services, run.hooks, str(folder / "hf"), run.state.weight_version)
     _save(run, folder)
@@ -423,8 +425,11 @@ def _handles(
     from .setup import actor_options
     from .trainer import TrainerGroup
 
-    start = state.hf_weights or state.model
-    trainer = TrainerGroup.start(recipe, start, scheduling=where.trainer)
+    if recipe.trainer.lora is None:
+        start, adapter = state.hf_weights or state.model, None
+    else:  # the frozen base is the starting model; what trained is the checkpoint's adapter
+        start, adapter = state.model, str(adapter_dir(state.checkpoint)) if state.checkpoint else None
+    trainer = TrainerGroup.start(recipe, start, adapter=adapter, scheduling=where.trainer)
     r = recipe.rollout
     worker = ray.remote(RolloutWorker).options(num_cpus=0, **actor_options(recipe))
     workers = [
@@ -442,7 +447,7 @@ def _handles(
     try:
         if state.checkpoint:
             trainer.load(str(Path(state.checkpoint) / "trainer"))
-            _sync(svc, hooks, start, state.weight_version)
+            _sync(svc, hooks, state.hf_weights, state.weight_version)
         tasks = task_pool(_tasks(svc, recipe.env.split, recipe.env.name), recipe.env.max_tasks, recipe.schedule.seed)
         yield Run(
             recipe,

@@ -2,7 +2,7 @@
 
     trainer = TrainerGroup.start(recipe, checkpoint="path/hf", placement=pg)
     stats = trainer.train_step(scored)                 # every rank gets the same batch
-    trainer.export("ckpt/step-3/hf")                   # collective; rank 0 writes
+    trainer.export("ckpt/step-3/hf", "ckpt/step-3/adapter")   # collective; rank 0 writes
     trainer.save("ckpt/step-3/trainer"); trainer.load(...)
 
 Each rank runs `parallel.init` with the group's rendezvous address, builds a
@@ -118,8 +118,11 @@ class TrainerRank:
     def reset_optimizer(self) -> None:
         self.policy.reset_optimizer()
 
-    def export(self, folder: str) -> str:
-        return str(self.policy.export_hf(folder))
+    def export(self, folder: str, adapter: str | None = None) -> str:
+        exported = str(self.policy.export_hf(folder))
+        if adapter is not None and self.policy.config.lora is not None:
+            self.policy.save_adapter(adapter)
+        return exported
 
     def save(self, folder: str) -> None:
         import torch
@@ -156,6 +159,7 @@ class TrainerGroup:
         checkpoint: str,
         *,
         reference: str | None = None,
+        adapter: str | None = None,
         scheduling: list[dict[str, Any]] | None = None,
     ) -> TrainerGroup:
         import ray
@@ -177,7 +181,7 @@ class TrainerGroup:
             threads = t.threads or max(1, int(placement.trainer_cpus))
             ranks.append(actor.options(**options).remote(rank, world, t.tp, threads))
         rendezvous = ray.get(ranks[0].address.remote())
-        config = train_config(recipe, checkpoint, reference)
+        config = train_config(recipe, checkpoint, reference, adapter)
         ray.get([r.init.remote(rendezvous, config) for r in ranks])
         return cls(ranks)
 
@@ -206,8 +210,10 @@ class TrainerGroup:
     def reset_optimizer(self) -> None:
         self._all("reset_optimizer")
 
-    def export(self, folder: str) -> str:
-        return self._all("export", folder)[0]
+    def export(self, folder: str, adapter: str | None = None) -> str:
+        """The weights as a Hugging Face folder (merged, with LoRA) and, with LoRA, the adapter
+        alone in PEFT's layout in `adapter`."""
+        return self._all("export", folder, adapter)[0]
 
     def save(self, folder: str) -> None:
         self._all("save", folder)
