@@ -136,3 +136,38 @@ def test_the_policy_resumes_from_a_saved_adapter(megatron_world, tiny_model_path
     assert worst(resumed.logprobs(samples), policy.logprobs(samples)) == 0.0
     with pytest.raises(AdapterError, match="rank 4.*asks rank 2"):
         policy_with(tiny_model_path, LoraSpec(rank=2, alpha=8.0, targets=KNOWN_TARGETS), adapter=str(folder))
+
+
+@pytest.mark.parametrize("kind", ["ppo", "grpo", "gspo"])
+def test_every_rl_loss_trains_the_adapters_alone(megatron_world, tiny_model_path, kind):
+    from roost.tests.trainer.trainer_fixtures import grpo_batch
+    from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
+    from roost.trainer.megatron import convert, lora
+
+    policy = policy_with(tiny_model_path, LoraSpec(rank=2, alpha=4.0), lr=1e-2, loss=LossConfig(kind=kind))
+    random_adapter(policy)
+    base = {k: v for k, v in convert.model_state(policy.model).items() if not lora.is_adapter_name(k)}
+    adapter = policy.adapter_state()
+    batch = grpo_batch(groups=2, size=4)
+    scored, _ = compute_advantages([Group("g0", batch[:4]), Group("g1", batch[4:])], AdvantageConfig())
+    stats = policy.train_step(scored)
+    assert stats.updated and stats.grad_norm > 0
+    after = convert.model_state(policy.model)
+    assert all(torch.equal(after[k], v) for k, v in base.items())
+    assert any(not torch.equal(policy.adapter_state()[k], v) for k, v in adapter.items())
+
+
+def test_adapter_dropout_applies_in_training_only(megatron_world, tiny_model_path, hf_base, tmp_path):
+    from peft import PeftModel
+
+    from roost.trainer.megatron.model import scored_logprobs
+
+    policy = policy_with(tiny_model_path, LoraSpec(rank=4, alpha=8.0, dropout=0.5))
+    random_adapter(policy, scale=0.2)
+    samples = agentic_batch()
+    # no-grad logprobs (the rollout side, old logprobs) see no dropout: PEFT's eval-mode forward
+    peft = PeftModel.from_pretrained(hf_base(), str(policy.save_adapter(tmp_path / "adapter"))).eval()
+    assert worst(policy.logprobs(samples), hf_logprobs(peft, samples)) <= 1e-5
+    microbatch = policy.microbatches(samples)[0]
+    first, second = (scored_logprobs(policy.model, microbatch, policy.inv_freq) for _ in range(2))
+    assert float((first - second).abs().max()) > 1e-4  # a fresh mask on each training forward
