@@ -72,6 +72,17 @@ def test_lora_logprobs_equal_peft_loading_the_adapter_roost_saved(megatron_world
     assert worst(lp, hf_logprobs(hf_base(), samples)) > 1e-3  # the adapter on every target does change them
 
 
+def test_targets_that_fill_part_of_a_fused_layer_equal_peft(megatron_world, tiny_model_path, hf_base, tmp_path):
+    from peft import PeftModel
+
+    # q and v of linear_qkv, up of linear_fc1: the rows of k and gate get nothing
+    policy = policy_with(tiny_model_path, LoraSpec(rank=3, alpha=5.0, targets=("q_proj", "up_proj", "v_proj")))
+    random_adapter(policy, seed=3)
+    peft = PeftModel.from_pretrained(hf_base(), str(policy.save_adapter(tmp_path / "adapter"))).eval()
+    samples = agentic_batch()
+    assert worst(policy.logprobs(samples), hf_logprobs(peft, samples)) <= 1e-5
+
+
 def test_a_fresh_adapter_is_peft_initialised_and_changes_nothing(megatron_world, tiny_model_path, hf_base):
     from peft import LoraConfig, get_peft_model
 

@@ -98,15 +98,15 @@ class LoraHost(torch.nn.Module):
             reduce_from_tensor_model_parallel_region,
         )
 
-        if self.dropout and self.training and torch.is_grad_enabled():
-            x = torch.nn.functional.dropout(x, self.dropout)
+        drop = self.dropout and self.training and torch.is_grad_enabled()
         parts = []
         for target, width in self.fused:
             if target not in self.pairs:
                 parts.append(x.new_zeros(*x.shape[:-1], width))
                 continue
             pair = self.pairs[target]
-            inner = x @ pair.lora_A.t()
+            # a mask per target, as PEFT's separate modules draw theirs
+            inner = (torch.nn.functional.dropout(x, self.dropout) if drop else x) @ pair.lora_A.t()
             # row-parallel: sum the rank-sized partials, as the base layer sums its outputs;
             # column-parallel: A is whole on every rank, so its gradient (and the input's) is summed
             if pair.row_parallel:
