@@ -53,6 +53,16 @@ def test_lora_refuses_the_transformer_engine_spec():
         validate_recipe({**MINIMAL, "trainer": {"attention": "te", "lora": {}}})
 
 
+def test_a_run_refuses_an_adapted_lm_head_on_a_tied_model(tiny_model_path):
+    from roost.trainer.rl.loop import check_lora_model
+
+    tied = validate_recipe({**MINIMAL, "trainer": {"lora": {"targets": ["q_proj", "lm_head"]}}})
+    with pytest.raises(RecipeError, match="lm_head, but .* ties its embeddings.*leave lm_head out"):
+        check_lora_model(tied, str(tiny_model_path))
+    check_lora_model(validate_recipe({**MINIMAL, "trainer": {"lora": {"targets": ["q_proj"]}}}), str(tiny_model_path))
+    check_lora_model(validate_recipe(MINIMAL), str(tiny_model_path))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_lora_run_of_the_alfworld_recipe_checkpoints_a_peft_adapter(tmp_path, local_ray):  # noqa: F811

@@ -108,6 +108,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
                 hooks.stage("expert demonstrations", 0)
             transcripts, tools = _sft_transcripts(recipe, env.url, run_dir)
             state.model = state.model or _model(recipe, run_dir, transcripts, tools)
+            check_lora_model(recipe, state.model)
             hooks.stage("engine, gateway, trainer", 0)
             with (
                 services(recipe, run_dir, state.model, env, where) as svc,
@@ -117,6 +118,22 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
         finally:
             stop_services([env.actor])
             metrics.close()
+
+
+def check_lora_model(recipe: Recipe, model: str) -> None:
+    """Refuse, before any service starts, a LoRA run whose merged weights the engine would refuse:
+    an adapted `lm_head` on a model with tied embeddings unties them."""
+    from roost.rollout.engine.model_spec import ModelSpec
+
+    from ..recipe import RecipeError
+
+    lora = recipe.trainer.lora
+    if lora is not None and "lm_head" in lora.targets and ModelSpec.from_folder(model).tie_word_embeddings:
+        raise RecipeError(
+            f"trainer.lora.targets has lm_head, but {model} ties its embeddings: the merged weights the engine "
+            "loads after each step would untie them, which the engine refuses; leave lm_head out of the targets "
+            "or start from a model with its own lm_head"
+        )
 
 
 def _sft_transcripts(recipe: Recipe, env_url: str, run_dir: Path) -> tuple[list[Transcript], list[ToolSchema]]:
