@@ -328,7 +328,8 @@ class MegatronPolicy:
         return microbatch.sample_logprobs(masked_logprobs(self.reference, microbatch, self.inv_freq)[0])
 
     def hf_state(self) -> dict[str, torch.Tensor]:
-        """The current weights as a Hugging Face state dict (collective over tensor parallel)."""
+        """The current weights as a Hugging Face state dict (collective over tensor parallel); with
+        LoRA, the adapters merged in."""
         import torch.distributed as dist
         from megatron.core import parallel_state
 
