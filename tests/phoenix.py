@@ -11,6 +11,7 @@ are skipped without one, except with ROOST_REQUIRE_PHOENIX=1 (CI), where they fa
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -62,27 +63,22 @@ class Span:
         )
 
 
-def _phoenix_port() -> int:
-    """A port free when asked. Phoenix is told its ports (PHOENIX_PORT, PHOENIX_GRPC_PORT) and
-    reports none back, unlike roost's servers (`--port 0 --port-file`); one taken before Phoenix
-    binds it fails its start, and the test with it."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+SERVING_LINE = re.compile(rb"Uvicorn running on http://[^\s:]+:(\d+)")
+"""uvicorn's start line, which names the port it bound (Phoenix's own banner repeats port 0)."""
 
 
 class PhoenixServer:
-    """`phoenix serve` on free 127.0.0.1 ports, its database in `folder`; a context manager."""
+    """`phoenix serve` on 127.0.0.1, its database in `folder`; a context manager. Phoenix binds
+    port 0 (the OS picks: no port is chosen before it is bound) and its HTTP port is read from
+    its log; its gRPC receiver, unused here, gets one too."""
 
     def __init__(self, folder: Path):
-        self.port = _phoenix_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0
+        self.url = ""
         self.env = {
             **os.environ,
-            "PHOENIX_PORT": str(self.port),
-            "PHOENIX_GRPC_PORT": str(_phoenix_port()),
+            "PHOENIX_PORT": "0",
+            "PHOENIX_GRPC_PORT": "0",
             "PHOENIX_HOST": "127.0.0.1",
             "PHOENIX_WORKING_DIR": str(folder),
             "PHOENIX_TELEMETRY_ENABLED": "false",
@@ -97,17 +93,27 @@ class PhoenixServer:
                 [str(binary), "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
             )
         deadline = time.monotonic() + STARTUP_S
-        while not self._healthy():
+        while not self._serving():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 stop_process(self.process)
                 raise RuntimeError(
-                    f"phoenix serve did not come up on {self.url}; its log:\n{self.log.read_text()[-3000:]}"
+                    f"phoenix serve did not come up on 127.0.0.1 ({self.url or 'no port reported'}); "
+                    f"its log:\n{self.log.read_text()[-3000:]}"
                 )
             time.sleep(0.5)
         return self
 
     def __exit__(self, *exc: object) -> None:
         stop_process(self.process)
+
+    def _serving(self) -> bool:
+        if not self.port:
+            found = SERVING_LINE.search(self.log.read_bytes())
+            if found is None:
+                return False
+            self.port = int(found.group(1))
+            self.url = f"http://127.0.0.1:{self.port}"
+        return self._healthy()
 
     def _healthy(self) -> bool:
         try:

@@ -28,8 +28,6 @@ from roost.sandboxes.stale import process_start_time
 LABEL = "roost.osworld.desktop"
 OWNER_LABEL = "roost.osworld.owner"
 NETWORK = "roost-osworld-desktops"
-INNER_CHROMIUM_PORT = 9223
-"""Chromium's own DevTools port in the container; the server forwards 9222 (all interfaces) to it."""
 
 
 @dataclass
@@ -100,9 +98,7 @@ def _run(client: Any, image: str, config: DesktopConfig) -> DockerDesktop:
         str(config.height),
         "--home",
         DESKTOP_HOME,
-        "--chromium-port",
-        str(INNER_CHROMIUM_PORT),
-        "--forward-chromium",
+        "--devtools-port",
         str(CHROMIUM_PORT),
     ]
     labels = {LABEL: "1", OWNER_LABEL: _owner(), **config.labels}

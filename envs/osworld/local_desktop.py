@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -100,12 +99,11 @@ async def resolve_host(config: DesktopConfig) -> DesktopConfig:
 
 
 def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
-    """Starts the server (and through it the X session); returns once it printed its port."""
+    """Starts the server (and through it the X session); returns once it printed its ports."""
     home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
     runtime = _runtime_dir()
     marker = home.name
     (runtime / MARKER_FILE).write_text(marker)
-    chromium_port = free_port()
     inner_home = DESKTOP_HOME if isolate else str(home)
     argv = [
         python,
@@ -121,8 +119,8 @@ def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
         str(config.height),
         "--home",
         inner_home,
-        "--chromium-port",
-        str(chromium_port),
+        "--devtools-port",
+        "0",
         "--python",
         python,
     ]
@@ -153,9 +151,9 @@ def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
             start_new_session=True,
             text=True,
         )
-    desktop = LocalDesktop("", "127.0.0.1", 0, chromium_port, process, home, marker, runtime)
+    desktop = LocalDesktop("", "127.0.0.1", 0, 0, process, home, marker, runtime)
     try:
-        desktop.server_port = _read_port(desktop, config.start_timeout_s)
+        desktop.server_port, desktop.chromium_port = _read_ports(desktop, config.start_timeout_s)
     except BaseException:
         desktop._stop()
         raise
@@ -163,14 +161,17 @@ def _spawn(config: DesktopConfig, python: str, isolate: bool) -> LocalDesktop:
     return desktop
 
 
-def _read_port(desktop: LocalDesktop, timeout_s: float) -> int:
-    """The port from the server's first stdout line (`{"port": ..., "display": ...}`)."""
+def _read_ports(desktop: LocalDesktop, timeout_s: float) -> tuple[int, int]:
+    """The server's and DevTools' ports, from the server's first stdout line (`{"port": ...,
+    "devtools_port": ..., "display": ...}`): both bound to port 0, so no other process can take
+    them between choosing and binding."""
     import select
 
     ready, _, _ = select.select([desktop.process.stdout], [], [], timeout_s)
     line = desktop.process.stdout.readline() if ready else ""
     try:
-        return int(json.loads(line)["port"])
+        announced = json.loads(line)
+        return int(announced["port"]), int(announced["devtools_port"])
     except (ValueError, KeyError, TypeError):
         state = _exited(desktop) or f"still running; its log ends with:\n{desktop.log_tail()}"
         raise DesktopError(f"the desktop's control server did not start within {timeout_s:.0f}s ({state})") from None
@@ -312,9 +313,3 @@ def _imports(python: str, modules: str) -> bool:
     names = [m.strip() for m in modules.split(",")]
     probe = f"import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in {names!r}) else 1)"
     return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]

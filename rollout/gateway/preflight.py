@@ -2,8 +2,9 @@
 
 For the model's chat template and tool-call format, scripted multi-turn conversations
 (plain replies, tool calls and results, parallel calls, reasoning, thinking disabled) are
-played through the gateway's own prompt planning, turn by turn, exactly as the gateway
-would serve them, with replies in the model's own output format. Each turn reports
+recorded turn by turn through the gateway's recorder (`core/transcripts.py`: the prompt planned
+on the agent's token tree and the call added to it, as the call pipeline does), with replies in
+the model's own output format. Each turn reports
 whether the template re-renders the previous prompt plus the sampled reply exactly, and
 where it does not, what the gateway does under each reasoning policy. It also checks that
 the tool-call parser recovers every call from the model's own format, that
@@ -26,11 +27,9 @@ from roost.rollout.chat.reply_parser import HERMES, ReplyFormat, ReplyParser
 from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.gateway.anthropic.messages import ThinkingSigner
 from roost.rollout.gateway.core.prompt_builder import POLICIES, PromptBuilder
-from roost.rollout.gateway.core.recording import Sampled, build_reply, node_for
-from roost.rollout.gateway.core.token_tree import AgentTree
-from roost.rollout.gateway.openai.chat_calls import plan_chat, plan_template
-from roost.rollout.gateway.openai.wire import ChatMessage
-from roost.rollout.gateway.wire_roundtrip import WireRoundTrip, wires
+from roost.rollout.gateway.core.recording import Sampled, build_reply
+from roost.rollout.gateway.core.transcripts import TranscriptRecorder
+from roost.rollout.gateway.wire_roundtrip import WireRoundTrip, via_chat, wires
 
 TOOLS = [
     {
@@ -187,7 +186,7 @@ def _play(
     problems: list[str],
     wire: WireRoundTrip,
 ) -> list[tuple[Any, bool]]:
-    tree = AgentTree()
+    recorder = TranscriptRecorder(builder, policy)
     messages: list[dict[str, Any]] = []
     last_ids: list[str] = []
     out = []
@@ -198,8 +197,7 @@ def _play(
             if m["role"] == "tool" and pending:
                 m["tool_call_id"] = pending.pop(0)
             messages.append(m)
-        dicts, tools = wire(messages, TOOLS, template_kwargs)
-        plan, chain_end, rendered = plan_template(builder, tree, dicts, tools, template_kwargs, policy)
+        plan, chain_end, rendered = recorder.plan(wire(messages, TOOLS, template_kwargs))
         whole = tokenizer.encode_whole(rendered)
         out.append((plan, list(plan.prompt_ids) == whole))
         sampled = Sampled(array("i", tokenizer.encode(step.reply) + [tokenizer.eos_id]), array("d"), {"type": "stop"})
@@ -212,7 +210,7 @@ def _play(
                 f"{name}, turn {turn + 1}: the tool-call parser found {len(reply.tool_calls)} of "
                 f"{step.calls} calls in the model's own format ({reply.failures or 'no failure'})"
             )
-        tree.add(node_for(f"c{turn}", plan, sampled, tokenizer, reply_key))
+        recorder.record(f"c{turn}", plan, sampled, reply_key)
         messages.append({k: v for k, v in message.items() if v is not None})
     return out
 
@@ -224,12 +222,12 @@ def _control_text_problem(builder: PromptBuilder, tokenizer: ChatTokenizer) -> s
     spelled = "see " + " and ".join(tokenizer.added_ids)
 
     def prompt(content: str) -> list[int]:
-        messages = [
-            ChatMessage(role="user", content=content),
-            ChatMessage(role="assistant", content="ok"),
-            ChatMessage(role="tool", content=content),
+        conversation = [
+            {"role": "user", "content": content},
+            {"role": "assistant", "content": "ok"},
+            {"role": "tool", "content": content},
         ]
-        plan, _, _ = plan_chat(builder, AgentTree(), messages, None, None, POLICIES[0])
+        plan, _, _ = TranscriptRecorder(builder, POLICIES[0]).plan(via_chat(conversation, [], None))
         return plan.prompt_ids.tolist()
 
     added = set(tokenizer.added_ids.values())

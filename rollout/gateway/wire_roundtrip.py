@@ -1,7 +1,8 @@
 """A chat conversation sent as each wire's request and read back through that wire's own
-parser: what `roost preflight` plays per wire. Each function answers the template dicts and
-tool dicts the gateway would plan from the conversation arriving on that wire, so a turn that
-extends on chat but forks on another wire shows where the wire's mapping differs.
+parser and mapping (its `template_call`, as its front-end calls it): what `roost preflight` plays
+per wire. Each function answers the `TemplateCall` the gateway would plan from the conversation
+arriving on that wire, so a turn that extends on chat but forks on another wire shows where the
+wire's mapping differs.
 
 The model's replies carry their reasoning back signed, as a client echoing the gateway's
 `thinking` blocks or `reasoning` items would.
@@ -13,21 +14,26 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from roost.rollout.gateway.anthropic import messages as anthropic_messages
+from roost.rollout.gateway.anthropic import calls as anthropic_calls
 from roost.rollout.gateway.anthropic.messages import ThinkingSigner
 from roost.rollout.gateway.anthropic.wire import PromptFields
-from roost.rollout.gateway.core import template_messages as messages
-from roost.rollout.gateway.openai.wire import ChatMessage, Tool
-from roost.rollout.gateway.responses import items as responses_items
+from roost.rollout.gateway.core.template_messages import TemplateCall
+from roost.rollout.gateway.openai import chat_calls
+from roost.rollout.gateway.openai.wire import ChatCompletionRequest
+from roost.rollout.gateway.responses import calls as responses_calls
+from roost.rollout.gateway.responses.items import input_items
 from roost.rollout.gateway.responses.wire import ResponsesRequest
 
 Dicts = list[dict[str, Any]]
-WireRoundTrip = Callable[[Dicts, Dicts, "dict[str, Any] | None"], tuple[Dicts, "Dicts | None"]]
+WireRoundTrip = Callable[[Dicts, Dicts, "dict[str, Any] | None"], TemplateCall]
+MODEL = "preflight"
 
 
-def via_chat(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
-    parsed = [ChatMessage.model_validate(m) for m in conversation]
-    return messages.to_template(parsed), messages.tool_dicts([Tool.model_validate(t) for t in tools])
+def via_chat(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> TemplateCall:
+    req = ChatCompletionRequest.model_validate(
+        {"model": MODEL, "messages": conversation, "tools": tools or None, "chat_template_kwargs": template_kwargs}
+    )
+    return chat_calls.template_call(req, MODEL)
 
 
 def _anthropic_assistant(m: dict[str, Any], signer: ThinkingSigner) -> list[dict[str, Any]]:
@@ -50,7 +56,7 @@ def _anthropic_assistant(m: dict[str, Any], signer: ThinkingSigner) -> list[dict
 
 
 def via_messages(signer: ThinkingSigner) -> WireRoundTrip:
-    def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
+    def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> TemplateCall:
         system = "\n".join(m["content"] for m in conversation if m["role"] == "system")
         turns: list[dict[str, Any]] = []
         for m in conversation:
@@ -71,7 +77,7 @@ def via_messages(signer: ThinkingSigner) -> WireRoundTrip:
         thinking = {"type": "disabled"} if template_kwargs == {"enable_thinking": False} else None
         req = PromptFields.model_validate(
             {
-                "model": "preflight",
+                "model": MODEL,
                 "system": system or None,
                 "messages": turns,
                 "thinking": thinking,
@@ -85,7 +91,7 @@ def via_messages(signer: ThinkingSigner) -> WireRoundTrip:
                 ],
             }
         )
-        return (anthropic_messages.to_template(req, "preflight", signer), anthropic_messages.tool_dicts(req))
+        return anthropic_calls.template_call(req, MODEL, signer)
 
     return run
 
@@ -123,15 +129,12 @@ def _items(m: dict[str, Any], signer: ThinkingSigner) -> list[dict[str, Any]]:
 def via_responses(signer: ThinkingSigner) -> WireRoundTrip:
     """Responses has no `chat_template_kwargs`: a conversation that needs them is not sent."""
 
-    def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> tuple[Dicts, Dicts | None]:
+    def run(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] | None) -> TemplateCall:
         items = [item for m in conversation for item in _items(m, signer)]
         req = ResponsesRequest.model_validate(
-            {"model": "preflight", "input": items, "tools": [{"type": "function", **t["function"]} for t in tools]}
+            {"model": MODEL, "input": items, "tools": [{"type": "function", **t["function"]} for t in tools]}
         )
-        return (
-            responses_items.to_template(responses_items.input_items(req), 0, None, "preflight", signer),
-            responses_items.tool_dicts(req.tools),
-        )
+        return responses_calls.template_call(req, input_items(req), 0, MODEL, signer)
 
     return run
 

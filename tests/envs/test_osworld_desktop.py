@@ -58,6 +58,38 @@ async def test_chromium_devtools_answer_on_the_desktop_port(desktop):
         await check_chromium_devtools(client, desktop.host, desktop.chromium_port)
 
 
+async def test_a_relaunched_chromium_answers_on_the_same_desktop_port(desktop):
+    """Chromium binds a new DevTools port each launch (port 0, written to its DevToolsActivePort);
+    the desktop's port, held by the control server, reaches whichever Chromium runs now."""
+    async with DesktopClient(desktop.url) as client, httpx.AsyncClient(timeout=5) as http:
+        url = f"http://{desktop.host}:{desktop.chromium_port}/json/version"
+        first = await _devtools_browser(client, http, url)
+        await client.close_window("Chromium")
+        deadline = time.monotonic() + 30
+        while await _answer(http, url) is not None:
+            assert time.monotonic() < deadline, "Chromium still answers after its window closed"
+            await asyncio.sleep(0.2)
+        second = await _devtools_browser(client, http, url)
+        assert second != first  # another browser process, on the same desktop port
+
+
+async def _devtools_browser(client: DesktopClient, http: httpx.AsyncClient, url: str) -> str:
+    """Launches Chromium as OSWorld's tasks do; the browser's DevTools id once it answers."""
+    await client.launch(["google-chrome", "--remote-debugging-port=1337", "about:blank"])
+    deadline = time.monotonic() + 60
+    while (version := await _answer(http, url)) is None:
+        assert time.monotonic() < deadline, f"no DevTools answer at {url}"
+        await asyncio.sleep(0.2)
+    return version["webSocketDebuggerUrl"].rsplit("/", 1)[-1]
+
+
+async def _answer(http: httpx.AsyncClient, url: str) -> dict | None:
+    try:
+        return (await http.get(url)).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 async def test_it_reports_its_applications_versions(desktop):
     async with DesktopClient(desktop.url) as client:
         await check_versions(client)

@@ -13,9 +13,9 @@ from roost.rollout.chat.template import ChatTemplate
 from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.engine.tiny_model import resolve_model
 from roost.rollout.gateway.core.prompt_builder import PromptBuilder
-from roost.rollout.gateway.core.recording import Sampled, build_reply, node_for
-from roost.rollout.gateway.core.token_tree import AgentTree
-from roost.rollout.gateway.openai.chat_calls import plan_chat
+from roost.rollout.gateway.core.recording import Sampled, build_reply
+from roost.rollout.gateway.core.template_messages import TemplateCall, to_template
+from roost.rollout.gateway.core.transcripts import TranscriptRecorder
 from roost.rollout.gateway.openai.wire import ChatMessage
 
 
@@ -27,21 +27,21 @@ def builder():
 
 
 class Agent:
-    """Plays the gateway's part for one agent: plan, 'sample' a reply, remember it."""
+    """Plays the gateway's part for one agent through its recorder: plan, 'sample' a reply, remember it."""
 
     def __init__(self, builder, policy="keep"):
-        self.builder, self.policy, self.tree, self.n = builder, policy, AgentTree(), 0
+        self.builder, self.recorder, self.n = builder, TranscriptRecorder(builder, policy), 0
 
     def call(self, messages, reply_text, tools=None):
         msgs = [ChatMessage.model_validate(m) for m in messages]
-        plan, chain_end, text = plan_chat(self.builder, self.tree, msgs, tools, None, self.policy)
+        plan, chain_end, text = self.recorder.plan(TemplateCall(to_template(msgs), tools))
         tok = self.builder.tokenizer
         sampled = Sampled(array("i", tok.encode(reply_text) + [tok.eos_id]), array("d"), {"type": "stop"})
         parser = ReplyParser(parse_tools=True)
         events = parser.feed(reply_text) + parser.finish()
         ids = [f"call_{self.n}_{i}" for i, e in enumerate(events) if e.kind == "tool_call"]
         _, message, key = build_reply(events, ids, chain_end)
-        self.tree.add(node_for(f"c{self.n}", plan, sampled, tok, key))
+        self.recorder.record(f"c{self.n}", plan, sampled, key)
         self.n += 1
         return plan, message, text
 

@@ -12,7 +12,9 @@ applications' versions, versions.py). Every command has a timeout
 (a request's `timeout` field where it has one); a command that runs past it is killed with its
 process group and answered 500 with `"timed_out": true`. Bad requests get a 4xx and the
 server keeps serving. /run_python code runs in a child forked from the action runner
-(action_runner.py: pyautogui imported once), not in a new python each. Once serving it prints one JSON line, `{"port": ..., "display": ...}`.
+(action_runner.py: pyautogui imported once), not in a new python each. Chromium's DevTools are served on
+`--devtools-port`, forwarded to whatever port the running Chromium bound (forward.py). Once serving
+it prints one JSON line, `{"port": ..., "display": ..., "devtools_port": ...}`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from pathlib import Path
 
 from . import commands, screen, windows
 from .action_runner import ActionRunner, RunnerUnavailable
+from .forward import forward
 from .http_io import BadRequest, Reply, Request
-from .session import DesktopSession, SessionConfig
+from .session import DesktopSession, SessionConfig, devtools_port
 from .versions import application_versions
 
 EXECUTE_TIMEOUT_S = 120.0
@@ -423,14 +426,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=720)
     parser.add_argument("--home", default=os.path.expanduser("~"), help="the desktop user's home")
-    parser.add_argument("--chromium-port", type=int, default=9222, help="Chromium's DevTools port")
     parser.add_argument(
-        "--forward-chromium",
+        "--devtools-port",
         type=int,
         default=0,
-        metavar="PORT",
-        help="also serve Chromium's DevTools on this port of --host (Chromium itself "
-        "listens on 127.0.0.1 only); 0: not",
+        help="serve Chromium's DevTools on this port of --host, forwarded to the port Chromium "
+        "bound (it listens on 127.0.0.1 only); 0: any free port (printed when serving)",
     )
     parser.add_argument(
         "--python",
@@ -440,11 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     home = Path(args.home)
     (home / "Desktop").mkdir(parents=True, exist_ok=True)
-    session = DesktopSession(
-        SessionConfig(
-            width=args.width, height=args.height, home=home, chromium_port=args.chromium_port, python=args.python
-        )
-    )
+    session = DesktopSession(SessionConfig(width=args.width, height=args.height, home=home, python=args.python))
     session.start()
     # pyatspi (in this process) finds the at-spi bus through the display and the session bus.
     for key in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY"):
@@ -453,18 +450,22 @@ def main(argv: list[str] | None = None) -> None:
     runner.start()
     server = ThreadingHTTPServer((args.host, args.port), make_handler(Desktop(session, args.python, runner)))
     server.daemon_threads = True
-    if args.forward_chromium:
-        from .forward import forward
-
-        forward((args.host, args.forward_chromium), ("127.0.0.1", args.chromium_port))
+    devtools = forward((args.host, args.devtools_port), lambda: _chromium_address(home))
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(json.dumps({"port": server.server_address[1], "display": session.display}), flush=True)
+    ready = {"port": server.server_address[1], "display": session.display, "devtools_port": devtools.getsockname()[1]}
+    print(json.dumps(ready), flush=True)
     try:
         server.serve_forever()
     finally:
         server.server_close()
+        devtools.close()
         runner.stop()
         session.stop()
+
+
+def _chromium_address(home: Path) -> tuple[str, int] | None:
+    port = devtools_port(home)
+    return None if port is None else ("127.0.0.1", port)
 
 
 if __name__ == "__main__":

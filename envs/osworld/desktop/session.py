@@ -21,6 +21,9 @@ from pathlib import Path
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_PROFILE = ".config/google-chrome"
 """Under $HOME: Google Chrome's profile folder, where OSWorld's tasks and getters look for it."""
+DEVTOOLS_PORT_FILE = "DevToolsActivePort"
+"""In the profile folder: Chromium started with `--remote-debugging-port=0` writes the port it
+bound there (the first line), so no port is picked before Chromium binds it."""
 CHROMIUM_FLAGS = (
     "--no-sandbox",
     "--disable-gpu",
@@ -64,8 +67,6 @@ class SessionConfig:
     height: int = 720
     home: Path = field(default_factory=Path.home)
     """The desktop user's home: apps and commands see it as $HOME."""
-    chromium_port: int = 9222
-    """Chromium's DevTools port: the `google-chrome`/`chromium` wrappers pass it to Chromium."""
     python: str = "python3"
     """The python that `python`/`python3` name inside the desktop (one that imports pyautogui)."""
     start_timeout_s: float = 20.0
@@ -181,7 +182,6 @@ class DesktopSession:
                 "QT_ACCESSIBILITY": "1",
                 "SAL_USE_VCLPLUGIN": "gtk3",
                 "LANG": env.get("LANG", "C.UTF-8"),
-                "ROOST_CHROMIUM_PORT": str(self.config.chromium_port),
                 MARKER: self.marker,
             }
         )
@@ -250,14 +250,16 @@ class DesktopSession:
 
 def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
     """`python`/`python3` name the desktop's python (pyautogui importable); `google-chrome` and
-    `chromium` start Chromium with the flags it needs here, the desktop's DevTools port (OSWorld's
-    tasks launch `google-chrome --remote-debugging-port=1337`) and Google Chrome's profile folder
-    (OSWorld's Chrome getters read ~/.config/google-chrome/Default/: Bookmarks, Preferences, History)."""
+    `chromium` start Chromium with the flags it needs here, DevTools on a port Chromium picks
+    itself (OSWorld's tasks launch `google-chrome --remote-debugging-port=1337`; the control
+    server serves the desktop's DevTools port and forwards it, see `devtools_port`) and Google
+    Chrome's profile folder (OSWorld's Chrome getters read ~/.config/google-chrome/Default/:
+    Bookmarks, Preferences, History)."""
     flags = " ".join(CHROMIUM_FLAGS)
     chrome = (
         '#!/bin/sh\nfor a in "$@"; do shift; case "$a" in --remote-debugging-port=*) ;; '
         '*) set -- "$@" "$a";; esac; done\n'
-        f'exec {CHROMIUM} {flags} --remote-debugging-port="$ROOST_CHROMIUM_PORT" '
+        f"exec {CHROMIUM} {flags} --remote-debugging-port=0 "
         f'--user-data-dir="$HOME/{CHROMIUM_PROFILE}" "$@"\n'
     )
     scripts = {
@@ -270,6 +272,16 @@ def _write_wrappers(bin_dir: Path, config: SessionConfig) -> None:
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+
+
+def devtools_port(home: Path) -> int | None:
+    """The DevTools port of the Chromium running on the profile in `home`, or None before one
+    wrote it. A Chromium that exited leaves its file: connecting to that port then fails, as it
+    would before Chromium started."""
+    try:
+        return int((home / CHROMIUM_PROFILE / DEVTOOLS_PORT_FILE).read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
 
 
 def seed_chromium_profile(home: Path) -> None:

@@ -24,7 +24,7 @@ from roost.rollout.gateway.core.prompt_builder import PromptPlan
 from roost.rollout.gateway.core.recording import CallTarget, new_id
 from roost.rollout.gateway.core.sampling_params import max_new_tokens, prompt_limit, prompt_too_long
 from roost.rollout.gateway.core.structured_outputs import constrained, messages_constraint, only_one
-from roost.rollout.gateway.core.template_messages import argument_defaults
+from roost.rollout.gateway.core.template_messages import TemplateCall, argument_defaults
 from roost.rollout.gateway.openai.bodies import assistant_message
 from roost.rollout.gateway.openai.chat_calls import plan_call, prompt_tail
 
@@ -47,6 +47,12 @@ def _sampling(req: MessagesRequest, max_tokens: int) -> dict[str, Any]:
     if req.stop_sequences:
         params["stop"] = [s for s in req.stop_sequences if s]
     return params
+
+
+def template_call(req: PromptFields, model: str, signer: ThinkingSigner) -> TemplateCall:
+    """A Messages request's prompt in the template's terms: the thinking its clear_thinking edit
+    clears taken out, `thinking: disabled` as the template's `enable_thinking=False`."""
+    return TemplateCall(clear_thinking(req, to_template(req, model, signer)), tool_dicts(req), template_kwargs(req))
 
 
 def stop_reason(o: Outcome) -> tuple[str, str | None]:
@@ -81,13 +87,10 @@ class MessagesFront:
         too_long: Callable[[int], GatewayError],
     ) -> tuple[PromptPlan, bytes]:
         ctx.check_model(req.model)
-        dicts = clear_thinking(req, to_template(req, ctx.served_model, self.signer))
         return await plan_call(
             ctx,
             target,
-            dicts,
-            tool_dicts(req),
-            template_kwargs(req),
+            template_call(req, ctx.served_model, self.signer),
             limit,
             len(raw_body),
             too_long,

@@ -27,9 +27,17 @@ from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import BackendUnavailable, engine_failure
 from roost.rollout.gateway.core.pause import PauseGate
 from roost.rollout.gateway.core.prompt_builder import PromptPlan
-from roost.rollout.gateway.core.recording import CallTarget, Sampled, call_record, new_id, node_for, timings
+from roost.rollout.gateway.core.recording import (
+    CallTarget,
+    Sampled,
+    call_record,
+    new_id,
+    node_for,
+    reply_key,
+    timings,
+)
 from roost.rollout.gateway.core.stop_strings import StopTrimmer, trim_stop
-from roost.rollout.gateway.core.template_messages import ArgumentDefaults, extend_chain, reply_message_key
+from roost.rollout.gateway.core.template_messages import ArgumentDefaults
 from roost.tracing import TraceIds
 
 ENGINE_PROBE_S = 5.0  # an engine slower than this to answer /health counts as unreachable
@@ -183,10 +191,7 @@ class TokenBackend:
         reply = outcome.reply
         if reply.failures:
             ctx.metrics.tool_parse_failures.inc(len(reply.failures))
-        reply_key = None
-        if p.chain_end is not None:
-            calls = [(c.name, c.arguments) for c in reply.tool_calls]
-            reply_key = extend_chain(p.chain_end, reply_message_key(reply.content, calls, p.argument_defaults))
+        key = None if p.chain_end is None else reply_key(p.chain_end, reply, p.argument_defaults)
         record = call_record(
             call_id=call_id,
             target=p.target,
@@ -199,13 +204,13 @@ class TokenBackend:
             request=orjson.Fragment(p.raw_body),
             response=recorded_response(front, p, outcome),
             timings=timings(p.received, started, engine_done, time.perf_counter()),
-            reply_key=reply_key,
+            reply_key=key,
             trace=p.trace,
         )
         # A stream records after its call span ended: its record span is still that span's child.
         with ctx.tracing.span("gateway.record", {"roost.call_id": call_id}, parent=p.trace.traceparent):
             await ctx.record(record)
-        p.target.session.tree(p.target.agent).add(node_for(call_id, p.plan, sampled, ctx.tokenizer, reply_key))
+        p.target.session.tree(p.target.agent).add(node_for(call_id, p.plan, sampled, ctx.tokenizer, key))
         ctx.count_call(front.endpoint, p.plan, sampled)
         return outcome
 

@@ -12,7 +12,7 @@ from roost.rollout.chat.reply_parser import ParsedReply, ReplyEvent, collect
 from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.gateway.core.prompt_builder import PromptPlan
 from roost.rollout.gateway.core.sessions import SessionState
-from roost.rollout.gateway.core.template_messages import extend_chain, reply_message_key
+from roost.rollout.gateway.core.template_messages import ArgumentDefaults, extend_chain, reply_message_key
 from roost.rollout.gateway.core.token_tree import Node
 from roost.rollout.gateway.openai.bodies import assistant_message
 from roost.rollout.store.records import CallRecord
@@ -137,11 +137,16 @@ def timings(received: float, started_engine: float, engine_done: float, recorded
     }
 
 
+def reply_key(chain_end: bytes, reply: ParsedReply, defaults: ArgumentDefaults | None = None) -> bytes:
+    """The key a continuation of this reply will carry: its content and tool calls (arguments
+    equal to the tools' defaults left out, as the prompt's keys leave them) after `chain_end`."""
+    calls = [(c.name, c.arguments) for c in reply.tool_calls]
+    return extend_chain(chain_end, reply_message_key(reply.content, calls, defaults))
+
+
 def build_reply(
     events: list[ReplyEvent], tool_ids: list[str], chain_end: bytes
 ) -> tuple[ParsedReply, dict[str, Any], bytes]:
     """The reply as returned to the harness, and the key a continuation of it will carry."""
     reply = collect(events)
-    message = assistant_message(reply, tool_ids)
-    calls = [(c.name, c.arguments) for c in reply.tool_calls]
-    return reply, message, extend_chain(chain_end, reply_message_key(reply.content, calls))
+    return reply, assistant_message(reply, tool_ids), reply_key(chain_end, reply)

@@ -11,6 +11,7 @@ reply then re-renders exactly is the prompt builder's check, not the key's.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -51,6 +52,16 @@ def _arguments(arguments: str | dict[str, Any]) -> str | dict[str, Any]:
 
 ArgumentDefaults = dict[str, dict[str, Any]]
 """Per function name, the arguments its schema gives a default, with that default."""
+
+
+@dataclass
+class TemplateCall:
+    """A call in the template's terms, whichever wire it came on: each wire maps its request onto
+    one (its `template_call`), and the call pipeline plans the prompt from it."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    template_kwargs: dict[str, Any] | None = None
 
 
 def argument_defaults(tools: list[dict[str, Any]] | None) -> ArgumentDefaults:

@@ -30,6 +30,7 @@ from roost.rollout.gateway.core.sampling_params import (
 )
 from roost.rollout.gateway.core.structured_outputs import chat_constraint, constrained
 from roost.rollout.gateway.core.template_messages import (
+    TemplateCall,
     argument_defaults,
     chain_keys,
     extend_chain,
@@ -42,24 +43,9 @@ from roost.rollout.gateway.core.template_messages import (
 from roost.rollout.gateway.core.token_tree import AgentTree
 from roost.rollout.gateway.openai.bodies import assistant_message, chat_logprobs, finish_reason, tool_call_dict
 from roost.rollout.gateway.openai.front import OpenAIFront, OpenAIStreamer
-from roost.rollout.gateway.openai.wire import ChatCompletionRequest, ChatMessage, Tool
+from roost.rollout.gateway.openai.wire import ChatCompletionRequest
 
 TAIL_TOKENS = 8  # enough for Qwen3's closed reasoning block, "<think>\n\n</think>\n\n"
-
-
-def plan_chat(
-    builder: PromptBuilder,
-    tree: AgentTree,
-    messages: list[ChatMessage],
-    tools: list[Tool] | None,
-    template_kwargs: dict[str, Any] | None,
-    policy: str,
-    limit: int | None = None,
-) -> tuple[PromptPlan, bytes, str]:
-    """Render the messages and plan the prompt ids; answers the plan, the messages' key and
-    the rendered text. Raises TooManyTokens as soon as the prompt is known to pass `limit`
-    tokens: before rendering when the contents alone are too long, else while tokenizing."""
-    return plan_template(builder, tree, to_template(messages), tool_dicts(tools), template_kwargs, policy, limit)
 
 
 def plan_template(
@@ -71,7 +57,10 @@ def plan_template(
     policy: str,
     limit: int | None = None,
 ) -> tuple[PromptPlan, bytes, str]:
-    """`plan_chat` for messages already in the template's dicts (every wire maps onto them)."""
+    """Render template messages (every wire maps onto them) and plan the prompt ids on `tree`;
+    answers the plan, the messages' chain key and the rendered text. Raises TooManyTokens as soon
+    as the prompt is known to pass `limit` tokens: before rendering when the contents alone are
+    too long, else while tokenizing."""
     if limit is not None:
         # Templates render user, system and tool contents whole (assistant turns they may trim).
         chars = sum(len(m["content"]) for m in dicts if m["role"] != "assistant")
@@ -104,9 +93,7 @@ def render_chat(
 async def plan_call(
     ctx: EngineContext,
     target: CallTarget,
-    dicts: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    template_kwargs: dict[str, Any] | None,
+    call: TemplateCall,
     limit: int,
     body_bytes: int,
     too_long: Callable[[int], GatewayError],
@@ -119,13 +106,18 @@ async def plan_call(
     tree = target.session.tree(target.agent)
     try:
         plan, chain_end, _ = await ctx.off_loop(
-            body_bytes, plan_template, ctx.builder, tree, dicts, tools, template_kwargs, policy, limit
+            body_bytes, plan_template, ctx.builder, tree, call.messages, call.tools, call.template_kwargs, policy, limit
         )
     except TooManyTokens as exc:
         raise too_long(exc.at_least) from None
     if plan.mismatch is not None:
         ctx.metrics.reasoning_mismatches.labels(policy).inc()
     return plan, chain_end
+
+
+def template_call(req: ChatCompletionRequest, model: str) -> TemplateCall:
+    """A chat completion request in the template's terms."""
+    return TemplateCall(to_template(req.messages, model), tool_dicts(req.tools), req.chat_template_kwargs)
 
 
 def prompt_tail(ctx: EngineContext, plan: PromptPlan) -> str:
@@ -148,13 +140,12 @@ class ChatFront(OpenAIFront):
     async def plan(
         self, ctx: EngineContext, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes, received: float
     ) -> Prepared:
-        tools = tool_dicts(req.tools)
+        call = template_call(req, ctx.served_model)
+        tools = call.tools
         plan, chain_end = await plan_call(
             ctx,
             target,
-            to_template(req.messages, ctx.served_model),
-            tools,
-            req.chat_template_kwargs,
+            call,
             prompt_limit(req, ctx.context_length),
             len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "messages"),

@@ -28,7 +28,7 @@ from roost.rollout.gateway.core.structured_outputs import (
     only_one,
     tool_choice_constraint,
 )
-from roost.rollout.gateway.core.template_messages import argument_defaults
+from roost.rollout.gateway.core.template_messages import TemplateCall, argument_defaults
 from roost.rollout.gateway.openai.chat_calls import plan_call, prompt_tail, tool_call_id
 from roost.rollout.gateway.responses.items import (
     input_items,
@@ -93,6 +93,14 @@ def _sampling(req: ResponsesRequest, max_tokens: int) -> dict[str, Any]:
     return params
 
 
+def template_call(
+    req: ResponsesRequest, items: list[InputItem], from_chain: int, model: str, signer: ThinkingSigner
+) -> TemplateCall:
+    """A Responses request in the template's terms: `items`, the first `from_chain` of them from
+    its previous responses, after its instructions. Responses has no template arguments."""
+    return TemplateCall(to_template(items, from_chain, req.instructions, model, signer), tool_dicts(req.tools))
+
+
 class ResponsesFront:
     """OpenAI Responses: items in; reasoning, message and function_call items out."""
 
@@ -108,14 +116,12 @@ class ResponsesFront:
         ctx.check_model(req.model)
         history = await chain_items(ctx, target, req.previous_response_id)
         items: list[InputItem] = stored_items(history, "previous_response_id") + input_items(req)
-        dicts = to_template(items, len(history), req.instructions, ctx.served_model, self.signer)
-        tools = tool_dicts(req.tools)
+        call = template_call(req, items, len(history), ctx.served_model, self.signer)
+        tools = call.tools
         plan, chain_end = await plan_call(
             ctx,
             target,
-            dicts,
-            tools,
-            None,
+            call,
             prompt_limit(req, ctx.context_length),
             len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "input"),
