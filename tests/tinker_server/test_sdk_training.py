@@ -1,0 +1,90 @@
+"""The pinned `tinker` SDK, unchanged, trains the tiny model on `roost tinker serve`: its
+cross_entropy loss and per-token logprobs are roost's own SFT loss and logprobs on the same batch,
+and the loss falls over a few optimizer steps."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from .conftest import API_KEY
+
+tinker = pytest.importorskip("tinker")
+
+
+def _batch(seed: int = 0, vocab: int = 1000) -> list[tuple[list[int], list[int]]]:
+    """(prompt, completion) token pairs."""
+    rng = random.Random(seed)
+    return [
+        ([rng.randrange(vocab) for _ in range(5 + i)], [rng.randrange(vocab) for _ in range(4 + i)]) for i in range(3)
+    ]
+
+
+def _datum(prompt: list[int], completion: list[int]):
+    tokens = prompt + completion
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+    return tinker.types.Datum(
+        model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tinker.types.TensorData(data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]),
+            "weights": tinker.types.TensorData(data=weights, dtype="float32", shape=[len(weights)]),
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def service(tinker_url):
+    return tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
+
+
+@pytest.fixture(scope="module")
+def training(service):
+    return service.create_lora_training_client(base_model="tiny", rank=4).result()
+
+
+def test_the_server_reports_its_base_models(tinker_url):
+    rest = tinker.RestClient(base_url=tinker_url, api_key=API_KEY)
+    models = rest.get_server_capabilities().result().supported_models
+    assert [m.model_name for m in models] == ["tiny"]
+
+
+def test_get_info_names_a_tokenizer_the_sdk_loads(training, tiny_model_path):
+    info = training.get_info()
+    assert info.model_data.tokenizer_id == str(tiny_model_path) and info.is_lora and info.lora_rank == 4
+    assert training.get_tokenizer().encode("hello") == training.get_tokenizer().encode("hello")
+
+
+def test_cross_entropy_is_roosts_sft_loss_on_the_same_batch(training, tiny_model_path, megatron_world):
+    import torch
+
+    from roost.rollout.store.samples import Sample
+    from roost.trainer.losses import LossConfig, SampleTerms, policy_loss
+    from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
+
+    batch = _batch()
+    out = training.forward([_datum(p, c) for p, c in batch], "cross_entropy").result()
+    samples = [
+        Sample.from_turns([(p, c, [0.0] * len(c))], session_id=f"s{i}", group_id=f"g{i}")
+        for i, (p, c) in enumerate(batch)
+    ]
+    policy = MegatronPolicy(TrainConfig(checkpoint=str(tiny_model_path), layout="flat"))
+    ours = policy.logprobs(samples)
+    for (prompt, _), output, expected in zip(batch, out.loss_fn_outputs, ours):
+        sampled = output["logprobs"].to_numpy()[len(prompt) - 1 :]
+        np.testing.assert_allclose(sampled, expected.numpy(), atol=1e-4)
+    terms = [SampleTerms(lp, lp, lp, torch.zeros_like(lp), 1.0) for lp in ours]
+    sft_loss, _ = policy_loss(terms, LossConfig(kind="sft"))
+    assert out.metrics["loss:sum"] == pytest.approx(float(sft_loss), rel=1e-5)
+
+
+def test_forward_backward_and_optim_step_make_the_loss_fall(training):
+    data = [_datum(p, c) for p, c in _batch(seed=1)]
+    losses = []
+    for _ in range(4):
+        fwdbwd = training.forward_backward(data, "cross_entropy")
+        step = training.optim_step(tinker.types.AdamParams(learning_rate=1e-2))
+        losses.append(fwdbwd.result().metrics["loss:sum"])
+        step.result()
+    assert losses[-1] < losses[0] * 0.8, losses
