@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +17,7 @@ from roost.rollout.keys import KeyKind, presented_key, same_key
 
 from .futures import FutureQueue
 from .routes import ServerState, build_router
+from .sampling import Samplers
 from .sessions import Registry
 from .wire import LoraConfig
 
@@ -43,6 +46,8 @@ def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bo
     async def run_training(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(training, fn, *args)
 
+    weights_root = Path(tempfile.mkdtemp(prefix="roost-tinker-weights-"))
+    samplers = Samplers()
     state = ServerState(
         base_models=base_models,
         registry=Registry(),
@@ -51,13 +56,17 @@ def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bo
         make_backend=make_backend,
         compress_fwdbwd=compress_fwdbwd,
         max_context_length=4096,
+        samplers=samplers,
+        weights_root=weights_root,
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         futures.cancel_all()
+        samplers.stop()
         training.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(weights_root, ignore_errors=True)
 
     app = FastAPI(title="roost tinker", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.include_router(build_router(state))

@@ -12,6 +12,7 @@ give the same step as one call of the whole batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -37,6 +38,10 @@ class TrainingBackend(Protocol):
     def cross_entropy(self, data: list[Datum], backward: bool) -> LossResult: ...
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]: ...
+
+    def export(self, folder: Path) -> Path:
+        """Write the current weights as a Hugging Face folder the engine loads."""
+        ...
 
 
 def cross_entropy_inputs(datum: Datum, index: int) -> tuple[list[int], np.ndarray]:
@@ -134,3 +139,6 @@ class MegatronBackend:
         self.accumulated = 0
         self.policy.steps += int(bool(updated))
         return {"grad_norm:mean": float(grad_norm or 0.0), "updated:sum": float(bool(updated))}
+
+    def export(self, folder: Path) -> Path:
+        return self.policy.export_hf(folder)

@@ -113,3 +113,19 @@ def encode_forward_backward_output(outputs: list[dict[str, np.ndarray]], metrics
         batched.offsets = offsets.tobytes()
         batched.dtype = pb.DTYPE_FLOAT32
     return message.SerializeToString()
+
+
+def encode_sample_response(sequences, prompt_logprobs: np.ndarray | None) -> bytes:
+    """A `SampleResponse` protobuf: each sequence's tokens (int32), logprobs (float32) and stop
+    reason; the prompt's logprobs (NaN where there is none) when asked for."""
+    pb = _pb()
+    reasons = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
+    message = pb.SampleResponse()
+    for sequence in sequences:
+        item = message.sequences.add()
+        item.tokens = np.asarray(sequence.tokens, dtype=np.int32).tobytes()
+        item.logprobs = np.asarray(sequence.logprobs, dtype=np.float32).tobytes()
+        item.stop_reason = reasons[sequence.stop_reason]
+    if prompt_logprobs is not None:
+        message.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    return message.SerializeToString()

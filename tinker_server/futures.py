@@ -53,8 +53,11 @@ class FutureQueue:
     def known(self, request_id: str) -> bool:
         return request_id in self._tasks
 
-    def done(self, request_id: str) -> bool:
-        return self._tasks[request_id].done()
+    async def wait(self, request_id: str, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the request to finish; whether it has."""
+        task = self._tasks[request_id]
+        await asyncio.wait([task], timeout=timeout_s)
+        return task.done()
 
     def take(self, request_id: str) -> Outcome:
         """The finished request's outcome (raising what it raised); it is forgotten once taken."""

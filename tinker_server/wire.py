@@ -118,3 +118,71 @@ class GetInfoResponse(BaseModel):
     model_id: str
     is_lora: bool
     lora_rank: int | None = None
+
+
+class SaveWeightsForSamplerRequest(Strict):
+    model_id: str
+    path: str | None = None
+    sampling_session_seq_id: int | None = None
+    kind: Literal["snapshot", "inflight"] = "snapshot"
+    seq_id: int | None = None
+    ttl_seconds: int | None = None
+    user_metadata: dict[str, str] | None = None
+    type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
+
+
+class CreateSamplingSessionRequest(Strict):
+    session_id: str
+    sampling_session_seq_id: int
+    base_model: str | None = None
+    model_path: str | None = None
+    type: Literal["create_sampling_session"] = "create_sampling_session"
+
+
+class EncodedTextChunk(Strict):
+    tokens: list[int]
+    type: Literal["encoded_text"] = "encoded_text"
+
+
+class ModelInput(Strict):
+    chunks: list[EncodedTextChunk]
+    """Token chunks only: image and audio chunks are refused (no multimodal base model here)."""
+
+
+class SamplingParams(Strict):
+    max_tokens: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | list[int] | None = None
+    temperature: float = Field(default=1.0, ge=0)
+    top_k: int = -1
+    top_p: float = Field(default=1.0, gt=0, le=1)
+
+
+class SampleRequest(Strict):
+    num_samples: int = Field(default=1, ge=1, le=64)
+    prompt: ModelInput
+    sampling_params: SamplingParams
+    base_model: str | None = None
+    model_path: str | None = None
+    sampling_session_id: str | None = None
+    seq_id: int | None = None
+    prompt_logprobs: bool | None = None
+    topk_prompt_logprobs: int = 0
+    topk_sample_logprobs: int = 0
+    target_prompt_logprobs: dict[str, Any] | None = None
+    prompt_alt_tokens_k: int = 0
+    prompt_logprobs_last_n: int | None = None
+    record_stability_info: bool | None = None
+    type: Literal["sample"] = "sample"
+
+    def unserved(self) -> list[str]:
+        """The options set here that this server does not serve yet."""
+        asked = {
+            "topk_prompt_logprobs": self.topk_prompt_logprobs,
+            "topk_sample_logprobs": self.topk_sample_logprobs,
+            "target_prompt_logprobs": self.target_prompt_logprobs,
+            "prompt_alt_tokens_k": self.prompt_alt_tokens_k,
+            "prompt_logprobs_last_n": self.prompt_logprobs_last_n,
+            "record_stability_info": self.record_stability_info,
+        }
+        return [name for name, value in asked.items() if value]
