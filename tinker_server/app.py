@@ -33,6 +33,12 @@ def make_backend(folder: Path, lora: LoraConfig | None):
     return MegatronBackend(str(folder))
 
 
+def _context_length(folder: Path) -> int:
+    from roost.rollout.engine.model_spec import ModelSpec
+
+    return min(ModelSpec.from_folder(folder).max_position_embeddings, 4096)  # the engine's default cap
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
     return f"the request body does not match the Tinker API: {problems}"
@@ -55,7 +61,7 @@ def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bo
         run_training=run_training,
         make_backend=make_backend,
         compress_fwdbwd=compress_fwdbwd,
-        max_context_length=4096,
+        context_lengths={name: _context_length(folder) for name, folder in base_models.items()},
         samplers=samplers,
         weights_root=weights_root,
     )

@@ -39,7 +39,8 @@ class ServerState:
     """Run a blocking call on the one training thread: `await run_training(fn, *args)`."""
     make_backend: Callable[[Path, wire.LoraConfig | None], Any]
     compress_fwdbwd: bool
-    max_context_length: int
+    context_lengths: dict[str, int]
+    """Base model name → its longest prompt plus completion (as the engine caps it)."""
     samplers: Samplers
     weights_root: Path
     """Where saved sampler weights are exported, one folder per save."""
@@ -81,7 +82,7 @@ def build_router(state: ServerState) -> APIRouter:
     async def capabilities() -> dict[str, Any]:
         models = [
             wire.SupportedModel(
-                model_name=name, max_context_length=state.max_context_length, trainable=True, sampleable=True
+                model_name=name, max_context_length=state.context_lengths[name], trainable=True, sampleable=True
             )
             for name in state.base_models
         ]
@@ -218,7 +219,7 @@ def build_router(state: ServerState) -> APIRouter:
         session = _known(state, lambda: state.samplers.session(body.sampling_session_id))
         if unserved := body.unserved():
             raise HTTPException(400, f"{', '.join(unserved)} not served yet (docs/tinker.md); leave them unset")
-        call = _sample_call(body, state.max_context_length)
+        call = _sample_call(body, state.context_lengths[session.base_model])
 
         async def work() -> Outcome:
             sequences, prompt = await state.samplers.sample(session, call)

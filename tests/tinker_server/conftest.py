@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,25 +16,42 @@ from roost.serving.process import start_reporting
 API_KEY = "tml-roost-test-key"
 
 
+@contextmanager
+def tinker_server(folder: Path, *args: str) -> Iterator[str]:
+    """`roost tinker serve ARGS` on a port the OS picks, its log in `folder`; its URL."""
+    port_file = folder / "port"
+    with (folder / "server.log").open("w") as log:
+        command = [
+            sys.executable,
+            "-m",
+            "roost.cli.main",
+            "tinker",
+            "serve",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ]
+        process, port = start_reporting(
+            [*command, *args],
+            port_file,
+            "roost tinker serve",
+            180.0,
+            see=f" (see {folder / 'server.log'})",
+            env={**os.environ, "ROOST_TINKER_KEY": API_KEY},
+            stdout=log,
+            stderr=log,
+        )
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            stop_process(process)
+
+
 @pytest.fixture(scope="module")
 def tinker_url(tmp_path_factory, tiny_model_path: Path):
-    folder = tmp_path_factory.mktemp("tinker")
-    port_file = folder / "port"
-    log = (folder / "server.log").open("w")
-    command = [sys.executable, "-m", "roost.cli.main", "tinker", "serve", "--port", "0", "--port-file", str(port_file)]
-    process, port = start_reporting(
-        command,
-        port_file,
-        "roost tinker serve",
-        180.0,
-        see=f" (see {folder / 'server.log'})",
-        env={**os.environ, "ROOST_TINKER_KEY": API_KEY},
-        stdout=log,
-        stderr=log,
-    )
-    yield f"http://127.0.0.1:{port}"
-    stop_process(process)
-    log.close()
+    with tinker_server(tmp_path_factory.mktemp("tinker")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,7 @@ server keeps serving: each test ends with a request that works."""
 from __future__ import annotations
 
 import httpx
-import numpy as np
 import pytest
-import zstandard
 
 from .conftest import API_KEY
 
@@ -73,33 +71,6 @@ def test_a_malformed_protobuf_is_refused(tinker_url, training):
     )
     assert reply.status_code == 400 and "not a ForwardBackwardRequest protobuf" in reply.json()["detail"]
     _still_serves(training)
-
-
-def test_a_zstd_compressed_body_is_decoded(tinker_url, training):
-    from tinker.proto.request_conv import forward_backward_request_to_proto
-
-    request = tinker.types.ForwardBackwardRequest(
-        forward_backward_input=tinker.types.ForwardBackwardInput(data=[_datum([4, 5, 6])], loss_fn="cross_entropy"),
-        model_id=training.model_id,
-        seq_id=1,
-    )
-    proto = forward_backward_request_to_proto(request)
-    proto.forward_only = True
-    headers = {**HEADERS, "Content-Type": "application/x-protobuf", "Content-Encoding": "zstd"}
-    body = zstandard.ZstdCompressor().compress(proto.SerializeToString())
-    reply = httpx.post(f"{tinker_url}/api/v1/forward_backward", content=body, headers=headers)
-    assert reply.status_code == 200, reply.text
-    result = httpx.post(
-        f"{tinker_url}/api/v1/retrieve_future",
-        json={"request_id": reply.json()["request_id"]},
-        headers={**HEADERS, "Accept": "application/x-protobuf"},
-        timeout=60,
-    )
-    from tinker.proto.response_conv import deserialize_forward_backward_output
-
-    logprobs = deserialize_forward_backward_output(result.content).loss_fn_outputs[0]["logprobs"].to_numpy()
-    expected = training.forward([_datum([4, 5, 6])], "cross_entropy").result().loss_fn_outputs[0]["logprobs"]
-    np.testing.assert_allclose(logprobs, expected.to_numpy(), atol=1e-6)
 
 
 def test_a_wrong_api_key_is_refused(tinker_url, training):
