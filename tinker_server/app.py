@@ -16,7 +16,8 @@ from fastapi.responses import JSONResponse
 from roost.rollout.keys import KeyKind, presented_key, same_key
 
 from .futures import FutureQueue
-from .routes import ServerState, build_router
+from .routes import build_router
+from .routes_common import ServerState
 from .sampling import Samplers
 from .sessions import Registry
 from .wire import LoraConfig

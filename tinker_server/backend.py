@@ -25,9 +25,10 @@ from .wire import AdamParams
 
 @dataclass
 class LossResult:
-    """Per datum: the logprob of each target token, and the loss of the call (summed)."""
+    """Per datum: the logprob of each target token and its weighted loss; the call's loss (summed)."""
 
     logprobs: list[np.ndarray]
+    elementwise_loss: list[np.ndarray]
     loss: float
 
 
@@ -119,7 +120,9 @@ class MegatronBackend:
             if backward:
                 loss.backward()
                 self.accumulated += 1
-        return LossResult([lp.detach().float().cpu().numpy() for lp in per_datum], float(loss.detach()))
+        logprobs = [lp.detach().float().cpu().numpy() for lp in per_datum]
+        elementwise = [-w.numpy() * lp for w, lp in zip(weights, logprobs)]
+        return LossResult(logprobs, elementwise, float(loss.detach()))
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:
         from megatron.core.distributed import finalize_model_grads

@@ -1,5 +1,5 @@
 """The protobuf bodies the SDK sends to `forward_backward` (zstd-compressed when the server's
-client config asks for it) and the `ForwardBackwardOutput` it expects back.
+client config asks for it), and the `ForwardBackwardOutput` and `SampleResponse` it expects back.
 
 The schema is the SDK's own (`tinker.proto.tinker_public_pb2`), so both ends agree by construction.
 """

@@ -10,9 +10,12 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .wire import LoraConfig
+
+if TYPE_CHECKING:
+    from .backend import TrainingBackend
 
 
 class UnknownName(LookupError):
@@ -35,8 +38,7 @@ class TrainingModel:
     session_id: str
     base_model: str
     lora: LoraConfig | None
-    backend: Any
-    """The `TrainingBackend` training it."""
+    backend: TrainingBackend
 
 
 class Registry:

@@ -56,6 +56,16 @@ def test_targets_and_weights_of_other_lengths_fail_the_call(training):
     _still_serves(training)
 
 
+def test_a_datum_longer_than_the_context_is_refused(tinker_url, training):
+    context = tinker.RestClient(base_url=tinker_url, api_key=API_KEY).get_server_capabilities().result()
+    length = context.supported_models[0].max_context_length
+    with pytest.raises(
+        tinker.BadRequestError, match=f"datum 0 has {length + 1} tokens; the model's context is {length}"
+    ):
+        training.forward([_datum([1] * (length + 1))], "cross_entropy").result()
+    _still_serves(training)
+
+
 def test_a_model_id_this_server_never_made_is_not_found(tinker_url, training):
     body = {"adam_params": {"learning_rate": 1e-3}, "model_id": "ses-someone-else:train:0"}
     reply = httpx.post(f"{tinker_url}/api/v1/optim_step", json=body, headers=HEADERS)

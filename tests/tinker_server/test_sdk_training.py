@@ -88,3 +88,23 @@ def test_forward_backward_and_optim_step_make_the_loss_fall(training):
         losses.append(fwdbwd.result().metrics["loss:sum"])
         step.result()
     assert losses[-1] < losses[0] * 0.8, losses
+
+
+def test_chunked_forward_backward_calls_step_as_one_call_of_the_whole_batch(service):
+    """Gradients add up over calls until optim_step: two halves, then a step, train exactly as the
+    whole batch in one call, then a step (Tinker sums the loss, so the halves add)."""
+    data = [_datum(p, c) for p, c in _batch(seed=2)]
+    # a large eps keeps Adam's first step smooth in the gradient, so summation order cannot flip it
+    adam = tinker.types.AdamParams(learning_rate=1e-2, eps=1e-2)
+    chunked, whole = (service.create_lora_training_client(base_model="tiny", rank=4).result() for _ in range(2))
+    chunked.forward_backward(data[:1], "cross_entropy").result()
+    chunked.forward_backward(data[1:], "cross_entropy").result()
+    chunked.optim_step(adam).result()
+    whole.forward_backward(data, "cross_entropy").result()
+    whole.optim_step(adam).result()
+    probe = [_datum(p, c) for p, c in _batch(seed=3)]
+    after = [client.forward(probe, "cross_entropy").result() for client in (chunked, whole)]
+    before = service.create_lora_training_client(base_model="tiny", rank=4).result().forward(probe, "cross_entropy")
+    assert after[0].metrics["loss:sum"] != pytest.approx(before.result().metrics["loss:sum"], rel=1e-4)
+    for a, b in zip(after[0].loss_fn_outputs, after[1].loss_fn_outputs):
+        np.testing.assert_allclose(a["logprobs"].to_numpy(), b["logprobs"].to_numpy(), atol=2e-5)
