@@ -63,6 +63,12 @@ def build_router(state: ServerState) -> APIRouter:
         known(state, lambda: state.registry.heartbeat(body.session_id))
         return {"type": "session_heartbeat"}
 
+    @router.post("/api/v1/sessions/{session_id}/finish")
+    async def finish_session(session_id: str, body: wire.FinishSessionRequest) -> dict[str, Any]:
+        # Work already queued holds its model and still runs; requests naming the models now get 404.
+        dropped = known(state, lambda: state.registry.finish(session_id, body.reason.type))
+        return {"session_id": session_id, "models_dropped": [m.model_id for m in dropped]}
+
     @router.post("/api/v1/retrieve_future")
     async def retrieve_future(body: wire.FutureRetrieveRequest) -> Response:
         if not state.futures.known(body.request_id):

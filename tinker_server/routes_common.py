@@ -18,7 +18,7 @@ from fastapi import HTTPException
 from . import wire
 from .futures import FutureQueue
 from .sampling import Samplers
-from .sessions import Registry, UnknownName
+from .sessions import Registry, SessionFinished, UnknownName
 
 PROTO = "application/x-protobuf"
 
@@ -47,3 +47,5 @@ def known(state: ServerState, fn: Callable[[], Any]) -> Any:
         return fn()
     except UnknownName as exc:
         raise HTTPException(404, str(exc)) from None
+    except SessionFinished as exc:
+        raise HTTPException(410, str(exc)) from None

@@ -46,7 +46,7 @@ def sampling_router(state: ServerState) -> APIRouter:
 
     @router.post("/api/v1/create_sampling_session")
     async def create_sampling_session(body: wire.CreateSamplingSessionRequest) -> dict[str, Any]:
-        known(state, lambda: state.registry.session(body.session_id))
+        known(state, lambda: state.registry.open_session(body.session_id))
         if body.model_path is not None:
             if body.model_path not in state.samplers.saved:
                 raise HTTPException(

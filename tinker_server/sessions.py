@@ -22,12 +22,18 @@ class UnknownName(LookupError):
     """A session, model or request id this server does not know (HTTP 404)."""
 
 
+class SessionFinished(LookupError):
+    """A session its client closed (HTTP 410: the SDK stops its heartbeat on it)."""
+
+
 @dataclass
 class Session:
     session_id: str
     tags: list[str]
     sdk_version: str
     last_heartbeat: float = field(default_factory=time.monotonic)
+    finished: str | None = None
+    """How its client closed it (`success`, `errored`, `interrupted`); None while open."""
 
 
 @dataclass
@@ -58,8 +64,23 @@ class Registry:
             raise UnknownName(f"no session {session_id!r}; create one with POST /api/v1/create_session")
         return self.sessions[session_id]
 
+    def open_session(self, session_id: str) -> Session:
+        session = self.session(session_id)
+        if session.finished is not None:
+            raise SessionFinished(f"session {session_id!r} was closed ({session.finished}); create a new ServiceClient")
+        return session
+
     def heartbeat(self, session_id: str) -> None:
-        self.session(session_id).last_heartbeat = time.monotonic()
+        self.open_session(session_id).last_heartbeat = time.monotonic()
+
+    def finish(self, session_id: str, reason: str) -> list[TrainingModel]:
+        """Close the session (the first reason stays) and drop its models; the models dropped."""
+        session = self.session(session_id)
+        session.finished = session.finished or reason
+        dropped = [m for m in self.models.values() if m.session_id == session_id]
+        for model in dropped:
+            del self.models[model.model_id]
+        return dropped
 
     def add_model(self, model: TrainingModel) -> None:
         self.models[model.model_id] = model

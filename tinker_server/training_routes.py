@@ -20,7 +20,7 @@ def training_router(state: ServerState) -> APIRouter:
 
     @router.post("/api/v1/create_model")
     async def create_model(body: wire.CreateModelRequest) -> dict[str, Any]:
-        known(state, lambda: state.registry.session(body.session_id))
+        known(state, lambda: state.registry.open_session(body.session_id))
         if body.base_model not in state.base_models:
             raise HTTPException(
                 400,

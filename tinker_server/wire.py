@@ -33,6 +33,15 @@ class SessionHeartbeatRequest(Strict):
     type: Literal["session_heartbeat"] = "session_heartbeat"
 
 
+class FinishReason(Strict):
+    type: Literal["success", "errored", "interrupted"]
+
+
+class FinishSessionRequest(Strict):
+    reason: FinishReason
+    detail: str | None = None
+
+
 class LoraConfig(Strict):
     rank: int = Field(gt=0)
     seed: int | None = None

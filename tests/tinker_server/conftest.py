@@ -54,6 +54,16 @@ def tinker_url(tmp_path_factory, tiny_model_path: Path):
         yield url
 
 
+@pytest.fixture(scope="module")
+def service(tinker_url):
+    """The SDK's ServiceClient on the module's server, closed (its session finished) after it."""
+    import tinker
+
+    client = tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
+    yield client
+    client.close("success").result()
+
+
 @pytest.fixture(scope="session")
 def megatron_world():
     """Megatron's parallel state for a one-process world, for roost's own trainer as the oracle."""

@@ -23,11 +23,6 @@ def _datum(tokens: list[int], targets: list[int] | None = None, weights: list[fl
 
 
 @pytest.fixture(scope="module")
-def service(tinker_url):
-    return tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
-
-
-@pytest.fixture(scope="module")
 def training(service):
     return service.create_lora_training_client(base_model="tiny", rank=4).result()
 

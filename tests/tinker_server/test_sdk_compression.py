@@ -15,8 +15,7 @@ tinker = pytest.importorskip("tinker")
 
 
 @pytest.fixture(scope="module")
-def training(tinker_url):
-    service = tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
+def training(service):
     return service.create_lora_training_client(base_model="tiny", rank=4).result()
 
 
@@ -57,3 +56,4 @@ def test_the_sdk_compresses_bodies_when_the_server_asks(tmp_path, tiny_model_pat
         out = training.forward_backward([_datum([1, 2, 3])], "cross_entropy").result()
         assert out.metrics["loss:sum"] > 0
         assert training.optim_step(tinker.types.AdamParams(learning_rate=1e-3)).result() is not None
+        client.close("success").result()

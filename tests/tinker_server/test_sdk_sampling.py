@@ -7,16 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .conftest import API_KEY
-
 tinker = pytest.importorskip("tinker")
 
 PROMPT = [11, 22, 33, 44, 55, 66, 77]
 
 
 @pytest.fixture(scope="module")
-def training(tinker_url):
-    service = tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
+def training(service):
     return service.create_lora_training_client(base_model="tiny", rank=4).result()
 
 
@@ -58,8 +55,7 @@ def test_compute_logprobs_equals_forward_logprobs(training, sampler):
     np.testing.assert_allclose(np.array(logprobs[1:]), forward, atol=1e-4)
 
 
-def test_a_base_model_sampler_samples(tinker_url):
-    service = tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
+def test_a_base_model_sampler_samples(service):
     sampler = service.create_sampling_client(base_model="tiny").result()
     params = tinker.types.SamplingParams(max_tokens=3, temperature=0.0, stop=[])
     assert len(sampler.sample(tinker.types.ModelInput.from_ints(PROMPT), 1, params).result().sequences[0].tokens) == 3
