@@ -51,10 +51,11 @@ def serve(
 
     try:
         key = serving_key("roost tinker serve", host, api_key, TINKER_KEY)
-    except KeysRequired as exc:
+        folders = _folders(base_model)
+    except (KeysRequired, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    serve_app(_folders(base_model), key, host=host, port=port, port_file=port_file, compress_fwdbwd=compress_fwdbwd)
+    serve_app(folders, key, host=host, port=port, port_file=port_file, compress_fwdbwd=compress_fwdbwd)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
