@@ -22,9 +22,9 @@ def _batch(seed: int = 0, vocab: int = 1000) -> list[tuple[list[int], list[int]]
     ]
 
 
-def _datum(prompt: list[int], completion: list[int]):
+def _datum(prompt: list[int], completion: list[int], weight: float = 1.0):
     tokens = prompt + completion
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+    weights = [0.0] * (len(prompt) - 1) + [weight] * len(completion)
     return tinker.types.Datum(
         model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
         loss_fn_inputs={
@@ -54,16 +54,12 @@ def test_get_info_names_a_tokenizer_the_sdk_loads(training, tiny_model_path):
 def test_cross_entropy_is_roosts_sft_loss_on_the_same_batch(training, tiny_model_path, megatron_world):
     import torch
 
-    from roost.rollout.store.samples import Sample
     from roost.trainer.losses import LossConfig, SampleTerms, policy_loss
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
     batch = _batch()
     out = training.forward([_datum(p, c) for p, c in batch], "cross_entropy").result()
-    samples = [
-        Sample.from_turns([(p, c, [0.0] * len(c))], session_id=f"s{i}", group_id=f"g{i}")
-        for i, (p, c) in enumerate(batch)
-    ]
+    samples = _samples(batch)
     policy = MegatronPolicy(TrainConfig(checkpoint=str(tiny_model_path), layout="flat"))
     ours = policy.logprobs(samples)
     for (prompt, _), output, expected in zip(batch, out.loss_fn_outputs, ours):
@@ -72,6 +68,42 @@ def test_cross_entropy_is_roosts_sft_loss_on_the_same_batch(training, tiny_model
     terms = [SampleTerms(lp, lp, lp, torch.zeros_like(lp), 1.0) for lp in ours]
     sft_loss, _ = policy_loss(terms, LossConfig(kind="sft"))
     assert out.metrics["loss:sum"] == pytest.approx(float(sft_loss), rel=1e-5)
+
+
+def _samples(batch):
+    from roost.rollout.store.samples import Sample
+
+    return [
+        Sample.from_turns([(p, c, [0.0] * len(c))], session_id=f"s{i}", group_id=f"g{i}")
+        for i, (p, c) in enumerate(batch)
+    ]
+
+
+def test_a_step_trains_as_roosts_sft_step_on_the_same_batch(service, tiny_model_path, megatron_world):
+    """One forward_backward + optim_step through the SDK moves the weights as one SFT step of roost's
+    trainer does: with weights 1/N (roost's token mean) the gradients are the same, and so is Adam."""
+    from roost.trainer.advantages import Scored
+    from roost.trainer.losses import LossConfig
+    from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
+
+    batch, probe = _batch(seed=4), _batch(seed=5)
+    n = sum(len(c) for _, c in batch)
+    training = service.create_lora_training_client(base_model="tiny", rank=4).result()
+    training.forward_backward([_datum(p, c, 1.0 / n) for p, c in batch], "cross_entropy").result()
+    adam = tinker.types.AdamParams(learning_rate=1e-2, beta1=0.9, beta2=0.999, eps=1e-2, grad_clip_norm=1.0)
+    training.optim_step(adam).result()
+
+    config = TrainConfig(
+        checkpoint=str(tiny_model_path), lr=1e-2, adam_betas=(0.9, 0.999), layout="flat", loss=LossConfig(kind="sft")
+    )
+    policy = MegatronPolicy(config)
+    for group in policy.optimizer.param_groups:
+        group["eps"] = 1e-2
+    policy.train_step([Scored(s, [0.0] * len(s.tokens)) for s in _samples(batch)])
+
+    out = training.forward([_datum(p, c) for p, c in probe], "cross_entropy").result()
+    for (prompt, _), output, expected in zip(probe, out.loss_fn_outputs, policy.logprobs(_samples(probe))):
+        np.testing.assert_allclose(output["logprobs"].to_numpy()[len(prompt) - 1 :], expected.numpy(), atol=1e-4)
 
 
 def test_forward_backward_and_optim_step_make_the_loss_fall(training):
