@@ -1,8 +1,8 @@
 """The SDK's sessions and the training models each owns.
 
-A model id is `<session>:train:<seq>` (the SDK builds the same id itself); a request naming
-another session's model is refused as if the model did not exist, so one tenant cannot reach
-another's weights by guessing.
+A model id is `<session>:train:<seq>` (the SDK builds the same id itself). Requests find a model
+by its id alone: the random session id in it keeps it from being guessed, but the server does not
+yet tie a request to the caller's session, so whoever holds an id (and the key) can use the model.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class Registry:
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingModel] = {}
+        self.pending: set[str] = set()
+        """Ids of models being created: taken, though not usable yet."""
 
     def new_session(self, tags: list[str], sdk_version: str) -> Session:
         session = Session("ses-" + secrets.token_hex(8), tags, sdk_version)
@@ -82,7 +84,15 @@ class Registry:
             del self.models[model.model_id]
         return dropped
 
+    def reserve(self, model_id: str) -> bool:
+        """Take `model_id` for a model about to be created; False if it is taken."""
+        if model_id in self.models or model_id in self.pending:
+            return False
+        self.pending.add(model_id)
+        return True
+
     def add_model(self, model: TrainingModel) -> None:
+        self.pending.discard(model.model_id)
         self.models[model.model_id] = model
 
     def model(self, model_id: str) -> TrainingModel:

@@ -28,11 +28,16 @@ def training_router(state: ServerState) -> APIRouter:
                 "(see GET /api/v1/get_server_capabilities)",
             )
         model_id = f"{body.session_id}:train:{body.model_seq_id}"
-        if model_id in state.registry.models:
+        if not state.registry.reserve(model_id):
             raise HTTPException(409, f"model {model_id!r} exists already; use a new model_seq_id")
 
         async def work() -> Outcome:
-            backend = await state.run_training(state.make_backend, state.base_models[body.base_model], body.lora_config)
+            try:
+                backend = await state.run_training(
+                    state.make_backend, state.base_models[body.base_model], body.lora_config
+                )
+            finally:
+                state.registry.pending.discard(model_id)
             state.registry.add_model(
                 TrainingModel(model_id, body.session_id, body.base_model, body.lora_config, backend)
             )

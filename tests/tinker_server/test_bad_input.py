@@ -68,6 +68,16 @@ def test_a_model_id_this_server_never_made_is_not_found(tinker_url, training):
     _still_serves(training)
 
 
+def test_a_json_body_out_of_range_names_the_field(tinker_url, training):
+    body = {"adam_params": {"learning_rate": -1.0}, "model_id": training.model_id}
+    reply = httpx.post(f"{tinker_url}/api/v1/optim_step", json=body, headers=HEADERS)
+    assert reply.status_code == 400
+    assert "adam_params.learning_rate: Input should be greater than or equal to 0" in reply.json()["detail"]
+    unknown = httpx.post(f"{tinker_url}/api/v1/get_info", json={"model_id": "x", "colour": 1}, headers=HEADERS)
+    assert unknown.status_code == 400 and "colour: Extra inputs are not permitted" in unknown.json()["detail"]
+    _still_serves(training)
+
+
 def test_a_malformed_protobuf_is_refused(tinker_url, training):
     reply = httpx.post(
         f"{tinker_url}/api/v1/forward_backward",
