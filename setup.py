@@ -6,7 +6,7 @@ cannot express that mapping, so the list is built here.
 
 from setuptools import find_packages, setup
 
-TOP_LEVEL = ["cli", "rollout", "envs", "agents", "sandboxes", "serving", "trainer", "bench", "viewer"]
+TOP_LEVEL = ["cli", "rollout", "envs", "agents", "sandboxes", "serving", "trainer", "bench", "viewer", "tinker_server"]
 
 packages = ["roost"] + [
     f"roost.{name}"

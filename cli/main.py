@@ -21,6 +21,7 @@ PACKAGE_CLIS = (
     "roost.trainer.cli",
     "roost.bench.cli",
     "roost.viewer.cli",
+    "roost.tinker_server.cli",
     "roost.cli.demo",
 )
 

@@ -1,0 +1,25 @@
+"""`roost tinker serve` refuses, before it loads anything, to bind beyond loopback without a key
+and to serve a base model that is not a checkpoint folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "ROOST_TINKER_KEY"}
+    command = [sys.executable, "-m", "roost.cli.main", "tinker", "serve", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_beyond_loopback_it_needs_a_key():
+    done = _serve("--host", "0.0.0.0", "--port", "0")
+    assert done.returncode == 2
+    assert "will not bind 0.0.0.0 (beyond loopback) without its Tinker API key" in done.stderr
+
+
+def test_a_base_model_must_be_a_checkpoint_folder(tmp_path):
+    done = _serve("--base-model", str(tmp_path / "nope"), "--port", "0", "--api-key", "tml-k")
+    assert done.returncode == 2 and "neither 'tiny' nor a Hugging Face checkpoint folder" in done.stderr

@@ -1,0 +1,15 @@
+"""`roost tinker serve`: the REST surface of the Tinker API, so the official `tinker` SDK trains on
+roost's own trainer unchanged (`tinker.ServiceClient(base_url=URL, api_key=KEY)`).
+
+    wire.py             JSON request and response bodies (pydantic, unknown fields rejected)
+    codec.py            the protobuf bodies: forward_backward's request and output, SampleResponse
+    futures.py          the queue of submitted requests the SDK polls with retrieve_future
+    sessions.py         sessions, their heartbeats and the models each owns
+    backend.py          `TrainingBackend` and the Megatron one (full weight; LoRA plugs in here)
+    sampling.py         sampling sessions on roost's embedded engine, and prompt logprobs
+    routes_common.py    the state every route shares
+    routes.py           handshake, sessions and futures; the router of all routes
+    training_routes.py  create_model, get_info, forward_backward, optim_step
+    sampling_routes.py  sampler saves, sampling sessions, asample
+    app.py              the FastAPI app and `serve`
+"""

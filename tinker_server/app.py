@@ -1,0 +1,109 @@
+"""The Tinker server's FastAPI app and `serve`, started by `roost tinker serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from roost.rollout.keys import KeyKind, presented_key, same_key
+
+from .futures import FutureQueue
+from .routes import build_router
+from .routes_common import ServerState
+from .sampling import Samplers
+from .sessions import Registry
+from .wire import LoraConfig
+
+TINKER_KEY = KeyKind("Tinker API key", "tml-", "--api-key", "ROOST_TINKER_KEY", "every /api/v1 route")
+OPEN_PATHS = {"/health", "/api/v1/healthz"}
+
+
+def make_backend(folder: Path, lora: LoraConfig | None):
+    """The training backend of a new model. LoRA configs are recorded on the model and trained
+    full weight until the trainer's adapter layer lands (the server reports `lora: false`)."""
+    from .backend import MegatronBackend
+
+    return MegatronBackend(str(folder))
+
+
+def _context_length(folder: Path) -> int:
+    from roost.rollout.engine.model_spec import ModelSpec
+
+    return min(ModelSpec.from_folder(folder).max_position_embeddings, 4096)  # the engine's default cap
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
+    return f"the request body does not match the Tinker API: {problems}"
+
+
+def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bool = False) -> FastAPI:
+    # Torch and Megatron's state belong to one thread: all training runs there, in order.
+    training = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-train")
+    futures = FutureQueue()
+
+    async def run_training(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(training, fn, *args)
+
+    weights_root = Path(tempfile.mkdtemp(prefix="roost-tinker-weights-"))
+    samplers = Samplers()
+    state = ServerState(
+        base_models=base_models,
+        registry=Registry(),
+        futures=futures,
+        run_training=run_training,
+        make_backend=make_backend,
+        compress_fwdbwd=compress_fwdbwd,
+        context_lengths={name: _context_length(folder) for name, folder in base_models.items()},
+        samplers=samplers,
+        weights_root=weights_root,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        futures.cancel_all()
+        samplers.stop()
+        training.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(weights_root, ignore_errors=True)
+
+    app = FastAPI(title="roost tinker", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.include_router(build_router(state))
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next):
+        if request.url.path not in OPEN_PATHS and not same_key(presented_key(request.headers), api_key):
+            return JSONResponse(
+                {
+                    "detail": f"missing or wrong API key; send {TINKER_KEY.name} as X-Api-Key (ServiceClient(api_key=...))"
+                },
+                status_code=401,
+            )
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=400)
+
+    return app
+
+
+def serve(
+    base_models: dict[str, Path], api_key: str, *, host: str, port: int, port_file: Path | None, compress_fwdbwd: bool
+) -> None:
+    import uvicorn
+
+    from roost.serving.listen import bind_listener, report_port
+
+    sock = bind_listener(host, port)
+    report_port(sock, port_file)
+    app = build_app(base_models, api_key, compress_fwdbwd=compress_fwdbwd)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

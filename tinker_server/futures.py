@@ -1,0 +1,69 @@
+"""The requests the server has accepted and not yet handed back: each runs as a task, and the SDK
+polls `retrieve_future` for it, getting `try_again` until it is done.
+
+Training work runs one request at a time, in the order it arrived: the SDK sends a model's next
+request only once the previous one was accepted, so arrival order is the order it asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class RequestFailure(Exception):
+    """A request that failed while it ran; `category` is "user" when the caller's input caused it."""
+
+    def __init__(self, message: str, category: str = "user"):
+        super().__init__(message)
+        self.category = category
+
+
+@dataclass
+class Outcome:
+    """What a finished request hands back: a JSON body or protobuf bytes."""
+
+    json: dict[str, Any] | None = None
+    proto: bytes | None = None
+
+
+class FutureQueue:
+    """Request id → the task computing its outcome; `serial` work runs one at a time."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task[Outcome]] = {}
+        self._serial = asyncio.Lock()
+        self._ids = itertools.count(1)
+
+    def submit(self, work: Callable[[], Awaitable[Outcome]], *, serial: bool = False) -> str:
+        request_id = f"req-{next(self._ids)}"
+
+        async def run() -> Outcome:
+            if not serial:
+                return await work()
+            async with self._serial:
+                return await work()
+
+        self._tasks[request_id] = asyncio.get_running_loop().create_task(run())
+        return request_id
+
+    def known(self, request_id: str) -> bool:
+        return request_id in self._tasks
+
+    async def wait(self, request_id: str, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the request to finish; whether it has."""
+        task = self._tasks[request_id]
+        await asyncio.wait([task], timeout=timeout_s)
+        return task.done()
+
+    def take(self, request_id: str) -> Outcome:
+        """The finished request's outcome (raising what it raised); it is forgotten once taken."""
+        task = self._tasks.pop(request_id)
+        return task.result()
+
+    def cancel_all(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()

@@ -1,0 +1,51 @@
+"""What every Tinker route shares: the server's state and the 404 of an unknown name.
+
+Input that can be checked at once (an unknown base model or model id, a body that does not parse)
+is refused at once with a 4xx whose `detail` says what was wrong; errors found while the work runs
+come back from `retrieve_future` as `{"error", "category"}`, which the SDK raises as
+`RequestFailedError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+
+from . import wire
+from .futures import FutureQueue
+from .sampling import Samplers
+from .sessions import Registry, SessionFinished, UnknownName
+
+PROTO = "application/x-protobuf"
+
+
+@dataclass
+class ServerState:
+    """Everything the routes share, passed explicitly (no module state)."""
+
+    base_models: dict[str, Path]
+    """Model name clients use → its Hugging Face folder."""
+    registry: Registry
+    futures: FutureQueue
+    run_training: Callable[..., Any]
+    """Run a blocking call on the one training thread: `await run_training(fn, *args)`."""
+    make_backend: Callable[[Path, wire.LoraConfig | None], Any]
+    compress_fwdbwd: bool
+    context_lengths: dict[str, int]
+    """Base model name → its longest prompt plus completion (as the engine caps it)."""
+    samplers: Samplers
+    weights_root: Path
+    """Where saved sampler weights are exported, one folder per save."""
+
+
+def known(state: ServerState, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except UnknownName as exc:
+        raise HTTPException(404, str(exc)) from None
+    except SessionFinished as exc:
+        raise HTTPException(410, str(exc)) from None

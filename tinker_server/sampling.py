@@ -1,0 +1,153 @@
+"""Sampling sessions: each samples from one set of weights with roost's embedded engine.
+
+A session made by `save_weights_for_sampler` samples from the training model's weights as they
+were then (a snapshot, exported as a Hugging Face folder); one made with `base_model` from the
+base. Engines are built per weights folder and kept for the server's life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .futures import RequestFailure
+from .sessions import UnknownName
+
+
+@dataclass
+class SamplingSession:
+    sampling_session_id: str
+    base_model: str
+    folder: Path
+    model_path: str | None = None
+
+
+@dataclass
+class SampleCall:
+    """One `asample` request, as the engine needs it."""
+
+    prompt: list[int]
+    num_samples: int
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+    stop_strings: list[str]
+    stop_token_ids: list[int] | None
+    """None: the model's end-of-sequence tokens; []: none at all (Tinker's meaning)."""
+    prompt_logprobs: bool
+
+
+@dataclass
+class Sequence:
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: str
+    """`stop` or `length`."""
+
+
+class Samplers:
+    """Sampling sessions, and the engines that serve their weights."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, SamplingSession] = {}
+        self.saved: dict[str, SamplingSession] = {}
+        """tinker:// path of a named save → the session that holds its weights."""
+        self._engines: dict[Path, object] = {}
+        self._building: dict[Path, asyncio.Lock] = {}
+        self._ids = itertools.count()
+
+    def add(self, base_model: str, folder: Path, owner: str, model_path: str | None = None) -> SamplingSession:
+        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", base_model, folder, model_path)
+        self.sessions[session.sampling_session_id] = session
+        return session
+
+    def session(self, sampling_session_id: str) -> SamplingSession:
+        if sampling_session_id not in self.sessions:
+            raise UnknownName(
+                f"no sampling session {sampling_session_id!r}; create one with save_weights_and_get_sampling_client "
+                "or create_sampling_client"
+            )
+        return self.sessions[sampling_session_id]
+
+    async def engine(self, folder: Path):
+        """The engine serving `folder`'s weights, built (off the event loop) on first use."""
+        lock = self._building.setdefault(folder, asyncio.Lock())
+        async with lock:
+            if folder not in self._engines:
+                from roost.rollout.engine.engine import Engine, EngineConfig
+
+                engine = await asyncio.to_thread(Engine, EngineConfig(folder, max_running=16))
+                engine.start()
+                self._engines[folder] = engine
+        return self._engines[folder]
+
+    async def sample(self, session: SamplingSession, call: SampleCall) -> tuple[list[Sequence], np.ndarray | None]:
+        engine = await self.engine(session.folder)
+        from roost.rollout.engine_api.wire import RequestError
+
+        try:
+            completions = await asyncio.gather(
+                *(engine.generate(call.prompt, _params(call, i)) for i in range(call.num_samples))
+            )
+        except RequestError as exc:
+            raise RequestFailure(str(exc)) from None
+        sequences = [
+            Sequence(c.output_ids, c.logprobs, "length" if (c.finish_reason or {}).get("type") == "length" else "stop")
+            for c in completions
+        ]
+        prompt = await asyncio.to_thread(prompt_logprobs, engine, call.prompt) if call.prompt_logprobs else None
+        return sequences, prompt
+
+    def stop(self) -> None:
+        for engine in self._engines.values():
+            engine.stop()
+
+
+def _params(call: SampleCall, index: int):
+    from roost.rollout.engine_api.wire import SamplingParams
+
+    return SamplingParams(
+        max_new_tokens=call.max_tokens,
+        temperature=call.temperature,
+        top_k=call.top_k,
+        top_p=call.top_p,
+        # each of num_samples its own stream, all fixed by the request's seed
+        sampling_seed=None if call.seed is None else call.seed + index,
+        stop=call.stop_strings or None,
+        stop_token_ids=call.stop_token_ids or None,
+        ignore_eos=call.stop_token_ids == [],
+    )
+
+
+@torch.inference_mode()
+def prompt_logprobs(engine, tokens: list[int]) -> np.ndarray:
+    """log p(tokens[i] | tokens[:i]) for every prompt position (NaN at 0, which has no context),
+    from the engine's own model: the prefill of `CausalLM.prefill`, keeping every position's logits
+    instead of the last one's, on a cache of its own."""
+    from roost.rollout.engine.kv_cache import SlotKVCache
+
+    model, spec = engine.model, engine.spec
+    cache = SlotKVCache(
+        layers=spec.num_layers,
+        slots=1,
+        kv_heads=spec.num_kv_heads,
+        max_len=len(tokens),
+        head_dim=spec.head_dim,
+        dtype=engine.dtype,
+        reuse_prefixes=False,
+    )
+    ids = torch.tensor(tokens, dtype=torch.long)
+    x = model.model.embed_tokens(ids)[None]
+    cos, sin = model.rotary(torch.arange(len(tokens))[None], x.dtype)
+    for layer in model.model.layers:
+        x = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, [(0, 0, len(tokens))]))
+    logprobs = torch.log_softmax(model.logits(x[0, :-1]), dim=-1).gather(1, ids[1:, None])[:, 0]
+    return np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32)

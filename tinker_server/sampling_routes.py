@@ -1,0 +1,110 @@
+"""The sampling routes: save_weights_for_sampler, sampling sessions and asample.
+
+A save exports the weights on the training thread (after the training requests before it); samples
+run on the engine as they come, several at once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+
+from . import codec, wire
+from .futures import Outcome
+from .routes_common import ServerState, known
+from .sampling import SampleCall
+
+
+def sampling_router(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/api/v1/save_weights_for_sampler")
+    async def save_weights_for_sampler(body: wire.SaveWeightsForSamplerRequest) -> dict[str, Any]:
+        model = known(state, lambda: state.registry.model(body.model_id))
+        if body.kind != "snapshot":
+            raise HTTPException(400, "kind='inflight' is not served yet; use the default kind='snapshot'")
+        if body.path is None and body.sampling_session_seq_id is None:
+            raise HTTPException(
+                400, "save_weights_for_sampler needs a path (a named save) or a sampling_session_seq_id"
+            )
+        path = None if body.path is None else f"tinker://{model.model_id}/sampler_weights/{body.path}"
+        folder = state.weights_root / f"save-{len(state.samplers.sessions)}-{secrets.token_hex(4)}"
+
+        async def work() -> Outcome:
+            await state.run_training(model.backend.export, folder)
+            session = state.samplers.add(model.base_model, folder, model.session_id, path)
+            if path is None:
+                return Outcome(
+                    json={"type": "save_weights_for_sampler", "sampling_session_id": session.sampling_session_id}
+                )
+            state.samplers.saved[path] = session
+            return Outcome(json={"type": "save_weights_for_sampler", "path": path})
+
+        return {"request_id": state.futures.submit(work, serial=True), "model_id": model.model_id}
+
+    @router.post("/api/v1/create_sampling_session")
+    async def create_sampling_session(body: wire.CreateSamplingSessionRequest) -> dict[str, Any]:
+        known(state, lambda: state.registry.open_session(body.session_id))
+        if body.model_path is not None:
+            if body.model_path not in state.samplers.saved:
+                raise HTTPException(
+                    404,
+                    f"no saved sampler weights at {body.model_path!r}; save_weights_for_sampler(name) returns the path",
+                )
+            saved = state.samplers.saved[body.model_path]
+            session = state.samplers.add(saved.base_model, saved.folder, body.session_id, body.model_path)
+        elif body.base_model in state.base_models:
+            session = state.samplers.add(body.base_model, state.base_models[body.base_model], body.session_id)
+        else:
+            raise HTTPException(
+                400,
+                f"unknown base_model {body.base_model!r}; this server samples {sorted(state.base_models)} or a saved model_path",
+            )
+        return {"type": "create_sampling_session", "sampling_session_id": session.sampling_session_id}
+
+    @router.get("/api/v1/samplers/{sampler_id:path}")
+    async def get_sampler(sampler_id: str) -> dict[str, Any]:
+        session = known(state, lambda: state.samplers.session(sampler_id))
+        return {"sampler_id": sampler_id, "base_model": session.base_model, "model_path": session.model_path}
+
+    @router.post("/api/v1/asample")
+    async def asample(body: wire.SampleRequest) -> dict[str, Any]:
+        if body.sampling_session_id is None:
+            raise HTTPException(400, "asample needs a sampling_session_id; create a SamplingClient first")
+        session = known(state, lambda: state.samplers.session(body.sampling_session_id))
+        if unserved := body.unserved():
+            raise HTTPException(400, f"{', '.join(unserved)} not served yet (docs/tinker.md); leave them unset")
+        call = _sample_call(body, state.context_lengths[session.base_model])
+
+        async def work() -> Outcome:
+            sequences, prompt = await state.samplers.sample(session, call)
+            return Outcome(proto=codec.encode_sample_response(sequences, prompt))
+
+        request_id = state.futures.submit(work)
+        return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{i}" for i in range(body.num_samples)]}
+
+    return router
+
+
+def _sample_call(body: wire.SampleRequest, context_length: int) -> SampleCall:
+    params = body.sampling_params
+    stop = [params.stop] if isinstance(params.stop, str) else params.stop
+    tokens = [t for chunk in body.prompt.chunks for t in chunk.tokens]
+    if not tokens:
+        raise HTTPException(400, "the prompt has no tokens; send at least one")
+    if params.top_k == 0 or params.top_k < -1:
+        raise HTTPException(400, f"top_k must be -1 (off) or >= 1, got {params.top_k}")
+    return SampleCall(
+        prompt=tokens,
+        num_samples=body.num_samples,
+        max_tokens=params.max_tokens or context_length - len(tokens),
+        temperature=params.temperature,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        seed=params.seed,
+        stop_strings=[s for s in stop or [] if isinstance(s, str)],
+        stop_token_ids=None if stop is None else [s for s in stop if isinstance(s, int)],
+        prompt_logprobs=bool(body.prompt_logprobs),
+    )

@@ -1,0 +1,104 @@
+"""The training routes: create_model, get_info, forward_backward and optim_step.
+
+Each queues its work on the training thread, in arrival order, and answers with a future.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+
+from . import codec, wire
+from .futures import Outcome
+from .routes_common import PROTO, ServerState, known
+from .sessions import TrainingModel
+
+
+def training_router(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/api/v1/create_model")
+    async def create_model(body: wire.CreateModelRequest) -> dict[str, Any]:
+        known(state, lambda: state.registry.open_session(body.session_id))
+        if body.base_model not in state.base_models:
+            raise HTTPException(
+                400,
+                f"unknown base_model {body.base_model!r}; this server trains {sorted(state.base_models)} "
+                "(see GET /api/v1/get_server_capabilities)",
+            )
+        model_id = f"{body.session_id}:train:{body.model_seq_id}"
+        if not state.registry.reserve(model_id):
+            raise HTTPException(409, f"model {model_id!r} exists already; use a new model_seq_id")
+
+        async def work() -> Outcome:
+            try:
+                backend = await state.run_training(
+                    state.make_backend, state.base_models[body.base_model], body.lora_config
+                )
+            finally:
+                state.registry.pending.discard(model_id)
+            state.registry.add_model(
+                TrainingModel(model_id, body.session_id, body.base_model, body.lora_config, backend)
+            )
+            return Outcome(json={"type": "create_model", "model_id": model_id})
+
+        return {"request_id": state.futures.submit(work, serial=True), "model_id": model_id}
+
+    @router.post("/api/v1/get_info")
+    async def get_info(body: wire.GetInfoRequest) -> dict[str, Any]:
+        model = known(state, lambda: state.registry.model(body.model_id))
+        folder = state.base_models[model.base_model]
+        return wire.GetInfoResponse(
+            model_data=wire.ModelData(model_name=model.base_model, tokenizer_id=str(folder)),
+            model_id=model.model_id,
+            is_lora=model.lora is not None,
+            lora_rank=None if model.lora is None else model.lora.rank,
+        ).model_dump()
+
+    @router.post("/api/v1/forward_backward")
+    async def forward_backward(request: Request) -> dict[str, Any]:
+        if PROTO not in request.headers.get("content-type", ""):
+            raise HTTPException(415, f"forward_backward takes a ForwardBackwardRequest protobuf ({PROTO})")
+        try:
+            body = codec.decompress(await request.body(), request.headers.get("content-encoding"))
+            call = codec.decode_forward_backward(body)
+        except codec.BodyError as exc:
+            raise HTTPException(400, str(exc)) from None
+        model = known(state, lambda: state.registry.model(call.model_id))
+        _check_lengths(call, state.context_lengths[model.base_model])
+        if call.loss_fn != "cross_entropy":
+            raise HTTPException(
+                400, f"loss_fn {call.loss_fn!r} is not served yet; this server runs cross_entropy (docs/tinker.md)"
+            )
+
+        async def work() -> Outcome:
+            result = await state.run_training(model.backend.cross_entropy, call.data, not call.forward_only)
+            outputs = [
+                {"logprobs": lp, "elementwise_loss": loss} for lp, loss in zip(result.logprobs, result.elementwise_loss)
+            ]
+            return Outcome(proto=codec.encode_forward_backward_output(outputs, {"loss:sum": result.loss}))
+
+        return {"request_id": state.futures.submit(work, serial=True), "model_id": call.model_id}
+
+    @router.post("/api/v1/optim_step")
+    async def optim_step(body: wire.OptimStepRequest) -> dict[str, Any]:
+        model = known(state, lambda: state.registry.model(body.model_id))
+
+        async def work() -> Outcome:
+            metrics = await state.run_training(model.backend.optim_step, body.adam_params)
+            return Outcome(json={"metrics": metrics})
+
+        return {"request_id": state.futures.submit(work, serial=True), "model_id": body.model_id}
+
+    return router
+
+
+def _check_lengths(call: codec.ForwardBackwardCall, context_length: int) -> None:
+    for index, datum in enumerate(call.data):
+        if len(datum.tokens) > context_length:
+            raise HTTPException(
+                400,
+                f"datum {index} has {len(datum.tokens)} tokens; the model's context is {context_length}: "
+                "truncate or split it",
+            )
