@@ -79,13 +79,15 @@ class AdapterSet:
             raise RequestError(f"LoRA adapter {name!r} at {path} does not fit the base model: {shown}")
         return LoadedAdapter(name, str(path), spec.rank, next(self._uids), pairs)
 
-    def add(self, adapter: LoadedAdapter) -> None:
-        if adapter.name in self.loaded:
+    def add(self, adapter: LoadedAdapter, *, replace: bool = False) -> None:
+        """Serve `adapter` under its name; `replace`: in place of a loaded one of that name (new
+        weights after a training step), which requests already admitted keep using."""
+        if adapter.name in self.loaded and not replace:
             raise RequestError(
                 f"LoRA adapter {adapter.name!r} is already loaded (from {self.loaded[adapter.name].path}); "
-                "unload it first or pick another name"
+                "unload it first, pick another name, or pass load_inplace: true to replace it"
             )
-        if len(self.loaded) >= self.limits.max_loras:
+        if adapter.name not in self.loaded and len(self.loaded) >= self.limits.max_loras:
             raise RequestError(
                 f"{len(self.loaded)} LoRA adapters are loaded, this engine's --max-loras; unload one of "
                 f"{sorted(self.loaded)} first"

@@ -72,6 +72,12 @@ def engine(
         8, help="LoRA adapters loaded at once (POST /v1/load_lora_adapter; SGLang's --max-loaded-loras)."
     ),
     max_lora_rank: int = typer.Option(64, help="Highest rank of a LoRA adapter the engine loads (vLLM's flag)."),
+    enable_lora: bool = typer.Option(
+        False,
+        "--enable-lora",
+        help="vllm backend: serve LoRA adapters loaded at run time (vLLM's --enable-lora, with --max-loras and "
+        "--max-lora-rank); the embedded engine always does.",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -108,6 +114,7 @@ def engine(
                 vllm_args=vllm_args,
                 log_path=vllm_log,
                 port_file=port_file,
+                lora=(max_loras, max_lora_rank) if enable_lora else None,
             )
         )
     engine_ = build_engine(

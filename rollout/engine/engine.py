@@ -226,10 +226,11 @@ class Engine:
 
         return await asyncio.wrap_future(self.scheduler.call(swap))
 
-    async def load_lora(self, name: str, path: str) -> LoadedAdapter:
-        """Read and check an adapter folder off the event loop, then serve it under `name`."""
+    async def load_lora(self, name: str, path: str, *, replace: bool = False) -> LoadedAdapter:
+        """Read and check an adapter folder off the event loop, then serve it under `name` (`replace`:
+        in place of the adapter of that name)."""
         adapter = await asyncio.to_thread(self.adapters.read, name, path)
-        await asyncio.wrap_future(self.scheduler.call(lambda: self.adapters.add(adapter)))
+        await asyncio.wrap_future(self.scheduler.call(lambda: self.adapters.add(adapter, replace=replace)))
         return adapter
 
     async def unload_lora(self, name: str) -> int:

@@ -183,9 +183,7 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
     @app.post("/load_lora_adapter", dependencies=guarded)
     async def load_lora(request: Request) -> dict:
         req = LoadLoraRequest.model_validate(await read_json(request))
-        if req.load_inplace:
-            raise RequestError("load_inplace is not supported: unload the adapter, then load the new folder")
-        adapter = await engine.load_lora(req.lora_name, req.lora_path)
+        adapter = await engine.load_lora(req.lora_name, req.lora_path, replace=req.load_inplace)
         message = f"Success: LoRA adapter '{adapter.name}' added successfully."
         return {"success": True, "message": message, "lora_name": adapter.name, "rank": adapter.rank}
 

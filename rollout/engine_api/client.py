@@ -58,8 +58,9 @@ class EngineClient(Protocol):
 
     async def continue_generation(self) -> Any: ...
 
-    async def load_lora_adapter(self, name: str, path: str) -> Any:
-        """Serve the PEFT adapter folder `path` (on the engine's machine) under `name`."""
+    async def load_lora_adapter(self, name: str, path: str, *, replace: bool = False) -> Any:
+        """Serve the PEFT adapter folder `path` (on the engine's machine) under `name`; `replace`: in
+        place of the loaded adapter of that name (new weights after a LoRA training step)."""
         ...
 
     async def lora_adapters(self) -> list[str]:

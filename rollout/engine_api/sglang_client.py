@@ -264,10 +264,12 @@ class SGLangClient(EngineHTTP):
     async def flush_cache(self) -> Any:
         return await self._request("POST", "/flush_cache")
 
-    async def load_lora_adapter(self, name: str, path: str) -> Any:
+    async def load_lora_adapter(self, name: str, path: str, *, replace: bool = False) -> Any:
         """Serve the PEFT adapter folder `path` (on the engine's machine) under `name` (SGLang's
-        route, which roost's engine serves too)."""
-        return await self._request("POST", "/load_lora_adapter", _body(LoadLoraRequest(lora_name=name, lora_path=path)))
+        route, which roost's engine serves too); `replace`: in place of a loaded adapter of that
+        name (roost's engine and vLLM; SGLang has no such field)."""
+        request = LoadLoraRequest(lora_name=name, lora_path=path, load_inplace=replace)
+        return await self._request("POST", "/load_lora_adapter", _body(request))
 
     async def unload_lora_adapter(self, name: str) -> Any:
         return await self._request("POST", "/unload_lora_adapter", _body(UnloadLoraRequest(lora_name=name)))

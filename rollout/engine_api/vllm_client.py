@@ -229,10 +229,11 @@ class VLLMClient(EngineHTTP):
             weight_version=self._version(choice),
         )
 
-    async def load_lora_adapter(self, name: str, path: str) -> Any:
+    async def load_lora_adapter(self, name: str, path: str, *, replace: bool = False) -> Any:
         """vLLM's `/v1/load_lora_adapter` (the server needs --enable-lora and
         VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); it answers plain text."""
-        return await self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        body = {"lora_name": name, "lora_path": path, "load_inplace": replace}
+        return await self._request("POST", "/v1/load_lora_adapter", body)
 
     async def unload_lora_adapter(self, name: str) -> Any:
         return await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})

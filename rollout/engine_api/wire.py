@@ -227,7 +227,8 @@ class LoadLoraRequest(BaseModel):
     lora_path: str
     """A PEFT adapter folder on the engine's machine."""
     load_inplace: bool = False
-    """vLLM: replace a loaded adapter of the same name (roost's engine refuses a taken name)."""
+    """Replace a loaded adapter of the same name (new weights after a training step); without it a
+    taken name is refused."""
 
 
 class UnloadLoraRequest(BaseModel):

@@ -12,13 +12,16 @@ import httpx
 import openai
 import pytest
 import torch
+import uvicorn
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import tiny_model_dir
 from roost.rollout.engine_api.sglang_client import EngineRejected, SGLangClient
+from roost.serving.thread import UvicornThread
 from roost.tests.rollout.gateway_helpers import new_session, start_gateway, stored_calls
+from roost.viewer.app import ViewerConfig, build_app
 
 PROMPT = "The adapter under test says"
 MAX_RANK = 8
@@ -143,6 +146,25 @@ def test_load_generate_unload_then_the_name_is_refused(engine, adapters, tiny_mo
     assert len(asyncio.run(generate(engine.url, ids, None)).output_ids) == 12  # still serving
 
 
+def test_load_inplace_swaps_an_adapters_weights(engine, adapters, tiny_model_path):
+    """New weights after a training step go in under the same name; the old ones' cached prefixes
+    are not reused."""
+    ids = prompt_ids(tiny_model_path)
+    asyncio.run(load(engine, "policy", adapters["x"]))
+    first = asyncio.run(generate(engine.url, ids, "policy"))
+
+    async def swap():
+        async with SGLangClient(engine.url, api_key=engine.api_key) as client:
+            await client.load_lora_adapter("policy", str(adapters["y"]), replace=True)
+
+    asyncio.run(swap())
+    second = asyncio.run(generate(engine.url, ids, "policy"))
+    asyncio.run(unload(engine, "policy"))
+    oracle = peft_logprobs(tiny_model_path, adapters["y"], ids, second.output_ids)
+    torch.testing.assert_close(torch.tensor(second.output_logprobs), oracle, atol=1e-4, rtol=0)
+    assert first.output_ids != second.output_ids
+
+
 def test_bad_adapters_are_refused_precisely(engine, adapters, tmp_path):
     def post(path: str, body: dict, key: str | None = engine.api_key) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -159,6 +181,16 @@ def test_bad_adapters_are_refused_precisely(engine, adapters, tmp_path):
         assert answer.status_code == status, answer.text
         assert needle in answer.json()["error"]["message"]
     assert post("/v1/load_lora_adapter", {"lora_name": "k", "lora_path": "/x"}, key=None).status_code == 401
+    loaded = httpx.get(f"{engine.url}/get_server_info").json()["loaded_loras"]
+    fill = [f"fill-{i}" for i in range(3 - len(loaded))]
+    for name in fill:
+        assert post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(adapters["y"])}).status_code == 200
+    full = post("/v1/load_lora_adapter", {"lora_name": "one-more", "lora_path": str(adapters["y"])})
+    assert full.status_code == 400 and "--max-loras" in full.json()["error"]["message"]
+    taken = post("/v1/load_lora_adapter", {"lora_name": (fill or loaded)[0], "lora_path": str(adapters["y"])})
+    assert taken.status_code == 400 and "already loaded" in taken.json()["error"]["message"]
+    for name in fill:
+        asyncio.run(unload(engine, name))
     missing = post("/v1/unload_lora_adapter", {"lora_name": "never"})
     assert missing.status_code == 404 and "not loaded" in missing.json()["error"]["message"]
     listed = httpx.post(f"{engine.url}/generate", json={"input_ids": [1, 2], "lora_path": "never"})
@@ -182,9 +214,37 @@ def test_the_gateway_routes_by_adapter_and_records_it(engine, adapters, tiny_mod
         with pytest.raises(openai.NotFoundError, match="LoRA adapters"):
             client.chat.completions.create(model="nope", messages=messages, max_tokens=2)
         adapted, base = stored_calls(tmp_path / "store.sqlite", session["session_id"])
+        asyncio.run(unload(engine, "x"))  # gone from the engine since the gateway last asked
+        with pytest.raises(openai.BadRequestError, match="'x' is not loaded"):
+            client.chat.completions.create(model="x", messages=messages, max_tokens=2)
+        with pytest.raises(openai.NotFoundError, match="is not served here"):
+            client.chat.completions.create(model="x", messages=messages, max_tokens=2)
     finally:
         server.stop()
     assert (adapted.adapter, adapted.model, base.adapter) == ("x", "x", "")
+    app = build_app(ViewerConfig(store=tmp_path / "store.sqlite", tokenizer=tiny_model_path))
+    with UvicornThread(uvicorn.Config(app, log_level="warning"), "the viewer") as viewer:
+        assert "LoRA adapter x" in httpx.get(f"{viewer}/calls/{adapted.call_id}").text
+        assert "LoRA adapter" not in httpx.get(f"{viewer}/calls/{base.call_id}").text
     prompt, sampled = list(adapted.prompt_ids), list(adapted.sampled_ids)
     oracle = peft_logprobs(tiny_model_path, adapters["x"], prompt, sampled)
     torch.testing.assert_close(torch.tensor(list(adapted.sampled_logprobs)), oracle, atol=1e-4, rtol=0)
+
+
+def test_unloading_with_requests_in_flight_lets_them_finish(engine, adapters, tiny_model_path):
+    ids = prompt_ids(tiny_model_path)
+    asyncio.run(load(engine, "leaving", adapters["x"]))
+
+    async def run():
+        task = asyncio.create_task(generate(engine.url, ids, "leaving", tokens=300))
+        async with httpx.AsyncClient() as http:
+            while (await http.get(f"{engine.url}/get_server_info")).json()["running"] == 0:
+                await asyncio.sleep(0.01)
+        answer = await unload(engine, "leaving")
+        return answer, await task
+
+    answer, done = asyncio.run(run())
+    assert answer["in_flight"] == 1 and "finish with it" in answer["message"]
+    assert len(done.output_ids) == 300 and done.finish_reason["type"] == "length"
+    oracle = peft_logprobs(tiny_model_path, adapters["x"], ids, done.output_ids)
+    torch.testing.assert_close(torch.tensor(done.output_logprobs), oracle, atol=1e-4, rtol=0)
