@@ -78,6 +78,12 @@ async def generate(url: str, ids: list[int], lora: str | None, tokens: int = 12)
         return await client.generate(ids, params, lora=lora)
 
 
+async def streamed(url: str, ids: list[int], lora: str | None, tokens: int = 12) -> list[int]:
+    async with SGLangClient(url) as client:
+        params = {"max_new_tokens": tokens, "temperature": 0.0, "ignore_eos": True}
+        return [t async for delta in client.generate_stream(ids, params, lora=lora) for t in delta.output_ids]
+
+
 async def load(engine: EngineProcess, name: str, path: Path) -> dict:
     async with SGLangClient(engine.url, api_key=engine.api_key) as client:
         return await client.load_lora_adapter(name, str(path))
@@ -107,6 +113,7 @@ def test_each_adapter_samples_what_peft_computes(engine, adapters, tiny_model_pa
         torch.testing.assert_close(torch.tensor(done.output_logprobs), oracle, atol=1e-4, rtol=0)
         base = peft_logprobs(tiny_model_path, None, ids, done.output_ids)
         assert (base - oracle).abs().max() > 1e-2  # the adapter matters: the oracle can tell them apart
+        assert asyncio.run(streamed(engine.url, ids, name)) == done.output_ids
     listed = httpx.get(f"{engine.url}/v1/models").json()["data"]
     assert [card["id"] for card in listed[1:]] == ["x", "y"]
     assert listed[1]["root"] == str(adapters["x"]) and listed[1]["parent"] == listed[0]["id"]
@@ -211,9 +218,11 @@ def test_the_gateway_routes_by_adapter_and_records_it(engine, adapters, tiny_mod
         messages = [{"role": "user", "content": "Hello there."}]
         for model in ("x", "tiny"):
             client.chat.completions.create(model=model, messages=messages, max_tokens=6, temperature=0)
+        stream = client.chat.completions.create(model="x", messages=messages, max_tokens=4, stream=True)
+        assert [chunk.model for chunk in stream][0] == "x"
         with pytest.raises(openai.NotFoundError, match="LoRA adapters"):
             client.chat.completions.create(model="nope", messages=messages, max_tokens=2)
-        adapted, base = stored_calls(tmp_path / "store.sqlite", session["session_id"])
+        adapted, base, streamed_call = stored_calls(tmp_path / "store.sqlite", session["session_id"])
         asyncio.run(unload(engine, "x"))  # gone from the engine since the gateway last asked
         with pytest.raises(openai.BadRequestError, match="'x' is not loaded"):
             client.chat.completions.create(model="x", messages=messages, max_tokens=2)
@@ -221,7 +230,7 @@ def test_the_gateway_routes_by_adapter_and_records_it(engine, adapters, tiny_mod
             client.chat.completions.create(model="x", messages=messages, max_tokens=2)
     finally:
         server.stop()
-    assert (adapted.adapter, adapted.model, base.adapter) == ("x", "x", "")
+    assert (adapted.adapter, adapted.model, base.adapter, streamed_call.adapter) == ("x", "x", "", "x")
     app = build_app(ViewerConfig(store=tmp_path / "store.sqlite", tokenizer=tiny_model_path))
     with UvicornThread(uvicorn.Config(app, log_level="warning"), "the viewer") as viewer:
         assert "LoRA adapter x" in httpx.get(f"{viewer}/calls/{adapted.call_id}").text
