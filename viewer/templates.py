@@ -94,7 +94,7 @@ CALL = """{% extends "base.html" %}{% block crumbs %}<a href="/sessions/{{ c.row
 {% block content %}<h1>{{ title }}</h1>
 <p>agent {{ c.row.agent_id }} · seq {{ c.row.seq }} · <span class="kind {{ c.row.kind }}">{{ c.row.kind }}</span>
 {% if c.row.parent_call_id %} of <a href="/calls/{{ c.row.parent_call_id }}">{{ c.row.parent_call_id }}</a>
-(shares {{ c.row.shared_prefix_len }} tokens){% endif %} · model {{ c.model }} · weights v{{ c.row.weight_version }}
+(shares {{ c.row.shared_prefix_len }} tokens){% endif %} · model {{ c.model }}{% if c.adapter %} · LoRA adapter {{ c.adapter }}{% endif %} · weights v{{ c.row.weight_version }}
 · finish <code>{{ c.row.finish_reason|tojson }}</code>{% if c.row.advantage is not none %} · advantage {{ fmt(c.row.advantage) }}{% endif %}
 {% if c.row.reward is not none %} · reward {{ fmt(c.row.reward) }}{% endif %}</p>
 {% if c.trace %}<p id="trace">trace {% if trace_link %}<a href="{{ trace_link }}"><code>{{ c.trace.get('trace_id', '') }}</code></a>{% else %}<code>{{ c.trace.get('trace_id', '') }}</code>{% endif %} span <code>{{ c.trace.get('span_id', '') }}</code></p>{% endif %}

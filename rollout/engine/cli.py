@@ -68,6 +68,16 @@ def engine(
         "batch (SGLang's flag; the last request admitted "
         "may take it past this).",
     ),
+    max_loras: int = typer.Option(
+        8, help="LoRA adapters loaded at once (POST /v1/load_lora_adapter; SGLang's --max-loaded-loras)."
+    ),
+    max_lora_rank: int = typer.Option(64, help="Highest rank of a LoRA adapter the engine loads (vLLM's flag)."),
+    enable_lora: bool = typer.Option(
+        False,
+        "--enable-lora",
+        help="vllm backend: serve LoRA adapters loaded at run time (vLLM's --enable-lora, with --max-loras and "
+        "--max-lora-rank); the embedded engine always does.",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -81,6 +91,7 @@ def engine(
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
     # to be set before torch loads its OpenMP runtime.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from roost.rollout.engine.adapters import AdapterLimits
     from roost.rollout.engine.launch import build_engine, serve
 
     try:
@@ -103,6 +114,7 @@ def engine(
                 vllm_args=vllm_args,
                 log_path=vllm_log,
                 port_file=port_file,
+                lora=(max_loras, max_lora_rank) if enable_lora else None,
             )
         )
     engine_ = build_engine(
@@ -114,6 +126,7 @@ def engine(
         script=script,
         reuse_prefixes=not disable_radix_cache,
         max_prefill_tokens=max_prefill_tokens,
+        lora=AdapterLimits(max_loras=max_loras, max_lora_rank=max_lora_rank),
     )
     serve(engine_, host=host, port=port, api_key=api_key, trace=trace, port_file=port_file)
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from roost.rollout.engine.adapters import AdapterLimits, AdapterSet
 from roost.rollout.engine.grammar import Grammar, Grammars
 from roost.rollout.engine.kv_cache import SlotKVCache
+from roost.rollout.engine.lora_rows import LoadedAdapter, LoraLinear
 from roost.rollout.engine.model import CausalLM, Rotary
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.request import EngineRequest, RequestPlan, StepOutput
@@ -42,6 +44,8 @@ class EngineConfig:
     max_prefill_tokens: int = 8192
     """Waiting prompts are prefilled together until a batch holds this many new tokens (SGLang's
     --max-prefill-tokens; the last request admitted may take it past that)."""
+    lora: AdapterLimits = field(default_factory=AdapterLimits)
+    """How many LoRA adapters may be loaded at once, and their highest rank."""
 
 
 @dataclass
@@ -90,6 +94,7 @@ class Engine:
         )
         self.scripted = config.scripted
         self.grammars = Grammars(self.tokenizer, self.spec.vocab_size, list(self.spec.eos_token_ids))
+        self.adapters = AdapterSet(_adaptable_shapes(self.model), self.spec.num_layers, self.dtype, config.lora)
         self.started_at = time.time()
 
     @property
@@ -120,7 +125,13 @@ class Engine:
                 "(prompt plus at least one generated token must fit)"
             )
 
-    def plan(self, prompt_ids: list[int], params: SamplingParams, grammar: Grammar | None = None) -> RequestPlan:
+    def plan(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        grammar: Grammar | None = None,
+        adapter: LoadedAdapter | None = None,
+    ) -> RequestPlan:
         stop_ids = set(params.stop_token_ids or [])
         if not params.ignore_eos:
             stop_ids |= set(self.spec.eos_token_ids)
@@ -133,6 +144,7 @@ class Engine:
             forced_ids=self._forced_ids(prompt_ids, params, grammar),
             seed=params.sampling_seed,
             grammar=grammar,
+            adapter=adapter,
         )
 
     def _forced_ids(self, prompt_ids: list[int], params: SamplingParams, grammar: Grammar | None) -> list[int] | None:
@@ -152,13 +164,14 @@ class Engine:
             raise RequestError(f"the scripted reply {reply!r} does not match the request's {grammar.kind}")
         return forced
 
-    async def prepare(self, prompt_ids: list[int], params: SamplingParams) -> RequestPlan:
-        """Validate a request, compile its grammar and fix its plan; raises RequestError before
-        anything runs."""
+    async def prepare(self, prompt_ids: list[int], params: SamplingParams, lora: str | None = None) -> RequestPlan:
+        """Validate a request, find its LoRA adapter (`lora`: a loaded adapter's name), compile its
+        grammar and fix its plan; raises RequestError before anything runs."""
         self.check_prompt(prompt_ids)
+        adapter = None if lora is None else self.adapters.get(lora)
         constraint = params.constraint()
         grammar = None if constraint is None else await self.grammars.compile(*constraint)
-        return self.plan(prompt_ids, params, grammar)
+        return self.plan(prompt_ids, params, grammar, adapter)
 
     async def stream(
         self, prompt_ids: list[int], plan: RequestPlan, *, skip_special_tokens: bool = True, rid: str | None = None
@@ -212,6 +225,28 @@ class Engine:
             return self.scheduler.weight_version
 
         return await asyncio.wrap_future(self.scheduler.call(swap))
+
+    async def load_lora(self, name: str, path: str, *, replace: bool = False) -> LoadedAdapter:
+        """Read and check an adapter folder off the event loop, then serve it under `name` (`replace`:
+        in place of the adapter of that name)."""
+        adapter = await asyncio.to_thread(self.adapters.read, name, path)
+        await asyncio.wrap_future(self.scheduler.call(lambda: self.adapters.add(adapter, replace=replace)))
+        return adapter
+
+    async def unload_lora(self, name: str) -> int:
+        """Take `name` away from new requests; the running and waiting requests that use it finish
+        with it (they hold it). Returns how many those are."""
+
+        def remove() -> int:
+            return self.adapters.in_use(self.adapters.remove(name), self.scheduler.requests())
+
+        return await asyncio.wrap_future(self.scheduler.call(remove))
+
+
+def _adaptable_shapes(model: CausalLM) -> dict[str, tuple[int, int]]:
+    shapes = {m.lora_name: (m.in_features, m.out_features) for m in model.modules() if isinstance(m, LoraLinear)}
+    shapes["lm_head"] = (model.spec.hidden_size, model.spec.vocab_size)
+    return shapes
 
 
 def _next_version(current: str) -> str:

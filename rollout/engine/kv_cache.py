@@ -10,7 +10,8 @@ slot holding the longest prefix of its prompt and prefills only the rest: an age
 turn extends its previous call, so each turn computes just the new messages (SGLang's
 radix cache does this by tree; one path per slot is enough for multi-turn rollouts). New
 weights make every kept prefix stale: `forget` drops them, and slots in use when it is
-called come back empty.
+called come back empty. A prefix is reused only by a request of the same `owner` (the LoRA
+adapter its keys and values were computed with).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class SlotKVCache:
         self.reuse_prefixes = reuse_prefixes
         self._free: OrderedDict[int, np.ndarray] = OrderedDict((slot, _NOTHING) for slot in range(slots))
         """free slot → the tokens whose keys and values it still holds (least recently used first)"""
+        self._owners: dict[int, int] = {}
+        """slot → the owner whose keys and values it holds"""
         self._current: dict[int, bool] = {}
         """slot in use → whether its keys and values are of the current weights"""
 
@@ -46,20 +49,23 @@ class SlotKVCache:
     def free_slots(self) -> int:
         return len(self._free)
 
-    def acquire(self, prompt: Sequence[int] = ()) -> tuple[int, int]:
-        """A free slot, and how many leading tokens of `prompt` it already holds (always fewer
-        than all of them: the last prompt token is run again for its logits)."""
+    def acquire(self, prompt: Sequence[int] = (), owner: int = 0) -> tuple[int, int]:
+        """A free slot, and how many leading tokens of `prompt` it already holds for `owner` (always
+        fewer than all of them: the last prompt token is run again for its logits)."""
         if not self._free:
             raise CacheFull("no free KV cache slot")
         slot, held = next(iter(self._free)), 0
         if self.reuse_prefixes and len(prompt) > 1:
             wanted = np.asarray(prompt, dtype=np.int64)
             for candidate, tokens in self._free.items():
+                if self._owners.get(candidate, 0) != owner:
+                    continue
                 length = _common_prefix(tokens, wanted)
                 if length > held:
                     slot, held = candidate, length
         del self._free[slot]
         self._current[slot] = True
+        self._owners[slot] = owner
         return slot, min(held, len(prompt) - 1)
 
     def release(self, slot: int, tokens: Sequence[int] = ()) -> None:

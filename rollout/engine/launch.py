@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from roost.rollout.engine.adapters import AdapterLimits
 from roost.rollout.engine.engine import Engine, EngineConfig
 from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler
 from roost.rollout.engine.tiny_model import resolve_model
@@ -26,12 +27,20 @@ def build_engine(
     script: Path | None = None,
     reuse_prefixes: bool = True,
     max_prefill_tokens: int = 8192,
+    lora: AdapterLimits | None = None,
 ) -> Engine:
     sampler = None
     if scripted:
         sampler = ScriptedSampler.from_file(script) if script else ScriptedSampler(Script())
     config = EngineConfig(
-        resolve_model(model), context_length, max_running, dtype, sampler, reuse_prefixes, max_prefill_tokens
+        resolve_model(model),
+        context_length,
+        max_running,
+        dtype,
+        sampler,
+        reuse_prefixes,
+        max_prefill_tokens,
+        lora or AdapterLimits(),
     )
     return Engine(config)
 

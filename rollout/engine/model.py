@@ -4,7 +4,8 @@ Module names mirror Hugging Face's (`model.layers.0.self_attn.q_proj`, ...), so 
 checkpoint's state dict loads as it is. Two entry points: `prefill` runs the new prompt
 tokens of a batch of requests into their cache slots; `decode_step` advances a batch of
 requests by one token each, every request at its own position, so requests join and leave
-freely between steps (continuous batching).
+freely between steps (continuous batching). Both take each request's LoRA adapter (or None),
+applied to the projections it adapts (`lora_rows`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from roost.rollout.engine.kv_cache import SlotKVCache
+from roost.rollout.engine.lora_rows import NO_LORA, LoadedAdapter, LoraLinear, LoraRows
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.rope import inverse_frequencies
 
@@ -60,29 +62,32 @@ class Attention(nn.Module):
         self.layer = layer
         self.heads, self.kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
         hidden, bias = spec.hidden_size, spec.qkv_bias
-        self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        name = f"model.layers.{layer}.self_attn."
+        self.q_proj = LoraLinear(hidden, self.heads * self.head_dim, bias=bias, name=name + "q_proj")
+        self.k_proj = LoraLinear(hidden, self.kv_heads * self.head_dim, bias=bias, name=name + "k_proj")
+        self.v_proj = LoraLinear(hidden, self.kv_heads * self.head_dim, bias=bias, name=name + "v_proj")
+        self.o_proj = LoraLinear(self.heads * self.head_dim, hidden, bias=False, name=name + "o_proj")
         if spec.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, spec.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, spec.rms_norm_eps)
         self.qk_norm = spec.qk_norm
 
-    def _project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def _project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lora: LoraRows):
         batch, length, _ = x.shape
-        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim)
-        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim)
-        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim)
+        q = self.q_proj(x, lora).view(batch, length, self.heads, self.head_dim)
+        k = self.k_proj(x, lora).view(batch, length, self.kv_heads, self.head_dim)
+        v = self.v_proj(x, lora).view(batch, length, self.kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
-    def prefill(self, x, cos, sin, cache: SlotKVCache, spans: list[tuple[int, int, int]]) -> torch.Tensor:
+    def prefill(
+        self, x, cos, sin, cache: SlotKVCache, spans: list[tuple[int, int, int]], lora: LoraRows = NO_LORA
+    ) -> torch.Tensor:
         """x: [1, N, hidden], requests' new tokens packed one after another; `spans` gives each
         request's (slot, start position, token count) in that order."""
-        q, k, v = self._project(x, cos, sin)
+        q, k, v = self._project(x, cos, sin, lora)
         outputs, offset = [], 0
         for slot, start, length in spans:
             end = offset + length
@@ -99,14 +104,14 @@ class Attention(nn.Module):
             )
             offset = end
         out = torch.cat(outputs, dim=2)
-        return self.o_proj(out.transpose(1, 2).reshape(1, x.shape[1], -1))
+        return self.o_proj(out.transpose(1, 2).reshape(1, x.shape[1], -1), lora)
 
-    def decode(self, x, cos, sin, cache: SlotKVCache, slots, positions, mask) -> torch.Tensor:
-        q, k, v = self._project(x, cos, sin)
+    def decode(self, x, cos, sin, cache: SlotKVCache, slots, positions, mask, lora: LoraRows = NO_LORA) -> torch.Tensor:
+        q, k, v = self._project(x, cos, sin, lora)
         cache.write_tokens(self.layer, slots, positions, k[:, :, 0], v[:, :, 0])
         keys, values = cache.gather(self.layer, slots, mask.shape[-1])
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], 1, -1))
+        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], 1, -1), lora)
 
 
 def _prefill_mask(length: int, start: int) -> torch.Tensor:
@@ -117,27 +122,28 @@ def _prefill_mask(length: int, start: int) -> torch.Tensor:
 
 
 class MLP(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, layer: int):
         super().__init__()
-        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+        hidden, inner, name = spec.hidden_size, spec.intermediate_size, f"model.layers.{layer}.mlp."
+        self.gate_proj = LoraLinear(hidden, inner, bias=False, name=name + "gate_proj")
+        self.up_proj = LoraLinear(hidden, inner, bias=False, name=name + "up_proj")
+        self.down_proj = LoraLinear(inner, hidden, bias=False, name=name + "down_proj")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor, lora: LoraRows = NO_LORA) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x, lora)) * self.up_proj(x, lora), lora)
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, layer: int):
         super().__init__()
         self.self_attn = Attention(spec, layer)
-        self.mlp = MLP(spec)
+        self.mlp = MLP(spec, layer)
         self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
 
-    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def finish(self, x: torch.Tensor, attn: torch.Tensor, lora: LoraRows = NO_LORA) -> torch.Tensor:
         x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x), lora)
 
 
 class Body(nn.Module):
@@ -159,39 +165,56 @@ class CausalLM(nn.Module):
         if not spec.tie_word_embeddings:
             self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, lora: LoraRows = NO_LORA) -> torch.Tensor:
+        """[B, hidden] -> [B, vocab]; `lora`'s rows are the B rows (the unembedding may be adapted
+        even when it is tied to the embedding, as PEFT adapts a tied `lm_head`)."""
         weight = self.model.embed_tokens.weight if self.spec.tie_word_embeddings else self.lm_head.weight
-        return F.linear(self.model.norm(hidden), weight).float()
+        normed = self.model.norm(hidden)
+        return lora.delta("lm_head", normed, F.linear(normed, weight)).float()
 
     @torch.inference_mode()
     def prefill(
-        self, chunks: list[torch.Tensor], starts: list[int], slots: list[int], cache: SlotKVCache
+        self,
+        chunks: list[torch.Tensor],
+        starts: list[int],
+        slots: list[int],
+        cache: SlotKVCache,
+        adapters: list[LoadedAdapter | None] | None = None,
     ) -> torch.Tensor:
         """Run request b's new tokens `chunks[b]` (1-D) at positions starts[b].. into slot
-        slots[b]; return each request's last-position logits, [B, vocab]. The requests go
-        through the layers packed into one sequence (one call per weight matrix, however many
-        requests); only attention runs request by request."""
+        slots[b], through its adapter `adapters[b]` (None: the base model); return each request's
+        last-position logits, [B, vocab]. The requests go through the layers packed into one
+        sequence (one call per weight matrix, however many requests); only attention runs request
+        by request."""
         lengths = [len(chunk) for chunk in chunks]
+        adapters = adapters or [None] * len(chunks)
+        lora = LoraRows.of(adapters, lengths)
         x = self.model.embed_tokens(torch.cat(chunks))[None]
         positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lengths)])[None]
         cos, sin = self.rotary(positions, x.dtype)
         spans = list(zip(slots, starts, lengths))
         for layer in self.model.layers:
-            attn = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans)
-            x = layer.finish(x, attn)
+            attn = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans, lora)
+            x = layer.finish(x, attn, lora)
         last = torch.tensor(lengths).cumsum(0) - 1
-        return self.logits(x[0, last])
+        return self.logits(x[0, last], LoraRows.of(adapters))
 
     @torch.inference_mode()
     def decode_step(
-        self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cache: SlotKVCache
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        cache: SlotKVCache,
+        adapters: list[LoadedAdapter | None] | None = None,
     ) -> torch.Tensor:
         """One token for each of B requests; `positions[b]` is where request b's token goes."""
+        lora = LoraRows.of(adapters or [])
         x = self.model.embed_tokens(ids)[:, None]
         cos, sin = self.rotary(positions[:, None], x.dtype)
         span = int(positions.max()) + 1
         mask = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]
         for layer in self.model.layers:
-            attn = layer.self_attn.decode(layer.input_layernorm(x), cos, sin, cache, slots, positions, mask)
-            x = layer.finish(x, attn)
-        return self.logits(x[:, 0])
+            attn = layer.self_attn.decode(layer.input_layernorm(x), cos, sin, cache, slots, positions, mask, lora)
+            x = layer.finish(x, attn, lora)
+        return self.logits(x[:, 0], lora)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roost.rollout.engine.grammar import Grammar, GrammarState
+from roost.rollout.engine.lora_rows import LoadedAdapter
 from roost.rollout.engine.sampling import RowDraw, SamplingConfig, new_seed
 
 
@@ -34,6 +35,8 @@ class RequestPlan:
     forced_ids: list[int] | None = None  # the scripted sampler's reply
     seed: int | None = None
     grammar: Grammar | None = None
+    adapter: LoadedAdapter | None = None
+    """The LoRA adapter the request runs with (None: the base model)."""
 
     def constraint_meta(self) -> dict[str, Any] | None:
         """What an answer's meta_info says about the request's grammar (None: unconstrained)."""

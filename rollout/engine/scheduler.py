@@ -159,14 +159,15 @@ class Scheduler:
             and self.cache.free_slots
         ):
             request = self._waiting.popleft()
-            request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids)
+            request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids, _cache_owner(request))
             tokens += len(request.prompt_ids) - request.cached_tokens
             batch.append(request)
         if not batch:
             return
         self.prefill_batches += 1
         chunks = [torch.tensor(r.prompt_ids[r.cached_tokens :], dtype=torch.long) for r in batch]
-        logits = self.model.prefill(chunks, [r.cached_tokens for r in batch], [r.slot for r in batch], self.cache)
+        starts, slots = [r.cached_tokens for r in batch], [r.slot for r in batch]
+        logits = self.model.prefill(chunks, starts, slots, self.cache, [r.plan.adapter for r in batch])
         self._running.extend(batch)
         self._advance(batch, logits)
 
@@ -175,7 +176,7 @@ class Scheduler:
         ids = torch.tensor([r.output_ids[-1] for r in batch], dtype=torch.long)
         positions = torch.tensor([r.position for r in batch], dtype=torch.long)
         slots = torch.tensor([r.slot for r in batch], dtype=torch.long)
-        logits = self.model.decode_step(ids, positions, slots, self.cache)
+        logits = self.model.decode_step(ids, positions, slots, self.cache, [r.plan.adapter for r in batch])
         self.steps += 1
         self._advance(batch, logits)
 
@@ -215,3 +216,13 @@ class Scheduler:
             # the last sampled token was never fed through the model: its K/V are not there
             self.cache.release(request.slot, request.prompt_ids + request.output_ids[:-1])
             request.slot = None
+
+    def requests(self) -> list[EngineRequest]:
+        """The running and waiting requests (engine thread only)."""
+        self._drain_incoming()
+        return [*self._running, *self._waiting]
+
+
+def _cache_owner(request: EngineRequest) -> int:
+    # Keys and values depend on the adapter: a prefix is reused only by the same load of it (0: none).
+    return 0 if request.plan.adapter is None else request.plan.adapter.uid

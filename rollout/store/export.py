@@ -94,6 +94,7 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
             ("endpoint", text),
             ("backend", text),
             ("model", text),
+            ("adapter", text),
             ("parent_call_id", text),
             ("shared_prefix_len", i64),
             ("kind", text),

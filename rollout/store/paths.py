@@ -131,6 +131,7 @@ def _path_sample(
             call.weight_version,
             reward=step_rewards.get(call.call_id),
             constraint=constraint_of(call.sampling_params),
+            adapter=call.adapter,
         )
         spans.append(
             SampledSpan(

@@ -105,6 +105,8 @@ class CallRecord:
     # The call's span when tracing was on (W3C hex ids; "" when off, or in a store older than them).
     trace_id: str = ""
     span_id: str = ""
+    adapter: str = ""
+    """The LoRA adapter the engine sampled with (its loaded name); "": the base model."""
 
     @property
     def path_len(self) -> int:

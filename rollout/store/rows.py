@@ -50,6 +50,7 @@ CALL_COLUMNS = (
     "turns_before",
     "trace_id",
     "span_id",
+    "adapter",
 )
 SESSION_COLUMNS = (
     "session_id",
@@ -115,6 +116,7 @@ def call_row(c: CallRecord) -> tuple[Any, ...]:
         c.turns_before,
         c.trace_id,
         c.span_id,
+        c.adapter,
     )
 
 

@@ -52,6 +52,8 @@ class CallRef:
     constraint: tuple[str, Any] | None = None
     """The grammar that held the call's reply, as its sampling field and value (`json_schema`,
     `regex`, `ebnf` or `choice`); None for a free reply."""
+    adapter: str = ""
+    """The LoRA adapter that sampled the call's tokens; "": the base model."""
 
 
 @dataclass

@@ -71,6 +71,8 @@ class Prepared:
     """The tools' argument defaults, which the reply's key leaves out as the prompt's keys do."""
     notes: list[str] = field(default_factory=list)
     """What the request carried that was accepted without being acted on (request_notes.py)."""
+    lora: str | None = None
+    """The LoRA adapter the call's `model` names (None: the base model)."""
 
 
 @dataclass
@@ -128,7 +130,9 @@ class TokenBackend:
         tracing = self.ctx.tracing
         try:
             with tracing.span("gateway.plan"):
+                await self.ctx.learn_adapter(getattr(req, "model", None))
                 p = await front.prepare(self.ctx, target, req, raw_body, received)
+            p.lora = self.ctx.adapter_of(p.model)
             p.trace = tracing.current()
             self.ctx.notes.warn(p.notes)
             if p.stream:
@@ -141,18 +145,18 @@ class TokenBackend:
                 release()
 
     async def count_tokens(self, front: Counting, target: CallTarget, req: Any, raw_body: bytes) -> int:
+        await self.ctx.learn_adapter(getattr(req, "model", None))
         return await front.count(self.ctx, target, req, raw_body)
 
     async def model_cards(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "id": self.served_model,
-                "object": "model",
-                "created": 0,
-                "owned_by": "roost",
-                "max_model_len": self.ctx.context_length,
-            }
-        ]
+        """The base model, then the LoRA adapters the engine has loaded (vLLM's list: `parent` names the base)."""
+        try:
+            self.ctx.adapters = frozenset(await self.ctx.client.lora_adapters())
+        except EngineError:
+            pass  # the engine cannot say now: list the adapters it named last
+        card = {"object": "model", "created": 0, "owned_by": "roost", "max_model_len": self.ctx.context_length}
+        base = {"id": self.served_model, **card}
+        return [base, *({"id": name, **card, "parent": self.served_model} for name in sorted(self.ctx.adapters))]
 
     async def models(self) -> Response:
         body = {"object": "list", "data": await self.model_cards()}
@@ -206,6 +210,7 @@ class TokenBackend:
             timings=timings(p.received, started, engine_done, time.perf_counter()),
             reply_key=key,
             trace=p.trace,
+            adapter=p.lora or "",
         )
         # A stream records after its call span ended: its record span is still that span's child.
         with ctx.tracing.span("gateway.record", {"roost.call_id": call_id}, parent=p.trace.traceparent):
@@ -221,9 +226,10 @@ class TokenBackend:
         try:
             with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.n": p.n}):
                 generations = await ctx.generate(
-                    front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids, receive
+                    front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids, receive, p.lora
                 )
         except EngineError as exc:
+            ctx.forget_adapter(p.lora, exc)
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         engine_done = time.perf_counter()
         if any(gen.finish_reason.get("type") == "abort" for gen in generations):
@@ -254,7 +260,7 @@ class TokenBackend:
         ctx = self.ctx
         call_id = new_id()
         started = time.perf_counter()
-        engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id)
+        engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora)
         try:
             with ctx.tracing.span(
                 "gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.stream": True}
@@ -269,6 +275,7 @@ class TokenBackend:
             ) from None
         except EngineError as exc:
             await engine_stream.aclose()
+            ctx.forget_adapter(p.lora, exc)
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
         frames = self._frames(front, p, call_id, first, engine_stream, started, release)
         return StreamingResponse(frames, media_type="text/event-stream", headers=ctx.call_headers(p.target, [call_id]))

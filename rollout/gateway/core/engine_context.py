@@ -17,7 +17,7 @@ from starlette.types import Receive
 from roost.rollout.chat.reply_parser import ReplyFormat
 from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.engine_api.client import EngineClient
-from roost.rollout.engine_api.sglang_client import Generation
+from roost.rollout.engine_api.sglang_client import EngineError, Generation
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.core.errors import ClientDisconnected, ModelNotFound, StoreUnavailable
 from roost.rollout.gateway.core.metrics import GatewayMetrics
@@ -51,6 +51,8 @@ class EngineContext:
     preparers: ThreadPoolExecutor
     tracing: Tracing
     notes: NoteLog = field(default_factory=NoteLog)
+    adapters: frozenset[str] = frozenset()
+    """The LoRA adapters the engine listed when last asked: a harness names one as its `model`."""
 
     async def off_loop(self, body_bytes: int, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (rendering, tokenizing), on a prepare thread when the request is big, so
@@ -59,15 +61,44 @@ class EngineContext:
             return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self.preparers, partial(fn, *args))
 
+    def is_base(self, model: str) -> bool:
+        return model == self.served_model or model.rsplit("/", 1)[-1] == self.served_model
+
     def check_model(self, model: str) -> None:
-        if model != self.served_model and model.rsplit("/", 1)[-1] != self.served_model:
+        if not self.is_base(model) and model not in self.adapters:
+            adapters = f" and the LoRA adapters {sorted(self.adapters)}" if self.adapters else ""
             raise ModelNotFound(
-                f"model {model!r} is not served here; this gateway serves {self.served_model!r} (see GET /v1/models)",
+                f"model {model!r} is not served here; this gateway serves {self.served_model!r}{adapters} "
+                "(see GET /v1/models)",
                 param="model",
             )
 
+    async def learn_adapter(self, model: Any) -> None:
+        """A `model` that is neither the base nor a known adapter may be one loaded since the engine
+        was last asked: ask it again (only then, so calls to known names cost nothing more)."""
+        if isinstance(model, str) and not self.is_base(model) and model not in self.adapters:
+            try:
+                self.adapters = frozenset(await self.client.lora_adapters())
+            except EngineError:
+                pass  # the engine cannot say: the name stays unknown, and the call a 404
+
+    def forget_adapter(self, lora: str | None, exc: EngineError) -> None:
+        """An adapter the engine no longer has (unloaded since): later calls naming it are 404s."""
+        if lora is not None and exc.status == 404:
+            self.adapters = self.adapters - {lora}
+
+    def adapter_of(self, model: str) -> str | None:
+        """The LoRA adapter a checked call's `model` names; None: the base model."""
+        return None if self.is_base(model) else model
+
     async def generate(
-        self, endpoint: str, prompt: list[int], params: dict[str, Any], call_ids: list[str], receive: Receive
+        self,
+        endpoint: str,
+        prompt: list[int],
+        params: dict[str, Any],
+        call_ids: list[str],
+        receive: Receive,
+        lora: str | None = None,
     ) -> list[Generation]:
         """One engine request per choice, the call id as SGLang's rid; n=1 is awaited directly
         (a task per call would cost a loop iteration on the hot path). When the client
@@ -75,8 +106,9 @@ class EngineContext:
         try:
             async with cancelled_on_hangup(receive):
                 if len(call_ids) == 1:
-                    return [await self.client.generate(prompt, params, rid=call_ids[0])]
-                return list(await asyncio.gather(*(self.client.generate(prompt, params, rid=c) for c in call_ids)))
+                    return [await self.client.generate(prompt, params, rid=call_ids[0], lora=lora)]
+                calls = (self.client.generate(prompt, params, rid=c, lora=lora) for c in call_ids)
+                return list(await asyncio.gather(*calls))
         except ClientGone:
             self.metrics.calls_aborted.labels(endpoint).inc()
             await self._abort(call_ids)

@@ -94,6 +94,7 @@ def call_record(
     timings: dict[str, float],
     reply_key: bytes | None,
     trace: TraceIds = TraceIds(),
+    adapter: str = "",
 ) -> CallRecord:
     return CallRecord(
         call_id=call_id,
@@ -120,6 +121,7 @@ def call_record(
         created_at=time.time(),
         prompt_key=plan.prompt_key.hex() if plan.prompt_key else "",
         reply_key=reply_key.hex() if reply_key else "",
+        adapter=adapter,
         render_len=plan.render_len,
         render_digest=plan.render_digest.hex(),
         turns_before=plan.turns_before,
