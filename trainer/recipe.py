@@ -22,12 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from roost.agents.runner import RunConfig
 from roost.envs.episodes import ManagerConfig
 from roost.key_value import KeyValueError, parse_pair
+from roost.rollout.engine.server_config import EngineServerConfig
 from roost.rollout.gateway import config as gateway_config
 
 # A default a section shares with the runtime config it feeds lives there, one place: the
 # section reads it (the runtime sits below the trainer), so a recipe that leaves a field out
 # runs as `roost eval`, `roost serve` or `roost gateway` would.
 _GATEWAY = gateway_config.GatewayConfig.model_fields
+_ENGINE = EngineServerConfig.model_fields
 
 ALIASES = {"steps": "schedule.steps", "seed": "schedule.seed", "output_dir": "schedule.output_dir"}
 
@@ -119,8 +121,8 @@ class EngineConfig(_Section):
     args: list[str] = []
     """Extra command-line flags passed through to the engine unchanged (e.g. SGLang's --mem-fraction-static,
     vLLM's --optimization-level 0)."""
-    dtype: str = "float32"
-    max_running: int = Field(64, ge=1)
+    dtype: str = _ENGINE["dtype"].default
+    max_running: int = Field(_ENGINE["max_running"].default, ge=1)
 
 
 class GatewayConfig(_Section):

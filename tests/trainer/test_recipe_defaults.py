@@ -7,9 +7,17 @@ from dataclasses import fields
 
 from roost.agents.runner import RunConfig
 from roost.envs.episodes import ManagerConfig
+from roost.rollout.engine.server_config import EngineServerConfig
 from roost.rollout.gateway.config import GatewayConfig as GatewayServerConfig
 from roost.trainer.megatron.train import TrainConfig
-from roost.trainer.recipe import AgentConfig, EnvServerConfig, GatewayConfig, RolloutConfig, TrainerConfig
+from roost.trainer.recipe import (
+    AgentConfig,
+    EngineConfig,
+    EnvServerConfig,
+    GatewayConfig,
+    RolloutConfig,
+    TrainerConfig,
+)
 
 
 def shared(section, config, names):
@@ -38,3 +46,8 @@ def test_env_server_and_gateway_sections_take_their_servers_defaults():
     manager = ManagerConfig()
     assert (EnvServerConfig().workers, EnvServerConfig().max_episodes) == (manager.workers, manager.max_episodes)
     assert GatewayConfig().reasoning_policy == GatewayServerConfig().reasoning_policy
+
+
+def test_the_engine_section_takes_the_engine_servers_defaults():
+    section, server = EngineConfig(), EngineServerConfig()
+    assert (section.dtype, section.max_running) == (server.dtype, server.max_running) == ("float32", 64)
