@@ -8,7 +8,7 @@ import typer
 
 from roost.lifetime import stop_on_sigterm
 from roost.rollout.engine.tiny_model import resolve_model
-from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, VLLMServer, parse_vllm_args
+from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, VLLMServer
 from roost.serving.listen import report_port
 
 
@@ -21,7 +21,7 @@ def serve_vllm(
     dtype: str,
     context_length: int | None,
     max_running: int,
-    vllm_args: str | None,
+    vllm_args: list[str],
     log_path: Path,
     port_file: Path | None = None,
 ) -> int:
@@ -29,7 +29,7 @@ def serve_vllm(
     it could not start, after printing why and the end of its log). `max_running` is vLLM's
     --max-num-seqs; flags in `vllm_args` come last and win. Port 0: vLLM takes any free port, and
     the one it got is written to `port_file`."""
-    extra = ["--max-num-seqs", str(max_running), *parse_vllm_args(vllm_args)]
+    extra = ["--max-num-seqs", str(max_running), *vllm_args]
     try:
         server = VLLMServer(
             resolve_model(model),
