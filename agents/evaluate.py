@@ -39,9 +39,9 @@ class EvalConfig:
     episodes: int | None = 10
     """Episodes to play, the tasks in turn; None: each task once."""
     split: str = "train"
-    concurrency: int = 8
-    max_turns: int = 50
-    timeout_s: float | None = 600.0
+    concurrency: int = RunConfig.concurrency  # the runner's defaults, one place (its RunConfig)
+    max_turns: int = RunConfig.max_turns
+    timeout_s: float | None = RunConfig.timeout_s
     """Each episode's harness is cut off after this many seconds (status `timeout`); None: no limit."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     agent_kwargs: dict[str, Any] = field(default_factory=dict)

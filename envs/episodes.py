@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from pydantic import ConfigDict
+
 from roost.envs.errors import (
     CapacityError,
     EnvFaultError,
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ManagerConfig:
+    __pydantic_config__ = ConfigDict(extra="forbid")  # read from `--config FILE` (`roost.envs.serve`)
+
     workers: int = 2
     """Worker processes; env code is CPU-bound, so about one per core."""
     max_episodes: int = 64

@@ -2,6 +2,7 @@
 
     python -m roost.envs.serve alfworld --host 0.0.0.0 --port 8000   # what containers run
     roost serve alfworld --port 8000                                 # the same, from the CLI
+    python -m roost.envs.serve --config env.json --port 0            # a ServerConfig as JSON (`roost train`)
 
 `serving(...)` runs one in the background of an asyncio program (tests, benchmarks,
 `roost eval`) on a free port and yields its URL.
@@ -19,12 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict
+
 from roost.envs.episodes import EpisodeManager, ManagerConfig
 from roost.envs.errors import EnvError
 from roost.envs.worker import WorkerConfig
 from roost.key_value import KeyValueError, parse_pair
 from roost.lifetime import stop_on_sigterm
 from roost.logging_setup import LogLevel, configure_logging
+from roost.serving.config_file import ConfigFileError, read_config
 from roost.serving.listen import PORT_FILE_HELP, bind_listener, report_port
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """The env server's whole config; `--config FILE` reads it as JSON (what a training run writes)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     env: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
@@ -131,34 +139,55 @@ def parse_env_args(pairs: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m roost.envs.serve", description=__doc__.split("\n")[0])
-    parser.add_argument("env", help="registry name (alfworld) or module:function entry point")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0: any free port (see --port-file)")
-    parser.add_argument("--port-file", type=Path, help=PORT_FILE_HELP)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--max-episodes", type=int, default=ManagerConfig.max_episodes)
-    parser.add_argument("--lease-s", type=float, default=ManagerConfig.lease_s)
-    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--trace", action="store_true", help="OpenTelemetry spans (also on with OTEL_* variables)")
-    parser.add_argument("--log-level", choices=[level.value for level in LogLevel], default=LogLevel.info.value)
-    parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     configure_logging(args.log_level, json=args.log_json)
-    config = ServerConfig(
-        args.env,
-        parse_env_args(args.env_arg),
-        args.host,
-        args.port,
-        ManagerConfig(workers=args.workers, max_episodes=args.max_episodes, lease_s=args.lease_s),
-        trace=args.trace,
-        port_file=args.port_file,
-    )
+    try:
+        config = server_config(args)
+    except (ConfigFileError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
     try:
         with stop_on_sigterm():  # the workers stop, closing their episodes, before the server exits
             asyncio.run(serve(config))
     except EnvError as exc:
         raise SystemExit(f"error: {exc}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    # Defaults are None: with --config, only the flags given override the file (`server_config`).
+    parser = argparse.ArgumentParser(prog="python -m roost.envs.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("env", nargs="?", help="registry name (alfworld) or module:function entry point")
+    parser.add_argument("--config", type=Path, help="the whole ServerConfig as JSON (what a training run writes)")
+    parser.add_argument("--host", help="default 127.0.0.1")
+    parser.add_argument("--port", type=int, help="default 8000; 0: any free port (see --port-file)")
+    parser.add_argument("--port-file", type=Path, help=PORT_FILE_HELP)
+    parser.add_argument("--workers", type=int, help="default: one per CPU")
+    parser.add_argument("--max-episodes", type=int, help=f"default {ManagerConfig.max_episodes}")
+    parser.add_argument("--lease-s", type=float, help=f"default {ManagerConfig.lease_s}")
+    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--trace", action="store_true", default=None, help="OpenTelemetry spans (also OTEL_*)")
+    parser.add_argument("--log-level", choices=[level.value for level in LogLevel], default=LogLevel.info.value)
+    parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+    return parser
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The file's config (`--config`), else one for the ENV argument, with the flags given over it."""
+    from dataclasses import replace
+
+    if args.config is not None:
+        base = read_config(ServerConfig, args.config, {})
+    elif args.env:
+        base = ServerConfig(args.env, manager=ManagerConfig(workers=os.cpu_count() or 1))
+    else:
+        raise ValueError("name the env to serve (ENV) or pass its whole config as --config FILE")
+    flags = {"env": args.env, "host": args.host, "port": args.port, "port_file": args.port_file, "trace": args.trace}
+    manager = {"workers": args.workers, "max_episodes": args.max_episodes, "lease_s": args.lease_s}
+    return replace(
+        base,
+        **{name: value for name, value in flags.items() if value is not None},
+        env_kwargs={**base.env_kwargs, **parse_env_args(args.env_arg)},
+        manager=replace(base.manager, **{name: value for name, value in manager.items() if value is not None}),
+    )
 
 
 if __name__ == "__main__":

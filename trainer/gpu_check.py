@@ -7,7 +7,7 @@
    layout against the flat layout's (same weights).
 2. `te_tree_mask`: where Transformer Engine runs, its attention (arbitrary mask type) on the
    tree against SDPA's chain-wise attention.
-3. `sglang_sync`: SGLang started as roost's recipes start it (`engine_command`, `engine_env`),
+3. `sglang_sync`: SGLang started as roost's recipes start it (`sglang_command`, `engine_env`),
    the step's weights synced into it, its logprobs of a continuation sampled at temperature
    0.25 against the trainer's (a temperature-scaled engine is off by ~0.1 here).
 
@@ -202,7 +202,7 @@ async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], t
     from roost.rollout.keys import ENGINE_KEY, new_key
 
     from .recipe import validate_recipe
-    from .rl.services import SupervisedServer, engine_command, engine_env, sglang_port
+    from .rl.services import SupervisedServer, engine_env, sglang_command, sglang_port
     from .weight_sync import sync_weights
 
     # The tiny model's 16-dimension heads: Triton's attention takes them; no CUDA graphs, a quick start.
@@ -221,7 +221,7 @@ async def _served_generation(model: Path, checkpoint: Path, prompt: list[int], t
     key, port = new_key(ENGINE_KEY), sglang_port("127.0.0.1")
     server = SupervisedServer(
         "sglang",
-        engine_command(recipe, str(model), "127.0.0.1", port, key),
+        sglang_command(recipe, str(model), "127.0.0.1", port, key),
         "127.0.0.1",
         port,
         log_dir=checkpoint.parent,

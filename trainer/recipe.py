@@ -19,7 +19,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from roost.agents.runner import RunConfig
+from roost.envs.episodes import ManagerConfig
 from roost.key_value import KeyValueError, parse_pair
+from roost.rollout.engine.server_config import EngineServerConfig
+from roost.rollout.gateway import config as gateway_config
+
+# A default a section shares with the runtime config it feeds lives there, one place: the
+# section reads it (the runtime sits below the trainer), so a recipe that leaves a field out
+# runs as `roost eval`, `roost serve` or `roost gateway` would.
+_GATEWAY = gateway_config.GatewayConfig.model_fields
+_ENGINE = EngineServerConfig.model_fields
 
 ALIASES = {"steps": "schedule.steps", "seed": "schedule.seed", "output_dir": "schedule.output_dir"}
 
@@ -35,9 +45,9 @@ class _Section(BaseModel):
 class EnvServerConfig(_Section):
     url: str | None = None
     """A running env server (`roost serve ENV`); null starts one for the run and restarts it if it dies."""
-    workers: int = Field(2, ge=1)
+    workers: int = Field(ManagerConfig.workers, ge=1)
     """Env worker processes of a started server."""
-    max_episodes: int = Field(64, ge=1)
+    max_episodes: int = Field(ManagerConfig.max_episodes, ge=1)
 
 
 class EnvConfig(_Section):
@@ -62,8 +72,8 @@ class AgentConfig(_Section):
     """A harness by registry name (tool, expert, mini-swe-agent, command, hermes) or `module:Class`."""
     args: dict[str, Any] = {}
     """The harness's keyword arguments (`--agent-arg`), e.g. temperature, max_tokens."""
-    max_turns: int = Field(30, ge=1)
-    timeout_s: float = Field(600.0, gt=0)
+    max_turns: int = Field(RunConfig.max_turns, ge=1)
+    timeout_s: float = Field(RunConfig.timeout_s, gt=0)
     """An episode still running after this long is cut off, labelled `timeout` and not trained on."""
     agents: list[str] = ["main"]
     """The gateway agent ids the harness speaks as (several for multi-agent harnesses)."""
@@ -111,12 +121,12 @@ class EngineConfig(_Section):
     args: list[str] = []
     """Extra command-line flags passed through to the engine unchanged (e.g. SGLang's --mem-fraction-static,
     vLLM's --optimization-level 0)."""
-    dtype: str = "float32"
-    max_running: int = Field(64, ge=1)
+    dtype: str = _ENGINE["dtype"].default
+    max_running: int = Field(_ENGINE["max_running"].default, ge=1)
 
 
 class GatewayConfig(_Section):
-    reasoning_policy: Literal["keep", "drop"] = "keep"
+    reasoning_policy: Literal["keep", "drop"] = _GATEWAY["reasoning_policy"].default
     url: str | None = None
     """A running gateway in front of the engine (its store must be `store`, its admin key in
     ROOST_ADMIN_KEY); null starts one."""
@@ -250,11 +260,11 @@ class RolloutConfig(_Section):
     """Tasks per training step (one group each)."""
     group_size: int = Field(4, ge=1)
     """Episodes per task: a GRPO group."""
-    concurrency: int = Field(16, ge=1)
+    concurrency: int = Field(RunConfig.concurrency, ge=1)
     """Episodes played at once (all rollout workers together)."""
     workers: int = Field(1, ge=1)
     """Rollout worker actors."""
-    invalid_action_penalty: float = Field(0.0, ge=0.0)
+    invalid_action_penalty: float = Field(RunConfig.invalid_action_penalty, ge=0.0)
     """Subtracted from an episode's training reward per invalid action (as verl-agent's
     `invalid_action_penalty_coef`), so groups where every episode fails still carry signal;
     success rates and the env reward are reported unshaped."""

@@ -9,7 +9,9 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
+from roost.rollout.engine.server_config import EngineServerConfig
 from roost.rollout.keys import ENGINE_KEY, KeysRequired, serving_key
+from roost.serving.config_file import ConfigFileError, given_flags, read_config
 from roost.serving.listen import PORT_FILE_HELP
 
 
@@ -23,14 +25,28 @@ class Sampler(str, Enum):
     scripted = "scripted"
 
 
+_DEFAULT = EngineServerConfig.model_fields
+
+
+def _default(field: str):
+    return _DEFAULT[field].default
+
+
 def engine(
+    ctx: typer.Context,
+    config_file: Path = typer.Option(
+        None,
+        "--config",
+        help="The whole config as JSON (EngineServerConfig's fields, what a training run writes); "
+        "flags given as well override its fields.",
+    ),
     model: str = typer.Option(
-        "tiny",
+        _default("model"),
         help="'tiny', 'tiny-vllm' (attention heads vLLM can serve on CPU) or a "
         "local Hugging Face Qwen2/Qwen3/Llama checkpoint folder.",
     ),
     backend: EngineBackend = typer.Option(
-        EngineBackend.embedded,
+        EngineBackend(_default("backend")),
         help="embedded: roost's engine; vllm: a vLLM server from its own "
         "virtualenv ($ROOST_VLLM_PYTHON or .venv-vllm/), supervised here.",
     ),
@@ -38,9 +54,11 @@ def engine(
         None,
         help='vllm backend: further flags for vLLM, as one string (e.g. "--optimization-level 0 --max-num-seqs 64").',
     ),
-    vllm_log: Path = typer.Option(Path(".roost/vllm.log"), help="vllm backend: where vLLM's output goes."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --api-key."),
-    port: int = typer.Option(30000, help="Port to bind (SGLang's default); 0: any free one (see --port-file)."),
+    vllm_log: Path = typer.Option(_default("vllm_log"), help="vllm backend: where vLLM's output goes."),
+    host: str = typer.Option(_default("host"), help="Address to bind; beyond loopback only with --api-key."),
+    port: int = typer.Option(
+        _default("port"), help="Port to bind (SGLang's default); 0: any free one (see --port-file)."
+    ),
     port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
     api_key: str = typer.Option(
         None,
@@ -50,9 +68,13 @@ def engine(
         "(default: generated and printed).",
     ),
     context_length: int = typer.Option(None, help="Longest prompt + completion (default: model's, capped at 4096)."),
-    max_running: int = typer.Option(64, help="Requests decoded together in one batch (vLLM's --max-num-seqs)."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    sampler: Sampler = typer.Option(Sampler.model, help="'scripted' forces replies from --script (tests, benchmarks)."),
+    max_running: int = typer.Option(
+        _default("max_running"), help="Requests decoded together in one batch (vLLM's --max-num-seqs)."
+    ),
+    dtype: str = typer.Option(_default("dtype"), help="float32, bfloat16 or float16."),
+    sampler: Sampler = typer.Option(
+        Sampler(_default("sampler")), help="'scripted' forces replies from --script (tests, benchmarks)."
+    ),
     script: Path = typer.Option(
         None, help='Scripted sampler rules: JSON {"rules": [{"match": regex|null, "reply": text}]}.'
     ),
@@ -63,7 +85,7 @@ def engine(
         "keys and values of an earlier call that the prompt extends.",
     ),
     max_prefill_tokens: int = typer.Option(
-        8192,
+        _default("max_prefill_tokens"),
         help="New prompt tokens prefilled together in one "
         "batch (SGLang's flag; the last request admitted "
         "may take it past this).",
@@ -91,44 +113,36 @@ def engine(
     # Idle OpenMP threads must not spin on cores that the gateway and envs need; this has
     # to be set before torch loads its OpenMP runtime.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from roost.rollout.engine.adapters import AdapterLimits
-    from roost.rollout.engine.launch import build_engine, serve
+    from roost.rollout.engine.launch import run_server
+    from roost.rollout.engine_api.vllm_launch import parse_vllm_args
 
+    flags = {
+        "model": ("model", model),
+        "backend": ("backend", backend.value),
+        "vllm_args": ("vllm_args", parse_vllm_args(vllm_args)),
+        "vllm_log": ("vllm_log", vllm_log),
+        "host": ("host", host),
+        "port": ("port", port),
+        "context_length": ("context_length", context_length),
+        "max_running": ("max_running", max_running),
+        "dtype": ("dtype", dtype),
+        "sampler": ("sampler", sampler.value),
+        "script": ("script", script),
+        "reuse_prefixes": ("disable_radix_cache", not disable_radix_cache),
+        "max_prefill_tokens": ("max_prefill_tokens", max_prefill_tokens),
+        "trace": ("trace", trace),
+        "max_loras": ("max_loras", max_loras),
+        "max_lora_rank": ("max_lora_rank", max_lora_rank),
+        "enable_lora": ("enable_lora", enable_lora),
+    }
+    given = given_flags(ctx, flags) if config_file else {name: value for name, (_, value) in flags.items()}
     try:
-        api_key = serving_key("roost engine", host, api_key, ENGINE_KEY)
-    except KeysRequired as exc:
+        config = read_config(EngineServerConfig, config_file, given)
+        api_key = serving_key("roost engine", config.host, api_key, ENGINE_KEY)
+    except (ConfigFileError, KeysRequired) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    if backend is EngineBackend.vllm:
-        from roost.rollout.engine_api.vllm_serve import serve_vllm
-
-        raise typer.Exit(
-            serve_vllm(
-                model,
-                host=host,
-                port=port,
-                api_key=api_key,
-                dtype=dtype,
-                context_length=context_length,
-                max_running=max_running,
-                vllm_args=vllm_args,
-                log_path=vllm_log,
-                port_file=port_file,
-                lora=(max_loras, max_lora_rank) if enable_lora else None,
-            )
-        )
-    engine_ = build_engine(
-        model,
-        context_length=context_length,
-        max_running=max_running,
-        dtype=dtype,
-        scripted=sampler is Sampler.scripted,
-        script=script,
-        reuse_prefixes=not disable_radix_cache,
-        max_prefill_tokens=max_prefill_tokens,
-        lora=AdapterLimits(max_loras=max_loras, max_lora_rank=max_lora_rank),
-    )
-    serve(engine_, host=host, port=port, api_key=api_key, trace=trace, port_file=port_file)
+    raise typer.Exit(run_server(config, api_key, port_file))
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

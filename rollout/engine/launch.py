@@ -8,6 +8,7 @@ from pathlib import Path
 from roost.rollout.engine.adapters import AdapterLimits
 from roost.rollout.engine.engine import Engine, EngineConfig
 from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler
+from roost.rollout.engine.server_config import EngineServerConfig
 from roost.rollout.engine.tiny_model import resolve_model
 from roost.rollout.keys import ENGINE_KEY, new_key
 from roost.serving.listen import bind_listener, report_port
@@ -43,6 +44,39 @@ def build_engine(
         lora or AdapterLimits(),
     )
     return Engine(config)
+
+
+def run_server(config: EngineServerConfig, api_key: str, port_file: Path | None = None) -> int:
+    """Serve `config` until stopped: the embedded engine, or vLLM supervised (its exit status)."""
+    if config.backend == "vllm":
+        from roost.rollout.engine_api.vllm_serve import serve_vllm
+
+        return serve_vllm(
+            config.model,
+            host=config.host,
+            port=config.port,
+            api_key=api_key,
+            dtype=config.dtype,
+            context_length=config.context_length,
+            max_running=config.max_running,
+            vllm_args=config.vllm_args,
+            log_path=config.vllm_log,
+            port_file=port_file,
+            lora=(config.max_loras, config.max_lora_rank) if config.enable_lora else None,
+        )
+    engine = build_engine(
+        config.model,
+        context_length=config.context_length,
+        max_running=config.max_running,
+        dtype=config.dtype,
+        scripted=config.sampler == "scripted",
+        script=config.script,
+        reuse_prefixes=config.reuse_prefixes,
+        max_prefill_tokens=config.max_prefill_tokens,
+        lora=AdapterLimits(max_loras=config.max_loras, max_lora_rank=config.max_lora_rank),
+    )
+    serve(engine, host=config.host, port=config.port, api_key=api_key, trace=config.trace, port_file=port_file)
+    return 0
 
 
 def serve(

@@ -8,7 +8,7 @@ import typer
 
 from roost.lifetime import stop_on_sigterm
 from roost.rollout.engine.tiny_model import resolve_model
-from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, VLLMServer, parse_vllm_args
+from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, VLLMServer
 from roost.serving.listen import report_port
 
 
@@ -21,7 +21,7 @@ def serve_vllm(
     dtype: str,
     context_length: int | None,
     max_running: int,
-    vllm_args: str | None,
+    vllm_args: list[str],
     log_path: Path,
     port_file: Path | None = None,
     lora: tuple[int, int] | None = None,
@@ -34,7 +34,7 @@ def serve_vllm(
     extra = ["--max-num-seqs", str(max_running)]
     if lora is not None:
         extra += ["--enable-lora", "--max-loras", str(lora[0]), "--max-lora-rank", str(lora[1])]
-    extra += parse_vllm_args(vllm_args)
+    extra += vllm_args
     try:
         server = VLLMServer(
             resolve_model(model),

@@ -11,6 +11,7 @@ import typer
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
 from roost.rollout.gateway.config import DEFAULT_MAX_TOKENS
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
+from roost.serving.config_file import ConfigFileError, given_flags, read_config
 from roost.serving.listen import PORT_FILE_HELP
 
 
@@ -32,6 +33,13 @@ class Sessionless(str, Enum):
 
 
 def gateway(
+    ctx: typer.Context,
+    config_file: Path = typer.Option(
+        None,
+        "--config",
+        help="The whole config as JSON (GatewayConfig's fields but the keys, which come from the "
+        "environment; what a training run writes); flags given as well override its fields.",
+    ),
     backend: Backend = typer.Option(
         Backend.embedded,
         help="embedded/sglang: SGLang-API engine; vllm: vLLM "
@@ -107,45 +115,47 @@ def gateway(
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.gateway.launch import serve
 
+    flags = {
+        "backend": ("backend", backend.value),
+        "engine_url": ("engine_url", engine_url),
+        "model": ("model", model),
+        "host": ("host", host),
+        "port": ("port", port),
+        "store_path": ("store", store),
+        "engine_key": ("engine_key", engine_key),
+        "reasoning_policy": ("reasoning", reasoning.value),
+        "served_model_name": ("served_model_name", served_model_name),
+        "public_url": ("public_url", public_url),
+        "sessionless": ("sessionless", sessionless.value),
+        "pause_wait_s": ("pause_wait_s", pause_wait_s),
+        "engine_timeout_s": ("engine_timeout_s", engine_timeout_s),
+        "upstream_api_key": ("upstream_api_key", upstream_api_key),
+        "upstream_model": ("upstream_model", upstream_model),
+        "upstream_token_ids": ("upstream_token_ids", upstream_token_ids),
+        "context_length": ("context_length", context_length),
+        "trace": ("trace", trace),
+        "default_max_tokens": ("default_max_tokens", default_max_tokens or None),
+    }
+    given = given_flags(ctx, flags) if config_file else {name: value for name, (_, value) in flags.items()}
     try:
-        admin_key = serving_key("roost gateway", host, admin_key, ADMIN_KEY)
-    except KeysRequired as exc:
+        host = read_config(GatewayConfig, config_file, given).host
+        key = serving_key("roost gateway", host, admin_key, ADMIN_KEY)
+        config = read_config(GatewayConfig, config_file, {**given, "admin_key": key})
+    except (ConfigFileError, KeysRequired) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    config = GatewayConfig(
-        backend=backend.value,
-        engine_url=engine_url,
-        model=model,
-        host=host,
-        port=port,
-        store_path=store,
-        admin_key=admin_key,
-        engine_key=engine_key,
-        reasoning_policy=reasoning.value,
-        served_model_name=served_model_name,
-        public_url=public_url,
-        sessionless=sessionless.value,
-        pause_wait_s=pause_wait_s,
-        engine_timeout_s=engine_timeout_s,
-        upstream_api_key=upstream_api_key,
-        upstream_model=upstream_model,
-        upstream_token_ids=upstream_token_ids,
-        context_length=context_length,
-        trace=trace,
-        default_max_tokens=default_max_tokens or None,
-    )
-    if backend is Backend.embedded and engine_url is None:
+    if config.backend == "embedded" and config.engine_url is None:
         from roost.rollout.engine.launch import EngineProcess
 
         # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
-        engine_args = ["--context-length", str(context_length)] if context_length else []
-        engine_args += ["--trace"] if trace else []
+        engine_args = ["--context-length", str(config.context_length)] if config.context_length else []
+        engine_args += ["--trace"] if config.trace else []
         engine_args += ["--log-level", log_level.value] + (["--log-json"] if log_json else [])
-        engine = EngineProcess(model or "tiny", extra_args=engine_args, api_key=engine_key)
+        model = config.model or "tiny"
+        engine = EngineProcess(model, extra_args=engine_args, api_key=config.engine_key)
         with engine as url:
             serve(
-                config.model_copy(update={"engine_url": url, "model": model or "tiny", "engine_key": engine.api_key}),
-                port_file,
+                config.model_copy(update={"engine_url": url, "model": model, "engine_key": engine.api_key}), port_file
             )
         return
     serve(config, port_file)

@@ -1,4 +1,6 @@
-"""The gateway's configuration: one typed object, each field documented."""
+"""The gateway's configuration: one typed object, each field documented. `roost gateway` builds it
+from flags or reads it from `--config FILE` (what a training run writes); the keys are left out of
+every dump (`exclude`), so a file never holds one: they travel in the environment."""
 
 from __future__ import annotations
 
@@ -32,9 +34,12 @@ class GatewayConfig(BaseModel):
     admin_key: str = Field(
         default_factory=lambda: new_key(ADMIN_KEY),
         min_length=8,
+        exclude=True,
         description="Key of the control plane and trajectory reads (default: generated)",
     )
-    engine_key: str | None = Field(None, description="Key sent to the engine (its --api-key), if it has one")
+    engine_key: str | None = Field(
+        None, exclude=True, description="Key sent to the engine (its --api-key), if it has one"
+    )
     port: int = Field(8000, description="Port to bind")
     public_url: str | None = Field(
         None,
@@ -61,7 +66,7 @@ class GatewayConfig(BaseModel):
         "without one a model that does not stop generates until the context is full; None: the rest of the context",
     )
     context_length: int | None = Field(None, description="Override the engine's max_context_length")
-    upstream_api_key: str | None = Field(None, description="openai backend: API key sent upstream")
+    upstream_api_key: str | None = Field(None, exclude=True, description="openai backend: API key sent upstream")
     upstream_model: str | None = Field(None, description="openai backend: model name sent upstream")
     upstream_token_ids: bool = Field(
         True,

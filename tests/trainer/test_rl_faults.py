@@ -130,17 +130,19 @@ async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_lab
 
 
 async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_version(tiny_model_path, tmp_path):
+    from roost.rollout.engine.server_config import EngineServerConfig
     from roost.rollout.engine_api.sglang_client import SGLangClient
-    from roost.trainer.rl.services import _roost
+    from roost.trainer.rl.services import server_command
 
     key = "rek-the-runs-engine-key"  # the restarted engine takes it too, and the reload sends it
     actor = ServiceActor(
         "engine",
-        _roost("engine", "--model", "tiny", "--port", "0"),
+        server_command("engine"),
         "127.0.0.1",
         0,
         str(tmp_path),
         {"ROOST_ENGINE_KEY": key},
+        EngineServerConfig(model="tiny", port=0),  # as the trainer starts it: the config, read again on restart
     )
     url = actor.start()
     try:

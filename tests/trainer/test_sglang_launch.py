@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from roost.trainer.recipe import load_recipe
-from roost.trainer.rl.services import engine_command, engine_env, sglang_gpus
+from roost.trainer.rl.services import engine_env, engine_launch, sglang_gpus
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 SGLANG_RECIPES = sorted(
@@ -43,9 +43,10 @@ def test_the_shipped_gpu_recipes_run_sglang():
 
 
 @pytest.mark.parametrize("name", SGLANG_RECIPES)
-def test_each_recipes_sglang_launch_is_one_sglang_accepts_on_the_gpus_it_reserves(name):
+def test_each_recipes_sglang_launch_is_one_sglang_accepts_on_the_gpus_it_reserves(name, tmp_path):
     recipe = load_recipe(RECIPES / name)
-    command = engine_command(recipe, recipe.model.path, "127.0.0.1", 30000, KEY)
+    command, config = engine_launch(recipe, recipe.model.path, "127.0.0.1", 30000, KEY, tmp_path)
+    assert config is None  # SGLang is told everything on its own command line
     assert command[1:3] == ["-m", "sglang.launch_server"]
     args = sglang_parse(command[3:])
     assert (args.model_path, args.port, args.api_key, args.dtype) == (
@@ -83,10 +84,10 @@ def test_the_gpu_count_is_read_as_sglang_reads_its_flags(argv):
     assert sglang_gpus(argv) == args.tensor_parallel_size * args.data_parallel_size * args.pipeline_parallel_size
 
 
-def test_an_engine_reservation_sglang_would_not_use_is_refused():
+def test_an_engine_reservation_sglang_would_not_use_is_refused(tmp_path):
     recipe = load_recipe(RECIPES / "hermes/gpu.yaml", ["engine.args=[--mem-fraction-static, '0.6']"])
     assert recipe.placement.engine_gpus == 2
     with pytest.raises(
         ValueError, match=r"reserves 2 GPUs .* start it on 1 .* add --tp 2 \(or --dp 2\) to engine.args"
     ):
-        engine_command(recipe, "m", "127.0.0.1", 30000, KEY)
+        engine_launch(recipe, "m", "127.0.0.1", 30000, KEY, tmp_path)

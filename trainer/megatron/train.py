@@ -36,8 +36,13 @@ from ..advantages import Scored
 from ..allowed_tokens import AllowedTokens, allowed_counts
 from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
 from ..prefix_tree import Microbatch, build_microbatches
+from ..recipe import TrainerConfig
 from . import convert, lora, parallel
 from .model import build_gpt_model, masked_logprobs, scored_logprobs, transformer_config
+
+# The recipe's trainer section is where a default lives; TrainConfig reads the fields the section
+# has from it, so a policy built without a recipe trains as a recipe that leaves them out.
+_RECIPE = TrainerConfig()
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -50,22 +55,23 @@ class TrainConfig:
     """Hugging Face checkpoint folder to start from (Qwen3, Qwen2 or Llama dense)."""
     reference: str | None = None
     """Checkpoint of the reference model for the KL term (needed when loss.kl_coef > 0)."""
-    dtype: str = "float32"
-    attention: str | None = None
-    """Core attention: `sdpa` (None), `local` or `te` (Transformer Engine, arbitrary mask type)."""
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    clip_grad: float = 1.0
-    use_distributed_optimizer: bool = False
-    token_budget: int = 8192
+    dtype: str = _RECIPE.dtype
+    attention: str | None = _RECIPE.attention
+    """Core attention: `sdpa` (the default; None is it too), `local` or `te` (Transformer Engine,
+    arbitrary mask type)."""
+    lr: float = _RECIPE.lr
+    weight_decay: float = _RECIPE.weight_decay
+    adam_betas: tuple[float, float] = _RECIPE.adam_betas
+    clip_grad: float = _RECIPE.clip_grad
+    use_distributed_optimizer: bool = _RECIPE.use_distributed_optimizer
+    token_budget: int = _RECIPE.token_budget
     """Most tokens in one microbatch (tree tokens in the tree layout)."""
-    layout: str = "tree"
-    old_logprobs: str = "current"
+    layout: str = _RECIPE.layout
+    old_logprobs: str = _RECIPE.old_logprobs
     """The ratio's denominator: `current` (this forward, detached: exact for one update per
     rollout batch), `recompute` (a no-grad pass before the update) or `rollout` (the
     engine's). Truncated IS then weighs old against rollout logprobs."""
-    grammar_mask: bool = True
+    grammar_mask: bool = _RECIPE.grammar_mask
     """Train a call held to a grammar on the distribution the engine sampled it from: each
     token's logprob over the tokens the grammar allowed (`allowed_tokens`), tokens it forced
     left out. False trains the model's own, unmasked, distribution."""

@@ -22,12 +22,17 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from roost.outcome import EpisodeStatus
+from roost.outcome import EpisodeOutcome, EpisodeStatus
 from roost.rollout.store.samples import Refused, Sample
 
 from ..advantages import Group
 from ..sample_sources import group_samples, with_sampled_tokens
+
+if TYPE_CHECKING:
+    from roost.rollout.store.reader import TrajectoryReader
+    from roost.rollout.store.records import SessionRecord
 
 
 @dataclass
@@ -80,37 +85,64 @@ def _version(text: str) -> int | None:
 def collect_batch(
     store: str | Path, group_ids: Iterable[str], *, current_version: int, max_staleness: int | None
 ) -> Batch:
-    from roost.rollout.store.paths import session_samples
     from roost.rollout.store.reader import TrajectoryReader
 
-    counts: Counter[str] = Counter()
-    samples, ages, versions, rewards = [], [], [], []
-    refused: list[Refused] = []
+    collector = _Collector(current_version, max_staleness)
     with TrajectoryReader(store) as reader:
         for group_id in group_ids:
             for session in reader.sessions(group_id=group_id):
-                outcome = session.outcome
-                if outcome is None:
-                    counts["open"] += 1
-                    continue
-                if outcome.status is EpisodeStatus.OK and outcome.reward is None:
-                    counts["no_reward"] += 1
-                    continue
-                counts[outcome.status.value] += 1
-                if outcome.status is not EpisodeStatus.OK:
-                    continue
-                rewards.append(float(outcome.reward))
-                for sample in with_sampled_tokens(session_samples(reader, session, refused)):
-                    sample_versions = sampled_versions(sample)
-                    age = _age(sample_versions, current_version)
-                    # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
-                    if age < 0 or (max_staleness is not None and age > max_staleness):
-                        counts["dropped_stale"] += 1
-                        continue
-                    samples.append(sample)
-                    ages.append(age)
-                    versions.append(sample_versions)
-    counts["samples"] = len(samples)
-    if refused:
-        counts["untrainable_calls"] = len(refused)
-    return Batch(group_samples(samples), dict(counts), ages, rewards, refused=refused, versions=versions)
+                collector.add_session(reader, session)
+    return collector.batch()
+
+
+@dataclass
+class _Collector:
+    """What `collect_batch` has kept so far, and the counts of what it left out."""
+
+    current_version: int
+    max_staleness: int | None
+    counts: Counter[str] = field(default_factory=Counter)
+    samples: list[Sample] = field(default_factory=list)
+    ages: list[int] = field(default_factory=list)
+    versions: list[list[int]] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+
+    def add_session(self, reader: TrajectoryReader, session: SessionRecord) -> None:
+        from roost.rollout.store.paths import session_samples
+
+        if not _trainable(session.outcome, self.counts):
+            return
+        self.rewards.append(float(session.outcome.reward))
+        for sample in with_sampled_tokens(session_samples(reader, session, self.refused)):
+            self.add_sample(sample)
+
+    def add_sample(self, sample: Sample) -> None:
+        versions = sampled_versions(sample)
+        age = _age(versions, self.current_version)
+        # negative: sampled by weights a crash lost (the run resumed from an older checkpoint)
+        if age < 0 or (self.max_staleness is not None and age > self.max_staleness):
+            self.counts["dropped_stale"] += 1
+            return
+        self.samples.append(sample)
+        self.ages.append(age)
+        self.versions.append(versions)
+
+    def batch(self) -> Batch:
+        counts = {**self.counts, "samples": len(self.samples)}
+        if self.refused:
+            counts["untrainable_calls"] = len(self.refused)
+        groups = group_samples(self.samples)
+        return Batch(groups, counts, self.ages, self.rewards, refused=self.refused, versions=self.versions)
+
+
+def _trainable(outcome: EpisodeOutcome | None, counts: Counter[str]) -> bool:
+    """Count the session by its outcome; True for one trained on: finished `ok`, with a reward."""
+    if outcome is None:
+        counts["open"] += 1
+        return False
+    if outcome.status is EpisodeStatus.OK and outcome.reward is None:
+        counts["no_reward"] += 1
+        return False
+    counts[outcome.status.value] += 1
+    return outcome.status is EpisodeStatus.OK

@@ -1,13 +1,19 @@
 """The servers a training run needs (engine, gateway, env server), each a supervised subprocess
 inside a Ray actor placed where the recipe says.
 
-    engine = ServiceActor.options(**placement).remote("engine", engine_command(recipe, model, host, 0, key),
-                                                      host, 0, log_dir, {"ROOST_ENGINE_KEY": key})
+    command, config = engine_launch(recipe, model, host, 0, key, log_dir)
+    engine = ServiceActor.options(**placement).remote("engine", command, host, 0, log_dir,
+                                                      {"ROOST_ENGINE_KEY": key}, config)
     url = ray.get(engine.start.remote())
 
-roost's servers bind port 0 and report the port they got (`--port-file`); SGLang, which cannot,
-is started on a port chosen for it (`sglang_port`). A server that dies is restarted on the port
-it had by a watchdog thread, and the run goes on:
+Each roost server (engine, vLLM through roost's engine, gateway, env server) is handed its whole
+typed config (`engine_config`, `gateway_config`, `env_config`), which its actor writes to
+`run_dir/logs/<name>.json` for the server's `--config`: no flags are rebuilt here, and keys travel
+in the environment, never in a file. roost's servers bind port 0 and report the port they got
+(`--port-file`); SGLang, a third party's server started by its own command line
+(`sglang_command`), cannot, and is started on a port chosen for it (`sglang_port`).
+
+A server that dies is restarted on the port it had by a watchdog thread, and the run goes on:
 episodes in flight when it died end `infra_error` (the runner's label) and are not trained
 on. A restarted engine loads the newest weights the run has synced, at the same version;
 `wait_serving` blocks until it has (the loop waits there before a step's rollouts and
@@ -20,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import subprocess
 import sys
 import threading
@@ -29,9 +34,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from roost.envs.episodes import ManagerConfig
+from roost.envs.serve import ServerConfig
 from roost.lifetime import die_with_parent, stop_process
+from roost.rollout.engine.server_config import EngineServerConfig
 from roost.rollout.engine_api.sglang_logprobs import ORIGINAL_LOGPROBS_ENV
+from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.keys import ENGINE_KEY
+from roost.serving.config_file import write_config
 from roost.serving.handle import ServerStartError, is_healthy
 from roost.serving.listen import read_port
 from roost.serving.process import wait_healthy
@@ -54,58 +64,55 @@ def sglang_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def _roost(*args: str) -> list[str]:
-    return [sys.executable, "-m", "roost.cli.main", *args]
+def server_command(server: str) -> list[str]:
+    """The command of a roost server ("engine", "gateway" or "env"), before its flags: each reads its
+    whole config from `--config FILE`, which `SupervisedServer` adds (see `engine_config`)."""
+    if server == "env":
+        return [sys.executable, "-m", "roost.envs.serve"]
+    return [sys.executable, "-m", "roost.cli.main", server]
 
 
-def engine_command(
-    recipe: Recipe, model: str, host: str, port: int, api_key: str | None, log_dir: Path | None = None
-) -> list[str]:
-    """roost's engine (and the vLLM server it supervises) reads its key from ROOST_ENGINE_KEY in its
-    environment (`engine_env`); SGLang only from its command line. vLLM's own output goes to
-    `log_dir`/vllm.log."""
+def engine_config(recipe: Recipe, model: str, host: str, log_dir: Path) -> EngineServerConfig:
+    """roost's engine (embedded, or the vLLM server it supervises) for the run, on the port it binds;
+    vLLM's flags in `engine.args` pass to vLLM unchanged, and its output goes to `log_dir`/vllm.log.
+    The embedded engine's `engine.args` are flags of `roost engine` itself (see `engine_launch`)."""
     engine = recipe.engine
-    if engine.backend == "sglang":
-        _check_sglang_gpus(recipe)
-        key = ["--api-key", api_key] if api_key else []
-        return [
-            sys.executable,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            model,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--dtype",
-            engine.dtype,
-            *key,
-            *engine.args,
-        ]
-    if engine.backend == "vllm":
-        log = ["--vllm-log", str(log_dir / "vllm.log")] if log_dir else []
-        return _roost(
-            "engine",
-            "--backend",
-            "vllm",
-            "--model",
-            model,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--dtype",
-            engine.dtype,
-            "--max-running",
-            str(engine.max_running),
-            *log,
-            "--vllm-args",
-            shlex.join(engine.args),
-        )
-    return _roost(
-        "engine",
-        "--model",
+    vllm = engine.backend == "vllm"
+    return EngineServerConfig(
+        model=model,
+        backend="vllm" if vllm else "embedded",
+        host=host,
+        port=0,
+        dtype=engine.dtype,
+        max_running=engine.max_running,
+        vllm_args=list(engine.args) if vllm else [],
+        vllm_log=log_dir / "vllm.log",
+    )
+
+
+def engine_launch(
+    recipe: Recipe, model: str, host: str, port: int, api_key: str | None, log_dir: Path
+) -> tuple[list[str], EngineServerConfig | None]:
+    """The engine's command, and the config it reads (None for SGLang, told everything by its
+    command line, `sglang_command`). roost's engine reads its key from ROOST_ENGINE_KEY in its
+    environment (`engine_env`); the embedded engine's `engine.args` follow its command, over the config."""
+    if recipe.engine.backend == "sglang":
+        return sglang_command(recipe, model, host, port, api_key), None
+    config = engine_config(recipe, model, host, log_dir)
+    flags = [] if config.backend == "vllm" else list(recipe.engine.args)
+    return [*server_command("engine"), *flags], config
+
+
+def sglang_command(recipe: Recipe, model: str, host: str, port: int, api_key: str | None) -> list[str]:
+    """SGLang's own command line (its interface; `port` from `sglang_port`); its key only from here."""
+    engine = recipe.engine
+    _check_sglang_gpus(recipe)
+    key = ["--api-key", api_key] if api_key else []
+    return [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
         model,
         "--host",
         host,
@@ -113,10 +120,9 @@ def engine_command(
         str(port),
         "--dtype",
         engine.dtype,
-        "--max-running",
-        str(engine.max_running),
+        *key,
         *engine.args,
-    )
+    ]
 
 
 def engine_env(recipe: Recipe, api_key: str | None) -> dict[str, str]:
@@ -153,55 +159,35 @@ def _check_sglang_gpus(recipe: Recipe) -> None:
         )
 
 
-def gateway_command(recipe: Recipe, engine_url: str, model: str, store: Path, host: str, port: int) -> list[str]:
+def gateway_config(recipe: Recipe, engine_url: str, model: str, store: Path, host: str) -> GatewayConfig:
+    """The run's gateway, on the port it binds; its keys come from the environment, not the config
+    (they are left out of the file it reads)."""
     # embedded and sglang engines speak one API; vLLM its own
-    return _roost(
-        "gateway",
-        "--backend",
-        recipe.engine.backend,
-        "--engine-url",
-        engine_url,
-        "--model",
-        model,
-        "--store",
-        str(store),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--reasoning",
-        recipe.gateway.reasoning_policy,
+    return GatewayConfig(
+        backend=recipe.engine.backend,
+        engine_url=engine_url,
+        model=model,
+        store_path=store,
+        host=host,
+        port=0,
+        reasoning_policy=recipe.gateway.reasoning_policy,
     )
 
 
-def env_command(recipe: Recipe, kwargs: dict[str, Any], host: str, port: int) -> list[str]:
-    import json
-
+def env_config(recipe: Recipe, kwargs: dict[str, Any], host: str) -> ServerConfig:
+    """The run's env server, on the port it binds, with the env's kwargs after its `prepare` hook."""
     server = recipe.env.server
-    args = [
-        sys.executable,
-        "-m",
-        "roost.envs.serve",
-        recipe.env.name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",
-        str(server.workers),
-        "--max-episodes",
-        str(server.max_episodes),
-    ]
-    for key, value in kwargs.items():
-        args += ["--env-arg", f"{key}={json.dumps(value)}"]
-    return args
+    manager = ManagerConfig(workers=server.workers, max_episodes=server.max_episodes)
+    return ServerConfig(recipe.env.name, kwargs, host, 0, manager)
 
 
 class SupervisedServer:
     """A server subprocess, restarted by a watchdog thread when it dies; a `ServerHandle`.
 
-    `port` 0: `command` is a roost server's, started with `--port 0`; it reports the port it
-    bound in `log_dir/<name>.port`. Otherwise the server was told `port` in `command` (SGLang)."""
+    `config`: a roost server's whole typed config, written to `log_dir/<name>.json` and handed to
+    `command` as `--config FILE` (flags in `command` override it). `port` 0: a roost server that
+    binds the port its config names (0: any free one) and reports it in `log_dir/<name>.port`.
+    Otherwise the server was told `port` in `command` (SGLang)."""
 
     def __init__(
         self,
@@ -213,8 +199,11 @@ class SupervisedServer:
         log_dir: Path,
         startup_timeout_s: float = 300.0,
         env: dict[str, str] | None = None,
+        config: Any = None,
     ) -> None:
         self.name, self.command, self.host, self.port = name, command, host, port
+        self.config = config
+        self.config_file = log_dir / f"{name}.json" if config is not None else None
         self.port_file = log_dir / f"{name}.port" if port == 0 else None
         self.log_path = log_dir / f"{name}.log"
         self.startup_timeout_s = startup_timeout_s
@@ -239,16 +228,19 @@ class SupervisedServer:
         self.stop()
 
     def _command(self) -> list[str]:
+        command = [*self.command, "--config", str(self.config_file)] if self.config_file else self.command
         if self.port_file is None:
-            return self.command
+            return command
         # A restart comes back on the port the first launch got (the gateway and the runner hold
-        # its URL); a repeated option's last value wins, so this --port overrides the first one.
+        # its URL); a flag given overrides the config's port, and a repeated option's last value wins.
         again = ["--port", str(self.port)] if self.port else []
-        return [*self.command, "--port-file", str(self.port_file), *again]
+        return [*command, "--port-file", str(self.port_file), *again]
 
     def start(self) -> str:
         # Every launch happens on the watchdog thread: a child asks to die with the thread that
         # started it (PR_SET_PDEATHSIG), and this thread lives exactly as long as the supervision.
+        if self.config_file is not None:
+            write_config(self.config, self.config_file)
         started = threading.Event()
         failure: list[BaseException] = []
         self._watchdog = threading.Thread(
@@ -343,10 +335,18 @@ class ServiceActor:
     """A `SupervisedServer` in a Ray actor (placed on the node and GPUs the recipe asks for)."""
 
     def __init__(
-        self, name: str, command: list[str], host: str, port: int, log_dir: str, env: dict[str, str] | None = None
+        self,
+        name: str,
+        command: list[str],
+        host: str,
+        port: int,
+        log_dir: str,
+        env: dict[str, str] | None = None,
+        config: Any = None,
     ) -> None:
-        """`port` 0: a roost server that reports the port it binds (see `SupervisedServer`)."""
-        self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env)
+        """`port` 0: a roost server that reports the port it binds; `config` its typed config (see
+        `SupervisedServer`)."""
+        self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env, config=config)
         self.weights: tuple[str, str] | None = None
 
     def start(self) -> str:

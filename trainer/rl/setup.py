@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 
 from ..recipe import Recipe
-from .services import ServiceActor, engine_command, engine_env, env_command, gateway_command, sglang_port
+from .services import ServiceActor, engine_env, engine_launch, env_config, gateway_config, server_command, sglang_port
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -140,6 +140,7 @@ def _service(
     port: int,
     log_dir: Path,
     env: dict[str, str] | None = None,
+    config: Any = None,
     **options: Any,
 ) -> tuple[ActorHandle[ServiceActor], str]:
     import ray
@@ -147,7 +148,7 @@ def _service(
     actor = (
         ray.remote(ServiceActor)
         .options(num_cpus=0, max_concurrency=4, **options)
-        .remote(name, command, host, port, str(log_dir), env)
+        .remote(name, command, host, port, str(log_dir), env, config)
     )
     return actor, ray.get(actor.start.remote())
 
@@ -176,7 +177,8 @@ def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> EnvS
     if recipe.env.server.url:
         return EnvServer(recipe.env.server.url)
     host = recipe.placement.host
-    actor, url = _service("env", env_command(recipe, env_kwargs, host, 0), host, 0, log_dir, **actor_options(recipe))
+    config = env_config(recipe, env_kwargs, host)
+    actor, url = _service("env", server_command("env"), host, 0, log_dir, None, config, **actor_options(recipe))
     return EnvServer(url, actor)
 
 
@@ -194,20 +196,22 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
         engine, engine_url = None, recipe.engine.url
         if engine_url is None:
             port = sglang_port(host) if recipe.engine.backend == "sglang" else 0
-            command = engine_command(recipe, model, host, port, engine_key, log_dir)
+            command, config = engine_launch(recipe, model, host, port, engine_key, log_dir)
+            key_and_logprobs = engine_env(recipe, engine_key)
             engine, engine_url = _service(
-                "engine", command, host, port, log_dir, engine_env(recipe, engine_key), **where.engine, **options
+                "engine", command, host, port, log_dir, key_and_logprobs, config, **where.engine, **options
             )
             started.append(engine)
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
             gateway, gateway_url = _service(
                 "gateway",
-                gateway_command(recipe, engine_url, model, store, host, 0),
+                server_command("gateway"),
                 host,
                 0,
                 log_dir,
                 {**key_env, ADMIN_KEY.env: admin_key},
+                gateway_config(recipe, engine_url, model, store, host),
                 **options,
             )
             started.append(gateway)
