@@ -158,13 +158,16 @@ def bench_tinker(
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return
-    for row in result["full_weight"]:
-        typer.echo(
-            "full weight clients={clients}: {forward_backward_tokens_per_s:10.1f} fwd_bwd tokens/s  "
-            "optim_step {optim_step_s_median:.3f} s".format(**row)
-        )
+    for mode in ("full_weight", "lora"):
+        if isinstance(result[mode], str):
+            typer.echo(f"{mode}: {result[mode]}")
+            continue
+        for row in result[mode]:
+            typer.echo(
+                f"{mode} clients={row['clients']}: {row['forward_backward_tokens_per_s']:10.1f} fwd_bwd tokens/s  "
+                f"optim_step {row['optim_step_s_median']:.3f} s"
+            )
     typer.echo("sampler save: {seconds:.3f} s, {bytes} bytes".format(**result["sampler_save"]))
-    typer.echo(f"lora: {result['lora']}")
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -6,8 +6,9 @@ Starts the server on the base model, then for each number of concurrent clients 
 client's `optim_step`. Reports `forward_backward` tokens/s (all clients' tokens over the phases'
 wall time) and the median `optim_step` phase in seconds; then the seconds and bytes of one
 `save_weights_for_sampler`, the weight sync of the Tinker path (bytes: what the save wrote to the
-server's weights folder, which lives in the TMPDIR the bench gives it). LoRA is measured only when
-the server's capabilities say `lora: true`.
+server's weights folder, which lives in the TMPDIR the bench gives it). The SDK's LoRA clients
+train adapters only where the server's capabilities say `lora: true`; the rows are filed under
+`lora` or `full_weight` accordingly, and the other says why it has none.
 """
 
 from __future__ import annotations
@@ -101,22 +102,29 @@ async def _measure_save(trainer, weights_tmp: Path) -> dict[str, Any]:
 
 async def _run(url: str, config: TinkerBenchConfig, weights_tmp: Path) -> dict[str, Any]:
     async with httpx.AsyncClient(headers={"X-Api-Key": API_KEY}) as http:
-        capabilities = (await http.get(f"{url}/api/v1/get_server_capabilities")).json()
+        response = await http.get(f"{url}/api/v1/get_server_capabilities")
+        response.raise_for_status()
+        capabilities = response.json()
     vocab = await _vocab_size(url, config)
-    full = [
+    rows = [
         await _measure_level(url, config, clients, vocab, weights_tmp if i == 0 else None)
         for i, clients in enumerate(config.concurrency)
     ]
+    measured = [{k: v for k, v in row.items() if k != "sampler_save"} for row in rows]
+    # The SDK's create_lora_training_client trains adapters where the server serves LoRA and every
+    # weight where it does not: the rows are filed under what the server says it did.
+    if capabilities.get("lora"):
+        modes = {"lora": measured, "full_weight": "not measured: this server trains LoRA clients as adapters"}
+    else:
+        modes = {"full_weight": measured, "lora": "not served"}
     return {
         "base_model": config.base_model,
         "steps": config.steps,
         "batch": config.batch,
         "seq_len": config.seq_len,
-        "full_weight": [{k: v for k, v in row.items() if k != "sampler_save"} for row in full],
-        # The LoRA path is measured only once the server trains adapters; until then it says so.
         "capabilities": {flag: capabilities.get(flag) for flag in ("full_weight", "lora")},
-        "lora": "not served" if not capabilities.get("lora") else "served; not measured by this bench yet",
-        "sampler_save": full[0]["sampler_save"],
+        **modes,
+        "sampler_save": rows[0]["sampler_save"],
     }
 
 
