@@ -17,24 +17,35 @@ from .cookbook_runs import LossNotServed, SaveStateNotServed, read_metrics, run_
 
 pytestmark = pytest.mark.slow
 
-# The tiny model's random weights rank neighbouring token ids alike (its samples cluster by id), so a
-# band of ids is a target a few policy-gradient steps can move towards.
-BAND = range(143_000, 144_000)
-STEPS = 4
+STEPS = 6
 
 
-class BandEnv(Env):
-    """One turn: the prompt, then reward = the share of sampled tokens whose id lies in BAND."""
+def rewarded_tokens(model_path: str) -> frozenset[int]:
+    """The tokens whose (tied) embedding leans along one fixed random direction: about half the
+    vocabulary. The tiny model samples nearly uniformly, so a set of a few tokens would never be hit;
+    this one is, and turning the last hidden state towards the direction raises all of it at once,
+    which a few policy-gradient steps can do (checked: with cross_entropy weighted by the advantages,
+    the on-policy gradient of importance_sampling, the mean reward goes from about 0.51 to 0.67)."""
+    import torch
+    from safetensors.torch import load_file
 
-    def __init__(self, prompt: Sequence[int], max_tokens: int):
+    embeddings = load_file(f"{model_path}/model.safetensors")["model.embed_tokens.weight"]
+    direction = torch.randn(embeddings.shape[1], generator=torch.Generator().manual_seed(0))
+    return frozenset(torch.nonzero(embeddings @ direction > 0).flatten().tolist())
+
+
+class LeaningTokensEnv(Env):
+    """One turn: the prompt, then reward = the share of sampled tokens in the rewarded set."""
+
+    def __init__(self, prompt: Sequence[int], rewarded: frozenset[int]):
         self.prompt = list(prompt)
-        self.max_tokens = max_tokens
+        self.rewarded = rewarded
 
     async def initial_observation(self):
         return tinker.ModelInput.from_ints(self.prompt), []
 
     async def step(self, action, *, extra=None) -> StepResult:
-        reward = sum(token in BAND for token in action) / max(len(action), 1)
+        reward = sum(token in self.rewarded for token in action) / max(len(action), 1)
         return StepResult(
             reward=reward,
             episode_done=True,
@@ -43,19 +54,21 @@ class BandEnv(Env):
         )
 
 
-class BandGroup(EnvGroupBuilder):
-    def __init__(self, prompt: Sequence[int], group_size: int, max_tokens: int):
+class LeaningTokensGroup(EnvGroupBuilder):
+    def __init__(self, prompt: Sequence[int], rewarded: frozenset[int], group_size: int):
         self.prompt = tuple(prompt)
+        self.rewarded = rewarded
         self.group_size = group_size
-        self.max_tokens = max_tokens
 
     async def make_envs(self) -> Sequence[Env]:
-        return [BandEnv(self.prompt, self.max_tokens) for _ in range(self.group_size)]
+        return [LeaningTokensEnv(self.prompt, self.rewarded) for _ in range(self.group_size)]
 
 
-class BandDataset(RLDataset):
-    def __init__(self, prompt: Sequence[int], groups: int, group_size: int, max_tokens: int):
-        self.builders = [BandGroup(prompt, group_size, max_tokens) for _ in range(groups)]
+class LeaningTokensDataset(RLDataset):
+    """The same groups every step: one prompt, the same rewarded set."""
+
+    def __init__(self, prompt: Sequence[int], rewarded: frozenset[int], groups: int, group_size: int):
+        self.builders = [LeaningTokensGroup(prompt, rewarded, group_size) for _ in range(groups)]
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         return self.builders
@@ -65,11 +78,10 @@ class BandDataset(RLDataset):
 
 
 @chz.chz
-class BandDatasetBuilder(RLDatasetBuilder):
+class LeaningTokensDatasetBuilder(RLDatasetBuilder):
     model_path: str
-    groups: int = 2
+    groups: int = 4
     group_size: int = 8
-    max_tokens: int = 8
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         from transformers import AutoTokenizer
@@ -78,7 +90,8 @@ class BandDatasetBuilder(RLDatasetBuilder):
         prompt = tokenizer.apply_chat_template(
             [{"role": "user", "content": "Say a word."}], add_generation_prompt=True, tokenize=False
         )
-        return BandDataset(tokenizer.encode(prompt), self.groups, self.group_size, self.max_tokens), None
+        rewarded = rewarded_tokens(self.model_path)
+        return LeaningTokensDataset(tokenizer.encode(prompt), rewarded, self.groups, self.group_size), None
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +111,8 @@ def test_the_cookbook_rl_loop_runs_and_its_reward_rises(model_url, tiny_model_pa
     monkeypatch.setenv("TINKER_API_KEY", API_KEY)
     log_path = tmp_path / "run"
     config = train.Config(
-        learning_rate=1e-2,
-        dataset_builder=BandDatasetBuilder(model_path=str(tiny_model_path)),
+        learning_rate=1e-1,
+        dataset_builder=LeaningTokensDatasetBuilder(model_path=str(tiny_model_path)),
         model_name=str(tiny_model_path),
         recipe_name="roost_rl_test",
         renderer_name="qwen3",
@@ -114,6 +127,7 @@ def test_the_cookbook_rl_loop_runs_and_its_reward_rises(model_url, tiny_model_pa
 
     rewards = [row["env/all/reward/total"] for row in read_metrics(log_path) if "env/all/reward/total" in row]
     assert len(rewards) == STEPS
-    assert rewards[-1] > rewards[0], rewards
+    # Means of two steps: a single step's mean over 32 samples is noisy.
+    assert sum(rewards[-2:]) > sum(rewards[:2]), rewards
     if missing is not None:
         raise missing
