@@ -149,8 +149,7 @@ def bench_tinker(
     seq_len: int = typer.Option(128, help="Tokens per sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """`roost tinker serve` driven by the Tinker SDK: forward_backward tokens/s and optim_step seconds
-    per number of concurrent clients, and the seconds and bytes of a sampler-weights save."""
+    """The Tinker SDK against `roost tinker serve`: fwd_bwd tokens/s, optim_step s, sampler save s and bytes."""
     from roost.bench.tinker import TinkerBenchConfig, run_bench
 
     levels = tuple(int(c) for c in concurrency.split(","))
