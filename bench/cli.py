@@ -141,6 +141,34 @@ def bench_viewer(
         typer.echo(f"{page:<24} {ms:8.1f} ms")
 
 
+def bench_tinker(
+    base_model: str = typer.Option("tiny", help="The base model the server trains: 'tiny' or a Hugging Face folder."),
+    concurrency: str = typer.Option("1,4", help="Comma-separated numbers of concurrent SDK clients."),
+    steps: int = typer.Option(3, help="forward_backward + optim_step steps per client and level."),
+    batch: int = typer.Option(4, help="Sequences per forward_backward."),
+    seq_len: int = typer.Option(128, help="Tokens per sequence."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The Tinker SDK against `roost tinker serve`: fwd_bwd tokens/s, optim_step s, sampler save s and bytes."""
+    from roost.bench.tinker import TinkerBenchConfig, run_bench
+
+    levels = tuple(int(c) for c in concurrency.split(","))
+    result = run_bench(TinkerBenchConfig(base_model, levels, steps, batch, seq_len))
+    if as_json:
+        typer.echo(json.dumps(result, indent=1))
+        return
+    for mode in ("full_weight", "lora"):
+        if isinstance(result[mode], str):
+            typer.echo(f"{mode}: {result[mode]}")
+            continue
+        for row in result[mode]:
+            typer.echo(
+                f"{mode} clients={row['clients']}: {row['forward_backward_tokens_per_s']:10.1f} fwd_bwd tokens/s  "
+                f"optim_step {row['optim_step_s_median']:.3f} s"
+            )
+    typer.echo("sampler save: {seconds:.3f} s, {bytes} bytes".format(**result["sampler_save"]))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("engine")(bench_engine)
     bench.command("gateway")(bench_gateway)
@@ -148,3 +176,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("sandbox")(bench_sandbox)
     bench.command("prefix-tree")(bench_prefix_tree)
     bench.command("viewer")(bench_viewer)
+    bench.command("tinker")(bench_tinker)
