@@ -66,7 +66,7 @@ def test_a_lora_client_trains_its_adapter_alone_as_peft_computes_it(server, tiny
     for seed in (1, 2):
         _step(training, seed)
     before = set(temp.rglob("adapter_config.json"))
-    training.save_weights_for_sampler("lora-check").result()
+    saved = training.save_weights_for_sampler("lora-check").result().path
     (adapter_config,) = set(temp.rglob("adapter_config.json")) - before
     adapter, merged = adapter_config.parent, adapter_config.parent.parent
 
@@ -81,6 +81,15 @@ def test_a_lora_client_trains_its_adapter_alone_as_peft_computes_it(server, tiny
             logits = peft(tokens[:, :-1]).logits.float()
         expected = torch.log_softmax(logits, -1)[0].gather(-1, tokens[0, 1:, None])[:, 0]
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-4)
+        with torch.no_grad(), peft.disable_adapter():
+            untrained = torch.log_softmax(peft(tokens[:, :-1]).logits.float(), -1)[0].gather(-1, tokens[0, 1:, None])
+        assert np.abs(got - untrained[:, 0].numpy()).max() > 1e-3, "the adapter did not train"
+
+    # the engine samples the merged weights: its prompt logprobs are the trained model's
+    sampler = service.create_sampling_client(model_path=saved)
+    prompt, completion = batch[0]
+    engine = sampler.compute_logprobs(tinker.types.ModelInput.from_ints(prompt + completion)).result()
+    np.testing.assert_allclose(np.array(engine[1:], dtype=np.float32), ours[0], atol=1e-4)
 
     # the sampler's merged weights are base + adapter: the base weights did not train
     from safetensors.torch import load_file
@@ -114,10 +123,15 @@ def test_load_state_with_the_optimizer_resumes_exactly(server):
     for a, b in zip(_probe(loaded), resumed):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
-    # weights alone: a fresh Adam takes another third step (its first step has no moments)
+    # weights alone: a fresh Adam takes another third step (its first step has no moments), the
+    # same whether loaded into a new client or into this one
     fresh = service.create_training_client_from_state(path).result()
     _step(fresh, 3)
     assert max(np.abs(a - b).max() for a, b in zip(_probe(fresh), resumed)) > 1e-4
+    training.load_state(path).result()
+    _step(training, 3)
+    for a, b in zip(_probe(training), _probe(fresh)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_a_state_that_is_not_saved_or_of_another_model_is_refused(server):
