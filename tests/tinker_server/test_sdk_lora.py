@@ -167,3 +167,16 @@ def test_two_tenants_keep_their_own_adapter_and_optimizer(server):
     for x, y in zip(_probe(b), _probe(c)):
         np.testing.assert_allclose(x, y, atol=1e-6)
     assert max(np.abs(x - y).max() for x, y in zip(a_after, b_before)) > 1e-3
+
+
+def test_a_full_weight_state_resumes_exactly(full_service):
+    training = full_service.create_lora_training_client(base_model="tiny", rank=4).result()
+    _step(training, 1)
+    path = training.save_state("one-step").result().path
+    _step(training, 2)
+    resumed = _probe(training)
+    loaded = full_service.create_training_client_from_state_with_optimizer(path).result()
+    assert not loaded.get_info().is_lora
+    _step(loaded, 2)
+    for a, b in zip(_probe(loaded), resumed):
+        np.testing.assert_allclose(a, b, atol=1e-6)
