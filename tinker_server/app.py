@@ -26,12 +26,18 @@ TINKER_KEY = KeyKind("Tinker API key", "tml-", "--api-key", "ROOST_TINKER_KEY", 
 OPEN_PATHS = {"/health", "/api/v1/healthz"}
 
 
-def make_backend(folder: Path, lora: LoraConfig | None):
-    """The training backend of a new model. LoRA configs are recorded on the model and trained
-    full weight until the trainer's adapter layer lands (the server reports `lora: false`)."""
-    from .backend import MegatronBackend
+def backend_maker(full_weight: bool):
+    """This server's `make_backend(folder, lora_config)`: LoRA adapters as the config asks (fresh
+    from its seed), or every weight when the server runs `--full-weight` (the config only recorded)."""
 
-    return MegatronBackend(str(folder))
+    def make_backend(folder: Path, lora: LoraConfig | None):
+        from .backend import MegatronBackend, lora_spec
+
+        if full_weight or lora is None:
+            return MegatronBackend(folder)
+        return MegatronBackend(folder, lora_spec(lora), seed=lora.seed or 0)
+
+    return make_backend
 
 
 def _context_length(folder: Path) -> int:
@@ -45,7 +51,14 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"the request body does not match the Tinker API: {problems}"
 
 
-def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bool = False) -> FastAPI:
+def build_app(
+    base_models: dict[str, Path],
+    api_key: str,
+    *,
+    compress_fwdbwd: bool = False,
+    full_weight: bool = False,
+    max_lora_rank: int = 128,
+) -> FastAPI:
     # Torch and Megatron's state belong to one thread: all training runs there, in order.
     training = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-train")
     futures = FutureQueue()
@@ -60,8 +73,10 @@ def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bo
         registry=Registry(),
         futures=futures,
         run_training=run_training,
-        make_backend=make_backend,
+        make_backend=backend_maker(full_weight),
         compress_fwdbwd=compress_fwdbwd,
+        full_weight=full_weight,
+        max_lora_rank=max_lora_rank,
         context_lengths={name: _context_length(folder) for name, folder in base_models.items()},
         samplers=samplers,
         weights_root=weights_root,
@@ -97,7 +112,15 @@ def build_app(base_models: dict[str, Path], api_key: str, *, compress_fwdbwd: bo
 
 
 def serve(
-    base_models: dict[str, Path], api_key: str, *, host: str, port: int, port_file: Path | None, compress_fwdbwd: bool
+    base_models: dict[str, Path],
+    api_key: str,
+    *,
+    host: str,
+    port: int,
+    port_file: Path | None,
+    compress_fwdbwd: bool,
+    full_weight: bool = False,
+    max_lora_rank: int = 128,
 ) -> None:
     import uvicorn
 
@@ -105,5 +128,7 @@ def serve(
 
     sock = bind_listener(host, port)
     report_port(sock, port_file)
-    app = build_app(base_models, api_key, compress_fwdbwd=compress_fwdbwd)
+    app = build_app(
+        base_models, api_key, compress_fwdbwd=compress_fwdbwd, full_weight=full_weight, max_lora_rank=max_lora_rank
+    )
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

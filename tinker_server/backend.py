@@ -1,16 +1,19 @@
 """`TrainingBackend`: what the Tinker routes need of a trainer, and roost's Megatron one.
 
-The Megatron backend trains every weight (the `full_weight` capability); a LoRA backend is a
-second implementation of the same protocol once the trainer's adapter layer lands, chosen in
-`app.make_backend` by the request's `lora_config`.
+`MegatronBackend` trains LoRA adapters (only they are in the optimizer) when given a `LoraSpec`,
+else every weight. Gradients of `forward_backward` calls add up in the model's gradient buffers
+until `optim_step` applies them with that call's Adam settings and clears them: Tinker's chunked
+calls of one batch give the same step as one call of the whole batch.
 
-Gradients of `forward_backward` calls add up in the model's gradient buffers until `optim_step`
-applies them with that call's Adam settings and clears them: Tinker's chunked calls of one batch
-give the same step as one call of the whole batch.
+A saved state (`save_state`) is a folder: `adapter/` (PEFT layout) or `weights/` (a Hugging Face
+checkpoint) and `optimizer.pt` (Adam's moments and step counts). Loading one builds a new backend
+from it, so a load leaves nothing of the old weights or moments behind.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -18,9 +21,32 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from roost.rollout.lora import LoraSpec
+
+from . import losses
 from .codec import Datum
 from .futures import RequestFailure
-from .wire import AdamParams
+from .wire import AdamParams, LoraConfig
+
+ADAPTER_DIR = "adapter"
+"""The adapter folder inside a LoRA model's sampler save and state save."""
+WEIGHTS_DIR = "weights"
+OPTIMIZER_FILE = "optimizer.pt"
+TINKER_LORA_ALPHA = 32.0
+"""Tinker's fixed LoRA alpha (its API takes only the rank)."""
+
+
+def lora_spec(config: LoraConfig) -> LoraSpec:
+    """The adapters a Tinker `LoraConfig` asks for: attention and MLP projections and the
+    unembedding, each as its `train_*` flag says."""
+    from roost.rollout.lora import ATTENTION_TARGETS, MLP_TARGETS, UNEMBEDDING_TARGET
+
+    targets = (
+        *(ATTENTION_TARGETS if config.train_attn else ()),
+        *(MLP_TARGETS if config.train_mlp else ()),
+        *((UNEMBEDDING_TARGET,) if config.train_unembed else ()),
+    )
+    return LoraSpec(rank=config.rank, alpha=TINKER_LORA_ALPHA, targets=targets)
 
 
 @dataclass
@@ -33,57 +59,70 @@ class LossResult:
 
 
 class TrainingBackend(Protocol):
-    lora: bool
-    """True when only adapter weights train."""
+    lora: LoraSpec | None
+    """The adapters that train; None when every weight trains."""
 
-    def cross_entropy(self, data: list[Datum], backward: bool) -> LossResult: ...
+    def forward_backward(
+        self, data: list[Datum], loss_fn: str, config: dict[str, float], backward: bool
+    ) -> LossResult: ...
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]: ...
 
     def export(self, folder: Path) -> Path:
-        """Write the current weights as a Hugging Face folder the engine loads."""
+        """Write the current weights as a Hugging Face folder the engine loads (merged, with LoRA;
+        the adapter alone also goes to `folder/adapter`)."""
+        ...
+
+    def save_state(self, folder: Path) -> Path:
+        """Write the trained weights and the optimizer's state to `folder`."""
         ...
 
 
-def cross_entropy_inputs(datum: Datum, index: int) -> tuple[list[int], np.ndarray]:
-    """The datum's target tokens and weights, checked against its input length."""
-    n = len(datum.tokens)
-    if "target_tokens" not in datum.inputs:
-        raise RequestFailure(f"datum {index} has no loss_fn_inputs['target_tokens']; cross_entropy needs them")
-    targets = datum.inputs["target_tokens"].reshape(-1)
-    weights = datum.inputs.get("weights", np.ones(n, dtype=np.float32)).reshape(-1)
-    if len(targets) != n or len(weights) != n:
-        raise RequestFailure(
-            f"datum {index}: {n} input tokens but {len(targets)} target_tokens and {len(weights)} weights; "
-            "give one target and one weight per input token"
-        )
-    return [int(t) for t in targets], weights.astype(np.float32)
-
-
 class MegatronBackend:
-    """Full-weight training with roost's `MegatronPolicy` (one process, tp=1)."""
+    """Training with roost's `MegatronPolicy` (one process, tp=1): LoRA adapters when `lora` is
+    set, started from `adapter` (a PEFT folder) or fresh from `seed`; else every weight of
+    `checkpoint`. `optimizer`: an `optimizer.pt` of a saved state to restore Adam from."""
 
-    lora = False
-
-    def __init__(self, checkpoint: str, token_budget: int = 8192):
+    def __init__(
+        self,
+        checkpoint: Path,
+        lora: LoraSpec | None = None,
+        *,
+        seed: int = 0,
+        adapter: Path | None = None,
+        optimizer: Path | None = None,
+        token_budget: int = 8192,
+    ):
         from roost.trainer.megatron import parallel
         from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
         parallel.init(tp=1)
-        # Tinker's AdamParams default to no clipping; each optim_step sets its own.
-        self.policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, layout="flat", token_budget=token_budget))
+        self.lora = lora
+        fresh = None
+        if lora is not None and adapter is None:
+            fresh = adapter = _fresh_adapter(checkpoint, lora, seed)
+        try:
+            config = TrainConfig(
+                checkpoint=str(checkpoint), layout="flat", token_budget=token_budget, lora=lora, adapter=_str(adapter)
+            )
+            # Tinker's AdamParams default to no clipping; each optim_step sets its own.
+            self.policy = MegatronPolicy(config)
+        finally:
+            if fresh is not None:
+                shutil.rmtree(fresh.parent, ignore_errors=True)
+        if optimizer is not None:
+            self.policy.optimizer.load_state_dict(torch.load(optimizer, weights_only=False))
         self.vocab_size = self.policy.spec.vocab_size
         self.accumulated = 0
 
-    def _microbatch(self, data: list[Datum]):
+    def _microbatch(self, data: list[Datum], targets_of: list[list[int]]):
         from roost.trainer.prefix_tree import Microbatch
 
         width = max(len(d.tokens) for d in data)
         rows = torch.zeros((len(data), width), dtype=torch.long)
         score_rows, targets, sample_scores = [], [], []
-        for row, datum in enumerate(data):
+        for row, (datum, wanted) in enumerate(zip(data, targets_of)):
             tokens = datum.tokens
-            wanted, _ = cross_entropy_inputs(datum, row)
             if max(tokens + wanted, default=0) >= self.vocab_size or min(tokens + wanted, default=0) < 0:
                 raise RequestFailure(f"datum {row} has a token outside the vocabulary [0, {self.vocab_size})")
             rows[row, : len(datum.tokens)] = torch.tensor(datum.tokens, dtype=torch.long)
@@ -103,26 +142,29 @@ class MegatronBackend:
             layout="flat",
         )
 
-    def cross_entropy(self, data: list[Datum], backward: bool) -> LossResult:
+    def forward_backward(self, data: list[Datum], loss_fn: str, config: dict[str, float], backward: bool) -> LossResult:
         from roost.trainer.megatron.model import scored_logprobs
 
         if not data or any(not d.tokens for d in data):
             raise RequestFailure("forward_backward needs at least one datum, each with at least one token")
-        weights = [torch.from_numpy(cross_entropy_inputs(d, i)[1]) for i, d in enumerate(data)]
-        microbatch = self._microbatch(data)
+        inputs = [losses.datum_inputs(loss_fn, d, i) for i, d in enumerate(data)]
+        microbatch = self._microbatch(data, [x.targets for x in inputs])
         if backward and self.accumulated == 0:
             self.policy.model.zero_grad_buffer()
             self.policy.optimizer.zero_grad()
         with torch.set_grad_enabled(backward):
             values = scored_logprobs(self.policy.model, microbatch, self.policy.inv_freq)
             per_datum = microbatch.sample_logprobs(values)
-            loss = -sum((w.to(lp.device) * lp).sum() for w, lp in zip(weights, per_datum))
+            elementwise = [losses.elementwise_loss(loss_fn, lp, x, config) for lp, x in zip(per_datum, inputs)]
+            loss = sum(e.sum() for e in elementwise)
             if backward:
                 loss.backward()
                 self.accumulated += 1
-        logprobs = [lp.detach().float().cpu().numpy() for lp in per_datum]
-        elementwise = [-w.numpy() * lp for w, lp in zip(weights, logprobs)]
-        return LossResult(logprobs, elementwise, float(loss.detach()))
+        return LossResult(
+            [lp.detach().float().cpu().numpy() for lp in per_datum],
+            [e.detach().float().cpu().numpy() for e in elementwise],
+            float(loss.detach()),
+        )
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:
         from megatron.core.distributed import finalize_model_grads
@@ -144,4 +186,37 @@ class MegatronBackend:
         return {"grad_norm:mean": float(grad_norm or 0.0), "updated:sum": float(bool(updated))}
 
     def export(self, folder: Path) -> Path:
-        return self.policy.export_hf(folder)
+        self.policy.export_hf(folder)
+        if self.lora is not None:
+            self.policy.save_adapter(folder / ADAPTER_DIR)
+        return folder
+
+    def save_state(self, folder: Path) -> Path:
+        if self.lora is not None:
+            self.policy.save_adapter(folder / ADAPTER_DIR)
+        else:
+            self.policy.export_hf(folder / WEIGHTS_DIR)
+        torch.save(self.policy.optimizer.state_dict(), folder / OPTIMIZER_FILE)
+        return folder
+
+
+def from_state(base: Path, lora: LoraSpec | None, folder: Path, optimizer: bool) -> MegatronBackend:
+    """A backend with a saved state's weights, and its Adam state when `optimizer` (else a fresh Adam)."""
+    moments = folder / OPTIMIZER_FILE if optimizer else None
+    if lora is not None:
+        return MegatronBackend(base, lora, adapter=folder / ADAPTER_DIR, optimizer=moments)
+    return MegatronBackend(folder / WEIGHTS_DIR, optimizer=moments)
+
+
+def _fresh_adapter(checkpoint: Path, lora: LoraSpec, seed: int) -> Path:
+    """PEFT's initialisation drawn from `seed`, as a PEFT folder the policy starts from."""
+    from roost.rollout.engine.model_spec import ModelSpec
+    from roost.rollout.lora import save_adapter
+    from roost.trainer.megatron.lora import fresh_weights
+
+    folder = Path(tempfile.mkdtemp(prefix="roost-tinker-adapter-")) / ADAPTER_DIR
+    return save_adapter(folder, lora, fresh_weights(lora, ModelSpec.from_folder(checkpoint), seed), str(checkpoint))
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)

@@ -38,6 +38,10 @@ def serve(
     compress_fwdbwd: bool = typer.Option(
         False, help="Ask the SDK to zstd-compress forward_backward bodies (its proto_compress_fwdbwd flag)."
     ),
+    full_weight: bool = typer.Option(
+        False, help="Train every weight of each model (LoRA configs are recorded, not trained); default: LoRA."
+    ),
+    max_lora_rank: int = typer.Option(128, min=1, help="The largest LoRA rank a client may ask for."),
     log_level: LogLevel = level_option(),
     log_json: bool = json_option(),
 ) -> None:
@@ -55,7 +59,16 @@ def serve(
     except (KeysRequired, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    serve_app(folders, key, host=host, port=port, port_file=port_file, compress_fwdbwd=compress_fwdbwd)
+    serve_app(
+        folders,
+        key,
+        host=host,
+        port=port,
+        port_file=port_file,
+        compress_fwdbwd=compress_fwdbwd,
+        full_weight=full_weight,
+        max_lora_rank=max_lora_rank,
+    )
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from . import wire
 from .futures import RequestFailure
 from .routes_common import PROTO, ServerState, known
 from .sampling_routes import sampling_router
+from .state_routes import state_router
 from .training_routes import training_router
 
 LONG_POLL_S = 20.0
@@ -51,7 +52,11 @@ def build_router(state: ServerState) -> APIRouter:
             )
             for name in state.base_models
         ]
-        return {"supported_models": [m.model_dump() for m in models], "full_weight": True, "lora": False}
+        return {
+            "supported_models": [m.model_dump() for m in models],
+            "full_weight": state.full_weight,
+            "lora": not state.full_weight,
+        }
 
     @router.post("/api/v1/create_session")
     async def create_session(body: wire.CreateSessionRequest) -> dict[str, Any]:
@@ -92,4 +97,5 @@ def build_router(state: ServerState) -> APIRouter:
 
     router.include_router(training_router(state))
     router.include_router(sampling_router(state))
+    router.include_router(state_router(state))
     return router

@@ -35,6 +35,9 @@ class ServerState:
     """Run a blocking call on the one training thread: `await run_training(fn, *args)`."""
     make_backend: Callable[[Path, wire.LoraConfig | None], Any]
     compress_fwdbwd: bool
+    full_weight: bool
+    """Every model trains every weight (`--full-weight`); else LoRA adapters as each model asks."""
+    max_lora_rank: int
     context_lengths: dict[str, int]
     """Base model name → its longest prompt plus completion (as the engine caps it)."""
     samplers: Samplers

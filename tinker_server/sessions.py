@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .wire import LoraConfig
@@ -47,14 +48,28 @@ class TrainingModel:
     backend: TrainingBackend
 
 
+@dataclass
+class SavedState:
+    """A `save_state` checkpoint: what it was trained from and the folder that holds it."""
+
+    path: str
+    """Its `tinker://<model_id>/weights/<name>` path."""
+    base_model: str
+    lora: LoraConfig | None
+    """The LoRA config its model trained (None: every weight)."""
+    folder: Path
+
+
 class Registry:
-    """Sessions and models, by id."""
+    """Sessions, models and saved states, by id."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingModel] = {}
         self.pending: set[str] = set()
         """Ids of models being created: taken, though not usable yet."""
+        self.states: dict[str, SavedState] = {}
+        """Saved states by path; kept while the server runs, whoever closes their session."""
 
     def new_session(self, tags: list[str], sdk_version: str) -> Session:
         session = Session("ses-" + secrets.token_hex(8), tags, sdk_version)
@@ -94,6 +109,11 @@ class Registry:
     def add_model(self, model: TrainingModel) -> None:
         self.pending.discard(model.model_id)
         self.models[model.model_id] = model
+
+    def state(self, path: str) -> SavedState:
+        if path not in self.states:
+            raise UnknownName(f"no saved state at {path!r}; save_state(name) returns the path of one")
+        return self.states[path]
 
     def model(self, model_id: str) -> TrainingModel:
         if model_id not in self.models:

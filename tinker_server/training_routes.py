@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 
-from . import codec, wire
+from . import codec, losses, wire
 from .futures import Outcome
 from .routes_common import PROTO, ServerState, known
 from .sessions import TrainingModel
@@ -27,6 +27,7 @@ def training_router(state: ServerState) -> APIRouter:
                 f"unknown base_model {body.base_model!r}; this server trains {sorted(state.base_models)} "
                 "(see GET /api/v1/get_server_capabilities)",
             )
+        _check_rank(state, body.lora_config)
         model_id = f"{body.session_id}:train:{body.model_seq_id}"
         if not state.registry.reserve(model_id):
             raise HTTPException(409, f"model {model_id!r} exists already; use a new model_seq_id")
@@ -52,8 +53,8 @@ def training_router(state: ServerState) -> APIRouter:
         return wire.GetInfoResponse(
             model_data=wire.ModelData(model_name=model.base_model, tokenizer_id=str(folder)),
             model_id=model.model_id,
-            is_lora=model.lora is not None,
-            lora_rank=None if model.lora is None else model.lora.rank,
+            is_lora=model.backend.lora is not None,
+            lora_rank=None if model.backend.lora is None else model.backend.lora.rank,
         ).model_dump()
 
     @router.post("/api/v1/forward_backward")
@@ -67,13 +68,15 @@ def training_router(state: ServerState) -> APIRouter:
             raise HTTPException(400, str(exc)) from None
         model = known(state, lambda: state.registry.model(call.model_id))
         _check_lengths(call, state.context_lengths[model.base_model])
-        if call.loss_fn != "cross_entropy":
-            raise HTTPException(
-                400, f"loss_fn {call.loss_fn!r} is not served yet; this server runs cross_entropy (docs/tinker.md)"
-            )
+        try:
+            config = losses.loss_config(call.loss_fn, call.loss_fn_config)
+        except losses.LossInputError as exc:
+            raise HTTPException(400, str(exc)) from None
 
         async def work() -> Outcome:
-            result = await state.run_training(model.backend.cross_entropy, call.data, not call.forward_only)
+            result = await state.run_training(
+                model.backend.forward_backward, call.data, call.loss_fn, config, not call.forward_only
+            )
             outputs = [
                 {"logprobs": lp, "elementwise_loss": loss} for lp, loss in zip(result.logprobs, result.elementwise_loss)
             ]
@@ -92,6 +95,15 @@ def training_router(state: ServerState) -> APIRouter:
         return {"request_id": state.futures.submit(work, serial=True), "model_id": body.model_id}
 
     return router
+
+
+def _check_rank(state: ServerState, lora: wire.LoraConfig | None) -> None:
+    if lora is not None and lora.rank > state.max_lora_rank:
+        raise HTTPException(
+            400,
+            f"LoRA rank {lora.rank} is past this server's limit of {state.max_lora_rank} (--max-lora-rank); "
+            f"ask for a rank of at most {state.max_lora_rank}",
+        )
 
 
 def _check_lengths(call: codec.ForwardBackwardCall, context_length: int) -> None:

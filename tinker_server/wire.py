@@ -140,6 +140,35 @@ class SaveWeightsForSamplerRequest(Strict):
     type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
 
 
+class SaveWeightsRequest(Strict):
+    """`save_state(name)`: the trained weights and Adam's state, at `tinker://<model_id>/weights/<name>`."""
+
+    model_id: str
+    path: str | None = None
+    seq_id: int | None = None
+    ttl_seconds: int | None = None
+    overwrite: bool = False
+    user_metadata: dict[str, str] | None = None
+    type: Literal["save_weights"] = "save_weights"
+
+
+class LoadWeightsRequest(Strict):
+    """A saved state loaded into `model_id`, or into a new model (`session_id` and `model_seq_id`)."""
+
+    model_id: str | None = None
+    seq_id: int | None = None
+    session_id: str | None = None
+    model_seq_id: int | None = None
+    base_model: str | None = None
+    user_metadata: dict[str, Any] | None = None
+    path: str
+    optimizer: bool
+    optimizer_config: OptimizerConfig | None = None
+    weights_access_token: None = None
+    """Checkpoints of other accounts are not served: sending a token fails validation."""
+    type: Literal["load_weights"] = "load_weights"
+
+
 class CreateSamplingSessionRequest(Strict):
     session_id: str
     sampling_session_seq_id: int

@@ -83,14 +83,7 @@ class SampleTerms:
 def policy_loss(terms: Sequence[SampleTerms], config: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """The summed loss of these samples and a few detached statistics (also summed)."""
     total = torch.zeros((), device=terms[0].logprobs.device) if terms else torch.zeros(())
-    stats = {
-        "clip_fraction": 0.0,
-        "tis_mean": 0.0,
-        "kl": 0.0,
-        "tokens": 0.0,
-        "neg_logprob": 0.0,
-        "rollout_abs_diff": 0.0,
-    }
+    stats = new_stats()
     for t in terms:
         if t.logprobs.numel() == 0:
             continue
@@ -101,8 +94,19 @@ def policy_loss(terms: Sequence[SampleTerms], config: LossConfig) -> tuple[torch
 def _sample_loss(t: SampleTerms, config: LossConfig, stats: dict[str, float]) -> torch.Tensor:
     stats["tokens"] += t.logprobs.numel()
     stats["neg_logprob"] += float(-t.logprobs.detach().sum())
+    return t.weight * token_losses(t, config, stats).sum()
+
+
+def new_stats() -> dict[str, float]:
+    """The statistics `policy_loss` sums, all zero."""
+    return dict.fromkeys(("clip_fraction", "tis_mean", "kl", "tokens", "neg_logprob", "rollout_abs_diff"), 0.0)
+
+
+def token_losses(t: SampleTerms, config: LossConfig, stats: dict[str, float]) -> torch.Tensor:
+    """Each sampled token's loss before the sample's weight (their sum is the sample's loss); adds
+    the clip, TIS, KL and rollout statistics to `stats`."""
     if config.kind == "sft":
-        return t.weight * -t.logprobs.sum()
+        return -t.logprobs
     # the trainer's logprobs of the rollout policy against the engine's (sums of |difference|)
     stats["rollout_abs_diff"] += float((t.old_logprobs.detach() - t.rollout_logprobs).abs().sum())
     log_ratio = t.logprobs - t.old_logprobs
@@ -132,4 +136,4 @@ def _sample_loss(t: SampleTerms, config: LossConfig, stats: dict[str, float]) ->
         loss = loss + config.kl_coef * kl
         stats["kl"] += float(kl.detach().sum())
     stats["clip_fraction"] += float(((ratio < low) | (ratio > high)).float().sum())
-    return t.weight * loss.sum()
+    return loss

@@ -17,8 +17,9 @@ API_KEY = "tml-roost-test-key"
 
 
 @contextmanager
-def tinker_server(folder: Path, *args: str) -> Iterator[str]:
-    """`roost tinker serve ARGS` on a port the OS picks, its log in `folder`; its URL."""
+def tinker_server(folder: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`roost tinker serve ARGS` on a port the OS picks, its log in `folder`; its URL. `env` adds
+    to the server's environment."""
     port_file = folder / "port"
     with (folder / "server.log").open("w") as log:
         command = [
@@ -38,7 +39,7 @@ def tinker_server(folder: Path, *args: str) -> Iterator[str]:
             "roost tinker serve",
             180.0,
             see=f" (see {folder / 'server.log'})",
-            env={**os.environ, "ROOST_TINKER_KEY": API_KEY},
+            env={**os.environ, "ROOST_TINKER_KEY": API_KEY, **(env or {})},
             stdout=log,
             stderr=log,
         )
@@ -62,6 +63,17 @@ def service(tinker_url):
     client = tinker.ServiceClient(base_url=tinker_url, api_key=API_KEY)
     yield client
     client.close("success").result()
+
+
+@pytest.fixture(scope="module")
+def full_service(tmp_path_factory, tiny_model_path: Path):
+    """A ServiceClient on a second server, run with --full-weight."""
+    import tinker
+
+    with tinker_server(tmp_path_factory.mktemp("tinker-full"), "--full-weight") as url:
+        client = tinker.ServiceClient(base_url=url, api_key=API_KEY)
+        yield client
+        client.close("success").result()
 
 
 @pytest.fixture(scope="session")

@@ -79,22 +79,39 @@ def _samples(batch):
     ]
 
 
-def test_a_step_trains_as_roosts_sft_step_on_the_same_batch(service, tiny_model_path, megatron_world):
+def tinker_lora_spec(rank: int = 4):
+    """What `create_lora_training_client(rank=...)` trains by default: every projection and the
+    unembedding, with Tinker's alpha 32."""
+    from roost.rollout.lora import ATTENTION_TARGETS, MLP_TARGETS, LoraSpec
+
+    return LoraSpec(rank=rank, alpha=32.0, targets=(*ATTENTION_TARGETS, *MLP_TARGETS, "lm_head"))
+
+
+@pytest.mark.parametrize("kind", ["lora", "full"])
+def test_a_step_trains_as_roosts_sft_step_on_the_same_batch(kind, request, tiny_model_path, megatron_world):
     """One forward_backward + optim_step through the SDK moves the weights as one SFT step of roost's
-    trainer does: with weights 1/N (roost's token mean) the gradients are the same, and so is Adam."""
+    trainer does, LoRA (rank 4, Tinker's alpha 32, seed 0) or full weight (`--full-weight`): with
+    weights 1/N (roost's token mean) the gradients are the same, and so is Adam."""
     from roost.trainer.advantages import Scored
     from roost.trainer.losses import LossConfig
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
+    service = request.getfixturevalue("service" if kind == "lora" else "full_service")
     batch, probe = _batch(seed=4), _batch(seed=5)
     n = sum(len(c) for _, c in batch)
     training = service.create_lora_training_client(base_model="tiny", rank=4).result()
+    assert training.get_info().is_lora == (kind == "lora")
     training.forward_backward([_datum(p, c, 1.0 / n) for p, c in batch], "cross_entropy").result()
     adam = tinker.types.AdamParams(learning_rate=1e-2, beta1=0.9, beta2=0.999, eps=1e-2, grad_clip_norm=1.0)
     training.optim_step(adam).result()
 
     config = TrainConfig(
-        checkpoint=str(tiny_model_path), lr=1e-2, adam_betas=(0.9, 0.999), layout="flat", loss=LossConfig(kind="sft")
+        checkpoint=str(tiny_model_path),
+        lr=1e-2,
+        adam_betas=(0.9, 0.999),
+        layout="flat",
+        loss=LossConfig(kind="sft"),
+        lora=tinker_lora_spec() if kind == "lora" else None,
     )
     policy = MegatronPolicy(config)
     for group in policy.optimizer.param_groups:
