@@ -88,8 +88,6 @@ class Run:
     """The newest RL step's metrics."""
     tracing: Tracing = field(default_factory=Tracing)
     """A `train.step` span per RL step, with its stages and the weight sync."""
-    last_sync_bytes: int = 0
-    """What the newest weight update sent the engine: the model's files, or a LoRA run's adapter."""
 
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
@@ -239,15 +237,14 @@ def _rl(run: Run) -> None:
             stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing)
             state.step += 1
             state.consumed_groups += group_ids
-            run.last_sync_bytes = 0
-            sync_s = _publish(run, f"step-{state.step}") if stats else 0.0
+            sync_s, sync_bytes = _publish(run, f"step-{state.step}") if stats else (0.0, 0)
         run.last = {
             **step_metrics(batch, rollout, stats, counts, scored),
             "lr": lr,
             "trainer_version": trainer_version,
             "weight_version": state.weight_version,
             "weight_sync_s": sync_s,
-            "weight_sync_bytes": run.last_sync_bytes,
+            "weight_sync_bytes": sync_bytes,
             "step_s": time.perf_counter() - started,
         }
         run.metrics.log(state.step, run.last, stage="rl")
@@ -316,9 +313,9 @@ def _sft(run: Run, transcripts: list[Transcript], tools: list[ToolSchema]) -> No
     _checkpoint(run, "sft")
 
 
-def _publish(run: Run, label: str) -> float:
+def _publish(run: Run, label: str) -> tuple[float, int]:
     """Export the weights, load them into the engine (next version), checkpoint when due; the
-    seconds the weight update took. A LoRA run sends the engine the adapter alone, and writes the
+    seconds the weight update took and the bytes the engine loaded. A LoRA run sends the engine the adapter alone, and writes the
     merged weights only into checkpoints."""
     state, schedule = run.state, run.recipe.schedule
     due = state.step >= schedule.steps or (schedule.checkpoint_every and state.step % schedule.checkpoint_every == 0)
@@ -333,10 +330,10 @@ def _publish(run: Run, label: str) -> float:
     started = time.perf_counter()
     state.weight_version += 1
     synced = str(folder if run.services.adapter is None else adapter)
-    run.last_sync_bytes = _sync(run.services, run.hooks, synced, state.weight_version, run.tracing)
+    loaded = _sync(run.services, run.hooks, synced, state.weight_version, run.tracing)
     if due:
         _save(run, checkpoint_dir(run.run_dir, label))
-    return time.perf_counter() - started
+    return time.perf_counter() - started, loaded
 
 
 def _adapter_folder(run_dir: Path, version: int) -> Path:
@@ -372,7 +369,7 @@ def _sync(
 
     from ..weight_sync import sync_adapter, sync_weights
 
-    where = dict(
+    common = dict(
         weight_version=str(version),
         engine_key=svc.engine_key,
         gateway_url=svc.gateway_url,
@@ -383,9 +380,9 @@ def _sync(
         _wait_for_engine(svc, hooks)
         try:
             if svc.adapter is None:
-                result = asyncio.run(sync_weights(svc.engine_url, folder, **where))
+                result = asyncio.run(sync_weights(svc.engine_url, folder, **common))
             else:
-                result = asyncio.run(sync_adapter(svc.engine_url, folder, svc.adapter, **where))
+                result = asyncio.run(sync_adapter(svc.engine_url, folder, svc.adapter, **common))
             break
         except Exception as exc:  # noqa: BLE001 - an engine mid-restart; retried, then raised
             if attempt + 1 == tries:
