@@ -56,12 +56,10 @@ def test_lora_refuses_the_transformer_engine_spec():
         validate_recipe({**MINIMAL, "trainer": {"attention": "te", "lora": {}}})
 
 
-@pytest.mark.parametrize("backend", ["vllm", "sglang"])
-def test_a_run_refuses_an_adapted_lm_head_on_a_tied_model_where_the_engine_gets_merged_weights(
-    tiny_model_path, backend
-):
+def test_a_run_on_sglang_refuses_an_adapted_lm_head_on_a_tied_model(tiny_model_path):
     from roost.trainer.rl.loop import check_lora_model
 
+    backend = "sglang"
     lm_head = {"trainer": {"lora": {"targets": ["q_proj", "lm_head"]}}, "engine": {"backend": backend}}
     with pytest.raises(RecipeError, match=f"lm_head, but .* ties its embeddings and engine.backend {backend}"):
         check_lora_model(validate_recipe({**MINIMAL, **lm_head}), str(tiny_model_path))
@@ -70,12 +68,14 @@ def test_a_run_refuses_an_adapted_lm_head_on_a_tied_model_where_the_engine_gets_
     check_lora_model(validate_recipe(MINIMAL), str(tiny_model_path))
 
 
-def test_roost_engine_takes_an_adapted_lm_head_on_a_tied_model(tiny_model_path):
+@pytest.mark.parametrize("backend", ["embedded", "vllm"])
+def test_roost_engine_and_vllm_take_an_adapted_lm_head_on_a_tied_model(tiny_model_path, backend):
     from roost.trainer.rl.loop import check_lora_model
 
-    tied = validate_recipe({**MINIMAL, "trainer": {"lora": {"targets": ["q_proj", "lm_head"]}}})
-    assert tied.engine.backend == "embedded"
-    check_lora_model(tied, str(tiny_model_path))
+    lora = {"lora": {"targets": ["q_proj", "lm_head"]}}
+    check_lora_model(
+        validate_recipe({**MINIMAL, "trainer": lora, "engine": {"backend": backend}}), str(tiny_model_path)
+    )
 
 
 @pytest.mark.slow

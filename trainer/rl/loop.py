@@ -121,22 +121,21 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
 
 
 def check_lora_model(recipe: Recipe, model: str) -> None:
-    """Refuse, before any service starts, a LoRA run the engine could not serve: SGLang and vLLM
-    get an adapted `lm_head` of a model with tied embeddings through merged weights (untying
-    them, which the engines refuse); roost's engine serves the adapter itself."""
+    """Refuse, before any service starts, a LoRA run the engine is not known to serve: an adapted
+    `lm_head` of a model with tied embeddings on SGLang (roost's engine and vLLM serve that
+    adapter as PEFT computes it)."""
     from roost.rollout.engine.model_spec import ModelSpec
 
     from ..recipe import RecipeError
 
     lora, backend = recipe.trainer.lora, recipe.engine.backend
-    if lora is None or "lm_head" not in lora.targets or backend == "embedded":
+    if lora is None or "lm_head" not in lora.targets or backend != "sglang":
         return
     if ModelSpec.from_folder(model).tie_word_embeddings:
         raise RecipeError(
             f"trainer.lora.targets has lm_head, but {model} ties its embeddings and engine.backend {backend} "
-            "is not known to serve an lm_head adapter on tied embeddings (the merged weights would untie them, "
-            "which the engine refuses); leave lm_head out of the targets, start from a model with its own "
-            "lm_head, or use engine.backend embedded"
+            "is not known to serve an lm_head adapter on tied embeddings; leave lm_head out of the targets, "
+            "start from a model with its own lm_head, or use engine.backend embedded or vllm"
         )
 
 
