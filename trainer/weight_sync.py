@@ -11,6 +11,10 @@ Before anything is paused the checkpoint is checked against the engine: same voc
 size, same tokenizer (when the engine's tokenizer folder is readable here). A failed load
 leaves the engine on its old weights, the gateway resumed, and raises `WeightSyncError`
 with the engine's message.
+
+After a LoRA step only the adapter moves (`sync_adapter`): the engine keeps its base weights,
+serves the new PEFT adapter folder in place of the old one under the run's adapter name, drops
+its prefix cache and reports the new weight version; `SyncResult.bytes` is what it read.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ class SyncResult:
     weight_version: str
     seconds: float
     paused_s: float
+    bytes: int = 0
+    """Size of the files in the folder the engine loaded: the whole model, or the adapter alone."""
+
+
+def folder_bytes(folder: str | Path) -> int:
+    return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
 
 
 def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
@@ -144,4 +154,45 @@ async def _sync_weights(
     version = str(weight_version if answer.weight_version is None else answer.weight_version)
     if weight_version is not None and version != weight_version:
         raise WeightSyncError(f"engine reports weight version {version!r}, expected {weight_version!r}")
-    return SyncResult(weight_version=version, seconds=time.perf_counter() - started, paused_s=paused_s)
+    return SyncResult(version, time.perf_counter() - started, paused_s, folder_bytes(folder))
+
+
+async def sync_adapter(
+    engine_url: str,
+    folder: str | Path,
+    name: str,
+    *,
+    weight_version: str,
+    engine_key: str | None = None,
+    gateway_url: str | None = None,
+    admin_key: str | None = None,
+    timeout_s: float = 600.0,
+    engine_backend: str | None = None,
+    tracing: Tracing | None = None,
+) -> SyncResult:
+    """Serve the PEFT adapter folder `folder` as `name` in place of the engine's adapter of that
+    name (loaded if it has none), the base weights untouched, and make `weight_version` what later
+    calls report; the gateway paused around it, as `sync_weights` does."""
+    tracing = tracing or Tracing()
+    attributes = {"roost.weight_version": weight_version, "roost.folder": str(folder), "roost.adapter": name}
+    with tracing.span("weight_sync", attributes):
+        started = time.perf_counter()
+        folder = Path(folder).resolve()
+        backend = engine_backend or await detect_backend(engine_url)
+        failure = None
+        async with engine_client(
+            backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
+        ) as engine:
+            async with _paused(gateway_url, admin_key, timeout_s, tracing):
+                paused = time.perf_counter()
+                try:
+                    await engine.load_lora_adapter(name, str(folder), replace=True)
+                    # vLLM keys its prefix cache by the adapter's id, which an in-place load keeps
+                    await engine.flush_cache()
+                    await engine.update_weight_version(weight_version)
+                except EngineError as exc:
+                    failure = str(exc)
+            paused_s = time.perf_counter() - paused
+    if failure is not None:
+        raise WeightSyncError(f"engine at {engine_url} did not load the adapter {folder} as {name!r}: {failure}")
+    return SyncResult(weight_version, time.perf_counter() - started, paused_s, folder_bytes(folder))

@@ -233,6 +233,15 @@ class Engine:
         await asyncio.wrap_future(self.scheduler.call(lambda: self.adapters.add(adapter, replace=replace)))
         return adapter
 
+    async def set_weight_version(self, version: str) -> str:
+        """The version later steps report; set between steps, as a weight swap sets it."""
+
+        def set_version() -> str:
+            self.scheduler.weight_version = version
+            return version
+
+        return await asyncio.wrap_future(self.scheduler.call(set_version))
+
     async def unload_lora(self, name: str) -> int:
         """Take `name` away from new requests; the running and waiting requests that use it finish
         with it (they hold it). Returns how many those are."""

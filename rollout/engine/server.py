@@ -24,6 +24,7 @@ from roost.rollout.engine_api.wire import (
     RequestError,
     UnloadLoraRequest,
     UpdateWeightsRequest,
+    UpdateWeightVersionRequest,
     parse_generate,
     parse_sampling_params,
 )
@@ -250,6 +251,17 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
                 "weight_version": version,
             }
         )
+
+    @app.post("/update_weight_version", dependencies=guarded)
+    async def update_weight_version(request: Request) -> dict:
+        req = UpdateWeightVersionRequest.model_validate(await read_json(request))
+        if req.abort_all_requests:
+            raise RequestError(
+                "abort_all_requests is not supported by roost's engine: pause generation (or the gateway) "
+                "so running requests finish, then set the version with abort_all_requests false"
+            )
+        version = await engine.set_weight_version(req.new_version)
+        return {"success": True, "message": f"weight version set to {version}", "weight_version": version}
 
     @app.post("/flush_cache", dependencies=guarded)
     async def flush_cache() -> Response:

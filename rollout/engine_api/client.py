@@ -63,6 +63,11 @@ class EngineClient(Protocol):
         place of the loaded adapter of that name (new weights after a LoRA training step)."""
         ...
 
+    async def update_weight_version(self, version: str) -> Any:
+        """The weight version later calls report, set without loading base weights (an adapter
+        replaced in place is a new version of the policy)."""
+        ...
+
     async def lora_adapters(self) -> list[str]:
         """The names of the LoRA adapters the engine serves now."""
         ...

@@ -27,6 +27,7 @@ from roost.rollout.engine_api.wire import (
     UnloadLoraRequest,
     UpdateWeightsAnswer,
     UpdateWeightsRequest,
+    UpdateWeightVersionRequest,
 )
 from roost.rollout.keys import bearer
 
@@ -270,6 +271,12 @@ class SGLangClient(EngineHTTP):
         name (roost's engine and vLLM; SGLang has no such field)."""
         request = LoadLoraRequest(lora_name=name, lora_path=path, load_inplace=replace)
         return await self._request("POST", "/load_lora_adapter", _body(request))
+
+    async def update_weight_version(self, version: str) -> Any:
+        """The version later calls report (SGLang's route, which roost's engine serves too)."""
+        return await self._request(
+            "POST", "/update_weight_version", _body(UpdateWeightVersionRequest(new_version=version))
+        )
 
     async def unload_lora_adapter(self, name: str) -> Any:
         return await self._request("POST", "/unload_lora_adapter", _body(UnloadLoraRequest(lora_name=name)))

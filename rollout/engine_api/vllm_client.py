@@ -235,6 +235,12 @@ class VLLMClient(EngineHTTP):
         body = {"lora_name": name, "lora_path": path, "load_inplace": replace}
         return await self._request("POST", "/v1/load_lora_adapter", body)
 
+    async def update_weight_version(self, version: str) -> Any:
+        """The version later calls report (vLLM's dev-mode route, as `update_weights_from_disk` uses)."""
+        answer = await self._request("POST", "/update_weight_version", {"new_version": version})
+        self.weight_version = version
+        return answer
+
     async def unload_lora_adapter(self, name: str) -> Any:
         return await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
 

@@ -231,6 +231,17 @@ class LoadLoraRequest(BaseModel):
     taken name is refused."""
 
 
+class UpdateWeightVersionRequest(BaseModel):
+    """SGLang's and vLLM's `POST /update_weight_version`: the version later calls report, set
+    without new base weights (after a LoRA adapter is replaced in place)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    new_version: str
+    abort_all_requests: bool = False
+    """SGLang's field; roost's engine refuses true (the gateway drains calls before a sync)."""
+
+
 class UnloadLoraRequest(BaseModel):
     """vLLM's `UnloadLoRAAdapterRequest` (`POST /v1/unload_lora_adapter`)."""
 

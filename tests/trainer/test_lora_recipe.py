@@ -1,10 +1,13 @@
 """`trainer.lora` in recipes: validated with errors that name the key, passed to the trainer, and a
 two-step LoRA run of the ALFWorld CPU recipe whose checkpoint holds a PEFT adapter that PEFT loads
-and whose merged weights are PEFT's merge of it; the run then resumes a third step from it."""
+and whose merged weights are PEFT's merge of it; each weight update sent the engine the adapter
+alone, every recorded call names the run's adapter at the version it was sampled with; the run
+then resumes a third step from the checkpoint."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -53,14 +56,26 @@ def test_lora_refuses_the_transformer_engine_spec():
         validate_recipe({**MINIMAL, "trainer": {"attention": "te", "lora": {}}})
 
 
-def test_a_run_refuses_an_adapted_lm_head_on_a_tied_model(tiny_model_path):
+def test_a_run_on_sglang_refuses_an_adapted_lm_head_on_a_tied_model(tiny_model_path):
     from roost.trainer.rl.loop import check_lora_model
 
-    tied = validate_recipe({**MINIMAL, "trainer": {"lora": {"targets": ["q_proj", "lm_head"]}}})
-    with pytest.raises(RecipeError, match="lm_head, but .* ties its embeddings.*leave lm_head out"):
-        check_lora_model(tied, str(tiny_model_path))
-    check_lora_model(validate_recipe({**MINIMAL, "trainer": {"lora": {"targets": ["q_proj"]}}}), str(tiny_model_path))
+    backend = "sglang"
+    lm_head = {"trainer": {"lora": {"targets": ["q_proj", "lm_head"]}}, "engine": {"backend": backend}}
+    with pytest.raises(RecipeError, match=f"lm_head, but .* ties its embeddings and engine.backend {backend}"):
+        check_lora_model(validate_recipe({**MINIMAL, **lm_head}), str(tiny_model_path))
+    q_only = {"trainer": {"lora": {"targets": ["q_proj"]}}, "engine": {"backend": backend}}
+    check_lora_model(validate_recipe({**MINIMAL, **q_only}), str(tiny_model_path))
     check_lora_model(validate_recipe(MINIMAL), str(tiny_model_path))
+
+
+@pytest.mark.parametrize("backend", ["embedded", "vllm"])
+def test_roost_engine_and_vllm_take_an_adapted_lm_head_on_a_tied_model(tiny_model_path, backend):
+    from roost.trainer.rl.loop import check_lora_model
+
+    lora = {"lora": {"targets": ["q_proj", "lm_head"]}}
+    check_lora_model(
+        validate_recipe({**MINIMAL, "trainer": lora, "engine": {"backend": backend}}), str(tiny_model_path)
+    )
 
 
 @pytest.mark.slow
@@ -94,6 +109,21 @@ def test_a_lora_run_of_the_alfworld_recipe_checkpoints_a_peft_adapter(tmp_path, 
         trained["model.layers.0.self_attn.q_proj.weight"], started["model.layers.0.self_attn.q_proj.weight"]
     )
     assert torch.equal(trained["model.norm.weight"], started["model.norm.weight"])  # not a LoRA target: frozen
+
+    # the engine got the adapter alone at each update, and sampled every call with it
+    from roost.trainer.weight_sync import folder_bytes
+
+    adapter_bytes = folder_bytes(checkpoint / "adapter")
+    assert [m["weight_sync_bytes"] for m in rl] == [adapter_bytes] * 2
+    assert adapter_bytes < folder_bytes(state["model"]) / 10
+    assert rl[1]["weight_version"] == rl[0]["weight_version"] + 1  # (after SFT's, one per step)
+    with sqlite3.connect(run_dir / "trajectories.sqlite") as db:
+        calls = db.execute("SELECT adapter, weight_version FROM calls").fetchall()
+    assert calls and {adapter for adapter, _ in calls} == {"alfworld-grpo-cpu-lora"}
+    # the first step's rollouts ran at the version before its update (SFT's adapter)
+    versions = {version for _, version in calls}
+    assert str(rl[0]["weight_version"] - 1) in versions
+    assert versions <= {str(v) for v in range(rl[1]["weight_version"] + 1)}
 
     resumed = train(load_recipe(recipe, [*recipe_overrides("alfworld", run_dir, 3, tmp_path), LORA]))
     assert resumed.steps == 3

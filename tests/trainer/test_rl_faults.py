@@ -159,3 +159,49 @@ async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_ver
         assert version == "7" and actor.restarts() == 1
     finally:
         actor.stop()
+
+
+async def test_a_restarted_engine_of_a_lora_run_serves_its_newest_adapter_at_the_same_version(
+    tiny_model_path, tmp_path
+):
+    from roost.rollout.engine.model_spec import ModelSpec
+    from roost.rollout.engine_api.sglang_client import SGLangClient
+    from roost.rollout.lora import LoraSpec, save_adapter
+    from roost.rollout.engine.server_config import EngineServerConfig
+    from roost.trainer.megatron.lora import fresh_weights
+    from roost.trainer.rl.services import server_command
+
+    spec = LoraSpec(rank=2, alpha=4.0, targets=("q_proj", "v_proj"))
+    folder = save_adapter(
+        tmp_path / "adapter-v1",
+        spec,
+        fresh_weights(spec, ModelSpec.from_folder(tiny_model_path)),
+        base_model=str(tiny_model_path),
+    )
+    key = "rek-the-runs-engine-key"
+    actor = ServiceActor(
+        "engine",
+        server_command("engine"),
+        "127.0.0.1",
+        0,
+        str(tmp_path / "logs"),
+        {"ROOST_ENGINE_KEY": key},
+        EngineServerConfig(model="tiny", port=0),
+    )
+    url = actor.start()
+    try:
+        async with SGLangClient(url, api_key=key) as client:
+            await client.load_lora_adapter("run-lora", str(folder), replace=True)
+            await client.update_weight_version("4")
+        actor.loaded(str(folder), "4", "run-lora")
+        dying = actor.server.process
+        actor.kill()
+        await asyncio.to_thread(dying.wait, 30)
+        assert await asyncio.to_thread(actor.wait_serving, 120)
+        async with httpx.AsyncClient(timeout=5) as http:
+            version = (await http.get(f"{url}/get_model_info")).json().get("weight_version")
+            cards = (await http.get(f"{url}/v1/models")).json()["data"]
+        assert version == "4" and actor.restarts() == 1
+        assert [(c["id"], c["root"]) for c in cards if c["parent"]] == [("run-lora", str(folder))]
+    finally:
+        actor.stop()

@@ -121,18 +121,21 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
 
 
 def check_lora_model(recipe: Recipe, model: str) -> None:
-    """Refuse, before any service starts, a LoRA run whose merged weights the engine would refuse:
-    an adapted `lm_head` on a model with tied embeddings unties them."""
+    """Refuse, before any service starts, a LoRA run the engine is not known to serve: an adapted
+    `lm_head` of a model with tied embeddings on SGLang (roost's engine and vLLM serve that
+    adapter as PEFT computes it)."""
     from roost.rollout.engine.model_spec import ModelSpec
 
     from ..recipe import RecipeError
 
-    lora = recipe.trainer.lora
-    if lora is not None and "lm_head" in lora.targets and ModelSpec.from_folder(model).tie_word_embeddings:
+    lora, backend = recipe.trainer.lora, recipe.engine.backend
+    if lora is None or "lm_head" not in lora.targets or backend != "sglang":
+        return
+    if ModelSpec.from_folder(model).tie_word_embeddings:
         raise RecipeError(
-            f"trainer.lora.targets has lm_head, but {model} ties its embeddings: the merged weights the engine "
-            "loads after each step would untie them, which the engine refuses; leave lm_head out of the targets "
-            "or start from a model with its own lm_head"
+            f"trainer.lora.targets has lm_head, but {model} ties its embeddings and engine.backend {backend} "
+            "is not known to serve an lm_head adapter on tied embeddings; leave lm_head out of the targets, "
+            "start from a model with its own lm_head, or use engine.backend embedded or vllm"
         )
 
 
@@ -233,13 +236,14 @@ def _rl(run: Run) -> None:
             stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing)
             state.step += 1
             state.consumed_groups += group_ids
-            sync_s = _publish(run, f"step-{state.step}") if stats else 0.0
+            sync_s, sync_bytes = _publish(run, f"step-{state.step}") if stats else (0.0, 0)
         run.last = {
             **step_metrics(batch, rollout, stats, counts, scored),
             "lr": lr,
             "trainer_version": trainer_version,
             "weight_version": state.weight_version,
             "weight_sync_s": sync_s,
+            "weight_sync_bytes": sync_bytes,
             "step_s": time.perf_counter() - started,
         }
         run.metrics.log(state.step, run.last, stage="rl")
@@ -308,30 +312,41 @@ def _sft(run: Run, transcripts: list[Transcript], tools: list[ToolSchema]) -> No
     _checkpoint(run, "sft")
 
 
-def _publish(run: Run, label: str) -> float:
+def _publish(run: Run, label: str) -> tuple[float, int]:
     """Export the weights, load them into the engine (next version), checkpoint when due; the
-    seconds the weight update took."""
+    seconds the weight update took and the bytes the engine loaded. A LoRA run sends the engine the adapter alone, and writes the
+    merged weights only into checkpoints."""
     state, schedule = run.state, run.recipe.schedule
     due = state.step >= schedule.steps or (schedule.checkpoint_every and state.step % schedule.checkpoint_every == 0)
     folder = (
         checkpoint_dir(run.run_dir, label) / "hf" if due else run.run_dir / "weights" / f"v{state.weight_version % 2}"
     )
-    # with LoRA the adapter goes beside the merged weights (the engines load the merged ones)
-    adapter = adapter_dir(folder.parent) if due else run.run_dir / "weights" / f"adapter-v{state.weight_version % 2}"
-    run.trainer.export(str(folder), str(adapter))
+    adapter = adapter_dir(folder.parent) if due else _adapter_folder(run.run_dir, state.weight_version)
+    if due or run.services.adapter is None:
+        run.trainer.export(str(folder), str(adapter))
+    else:
+        run.trainer.save_adapter(str(adapter))
     started = time.perf_counter()
     state.weight_version += 1
-    _sync(run.services, run.hooks, str(folder), state.weight_version, run.tracing)
+    synced = str(folder if run.services.adapter is None else adapter)
+    loaded = _sync(run.services, run.hooks, synced, state.weight_version, run.tracing)
     if due:
         _save(run, checkpoint_dir(run.run_dir, label))
-    return time.perf_counter() - started
+    return time.perf_counter() - started, loaded
+
+
+def _adapter_folder(run_dir: Path, version: int) -> Path:
+    """Where the adapter of weight version `version + 1` is written between checkpoints: two
+    folders in turn, so the one the engine (or its restart) loads is never half written."""
+    return run_dir / "weights" / f"adapter-v{version % 2}"
 
 
 def _checkpoint(run: Run, label: str) -> None:
     folder = checkpoint_dir(run.run_dir, label)
     run.trainer.export(str(folder / "hf"), str(adapter_dir(folder)))
     run.state.weight_version += 1
-    _sync(run.services, run.hooks, str(folder / "hf"), run.state.weight_version)
+    synced = folder / "hf" if run.services.adapter is None else adapter_dir(folder)
+    _sync(run.services, run.hooks, str(synced), run.state.weight_version)
     _save(run, folder)
 
 
@@ -345,27 +360,28 @@ def _save(run: Run, folder: Path) -> None:
 
 def _sync(
     svc: Services, hooks: Hooks, folder: str, version: int, tracing: Tracing | None = None, tries: int = 5
-) -> None:
-    """Load `folder` into the engine as `version` (the gateway paused around it); an engine that
-    died is waited for, and the update retried once it is back."""
+) -> int:
+    """Load `folder` into the engine as `version` (the gateway paused around it): full weights, or
+    in a LoRA run the adapter under `svc.adapter`. An engine that died is waited for, and the
+    update retried once it is back. Returns the bytes the engine loaded."""
     import ray
 
-    from ..weight_sync import sync_weights
+    from ..weight_sync import sync_adapter, sync_weights
 
+    common = dict(
+        weight_version=str(version),
+        engine_key=svc.engine_key,
+        gateway_url=svc.gateway_url,
+        admin_key=svc.admin_key,
+        tracing=tracing,
+    )
     for attempt in range(tries):
         _wait_for_engine(svc, hooks)
         try:
-            asyncio.run(
-                sync_weights(
-                    svc.engine_url,
-                    folder,
-                    weight_version=str(version),
-                    engine_key=svc.engine_key,
-                    gateway_url=svc.gateway_url,
-                    admin_key=svc.admin_key,
-                    tracing=tracing,
-                )
-            )
+            if svc.adapter is None:
+                result = asyncio.run(sync_weights(svc.engine_url, folder, **common))
+            else:
+                result = asyncio.run(sync_adapter(svc.engine_url, folder, svc.adapter, **common))
             break
         except Exception as exc:  # noqa: BLE001 - an engine mid-restart; retried, then raised
             if attempt + 1 == tries:
@@ -373,7 +389,8 @@ def _sync(
             hooks.echo(f"weight update to version {version} failed ({exc}); retrying")
             time.sleep(2.0 * (attempt + 1))
     if svc.engine is not None:
-        ray.get(svc.engine.loaded.remote(folder, str(version)))
+        ray.get(svc.engine.loaded.remote(folder, str(version), svc.adapter))
+    return result.bytes
 
 
 def _wait_for_engine(svc: Services, hooks: Hooks) -> None:
@@ -457,6 +474,7 @@ def _handles(
             concurrency=max(1, r.concurrency // r.workers),
             admin_key=svc.admin_key,
             invalid_action_penalty=r.invalid_action_penalty,
+            model=svc.adapter,
         )
         for _ in range(r.workers)
     ]
@@ -464,7 +482,10 @@ def _handles(
     try:
         if state.checkpoint:
             trainer.load(str(Path(state.checkpoint) / "trainer"))
-            _sync(svc, hooks, state.hf_weights, state.weight_version)
+            _sync(svc, hooks, adapter or state.hf_weights, state.weight_version)
+        elif svc.adapter is not None:  # the rollouts name the adapter: serve the fresh one (the base model's policy)
+            fresh = trainer.save_adapter(str(_adapter_folder(run_dir, state.weight_version + 1)))
+            _sync(svc, hooks, fresh, state.weight_version)
         tasks = task_pool(_tasks(svc, recipe.env.split, recipe.env.name), recipe.env.max_tasks, recipe.schedule.seed)
         yield Run(
             recipe,

@@ -58,7 +58,11 @@ class RolloutWorker:
         admin_key: str | None = None,
         agent_args: dict[str, Any] | None = None,
         invalid_action_penalty: float = 0.0,
+        model: str | None = None,
     ) -> None:
+        """`model`: the name the harnesses ask the gateway for (a LoRA run's adapter); None: the
+        gateway's first model."""
+        self.model = model
         self.env_url, self.gateway_url, self.admin_key = env_url, gateway_url, admin_key
         self.invalid_action_penalty = invalid_action_penalty
         self.agent_config = agent
@@ -118,6 +122,7 @@ class RolloutWorker:
         config = RunConfig(
             concurrency=spec.size,
             max_turns=self.agent_config["max_turns"],
+            model=self.model,
             run_id=spec.run_id,
             kind=spec.kind,
             timeout_s=self.agent_config["timeout_s"],

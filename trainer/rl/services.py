@@ -15,7 +15,8 @@ in the environment, never in a file. roost's servers bind port 0 and report the 
 
 A server that dies is restarted on the port it had by a watchdog thread, and the run goes on:
 episodes in flight when it died end `infra_error` (the runner's label) and are not trained
-on. A restarted engine loads the newest weights the run has synced, at the same version;
+on. A restarted engine loads the newest weights the run has synced (in a LoRA run, the newest adapter
+on its base weights), at the same version;
 `wait_serving` blocks until it has (the loop waits there before a step's rollouts and
 before a weight update, rather than spend steps on an engine that is still starting).
 Each server's output goes to `run_dir/logs/<name>.log`.
@@ -347,27 +348,35 @@ class ServiceActor:
         """`port` 0: a roost server that reports the port it binds; `config` its typed config (see
         `SupervisedServer`)."""
         self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env, config=config)
-        self.weights: tuple[str, str] | None = None
+        self.weights: tuple[str, str, str | None] | None = None
+        """(folder, version, adapter name): the newest weights synced; the name is set when the
+        folder is a LoRA adapter served on the base model the engine starts with."""
 
     def start(self) -> str:
         self.server.after_restart = self._reload
         return self.server.start()
 
-    def loaded(self, folder: str, version: str) -> None:
-        """Record the weights the engine now serves; a restarted engine reloads them."""
-        self.weights = (folder, version)
+    def loaded(self, folder: str, version: str, adapter: str | None = None) -> None:
+        """Record the weights the engine now serves (`adapter`: the name it serves the adapter
+        folder under); a restarted engine reloads them."""
+        self.weights = (folder, version, adapter)
 
     def _reload(self) -> None:
         if self.weights is None:
             return
         from roost.rollout.engine_api.client import detect_backend, engine_client
 
-        folder, version = self.weights
+        folder, version, adapter = self.weights
 
         async def load() -> None:
             url, key = self.server.url, self.server.env.get(ENGINE_KEY.env)
             async with engine_client(await detect_backend(url), url, api_key=key) as client:
-                await client.update_weights_from_disk(folder, weight_version=version)
+                if adapter is None:
+                    await client.update_weights_from_disk(folder, weight_version=version)
+                    return
+                # a restarted engine serves its base weights and no adapter: load the newest one
+                await client.load_lora_adapter(adapter, folder, replace=True)
+                await client.update_weight_version(version)
 
         asyncio.run(load())
 

@@ -131,6 +131,14 @@ class Services:
     store: Path
     engine_key: str | None
     admin_key: str
+    adapter: str | None = None
+    """In a LoRA run, the name the engine serves the run's adapter under: the model the rollouts
+    ask the gateway for, so each recorded call names it."""
+
+
+def adapter_name(recipe: Recipe) -> str | None:
+    """The engine's name for a LoRA run's adapter (None without `trainer.lora`)."""
+    return None if recipe.trainer.lora is None else f"{recipe.name}-lora"
 
 
 def _service(
@@ -215,7 +223,18 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
                 **options,
             )
             started.append(gateway)
-        yield Services(env.actor, engine, gateway, env.url, engine_url, gateway_url, store, engine_key, admin_key)
+        yield Services(
+            env.actor,
+            engine,
+            gateway,
+            env.url,
+            engine_url,
+            gateway_url,
+            store,
+            engine_key,
+            admin_key,
+            adapter_name(recipe),
+        )
     finally:
         stop_services(started)
 

@@ -124,6 +124,9 @@ class TrainerRank:
             self.policy.save_adapter(adapter)
         return exported
 
+    def save_adapter(self, folder: str) -> str:
+        return str(self.policy.save_adapter(folder))
+
     def save(self, folder: str) -> None:
         import torch
 
@@ -214,6 +217,10 @@ class TrainerGroup:
         """The weights as a Hugging Face folder (merged, with LoRA) and, with LoRA, the adapter
         alone in PEFT's layout in `adapter`."""
         return self._all("export", folder, adapter)[0]
+
+    def save_adapter(self, folder: str) -> str:
+        """The LoRA adapter alone, in PEFT's layout (what a LoRA run syncs to the engine)."""
+        return self._all("save_adapter", folder)[0]
 
     def save(self, folder: str) -> None:
         self._all("save", folder)
