@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,14 +32,21 @@ class Outcome:
 
 
 class FutureQueue:
-    """Request id → the task computing its outcome; `serial` work runs one at a time."""
+    """Request id → the task computing its outcome; `serial` work runs one at a time.
 
-    def __init__(self) -> None:
+    An outcome stays retrievable for `keep_s` after it was first handed back: the SDK retries a
+    `retrieve_future` whose answer it did not get (a dropped connection), and must get the same
+    answer, not a 404."""
+
+    def __init__(self, keep_s: float = 300.0) -> None:
         self._tasks: dict[str, asyncio.Task[Outcome]] = {}
+        self._taken: dict[str, float] = {}
+        self._keep_s = keep_s
         self._serial = asyncio.Lock()
         self._ids = itertools.count(1)
 
     def submit(self, work: Callable[[], Awaitable[Outcome]], *, serial: bool = False) -> str:
+        self._forget_old()
         request_id = f"req-{next(self._ids)}"
 
         async def run() -> Outcome:
@@ -60,9 +68,14 @@ class FutureQueue:
         return task.done()
 
     def take(self, request_id: str) -> Outcome:
-        """The finished request's outcome (raising what it raised); it is forgotten once taken."""
-        task = self._tasks.pop(request_id)
-        return task.result()
+        """The finished request's outcome (raising what it raised); forgotten `keep_s` after first taken."""
+        self._taken.setdefault(request_id, time.monotonic())
+        return self._tasks[request_id].result()
+
+    def _forget_old(self) -> None:
+        cutoff = time.monotonic() - self._keep_s
+        for request_id in [r for r, at in self._taken.items() if at < cutoff]:
+            del self._taken[request_id], self._tasks[request_id]
 
     def cancel_all(self) -> None:
         for task in self._tasks.values():

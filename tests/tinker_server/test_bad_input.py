@@ -106,3 +106,33 @@ def test_a_named_save_samples_from_its_tinker_path(service, training):
     )
     with pytest.raises(tinker.NotFoundError, match="no saved sampler weights"):
         service.create_sampling_client(model_path=f"tinker://{training.model_id}/sampler_weights/never").result()
+
+
+def test_a_retried_retrieve_future_gets_the_same_answer(tinker_url, training):
+    """The SDK retries a poll whose answer it lost (a dropped connection): the outcome it was
+    already handed stays retrievable, not a 404 `no pending request`."""
+    from tinker.proto.request_conv import forward_backward_request_to_proto
+
+    request = tinker.types.ForwardBackwardRequest(
+        forward_backward_input=tinker.types.ForwardBackwardInput(data=[_datum([4, 5, 6])], loss_fn="cross_entropy"),
+        model_id=training.model_id,
+        seq_id=1,
+    )
+    proto = forward_backward_request_to_proto(request)
+    proto.forward_only = True
+    headers = {**HEADERS, "Content-Type": "application/x-protobuf"}
+    reply = httpx.post(f"{tinker_url}/api/v1/forward_backward", content=proto.SerializeToString(), headers=headers)
+    assert reply.status_code == 200, reply.text
+
+    def poll() -> httpx.Response:
+        return httpx.post(
+            f"{tinker_url}/api/v1/retrieve_future",
+            json={"request_id": reply.json()["request_id"]},
+            headers={**HEADERS, "Accept": "application/x-protobuf"},
+            timeout=60,
+        )
+
+    first, again = poll(), poll()
+    assert first.status_code == again.status_code == 200, again.text
+    assert first.content == again.content
+    _still_serves(training)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,11 +14,11 @@ import tinker
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder, StepResult
 
 from .conftest import API_KEY, tinker_server
-from .cookbook_runs import LossNotServed, SaveStateNotServed, read_metrics, run_loop
+from .cookbook_runs import read_metrics
 
 pytestmark = pytest.mark.slow
 
-STEPS = 6
+STEPS = 8
 
 
 def rewarded_tokens(model_path: str) -> frozenset[int]:
@@ -100,18 +101,13 @@ def model_url(tmp_path_factory, tiny_model_path: Path):
         yield url
 
 
-@pytest.mark.xfail(
-    raises=(LossNotServed, SaveStateNotServed),
-    strict=True,
-    reason="the RL loop's importance_sampling loss and its final save_state are not served yet",
-)
 def test_the_cookbook_rl_loop_runs_and_its_reward_rises(model_url, tiny_model_path, tmp_path, monkeypatch):
     from tinker_cookbook.rl import train
 
     monkeypatch.setenv("TINKER_API_KEY", API_KEY)
     log_path = tmp_path / "run"
     config = train.Config(
-        learning_rate=1e-1,
+        learning_rate=3e-2,
         dataset_builder=LeaningTokensDatasetBuilder(model_path=str(tiny_model_path)),
         model_name=str(tiny_model_path),
         recipe_name="roost_rl_test",
@@ -123,11 +119,9 @@ def test_the_cookbook_rl_loop_runs_and_its_reward_rises(model_url, tiny_model_pa
         lora_rank=8,
         base_url=model_url,
     )
-    missing = run_loop(train.main(config))
+    asyncio.run(train.main(config))
 
     rewards = [row["env/all/reward/total"] for row in read_metrics(log_path) if "env/all/reward/total" in row]
     assert len(rewards) == STEPS
-    # Means of two steps: a single step's mean over 32 samples is noisy.
-    assert sum(rewards[-2:]) > sum(rewards[:2]), rewards
-    if missing is not None:
-        raise missing
+    # Means of three steps: a single step's mean over 32 samples is noisy.
+    assert sum(rewards[-3:]) > sum(rewards[:3]), rewards

@@ -3,13 +3,14 @@ real `roost tinker serve` on the tiny model: a few steps on a chat file the test
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
 from .conftest import API_KEY, tinker_server
-from .cookbook_runs import SaveStateNotServed, read_metrics, run_loop
+from .cookbook_runs import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -35,11 +36,6 @@ def model_url(tmp_path_factory, tiny_model_path: Path):
         yield url
 
 
-@pytest.mark.xfail(
-    raises=SaveStateNotServed,
-    strict=True,
-    reason="save_state (POST /api/v1/save_weights) is not served: the cookbook's final checkpoint (kind='both') saves the state",
-)
 def test_the_cookbook_supervised_loop_runs_and_its_loss_falls(model_url, tiny_model_path, tmp_path, monkeypatch):
     from tinker_cookbook.supervised import train
     from tinker_cookbook.supervised.data import FromConversationFileBuilder
@@ -70,13 +66,11 @@ def test_the_cookbook_supervised_loop_runs_and_its_loss_falls(model_url, tiny_mo
         eval_every=0,
         infrequent_eval_every=0,
     )
-    missing = run_loop(train.main(config))
+    asyncio.run(train.main(config))
 
     rows = read_metrics(log_path)
     losses = [row["train_mean_nll"] for row in rows if "train_mean_nll" in row]
     assert len(losses) == 4
     assert losses[-1] < losses[0], losses
-    if missing is not None:
-        raise missing
     checkpoints = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
     assert checkpoints[-1]["name"] == "final"

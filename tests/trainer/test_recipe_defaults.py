@@ -51,3 +51,21 @@ def test_env_server_and_gateway_sections_take_their_servers_defaults():
 def test_the_engine_section_takes_the_engine_servers_defaults():
     section, server = EngineConfig(), EngineServerConfig()
     assert (section.dtype, section.max_running) == (server.dtype, server.max_running) == ("float32", 64)
+
+
+def test_a_lora_runs_engine_config_serves_its_adapter(tmp_path):
+    """vLLM serves adapters only with --enable-lora and up to its rank limit: a LoRA run's engine
+    config asks for both; a full-weight run's leaves the defaults."""
+    from roost.trainer.recipe import validate_recipe
+    from roost.trainer.rl.services import engine_config
+
+    def config(backend: str, lora: dict | None):
+        trainer = {"lora": lora} if lora else {}
+        recipe = validate_recipe(
+            {"name": "r", "env": {"name": "alfworld"}, "engine": {"backend": backend}, "trainer": trainer}
+        )
+        return engine_config(recipe, "tiny", "127.0.0.1", tmp_path)
+
+    assert config("vllm", {"rank": 128}).enable_lora and config("vllm", {"rank": 128}).max_lora_rank == 128
+    assert not config("embedded", {"rank": 8}).enable_lora and config("embedded", {"rank": 8}).max_lora_rank == 64
+    assert not config("vllm", None).enable_lora

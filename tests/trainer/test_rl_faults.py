@@ -165,9 +165,9 @@ async def test_a_restarted_engine_of_a_lora_run_serves_its_newest_adapter_at_the
     tiny_model_path, tmp_path
 ):
     from roost.rollout.engine.model_spec import ModelSpec
+    from roost.rollout.engine.server_config import EngineServerConfig
     from roost.rollout.engine_api.sglang_client import SGLangClient
     from roost.rollout.lora import LoraSpec, save_adapter
-    from roost.rollout.engine.server_config import EngineServerConfig
     from roost.trainer.megatron.lora import fresh_weights
     from roost.trainer.rl.services import server_command
 

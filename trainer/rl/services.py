@@ -76,9 +76,14 @@ def server_command(server: str) -> list[str]:
 def engine_config(recipe: Recipe, model: str, host: str, log_dir: Path) -> EngineServerConfig:
     """roost's engine (embedded, or the vLLM server it supervises) for the run, on the port it binds;
     vLLM's flags in `engine.args` pass to vLLM unchanged, and its output goes to `log_dir`/vllm.log.
-    The embedded engine's `engine.args` are flags of `roost engine` itself (see `engine_launch`)."""
+    The embedded engine's `engine.args` are flags of `roost engine` itself (see `engine_launch`). A LoRA
+    run's engine serves the run's adapter (vLLM only with --enable-lora; the embedded engine always can)."""
     engine = recipe.engine
     vllm = engine.backend == "vllm"
+    lora = recipe.trainer.lora
+    adapters = (
+        {"enable_lora": vllm, "max_lora_rank": max(lora.rank, EngineServerConfig().max_lora_rank)} if lora else {}
+    )
     return EngineServerConfig(
         model=model,
         backend="vllm" if vllm else "embedded",
@@ -88,6 +93,7 @@ def engine_config(recipe: Recipe, model: str, host: str, log_dir: Path) -> Engin
         max_running=engine.max_running,
         vllm_args=list(engine.args) if vllm else [],
         vllm_log=log_dir / "vllm.log",
+        **adapters,
     )
 
 
