@@ -6,9 +6,9 @@ Starts the server on the base model, then for each number of concurrent clients 
 client's `optim_step`. Reports `forward_backward` tokens/s (all clients' tokens over the phases'
 wall time) and the median `optim_step` phase in seconds; then the seconds and bytes of one
 `save_weights_for_sampler`, the weight sync of the Tinker path (bytes: what the save wrote to the
-server's weights folder, which lives in the TMPDIR the bench gives it). The SDK's LoRA clients
-train adapters only where the server's capabilities say `lora: true`; the rows are filed under
-`lora` or `full_weight` accordingly, and the other says why it has none.
+server's weights folder, which lives in the TMPDIR the bench gives it). Both modes, each on a
+server of its own: `lora` (the SDK's LoRA clients train adapters, the server's default) and
+`full_weight` (`roost tinker serve --full-weight`: every weight trains).
 """
 
 from __future__ import annotations
@@ -100,30 +100,20 @@ async def _measure_save(trainer, weights_tmp: Path) -> dict[str, Any]:
     return {"seconds": round(seconds, 3), "bytes": _folder_bytes(weights_tmp) - before}
 
 
-async def _run(url: str, config: TinkerBenchConfig, weights_tmp: Path) -> dict[str, Any]:
+async def _run(url: str, config: TinkerBenchConfig, weights_tmp: Path, mode: str) -> dict[str, Any] | str:
     async with httpx.AsyncClient(headers={"X-Api-Key": API_KEY}) as http:
         response = await http.get(f"{url}/api/v1/get_server_capabilities")
         response.raise_for_status()
         capabilities = response.json()
+    if not capabilities.get(mode):
+        return f"not served: the server's capabilities say {mode}: {capabilities.get(mode)}"
     vocab = await _vocab_size(url, config)
     rows = [
         await _measure_level(url, config, clients, vocab, weights_tmp if i == 0 else None)
         for i, clients in enumerate(config.concurrency)
     ]
-    measured = [{k: v for k, v in row.items() if k != "sampler_save"} for row in rows]
-    # The SDK's create_lora_training_client trains adapters where the server serves LoRA and every
-    # weight where it does not: the rows are filed under what the server says it did.
-    if capabilities.get("lora"):
-        modes = {"lora": measured, "full_weight": "not measured: this server trains LoRA clients as adapters"}
-    else:
-        modes = {"full_weight": measured, "lora": "not served"}
     return {
-        "base_model": config.base_model,
-        "steps": config.steps,
-        "batch": config.batch,
-        "seq_len": config.seq_len,
-        "capabilities": {flag: capabilities.get(flag) for flag in ("full_weight", "lora")},
-        **modes,
+        "rows": [{k: v for k, v in row.items() if k != "sampler_save"} for row in rows],
         "sampler_save": rows[0]["sampler_save"],
     }
 
@@ -140,12 +130,26 @@ async def _vocab_size(url: str, config: TinkerBenchConfig) -> int:
 
 
 def run_bench(config: TinkerBenchConfig) -> dict[str, Any]:
-    """Start `roost tinker serve` on the base model, measure, stop it; the JSON report."""
+    """Measure LoRA clients (the server's default) and full-weight ones (`--full-weight`), each on
+    a server of its own; the JSON report."""
+    return {
+        "base_model": config.base_model,
+        "steps": config.steps,
+        "batch": config.batch,
+        "seq_len": config.seq_len,
+        "rank": config.rank,
+        "lora": _serve_and_measure(config, "lora", []),
+        "full_weight": _serve_and_measure(config, "full_weight", ["--full-weight"]),
+    }
+
+
+def _serve_and_measure(config: TinkerBenchConfig, mode: str, flags: list[str]) -> dict[str, Any] | str:
+    """Start `roost tinker serve` on the base model with `flags`, measure, stop it."""
     with tempfile.TemporaryDirectory(prefix="roost-bench-tinker-") as folder:
         root = Path(folder)
         weights_tmp = root / "tmp"
         weights_tmp.mkdir()
-        command = [sys.executable, "-m", "roost.cli.main", "tinker", "serve", "--base-model", config.base_model]
+        command = [sys.executable, "-m", "roost.cli.main", "tinker", "serve", "--base-model", config.base_model, *flags]
         with (root / "server.log").open("w") as log:
             process, port = start_reporting(
                 [*command, "--port", "0", "--port-file", str(root / "port")],
@@ -158,6 +162,6 @@ def run_bench(config: TinkerBenchConfig) -> dict[str, Any]:
                 stderr=log,
             )
             try:
-                return asyncio.run(_run(f"http://127.0.0.1:{port}", config, weights_tmp))
+                return asyncio.run(_run(f"http://127.0.0.1:{port}", config, weights_tmp, mode))
             finally:
                 stop_process(process)
