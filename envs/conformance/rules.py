@@ -8,6 +8,7 @@ env, so later rules may use what earlier ones found (the task, the probe's basel
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from roost.envs.conformance.processes import processes_left
 from roost.envs.conformance.shapes import check_reset, check_step
@@ -128,7 +129,7 @@ async def reset_again_starts_fresh(trial: Trial) -> str:
     after = outcome_of(await trial.step(probe))
     if after != trial.baseline:
         raise RuleFailed(
-            f"the probe after a second reset returned {after!r:.200}, after the first {trial.baseline!r:.200}"
+            f"the probe after a second reset answered otherwise than after the first: {_outcome_diff(trial.baseline, after)}"
         )
     return "same first observation, same answer to the probe"
 
@@ -151,7 +152,7 @@ async def refusals_leave_the_episode_unchanged(trial: Trial) -> str:
     after = outcome_of(await trial.step(probe))
     if after != trial.baseline:
         raise RuleFailed(
-            f"after refused actions the probe returned {after!r:.200}; right after reset {trial.baseline!r:.200}. "
+            f"after refused actions the probe answered otherwise than right after reset: {_outcome_diff(trial.baseline, after)}. "
             "Check an action completely before changing any state"
         )
     return "the probe answered as right after reset"
@@ -263,6 +264,16 @@ async def _play_to_the_end(trial: Trial, reset: Reset) -> tuple[int, Action]:
             return turn + 1, action
         info = step.info
     raise RuleFailed(f"the episode had not ended after {config.max_finish_steps} steps")
+
+
+def _outcome_diff(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
+    """Name the first field of two `outcome_of` tuples that differs, and where."""
+    for field, a, b in zip(("observation text", "reward", "terminated", "truncated"), before, after):
+        if a != b:
+            return (
+                f"{field}: {_diff(a, b)}" if isinstance(a, str) and isinstance(b, str) else f"{field}: {a!r} vs {b!r}"
+            )
+    return f"{before!r:.200} vs {after!r:.200}"
 
 
 def _diff(a: str, b: str) -> str:

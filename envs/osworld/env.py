@@ -83,6 +83,10 @@ class OSWorldEnvConfig(BaseModel):
     """Pause after an action before observing (OSWorld pauses 2 s)."""
     wait_s: float = Field(1.0, ge=0)
     """How long WAIT waits."""
+    ready_timeout_s: float = Field(20.0, ge=0)
+    """How long a reset waits, after the task's config steps, for the desktop to settle: its
+    accessibility tree the same twice in a row, with the launched applications in it (they register
+    a moment after their windows show). Past it the desktop is observed as it is."""
     max_tree_chars: int | None = Field(None, gt=0)
     """Cut the accessibility table past this many characters."""
     official: OfficialOptions = OfficialOptions()
@@ -244,6 +248,7 @@ class OSWorldEnv:
             action_space=config.action_space,
             step_timeout_s=config.step_timeout_s,
             official=config.official,
+            ready_timeout_s=config.ready_timeout_s,
             desktops=self._shared.desktops,
         )
 

@@ -10,6 +10,7 @@ desktop that stops answering turns into `EnvFaultError` here, once, for every ca
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import tempfile
 from collections.abc import Awaitable
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .tasks import OSWorldTask
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 NOTE_CHARS = 2000
 """Longest action output or error quoted back to the agent (the tail is kept)."""
 
@@ -45,6 +47,8 @@ class SessionOptions:
     action_space: ActionSpace
     step_timeout_s: float
     official: OfficialOptions
+    ready_timeout_s: float = 20.0
+    """How long a new desktop may take to settle after its config steps (see `settle`)."""
     desktops: DesktopPool | None = None
     """Where roost's desktops come from: one pool per env factory, so the local backend's host
     probes (its python, bubblewrap) run once, not at every reset; None: a pool of this session's own."""
@@ -147,6 +151,7 @@ class RoostSession:
         try:
             session.versions = await session._guard(pool.versions(session.client), "reported its versions")
             await session._guard(session._configure(task), "ran the task's config steps")
+            await session._guard(session._settle(task), "settled after its config steps")
         except BaseException:
             await session.close()
             raise
@@ -196,6 +201,19 @@ class RoostSession:
         from .config_steps import run_steps
 
         await run_steps(task.config, self.context)
+
+    async def _settle(self, task: OSWorldTask) -> None:
+        from .settle import expects_apps, settle
+
+        settled = await settle(
+            self.client.accessibility_tree, wants_apps=expects_apps(task.config), timeout_s=self.options.ready_timeout_s
+        )
+        if not settled:
+            log.warning(
+                "task %s: the desktop's accessibility tree did not settle within %.0fs; observing it as it is",
+                task.id,
+                self.options.ready_timeout_s,
+            )
 
     async def _guard(self, work: Awaitable[T], doing: str) -> T:
         """`work`, with a lost desktop turned into an env fault (and the desktop checked once)."""

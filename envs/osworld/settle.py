@@ -1,0 +1,46 @@
+"""Wait for a freshly configured desktop to settle before its first observation.
+
+An application a config step launched shows its window before it registers with the
+accessibility bus: Chromium takes a second or more, and a tree read before then is an empty
+`<desktop-frame />`. Observed in CI: the first observation after one reset held Chromium's tree
+and after another none, so two resets of the same task looked different to the agent. OSWorld's
+own runner sleeps a fixed time after reset; here the tree is read until it holds what the config
+launched and reads the same twice in a row, within a bound, so a reset costs what the desktop
+needs and no more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from roost.envs.osworld.tasks import ConfigStep
+
+POLL_S = 0.25
+APP_STEPS = frozenset({"launch", "open", "chrome_open_tabs"})
+"""Config steps after which the desktop should hold an application (a launch may also be
+OSWorld's `socat` forward, which starts nothing here: then the bound ends the wait)."""
+EMPTY_TREE = "<desktop-frame />"
+
+
+def expects_apps(steps: list[ConfigStep]) -> bool:
+    return any(step.type in APP_STEPS for step in steps)
+
+
+async def settle(read_tree: Callable[[], Awaitable[str]], *, wants_apps: bool, timeout_s: float) -> bool:
+    """Read the tree every `POLL_S` until two reads in a row are equal (and not empty when
+    `wants_apps`); False when `timeout_s` passed first (the desktop is observed as it is)."""
+    deadline = time.monotonic() + timeout_s
+    previous = await read_tree()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(POLL_S)
+        tree = await read_tree()
+        if tree == previous and not (wants_apps and _empty(tree)):
+            return True
+        previous = tree
+    return False
+
+
+def _empty(tree: str) -> bool:
+    return tree.strip() == EMPTY_TREE
