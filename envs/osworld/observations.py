@@ -163,14 +163,18 @@ def observation_text(instruction: str, table: str | None, note: str = "") -> str
     return "\n\n".join(parts)
 
 
-async def observe(client: DesktopClient, config: ObservationConfig, instruction: str, note: str = "") -> Observation:
-    """The observation of the desktop now (screenshot and tree fetched at once, as the type needs)."""
+async def observe(
+    client: DesktopClient, config: ObservationConfig, instruction: str, note: str = "", tree: str | None = None
+) -> Observation:
+    """The observation of the desktop now (screenshot and tree fetched at once, as the type needs);
+    `tree`: the accessibility tree read a moment ago, used instead of reading it again."""
     kind = config.observation_type
     wants_image, wants_tree = kind != "a11y_tree", kind != "screenshot"
     png, xml = await asyncio.gather(
-        client.screenshot() if wants_image else _none(), client.accessibility_tree() if wants_tree else _none()
+        client.screenshot() if wants_image else _none(),
+        client.accessibility_tree() if wants_tree and tree is None else _none(),
     )
-    return observation_from(config, instruction, png, xml, note)
+    return observation_from(config, instruction, png, (tree if tree is not None else xml) if wants_tree else None, note)
 
 
 def observation_from(

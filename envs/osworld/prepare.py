@@ -7,6 +7,7 @@ env:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ def fixtures(out: str | None = None) -> dict[str, Any]:
     return {"tasks": str(written.root)}
 
 
+CHECK_DOMAIN = "mousepad"
+"""The check runs a Mousepad task: a real app whose accessibility tree reads in a fraction of a second
+(Chromium's takes seconds a read on a loaded machine, and the check observes some twenty times)."""
+
+
 def check_config() -> CheckConfig:
-    """The fixture tasks on this host's desktop (Xvfb), short waits; WAIT as the probe, DONE to finish."""
+    """A fixture task on this host's desktop (Xvfb), short waits; WAIT as the probe, DONE to finish."""
     args = {**fixtures(), "backend": "local", "max_steps": 4, "settle_s": 0.1, "wait_s": 0.1, "step_timeout_s": 10}
-    return CheckConfig(env_args=args, split="test", probe=TextAction("WAIT"), finish=(TextAction("DONE"),))
+    task_id = json.loads((Path(args["tasks"]) / "test.json").read_text())[CHECK_DOMAIN][0]
+    return CheckConfig(
+        env_args=args, split="test", task_id=task_id, probe=TextAction("WAIT"), finish=(TextAction("DONE"),)
+    )

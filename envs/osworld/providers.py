@@ -120,6 +120,8 @@ class RoostSession:
         self.desktop = desktop
         self.client = client
         self.versions: dict[str, str] = {}
+        self._fresh_tree: str | None = None
+        """The tree the settle after the config steps read last: the first observation's."""
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"roost-osworld-{_safe(task_id)}-"))
         self.context = TaskContext(
             task_id,
@@ -158,9 +160,10 @@ class RoostSession:
         return session
 
     async def observe(self, instruction: str, note: str = "") -> Observation:
+        tree, self._fresh_tree = self._fresh_tree, None  # the tree read while settling, once
         # /health checks the X server too: an a11y-only observation would not notice it gone.
         observation, healthy = await asyncio.gather(
-            self._guard(observe(self.client, self.options.observation, instruction, note), "was observed"),
+            self._guard(observe(self.client, self.options.observation, instruction, note, tree), "was observed"),
             self.client.health(),
         )
         if not healthy:
@@ -208,7 +211,8 @@ class RoostSession:
         settled = await settle(
             self.client.accessibility_tree, wants_apps=expects_apps(task.config), timeout_s=self.options.ready_timeout_s
         )
-        if not settled:
+        self._fresh_tree = settled.tree
+        if not settled.stable:
             log.warning(
                 "task %s: the desktop's accessibility tree did not settle within %.0fs; observing it as it is",
                 task.id,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from roost.envs.osworld.tasks import ConfigStep
 
@@ -24,22 +25,29 @@ OSWorld's `socat` forward, which starts nothing here: then the bound ends the wa
 EMPTY_TREE = "<desktop-frame />"
 
 
+@dataclass(frozen=True)
+class Settled:
+    tree: str
+    """The last tree read: the first observation's (no need to read it again)."""
+    stable: bool
+
+
 def expects_apps(steps: list[ConfigStep]) -> bool:
     return any(step.type in APP_STEPS for step in steps)
 
 
-async def settle(read_tree: Callable[[], Awaitable[str]], *, wants_apps: bool, timeout_s: float) -> bool:
+async def settle(read_tree: Callable[[], Awaitable[str]], *, wants_apps: bool, timeout_s: float) -> Settled:
     """Read the tree every `POLL_S` until two reads in a row are equal (and not empty when
-    `wants_apps`); False when `timeout_s` passed first (the desktop is observed as it is)."""
+    `wants_apps`), or until `timeout_s` passed (the desktop is then observed as it is)."""
     deadline = time.monotonic() + timeout_s
     previous = await read_tree()
     while time.monotonic() < deadline:
         await asyncio.sleep(POLL_S)
         tree = await read_tree()
         if tree == previous and not (wants_apps and _empty(tree)):
-            return True
+            return Settled(tree, True)
         previous = tree
-    return False
+    return Settled(previous, False)
 
 
 def _empty(tree: str) -> bool:
