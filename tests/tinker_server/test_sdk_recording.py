@@ -182,3 +182,16 @@ def test_the_viewer_shows_the_recorded_samples_with_their_adapter(server, tenant
             assert f"#{position} id {token} " in call.text
         groups = httpx.get(f"{url}/groups?version=1")
         assert training.model_id in groups.text
+
+
+def test_a_full_weight_snapshot_and_the_base_model_are_recorded_without_an_adapter(tmp_path, tiny_model_path):
+    with tinker_server(tmp_path, "--full-weight") as url:
+        service = tinker.ServiceClient(base_url=url, api_key=API_KEY)
+        training = _trained(service, 1, seed=4)
+        snapshot = _sample(training.save_weights_and_get_sampling_client().result()).result()
+        base = _sample(service.create_sampling_client(base_model="tiny").result(), GREEDY, 1).result()
+        service.close("success").result()
+    for group, response, version in ((training.model_id, snapshot, "1"), ("base:tiny", base, "0")):
+        _, calls = _calls(tmp_path / "trajectories.sqlite", group)
+        assert [list(c.sampled_ids) for c in calls] == _tokens(response)
+        assert {(c.adapter, c.weight_version, c.model) for c in calls} == {("", version, "tiny")}
