@@ -64,10 +64,12 @@ def serve(
 
     from .app import TINKER_KEY
     from .app import serve as serve_app
+    from .recording import check_store
 
     try:
         key = serving_key("roost tinker serve", host, api_key, TINKER_KEY)
         folders = _folders(base_model)
+        check_store(store)
     except (KeysRequired, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

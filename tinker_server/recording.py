@@ -11,9 +11,11 @@ before its future answers, as the gateway commits a call before it answers.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,19 @@ from .sampling import SampleCall, SamplingSession, Sequence
 
 ENDPOINT = "asample"
 BACKEND = "embedded"
+
+
+def check_store(path: Path) -> None:
+    """Open (creating it if need be) and close the store at `path`; ValueError saying what to pass
+    instead when it cannot hold trajectories (not SQLite, a newer schema, a folder one cannot write)."""
+    store = TrajectoryStore(path)
+    try:
+        store.open()
+    except (sqlite3.Error, RuntimeError, OSError) as exc:
+        raise ValueError(
+            f"--store {path} cannot hold trajectories ({exc}); pass a new file, or a store roost wrote"
+        ) from None
+    store.close()
 
 
 class SampleRecorder:
