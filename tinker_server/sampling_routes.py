@@ -85,7 +85,7 @@ def sampling_router(state: ServerState) -> APIRouter:
             raise HTTPException(400, f"{', '.join(unserved)} not served yet (docs/tinker.md); leave them unset")
         call = _sample_call(body, state.context_lengths[session.base_model])
 
-        request_id = ""
+        request_id = ""  # set by submit below, before its task first runs
 
         async def work() -> Outcome:
             sequences, prompt = await state.samplers.sample(session, call)
