@@ -152,7 +152,15 @@ def _serve_and_measure(config: TinkerBenchConfig, mode: str, flags: list[str]) -
         command = [sys.executable, "-m", "roost.cli.main", "tinker", "serve", "--base-model", config.base_model, *flags]
         with (root / "server.log").open("w") as log:
             process, port = start_reporting(
-                [*command, "--port", "0", "--port-file", str(root / "port")],
+                [
+                    *command,
+                    "--port",
+                    "0",
+                    "--port-file",
+                    str(root / "port"),
+                    "--store",
+                    str(root / "trajectories.sqlite"),
+                ],
                 root / "port",
                 "roost tinker serve",
                 180.0,

@@ -7,7 +7,9 @@ roost's own trainer unchanged (`tinker.ServiceClient(base_url=URL, api_key=KEY)`
     sessions.py         sessions, their heartbeats, the models each owns and saved states
     losses.py           Tinker's losses (cross_entropy, importance_sampling, ppo, cispo, dro)
     backend.py          `TrainingBackend` and the Megatron one (LoRA adapters or every weight)
-    sampling.py         sampling sessions on roost's embedded engine, and prompt logprobs
+    sampling.py         sampling sessions on roost's embedded engine (one per base model), and prompt logprobs
+    adapter_slots.py    the LoRA snapshots loaded into a base model's engine, least recently sampled unloaded first
+    recording.py        every sample into the trajectory store: a session per sampling session, a call per sequence
     routes_common.py    the state every route shares
     routes.py           handshake, sessions and futures; the router of all routes
     training_routes.py  create_model, get_info, forward_backward, optim_step

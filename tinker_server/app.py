@@ -14,8 +14,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from roost.rollout.keys import KeyKind, presented_key, same_key
+from roost.rollout.store.trajectory_store import TrajectoryStore
 
 from .futures import FutureQueue
+from .recording import SampleRecorder
 from .routes import build_router
 from .routes_common import ServerState
 from .sampling import Samplers
@@ -58,7 +60,10 @@ def build_app(
     compress_fwdbwd: bool = False,
     full_weight: bool = False,
     max_lora_rank: int = 128,
+    store: Path,
+    max_loaded_adapters: int = 8,
 ) -> FastAPI:
+    """The app; `store`: the trajectory store every sample is recorded in."""
     # Torch and Megatron's state belong to one thread: all training runs there, in order.
     training = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-train")
     futures = FutureQueue()
@@ -67,7 +72,8 @@ def build_app(
         return await asyncio.get_running_loop().run_in_executor(training, fn, *args)
 
     weights_root = Path(tempfile.mkdtemp(prefix="roost-tinker-weights-"))
-    samplers = Samplers()
+    samplers = Samplers(max_loaded_adapters=max_loaded_adapters, max_lora_rank=max_lora_rank)
+    trajectories = TrajectoryStore(store)
     state = ServerState(
         base_models=base_models,
         registry=Registry(),
@@ -80,13 +86,16 @@ def build_app(
         context_lengths={name: _context_length(folder) for name, folder in base_models.items()},
         samplers=samplers,
         weights_root=weights_root,
+        recorder=SampleRecorder(trajectories),
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        await asyncio.to_thread(trajectories.open)
         yield
         futures.cancel_all()
         samplers.stop()
+        trajectories.close()
         training.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(weights_root, ignore_errors=True)
 
@@ -121,6 +130,8 @@ def serve(
     compress_fwdbwd: bool,
     full_weight: bool = False,
     max_lora_rank: int = 128,
+    store: Path,
+    max_loaded_adapters: int = 8,
 ) -> None:
     import uvicorn
 
@@ -129,6 +140,12 @@ def serve(
     sock = bind_listener(host, port)
     report_port(sock, port_file)
     app = build_app(
-        base_models, api_key, compress_fwdbwd=compress_fwdbwd, full_weight=full_weight, max_lora_rank=max_lora_rank
+        base_models,
+        api_key,
+        compress_fwdbwd=compress_fwdbwd,
+        full_weight=full_weight,
+        max_lora_rank=max_lora_rank,
+        store=store,
+        max_loaded_adapters=max_loaded_adapters,
     )
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

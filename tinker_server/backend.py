@@ -68,9 +68,14 @@ class TrainingBackend(Protocol):
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]: ...
 
+    @property
+    def steps(self) -> int:
+        """The optim_steps that changed the weights since this backend was built."""
+        ...
+
     def export(self, folder: Path) -> Path:
-        """Write the current weights as a Hugging Face folder the engine loads (merged, with LoRA;
-        the adapter alone also goes to `folder/adapter`)."""
+        """Write the weights the engine samples: with LoRA the adapter alone, in PEFT's layout, in
+        `folder/adapter` (the engine loads it onto the base model); else a Hugging Face folder."""
         ...
 
     def save_state(self, folder: Path) -> Path:
@@ -185,10 +190,15 @@ class MegatronBackend:
         self.policy.steps += int(bool(updated))
         return {"grad_norm:mean": float(grad_norm or 0.0), "updated:sum": float(bool(updated))}
 
+    @property
+    def steps(self) -> int:
+        return self.policy.steps
+
     def export(self, folder: Path) -> Path:
-        self.policy.export_hf(folder)
         if self.lora is not None:
             self.policy.save_adapter(folder / ADAPTER_DIR)
+        else:
+            self.policy.export_hf(folder)
         return folder
 
     def save_state(self, folder: Path) -> Path:

@@ -10,6 +10,9 @@ import typer
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
 from roost.serving.listen import PORT_FILE_HELP
 
+DEFAULT_STORE = Path(".roost/tinker/trajectories.sqlite")
+"""In the server's run folder, `.roost/tinker` of its working folder: `roost view .roost/tinker` shows it."""
+
 
 def _folders(base_models: list[str]) -> dict[str, Path]:
     from roost.rollout.engine.tiny_model import tiny_model_dir
@@ -42,6 +45,15 @@ def serve(
         False, help="Train every weight of each model (LoRA configs are recorded, not trained); default: LoRA."
     ),
     max_lora_rank: int = typer.Option(128, min=1, help="The largest LoRA rank a client may ask for."),
+    store: Path = typer.Option(
+        DEFAULT_STORE,
+        help="SQLite trajectory store every sample is recorded in (roost view --store FILE shows it).",
+    ),
+    max_loaded_adapters: int = typer.Option(
+        8,
+        min=1,
+        help="LoRA snapshots loaded into a base model's engine at once; the least recently sampled is unloaded.",
+    ),
     log_level: LogLevel = level_option(),
     log_json: bool = json_option(),
 ) -> None:
@@ -52,10 +64,12 @@ def serve(
 
     from .app import TINKER_KEY
     from .app import serve as serve_app
+    from .recording import check_store
 
     try:
         key = serving_key("roost tinker serve", host, api_key, TINKER_KEY)
         folders = _folders(base_model)
+        check_store(store)
     except (KeysRequired, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -68,6 +82,8 @@ def serve(
         compress_fwdbwd=compress_fwdbwd,
         full_weight=full_weight,
         max_lora_rank=max_lora_rank,
+        store=store,
+        max_loaded_adapters=max_loaded_adapters,
     )
 
 

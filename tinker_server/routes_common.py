@@ -17,6 +17,7 @@ from fastapi import HTTPException
 
 from . import wire
 from .futures import FutureQueue
+from .recording import SampleRecorder
 from .sampling import Samplers
 from .sessions import Registry, SessionFinished, UnknownName
 
@@ -43,6 +44,8 @@ class ServerState:
     samplers: Samplers
     weights_root: Path
     """Where saved sampler weights are exported, one folder per save."""
+    recorder: SampleRecorder
+    """Where every sample is recorded (the trajectory store)."""
 
 
 def known(state: ServerState, fn: Callable[[], Any]) -> Any:

@@ -1,8 +1,11 @@
-"""Sampling sessions: each samples from one set of weights with roost's embedded engine.
+"""Sampling sessions, and the engines that sample them: one per base model, its LoRA snapshots
+loaded into it as adapters.
 
 A session made by `save_weights_for_sampler` samples from the training model's weights as they
-were then (a snapshot, exported as a Hugging Face folder); one made with `base_model` from the
-base. Engines are built per weights folder and kept for the server's life.
+were then (a snapshot); one made with `base_model` from the base. A LoRA snapshot is its adapter
+alone (PEFT's layout), sampled by name on its base model's engine, so the samples of every tenant
+of one base model batch together in one engine; a full-weight snapshot is a Hugging Face folder
+sampled by an engine of its own. Engines are built on first use and kept for the server's life.
 """
 
 from __future__ import annotations
@@ -16,16 +19,34 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .adapter_slots import AdapterRef, AdapterSlots
 from .futures import RequestFailure
 from .sessions import UnknownName
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What a sampling session samples: the engine's folder, and the LoRA snapshot on it if any."""
+
+    base_model: str
+    folder: Path
+    """The engine's weights: the base model's folder (base or LoRA), a full-weight snapshot's own."""
+    adapter: AdapterRef | None = None
+    model_id: str | None = None
+    """The training model the snapshot was taken of; None: the base model."""
+    weight_version: str = "0"
+    """The training model's optim_step count at the snapshot ("0": the base weights)."""
 
 
 @dataclass
 class SamplingSession:
     sampling_session_id: str
-    base_model: str
-    folder: Path
+    weights: Weights
     model_path: str | None = None
+
+    @property
+    def base_model(self) -> str:
+        return self.weights.base_model
 
 
 @dataclass
@@ -51,21 +72,27 @@ class Sequence:
     logprobs: list[float]
     stop_reason: str
     """`stop` or `length`."""
+    finish_reason: dict | None = None
+    """The engine's own finish reason (`{"type": "stop", "matched": ...}`), as recorded."""
 
 
 class Samplers:
     """Sampling sessions, and the engines that serve their weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_loaded_adapters: int = 8, max_lora_rank: int = 128) -> None:
         self.sessions: dict[str, SamplingSession] = {}
-        self.saved: dict[str, SamplingSession] = {}
-        """tinker:// path of a named save → the session that holds its weights."""
+        self.saved: dict[str, Weights] = {}
+        """tinker:// path of a named save → the weights it holds."""
         self._engines: dict[Path, object] = {}
+        self.slots: dict[Path, AdapterSlots] = {}
+        """Engine folder → the LoRA snapshots loaded into that engine."""
         self._building: dict[Path, asyncio.Lock] = {}
         self._ids = itertools.count()
+        self._max_loaded_adapters = max_loaded_adapters
+        self._max_lora_rank = max_lora_rank
 
-    def add(self, base_model: str, folder: Path, owner: str, model_path: str | None = None) -> SamplingSession:
-        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", base_model, folder, model_path)
+    def add(self, weights: Weights, owner: str, model_path: str | None = None) -> SamplingSession:
+        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", weights, model_path)
         self.sessions[session.sampling_session_id] = session
         return session
 
@@ -82,33 +109,53 @@ class Samplers:
         lock = self._building.setdefault(folder, asyncio.Lock())
         async with lock:
             if folder not in self._engines:
-                from roost.rollout.engine.engine import Engine, EngineConfig
-
-                engine = await asyncio.to_thread(Engine, EngineConfig(folder, max_running=16))
+                engine = await asyncio.to_thread(self._build, folder)
                 engine.start()
                 self._engines[folder] = engine
+                self.slots[folder] = AdapterSlots(engine, self._max_loaded_adapters)
         return self._engines[folder]
 
+    def _build(self, folder: Path):
+        from roost.rollout.engine.adapters import AdapterLimits
+        from roost.rollout.engine.engine import Engine, EngineConfig
+
+        limits = AdapterLimits(max_loras=self._max_loaded_adapters, max_lora_rank=self._max_lora_rank)
+        return Engine(EngineConfig(folder, max_running=16, lora=limits))
+
     async def sample(self, session: SamplingSession, call: SampleCall) -> tuple[list[Sequence], np.ndarray | None]:
-        engine = await self.engine(session.folder)
+        weights = session.weights
+        engine = await self.engine(weights.folder)
         from roost.rollout.engine_api.wire import RequestError
 
         try:
+            adapter = None if weights.adapter is None else await self.slots[weights.folder].hold(weights.adapter)
+            engine.check_prompt(call.prompt)
+            params = [_params(call, i) for i in range(call.num_samples)]
+            plans = [engine.plan(call.prompt, p, adapter=adapter) for p in params]
             completions = await asyncio.gather(
-                *(engine.generate(call.prompt, _params(call, i)) for i in range(call.num_samples))
+                *(engine.generate(call.prompt, p, plan=plan) for p, plan in zip(params, plans))
             )
         except RequestError as exc:
             raise RequestFailure(str(exc)) from None
         sequences = [
-            Sequence(c.output_ids, c.logprobs, "length" if (c.finish_reason or {}).get("type") == "length" else "stop")
-            for c in completions
+            Sequence(c.output_ids, c.logprobs, _stop_reason(c.finish_reason), c.finish_reason) for c in completions
         ]
-        prompt = await asyncio.to_thread(prompt_logprobs, engine, call.prompt) if call.prompt_logprobs else None
+        prompt = None
+        if call.prompt_logprobs:
+            prompt = await asyncio.to_thread(prompt_logprobs, engine, call.prompt, adapter)
         return sequences, prompt
+
+    def decoder(self, session: SamplingSession):
+        """The tokenizer's `decode` of the engine that sampled `session` (built by `sample`)."""
+        return self._engines[session.weights.folder].decode
 
     def stop(self) -> None:
         for engine in self._engines.values():
             engine.stop()
+
+
+def _stop_reason(finish_reason: dict | None) -> str:
+    return "length" if (finish_reason or {}).get("type") == "length" else "stop"
 
 
 def _params(call: SampleCall, index: int):
@@ -128,11 +175,13 @@ def _params(call: SampleCall, index: int):
 
 
 @torch.inference_mode()
-def prompt_logprobs(engine, tokens: list[int]) -> np.ndarray:
+def prompt_logprobs(engine, tokens: list[int], adapter=None) -> np.ndarray:
     """log p(tokens[i] | tokens[:i]) for every prompt position (NaN at 0, which has no context),
-    from the engine's own model: the prefill of `CausalLM.prefill`, keeping every position's logits
-    instead of the last one's, on a cache of its own."""
+    from the engine's own model through `adapter` (a `LoadedAdapter`; None: the base): the prefill
+    of `CausalLM.prefill`, keeping every position's logits instead of the last one's, on a cache of
+    its own."""
     from roost.rollout.engine.kv_cache import SlotKVCache
+    from roost.rollout.engine.lora_rows import LoraRows
 
     model, spec = engine.model, engine.spec
     cache = SlotKVCache(
@@ -147,7 +196,9 @@ def prompt_logprobs(engine, tokens: list[int]) -> np.ndarray:
     ids = torch.tensor(tokens, dtype=torch.long)
     x = model.model.embed_tokens(ids)[None]
     cos, sin = model.rotary(torch.arange(len(tokens))[None], x.dtype)
+    lora, spans = LoraRows.of([adapter], [len(tokens)]), [(0, 0, len(tokens))]
     for layer in model.model.layers:
-        x = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, [(0, 0, len(tokens))]))
-    logprobs = torch.log_softmax(model.logits(x[0, :-1]), dim=-1).gather(1, ids[1:, None])[:, 0]
+        x = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans, lora), lora)
+    logits = model.logits(x[0, :-1], LoraRows.of([adapter] * (len(tokens) - 1)))
+    logprobs = torch.log_softmax(logits, dim=-1).gather(1, ids[1:, None])[:, 0]
     return np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32)

@@ -1,20 +1,25 @@
 """The sampling routes: save_weights_for_sampler, sampling sessions and asample.
 
-A save exports the weights on the training thread (after the training requests before it); samples
-run on the engine as they come, several at once.
+A save exports the weights on the training thread (after the training requests before it): a LoRA
+model's adapter alone, a full-weight model's Hugging Face folder. Samples run on the engine as
+they come, several at once, and each is recorded in the store before its future answers.
 """
 
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
 from . import codec, wire
+from .adapter_slots import AdapterRef
+from .backend import ADAPTER_DIR
 from .futures import Outcome
 from .routes_common import ServerState, known
-from .sampling import SampleCall
+from .sampling import SampleCall, Weights
+from .sessions import TrainingModel
 
 
 def sampling_router(state: ServerState) -> APIRouter:
@@ -34,12 +39,13 @@ def sampling_router(state: ServerState) -> APIRouter:
 
         async def work() -> Outcome:
             await state.run_training(model.backend.export, folder)
-            session = state.samplers.add(model.base_model, folder, model.session_id, path)
+            weights = snapshot_weights(state, model, folder, path)
+            session = state.samplers.add(weights, model.session_id, path)
             if path is None:
                 return Outcome(
                     json={"type": "save_weights_for_sampler", "sampling_session_id": session.sampling_session_id}
                 )
-            state.samplers.saved[path] = session
+            state.samplers.saved[path] = weights
             return Outcome(json={"type": "save_weights_for_sampler", "path": path})
 
         return {"request_id": state.futures.submit(work, serial=True), "model_id": model.model_id}
@@ -54,9 +60,10 @@ def sampling_router(state: ServerState) -> APIRouter:
                     f"no saved sampler weights at {body.model_path!r}; save_weights_for_sampler(name) returns the path",
                 )
             saved = state.samplers.saved[body.model_path]
-            session = state.samplers.add(saved.base_model, saved.folder, body.session_id, body.model_path)
+            session = state.samplers.add(saved, body.session_id, body.model_path)
         elif body.base_model in state.base_models:
-            session = state.samplers.add(body.base_model, state.base_models[body.base_model], body.session_id)
+            base = Weights(body.base_model, state.base_models[body.base_model])
+            session = state.samplers.add(base, body.session_id)
         else:
             raise HTTPException(
                 400,
@@ -78,14 +85,29 @@ def sampling_router(state: ServerState) -> APIRouter:
             raise HTTPException(400, f"{', '.join(unserved)} not served yet (docs/tinker.md); leave them unset")
         call = _sample_call(body, state.context_lengths[session.base_model])
 
+        request_id = ""  # set by submit below, before its task first runs
+
         async def work() -> Outcome:
             sequences, prompt = await state.samplers.sample(session, call)
+            decode = state.samplers.decoder(session)
+            await state.recorder.record(session, call, sequences, prompt, decode, request_id)
             return Outcome(proto=codec.encode_sample_response(sequences, prompt))
 
         request_id = state.futures.submit(work)
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{i}" for i in range(body.num_samples)]}
 
     return router
+
+
+def snapshot_weights(state: ServerState, model: TrainingModel, folder: Path, path: str | None) -> Weights:
+    """What a sampler save of `model` samples: its adapter on the base model's engine (named by
+    its path, else by model and folder: unique either way), or, full weight, the folder itself."""
+    version = str(model.backend.steps)
+    if model.backend.lora is None:
+        return Weights(model.base_model, folder, model_id=model.model_id, weight_version=version)
+    adapter = AdapterRef(path or f"{model.model_id}/{folder.name}", folder / ADAPTER_DIR)
+    base = state.base_models[model.base_model]
+    return Weights(model.base_model, base, adapter, model.model_id, version)
 
 
 def _sample_call(body: wire.SampleRequest, context_length: int) -> SampleCall:

@@ -18,8 +18,8 @@ API_KEY = "tml-roost-test-key"
 
 @contextmanager
 def tinker_server(folder: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`roost tinker serve ARGS` on a port the OS picks, its log in `folder`; its URL. `env` adds
-    to the server's environment."""
+    """`roost tinker serve ARGS` on a port the OS picks, its log and trajectory store in `folder`;
+    its URL. `env` adds to the server's environment."""
     port_file = folder / "port"
     with (folder / "server.log").open("w") as log:
         command = [
@@ -32,6 +32,8 @@ def tinker_server(folder: Path, *args: str, env: dict[str, str] | None = None) -
             "0",
             "--port-file",
             str(port_file),
+            "--store",
+            str(folder / "trajectories.sqlite"),
         ]
         process, port = start_reporting(
             [*command, *args],

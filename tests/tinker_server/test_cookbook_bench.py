@@ -28,7 +28,7 @@ def test_bench_tinker_reports_rates_and_the_sampler_save():
         for row in measured["rows"]:
             assert row["forward_backward_tokens_per_s"] > 0 and row["optim_step_s_median"] > 0
         assert measured["sampler_save"]["seconds"] > 0
-    # A full-weight save holds the tiny model's float32 weights, tens of MB; a LoRA save the merged
-    # weights and, beside them, the adapter.
+    # A full-weight save holds the tiny model's float32 weights, tens of MB; a LoRA save the adapter
+    # alone (the engine loads it onto the base model), a few MB.
     assert report["full_weight"]["sampler_save"]["bytes"] > 10_000_000
-    assert report["lora"]["sampler_save"]["bytes"] > report["full_weight"]["sampler_save"]["bytes"]
+    assert 0 < report["lora"]["sampler_save"]["bytes"] < report["full_weight"]["sampler_save"]["bytes"] / 5

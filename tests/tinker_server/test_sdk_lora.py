@@ -1,13 +1,11 @@
 """LoRA training clients, saved states and tenants through the pinned SDK on `roost tinker serve`.
 
 A LoRA client trains its adapters alone: its forward equals PEFT's on the Hugging Face base model
-with the adapter the server saved, and the merged weights it saves for the sampler are PEFT's merge.
+with the adapter the server saved for the sampler, and the engine samples that adapter.
 `save_state` / `load_state_with_optimizer` resume exactly (weights and Adam's moments), and two
 clients on one base model keep their own adapters and optimizers."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -68,7 +66,9 @@ def test_a_lora_client_trains_its_adapter_alone_as_peft_computes_it(server, tiny
     before = set(temp.rglob("adapter_config.json"))
     saved = training.save_weights_for_sampler("lora-check").result().path
     (adapter_config,) = set(temp.rglob("adapter_config.json")) - before
-    adapter, merged = adapter_config.parent, adapter_config.parent.parent
+    adapter = adapter_config.parent
+    # the engine samples the adapter on the base model: the save holds no merged weights
+    assert not list(adapter.parent.glob("*.safetensors"))
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path, torch_dtype=torch.float32)
     peft = PeftModel.from_pretrained(base, adapter).eval()
@@ -85,21 +85,11 @@ def test_a_lora_client_trains_its_adapter_alone_as_peft_computes_it(server, tiny
             untrained = torch.log_softmax(peft(tokens[:, :-1]).logits.float(), -1)[0].gather(-1, tokens[0, 1:, None])
         assert np.abs(got - untrained[:, 0].numpy()).max() > 1e-3, "the adapter did not train"
 
-    # the engine samples the merged weights: its prompt logprobs are the trained model's
+    # the engine samples the adapter on the base model: its prompt logprobs are the trained model's
     sampler = service.create_sampling_client(model_path=saved)
     prompt, completion = batch[0]
     engine = sampler.compute_logprobs(tinker.types.ModelInput.from_ints(prompt + completion)).result()
     np.testing.assert_allclose(np.array(engine[1:], dtype=np.float32), ours[0], atol=1e-4)
-
-    # the sampler's merged weights are base + adapter: the base weights did not train
-    from safetensors.torch import load_file
-
-    merged_state = {}
-    for file in Path(merged).glob("*.safetensors"):
-        merged_state.update(load_file(file))
-    peft_merged = peft.merge_and_unload().state_dict()
-    for name, tensor in merged_state.items():
-        torch.testing.assert_close(tensor.float(), peft_merged[name].float(), atol=1e-5, rtol=0)
 
 
 def test_load_state_with_the_optimizer_resumes_exactly(server):
