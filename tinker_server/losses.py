@@ -35,10 +35,12 @@ CONFIG_KEYS = {
     "cross_entropy": {},
     "importance_sampling": {},
     "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
-    "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     "dro": {"beta": None},
 }
-"""Each loss's loss_fn_config keys and defaults (None: required)."""
+"""Each loss's loss_fn_config keys and defaults (None: required). Tinker's: PPO clips at 0.8 and 1.2;
+CISPO's clip is one-sided by default, the lower bound off and the upper at 4 (tinker-cookbook's
+loss-functions tutorial, after MiniMax-M1 and ScaleRL)."""
 
 
 class LossInputError(ValueError):

@@ -158,6 +158,11 @@ def test_cispo_and_dro_are_tinkers_formulas(service):
     cispo = training.forward(data, "cispo", loss_fn_config={"clip_low_threshold": 0.9, "clip_high_threshold": 1.1})
     ratio = np.clip(np.exp(lp - s), 0.9, 1.1)
     assert cispo.result().metrics["loss:sum"] == pytest.approx(float(-(ratio * lp * a).sum()), rel=1e-4)
+    # Tinker's default CISPO clip is one-sided: the lower bound off, the upper at 4
+    default = training.forward(data, "cispo").result().metrics["loss:sum"]
+    raw = np.exp(lp - s)
+    assert raw.min() < 0.8 or raw.max() > 1.2, "no ratio outside PPO's clip: the default would go untested"
+    assert default == pytest.approx(float(-(np.clip(raw, 0.0, 4.0) * lp * a).sum()), rel=1e-4)
 
     # dro's quadratic term counts every position, the prompt's too (there the sampler logprob is 0)
     full = training.forward([_datum(p, c) for p, c in batch], "cross_entropy").result().loss_fn_outputs
