@@ -162,16 +162,24 @@ class EngineHTTP:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, payload: dict[str, Any] | None = None, *, raw: bytes | None = None
+    ) -> Any:
+        """`payload` goes as JSON; `raw`, instead, as application/octet-stream bytes."""
         url = f"{self.base_url}{path}"
+        headers = self._headers if raw is None else {**self._headers, "Content-Type": "application/octet-stream"}
         try:
-            body = None if payload is None else orjson.dumps(payload)
-            async with self._http().request(method, url, data=body, headers=self._headers) as resp:
+            body = raw if raw is not None else None if payload is None else orjson.dumps(payload)
+            async with self._http().request(method, url, data=body, headers=headers) as resp:
                 raw = await resp.read()
                 _raise_for_status(resp.status, raw, url)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
         return _decode_json(raw, url)
+
+    async def post(self, path: str, payload: dict[str, Any] | None = None, *, raw: bytes | None = None) -> Any:
+        """POST `payload` as JSON, or `raw` bytes, to a route of the engine; its decoded answer."""
+        return await self._request("POST", path, payload, raw=raw)
 
     async def _stream(self, path: str, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST `payload` and yield the decoded `data:` chunks of the server-sent-event answer."""
