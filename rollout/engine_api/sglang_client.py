@@ -110,7 +110,7 @@ def parse_generation(body: Any) -> Generation:
     return generation
 
 
-def _body(request: BaseModel) -> dict[str, Any]:
+def request_body(request: BaseModel) -> dict[str, Any]:
     """The fields set on `request`, None left out, in the model's order. The values go as they
     are (no copy through `model_dump`: a /generate prompt can be tens of thousands of ids)."""
     given = request.model_fields_set
@@ -229,7 +229,7 @@ class SGLangClient(EngineHTTP):
             rid=rid,
             lora_path=lora,
         )
-        return _body(request)
+        return request_body(request)
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
@@ -260,7 +260,7 @@ class SGLangClient(EngineHTTP):
         self, model_path: str, *, weight_version: str | None = None
     ) -> UpdateWeightsAnswer:
         request = UpdateWeightsRequest(model_path=model_path, weight_version=weight_version)
-        answer = await self._request("POST", "/update_weights_from_disk", _body(request))
+        answer = await self._request("POST", "/update_weights_from_disk", request_body(request))
         try:
             return UpdateWeightsAnswer.model_validate(answer)
         except ValidationError as exc:
@@ -268,7 +268,7 @@ class SGLangClient(EngineHTTP):
 
     async def abort(self, rid: str) -> Any:
         """Stop a running or waiting request (SGLang's `/abort_request`)."""
-        return await self._request("POST", "/abort_request", _body(AbortRequest(rid=rid)))
+        return await self._request("POST", "/abort_request", request_body(AbortRequest(rid=rid)))
 
     async def flush_cache(self) -> Any:
         return await self._request("POST", "/flush_cache")
@@ -278,19 +278,19 @@ class SGLangClient(EngineHTTP):
         route, which roost's engine serves too); `replace`: in place of a loaded adapter of that
         name (roost's engine and vLLM; SGLang has no such field)."""
         request = LoadLoraRequest(lora_name=name, lora_path=path, load_inplace=replace)
-        return await self._request("POST", "/load_lora_adapter", _body(request))
+        return await self._request("POST", "/load_lora_adapter", request_body(request))
 
     async def update_weight_version(self, version: str) -> Any:
         """The version later calls report (SGLang's route, which roost's engine serves too)."""
         return await self._request(
-            "POST", "/update_weight_version", _body(UpdateWeightVersionRequest(new_version=version))
+            "POST", "/update_weight_version", request_body(UpdateWeightVersionRequest(new_version=version))
         )
 
     async def unload_lora_adapter(self, name: str) -> Any:
-        return await self._request("POST", "/unload_lora_adapter", _body(UnloadLoraRequest(lora_name=name)))
+        return await self._request("POST", "/unload_lora_adapter", request_body(UnloadLoraRequest(lora_name=name)))
 
     async def pause_generation(self) -> Any:
-        return await self._request("POST", "/pause_generation", _body(PauseRequest()))
+        return await self._request("POST", "/pause_generation", request_body(PauseRequest()))
 
     async def continue_generation(self) -> Any:
         return await self._request("POST", "/continue_generation", {})
