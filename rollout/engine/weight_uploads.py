@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from roost.rollout.engine.weights import Meta, WeightMismatch, check_manifest, meta_of
+from roost.rollout.engine.weights import Meta, WeightMismatch, all_finite, check_manifest, meta_of
 from roost.rollout.engine_api.weight_upload import (
     DTYPES,
     AdapterUpload,
@@ -64,7 +64,7 @@ def chunk_problems(update: StagedUpdate, tensors: dict[str, torch.Tensor]) -> li
             problems.append(f"{name} was already sent in an earlier chunk")
         elif (tuple(tensor.shape), tensor.dtype) != want:
             problems.append(f"{name}: shape {tuple(tensor.shape)} {tensor.dtype}, declared {want[0]} {want[1]}")
-        elif tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        elif not all_finite(tensor):
             problems.append(f"{name}: contains NaN or inf")
     return problems
 
