@@ -15,6 +15,11 @@ with the engine's message.
 After a LoRA step only the adapter moves (`sync_adapter`): the engine keeps its base weights,
 serves the new PEFT adapter folder in place of the old one under the run's adapter name, drops
 its prefix cache and reports the new weight version; `SyncResult.bytes` is what it read.
+
+`transport="http"` (both functions) needs no shared disk: the tensors (the trainer's state
+dict, an in-memory adapter, or a folder read here) go to roost's embedded engine in chunks while
+it serves, and the gateway is paused for the commit alone (`weight_push`). Each function syncs
+one engine, named by its URL.
 """
 
 from __future__ import annotations
