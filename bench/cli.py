@@ -169,6 +169,18 @@ def bench_tinker(
     typer.echo("sampler save: {seconds:.3f} s, {bytes} bytes".format(**result["sampler_save"]))
 
 
+def bench_weight_sync(
+    model: str = typer.Option("tiny", help="The model the engine serves: 'tiny' or a Hugging Face folder."),
+    repeats: int = typer.Option(3, help="Updates per transport (alternated; medians reported)."),
+    chunk_mb: int = typer.Option(64, help="The http transport's chunk budget, in MiB."),
+) -> None:
+    """One weight update into the embedded engine by disk (write the folder, load it) and by http
+    (send the state dict in chunks, commit): seconds and the pause a gateway would see, as JSON."""
+    from roost.bench.weight_sync import WeightSyncBenchConfig, run_bench
+
+    typer.echo(json.dumps(run_bench(WeightSyncBenchConfig(model, repeats, chunk_mb)), indent=1))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("engine")(bench_engine)
     bench.command("gateway")(bench_gateway)
@@ -177,3 +189,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("prefix-tree")(bench_prefix_tree)
     bench.command("viewer")(bench_viewer)
     bench.command("tinker")(bench_tinker)
+    bench.command("weight-sync")(bench_weight_sync)

@@ -78,16 +78,11 @@ class Adapter:
     base_model: str | None = None
 
 
-def save_adapter(
-    folder: str | Path, spec: LoraSpec, weights: dict[str, torch.Tensor], base_model: str | None = None
-) -> Path:
-    """Write `folder/adapter_config.json` (through PEFT's own LoraConfig) and the safetensors."""
+def peft_config(spec: LoraSpec, base_model: str | None = None):
+    """PEFT's own `LoraConfig` for `spec`."""
     from peft import LoraConfig
-    from safetensors.torch import save_file
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = LoraConfig(
+    return LoraConfig(
         r=spec.rank,
         lora_alpha=spec.alpha,
         lora_dropout=spec.dropout,
@@ -95,7 +90,23 @@ def save_adapter(
         base_model_name_or_path=base_model,
         task_type="CAUSAL_LM",
     )
-    config.save_pretrained(str(folder))
+
+
+def config_dict(spec: LoraSpec, base_model: str | None = None) -> dict:
+    """`adapter_config.json` as PEFT writes it (its sets as lists), without writing it."""
+    config = peft_config(spec, base_model).to_dict()
+    return {key: sorted(value) if isinstance(value, set) else value for key, value in config.items()}
+
+
+def save_adapter(
+    folder: str | Path, spec: LoraSpec, weights: dict[str, torch.Tensor], base_model: str | None = None
+) -> Path:
+    """Write `folder/adapter_config.json` (through PEFT's own LoraConfig) and the safetensors."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    peft_config(spec, base_model).save_pretrained(str(folder))
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(folder / WEIGHTS_FILE))
     return folder
 
@@ -109,11 +120,19 @@ def load_adapter(folder: str | Path) -> Adapter:
         if not (folder / name).is_file():
             raise AdapterError(f"{folder} holds no {name}: not a PEFT LoRA adapter folder")
     config = json.loads((folder / CONFIG_FILE).read_text())
+    return adapter_from_config(config, load_file(str(folder / WEIGHTS_FILE)), str(folder))
+
+
+def adapter_from_config(config: dict, weights: dict[str, torch.Tensor], where: str) -> Adapter:
+    """An adapter from its `adapter_config.json` as a dict and its tensors under PEFT's keys
+    (`where` names their source in errors: a folder, or an update sent over HTTP)."""
     if config.get("peft_type", "LORA") != "LORA":
-        raise AdapterError(f"{folder}: peft_type {config.get('peft_type')!r} is not LORA")
+        raise AdapterError(f"{where}: peft_type {config.get('peft_type')!r} is not LORA")
+    if "r" not in config:
+        raise AdapterError(f"{where}: the adapter config has no rank `r`")
     targets = config.get("target_modules") or ()
     if isinstance(targets, str):
-        raise AdapterError(f"{folder}: target_modules as a regex ({targets!r}) is not supported; list the modules")
+        raise AdapterError(f"{where}: target_modules as a regex ({targets!r}) is not supported; list the modules")
     spec = LoraSpec(
         rank=int(config["r"]),
         alpha=float(config.get("lora_alpha", config["r"])),
@@ -122,8 +141,8 @@ def load_adapter(folder: str | Path) -> Adapter:
     )
     if config.get("modules_to_save"):
         raise AdapterError(
-            f"{folder}: modules_to_save {config['modules_to_save']} trains whole modules; only LoRA pairs load"
+            f"{where}: modules_to_save {config['modules_to_save']} trains whole modules; only LoRA pairs load"
         )
     # PEFT also saves a tied unembedding's base weight beside its pair; the base model has it already.
-    weights = {k: v for k, v in load_file(str(folder / WEIGHTS_FILE)).items() if ".lora_A." in k or ".lora_B." in k}
-    return Adapter(spec, weights, config.get("base_model_name_or_path"))
+    pairs = {k: v for k, v in weights.items() if ".lora_A." in k or ".lora_B." in k}
+    return Adapter(spec, pairs, config.get("base_model_name_or_path"))

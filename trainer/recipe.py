@@ -123,6 +123,19 @@ class EngineConfig(_Section):
     vLLM's --optimization-level 0)."""
     dtype: str = _ENGINE["dtype"].default
     max_running: int = Field(_ENGINE["max_running"].default, ge=1)
+    weight_sync: Literal["disk", "http"] = "disk"
+    """How new weights reach the engine after a step: disk (the engine loads the exported folder,
+    so it must see the run folder); http (the trainer's driver sends the exported tensors to roost's
+    embedded engine over HTTP in chunks: no shared disk; `backend: embedded` only)."""
+
+    @model_validator(mode="after")
+    def _http_needs_embedded(self) -> EngineConfig:
+        if self.weight_sync == "http" and self.backend != "embedded":
+            raise ValueError(
+                f"engine.weight_sync: http sends tensors to roost's embedded engine only; a {self.backend} engine "
+                "loads a folder it can read: set engine.weight_sync to disk"
+            )
+        return self
 
 
 class GatewayConfig(_Section):

@@ -15,7 +15,7 @@ import torch
 
 from roost.rollout.engine.lora_rows import LoadedAdapter
 from roost.rollout.engine_api.wire import RequestError
-from roost.rollout.lora import UNEMBEDDING_TARGET, AdapterError, load_adapter, peft_key
+from roost.rollout.lora import UNEMBEDDING_TARGET, Adapter, AdapterError, load_adapter, peft_key
 
 
 @dataclass
@@ -56,28 +56,34 @@ class AdapterSet:
             adapter = load_adapter(path)
         except (AdapterError, OSError, ValueError, KeyError) as exc:
             raise RequestError(f"could not load LoRA adapter {name!r} from {path}: {exc}") from exc
+        return self.fit(name, path, adapter)
+
+    def fit(self, name: str, source: str, adapter: Adapter) -> LoadedAdapter:
+        """`adapter` checked against the base model and ready to serve as `name` (`source`: where it
+        came from, for errors and `/v1/models`); raises RequestError 400 naming each misfit."""
         spec = adapter.spec
         if spec.rank > self.limits.max_lora_rank:
             raise RequestError(
                 f"LoRA adapter {name!r} has rank {spec.rank}, above this engine's --max-lora-rank "
                 f"{self.limits.max_lora_rank}; restart the engine with a higher --max-lora-rank"
             )
+        weights = dict(adapter.weights)
         pairs, problems = {}, []
         for module in spec.targets:
             for layer in [None] if module == UNEMBEDDING_TARGET else range(self.layers):
                 key_a, key_b = peft_key(layer, module, "lora_A"), peft_key(layer, module, "lora_B")
                 name_ = key_a.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
-                a, b = adapter.weights.pop(key_a, None), adapter.weights.pop(key_b, None)
+                a, b = weights.pop(key_a, None), weights.pop(key_b, None)
                 problem = _misfit(name_, a, b, spec.rank, self.shapes.get(name_))
                 if problem:
                     problems.append(problem)
                 else:
                     pairs[name_] = (a.to(self.dtype), (b * spec.scaling).to(self.dtype))
-        problems += [f"unexpected tensor {key}" for key in sorted(adapter.weights)]
+        problems += [f"unexpected tensor {key}" for key in sorted(weights)]
         if problems:
             shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-            raise RequestError(f"LoRA adapter {name!r} at {path} does not fit the base model: {shown}")
-        return LoadedAdapter(name, str(path), spec.rank, next(self._uids), pairs)
+            raise RequestError(f"LoRA adapter {name!r} at {source} does not fit the base model: {shown}")
+        return LoadedAdapter(name, str(source), spec.rank, next(self._uids), pairs)
 
     def add(self, adapter: LoadedAdapter, *, replace: bool = False) -> None:
         """Serve `adapter` under its name; `replace`: in place of a loaded one of that name (new

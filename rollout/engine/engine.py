@@ -214,12 +214,29 @@ class Engine:
 
     async def update_weights(self, path: str, weight_version: str | None) -> str:
         """Read and check the new weights off the event loop, then swap them in between steps."""
-        expected = {k: v for k, v in self.model.state_dict().items()}
         tensors = await asyncio.to_thread(read_checkpoint, path)
-        fitted = check_fits(expected, tensors, tied_embeddings=self.spec.tie_word_embeddings)
+        return await self.swap_weights(tensors, weight_version)
+
+    async def swap_weights(self, tensors: dict[str, torch.Tensor], weight_version: str | None) -> str:
+        """Check `tensors` against the model (WeightMismatch), then swap them in between steps,
+        dropping the prefix cache; returns the version now served."""
+        expected = dict(self.model.state_dict())
+        fitted = await asyncio.to_thread(check_fits, expected, tensors, tied_embeddings=self.spec.tie_word_embeddings)
 
         def swap() -> str:
             self.model.load_state_dict(fitted, strict=True)
+            self.scheduler.cache.forget()
+            self.scheduler.weight_version = weight_version or _next_version(self.scheduler.weight_version)
+            return self.scheduler.weight_version
+
+        return await asyncio.wrap_future(self.scheduler.call(swap))
+
+    async def swap_adapter(self, adapter: LoadedAdapter, *, replace: bool, weight_version: str | None) -> str:
+        """Serve a checked adapter (`replace`: in place of the one of its name), drop the prefix
+        cache and set the version, all between two steps; returns the version now served."""
+
+        def swap() -> str:
+            self.adapters.add(adapter, replace=replace)
             self.scheduler.cache.forget()
             self.scheduler.weight_version = weight_version or _next_version(self.scheduler.weight_version)
             return self.scheduler.weight_version

@@ -16,7 +16,9 @@ from roost.metrics_http import metrics_response
 from roost.rollout.engine.engine import Completion, Engine
 from roost.rollout.engine.metrics import EngineMetrics
 from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, ScriptError
+from roost.rollout.engine.weight_uploads import WeightReceiver
 from roost.rollout.engine.weights import WeightMismatch
+from roost.rollout.engine_api.weight_upload import MAX_CHUNK_BYTES, BeginUpload
 from roost.rollout.engine_api.wire import (
     AbortRequest,
     LoadLoraRequest,
@@ -251,6 +253,31 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
                 "weight_version": version,
             }
         )
+
+    receiver = WeightReceiver(engine)
+
+    # Weights sent over HTTP (roost.rollout.engine_api.weight_upload), staged until the commit.
+    @app.post("/roost/weights/begin", dependencies=guarded)
+    async def weights_begin(request: Request) -> dict:
+        begin = BeginUpload.model_validate(await read_json(request))
+        return (await receiver.begin(begin)).model_dump()
+
+    @app.post("/roost/weights/{update_id}/chunk", dependencies=guarded)
+    async def weights_chunk(update_id: str, request: Request) -> dict:
+        try:
+            body = await read_limited(request, MAX_CHUNK_BYTES)
+        except BodyOverLimit as exc:
+            raise RequestError(f"{exc}: send smaller chunks (the sender's chunk byte budget)", 413) from None
+        return (await receiver.chunk(update_id, body)).model_dump()
+
+    @app.post("/roost/weights/{update_id}/commit", dependencies=guarded)
+    async def weights_commit(update_id: str) -> dict:
+        return (await receiver.commit(update_id)).model_dump()
+
+    @app.post("/roost/weights/{update_id}/abort", dependencies=guarded)
+    async def weights_abort(update_id: str) -> dict:
+        await receiver.abort(update_id)
+        return {"success": True, "message": f"update {update_id} aborted; the weights served are unchanged"}
 
     @app.post("/update_weight_version", dependencies=guarded)
     async def update_weight_version(request: Request) -> dict:

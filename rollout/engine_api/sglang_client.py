@@ -110,7 +110,7 @@ def parse_generation(body: Any) -> Generation:
     return generation
 
 
-def _body(request: BaseModel) -> dict[str, Any]:
+def request_body(request: BaseModel) -> dict[str, Any]:
     """The fields set on `request`, None left out, in the model's order. The values go as they
     are (no copy through `model_dump`: a /generate prompt can be tens of thousands of ids)."""
     given = request.model_fields_set
@@ -162,16 +162,24 @@ class EngineHTTP:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, payload: dict[str, Any] | None = None, *, raw: bytes | None = None
+    ) -> Any:
+        """`payload` goes as JSON; `raw`, instead, as application/octet-stream bytes."""
         url = f"{self.base_url}{path}"
+        headers = self._headers if raw is None else {**self._headers, "Content-Type": "application/octet-stream"}
         try:
-            body = None if payload is None else orjson.dumps(payload)
-            async with self._http().request(method, url, data=body, headers=self._headers) as resp:
+            body = raw if raw is not None else None if payload is None else orjson.dumps(payload)
+            async with self._http().request(method, url, data=body, headers=headers) as resp:
                 raw = await resp.read()
                 _raise_for_status(resp.status, raw, url)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
         return _decode_json(raw, url)
+
+    async def post(self, path: str, payload: dict[str, Any] | None = None, *, raw: bytes | None = None) -> Any:
+        """POST `payload` as JSON, or `raw` bytes, to a route of the engine; its decoded answer."""
+        return await self._request("POST", path, payload, raw=raw)
 
     async def _stream(self, path: str, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST `payload` and yield the decoded `data:` chunks of the server-sent-event answer."""
@@ -221,7 +229,7 @@ class SGLangClient(EngineHTTP):
             rid=rid,
             lora_path=lora,
         )
-        return _body(request)
+        return request_body(request)
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
@@ -252,7 +260,7 @@ class SGLangClient(EngineHTTP):
         self, model_path: str, *, weight_version: str | None = None
     ) -> UpdateWeightsAnswer:
         request = UpdateWeightsRequest(model_path=model_path, weight_version=weight_version)
-        answer = await self._request("POST", "/update_weights_from_disk", _body(request))
+        answer = await self._request("POST", "/update_weights_from_disk", request_body(request))
         try:
             return UpdateWeightsAnswer.model_validate(answer)
         except ValidationError as exc:
@@ -260,7 +268,7 @@ class SGLangClient(EngineHTTP):
 
     async def abort(self, rid: str) -> Any:
         """Stop a running or waiting request (SGLang's `/abort_request`)."""
-        return await self._request("POST", "/abort_request", _body(AbortRequest(rid=rid)))
+        return await self._request("POST", "/abort_request", request_body(AbortRequest(rid=rid)))
 
     async def flush_cache(self) -> Any:
         return await self._request("POST", "/flush_cache")
@@ -270,19 +278,19 @@ class SGLangClient(EngineHTTP):
         route, which roost's engine serves too); `replace`: in place of a loaded adapter of that
         name (roost's engine and vLLM; SGLang has no such field)."""
         request = LoadLoraRequest(lora_name=name, lora_path=path, load_inplace=replace)
-        return await self._request("POST", "/load_lora_adapter", _body(request))
+        return await self._request("POST", "/load_lora_adapter", request_body(request))
 
     async def update_weight_version(self, version: str) -> Any:
         """The version later calls report (SGLang's route, which roost's engine serves too)."""
         return await self._request(
-            "POST", "/update_weight_version", _body(UpdateWeightVersionRequest(new_version=version))
+            "POST", "/update_weight_version", request_body(UpdateWeightVersionRequest(new_version=version))
         )
 
     async def unload_lora_adapter(self, name: str) -> Any:
-        return await self._request("POST", "/unload_lora_adapter", _body(UnloadLoraRequest(lora_name=name)))
+        return await self._request("POST", "/unload_lora_adapter", request_body(UnloadLoraRequest(lora_name=name)))
 
     async def pause_generation(self) -> Any:
-        return await self._request("POST", "/pause_generation", _body(PauseRequest()))
+        return await self._request("POST", "/pause_generation", request_body(PauseRequest()))
 
     async def continue_generation(self) -> Any:
         return await self._request("POST", "/continue_generation", {})

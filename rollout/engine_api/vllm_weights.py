@@ -1,4 +1,5 @@
-"""A checkpoint folder as vLLM's in-place reload needs it.
+"""vLLM's ways to new weights: the checkpoint folder its in-place reload needs, and (at the
+end) the calls of its weight-transfer API.
 
 vLLM 0.32 reloads weights layer by layer, and a model whose output head is tied to its input
 embeddings (`tie_word_embeddings`, as the small Qwen3 models and roost's tiny models) loses
@@ -75,3 +76,56 @@ def staged_for_reload(folder: Path) -> Path | None:
 
 def remove_stage(stage: Path) -> None:
     shutil.rmtree(stage, ignore_errors=True)
+
+
+# vLLM 0.32's weight-transfer API (`vllm/entrypoints/rl/online/api_router.py`), for a trainer that
+# shares no disk with vLLM: start the server with `--weight-transfer-config '{"backend": "nccl"}'`
+# (or "ipc", same host), then init once, and per update start, send (update_weights: the
+# metadata; the tensors go over the backend's own channel), finish. Every backend vLLM 0.32
+# registers moves CUDA memory (nccl and sparse_nccl: NCCL through PyNcclCommunicator; ipc: CUDA
+# IPC handles; sharded_rdt, nccl_m2n: GPU buffers), so none runs on vLLM's CPU build, and roost's
+# trainer does not yet join the NCCL group: these calls are built, contract-tested against vLLM's
+# classes, and not run.
+TRANSFER_CONFIG_FLAG = "--weight-transfer-config"
+
+
+def nccl_init_info(*, master_address: str, master_port: int, rank_offset: int, world_size: int) -> dict:
+    """`init_info` for the nccl backend (vLLM's `NCCLWeightTransferInitInfo`, TCP rendezvous):
+    the trainer is rank 0 of the group, vLLM's workers start at `rank_offset`."""
+    return {
+        "master_address": master_address,
+        "master_port": master_port,
+        "rank_offset": rank_offset,
+        "world_size": world_size,
+    }
+
+
+def nccl_update_info(tensors: dict) -> dict:
+    """`update_info` for the nccl backend (vLLM's `NCCLWeightTransferUpdateInfo`): the name, dtype
+    and shape of each tensor the trainer broadcasts next, in that order."""
+    return {
+        "names": list(tensors),
+        "dtype_names": [str(t.dtype).removeprefix("torch.") for t in tensors.values()],
+        "shapes": [list(t.shape) for t in tensors.values()],
+    }
+
+
+async def init_weight_transfer_engine(client, init_info: dict) -> dict:
+    """`client`: a `VLLMClient` (any `EngineHTTP`)."""
+    return await client.post("/init_weight_transfer_engine", {"init_info": init_info})
+
+
+async def start_weight_update(client) -> dict:
+    return await client.post("/start_weight_update")
+
+
+async def update_weights(client, update_info: dict | list[dict]) -> dict:
+    return await client.post("/update_weights", {"update_info": update_info})
+
+
+async def finish_weight_update(client, weight_version: str | None = None) -> dict:
+    return await client.post("/finish_weight_update", {"weight_version": weight_version})
+
+
+async def shutdown_weight_transfer_engine(client) -> dict:
+    return await client.post("/shutdown_weight_transfer_engine")

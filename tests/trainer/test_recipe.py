@@ -143,3 +143,10 @@ def test_the_demo_holds_replies_to_admissible_commands_unless_told_not_to(tmp_pa
     # held replies train over the commands' tokens and need no KL term; free ones keep it
     assert held.trainer.grammar_mask and held.trainer.loss.kl_coef == 0.0
     assert free.trainer.loss.kl_coef == 0.05
+
+
+def test_weight_sync_over_http_is_for_the_embedded_engine_only():
+    assert validate_recipe(MINIMAL).engine.weight_sync == "disk"
+    assert validate_recipe({**MINIMAL, "engine": {"weight_sync": "http"}}).engine.weight_sync == "http"
+    with pytest.raises(RecipeError, match="http sends tensors to roost's embedded engine only; a vllm engine"):
+        validate_recipe({**MINIMAL, "engine": {"backend": "vllm", "weight_sync": "http"}})

@@ -362,7 +362,8 @@ def _sync(
     svc: Services, hooks: Hooks, folder: str, version: int, tracing: Tracing | None = None, tries: int = 5
 ) -> int:
     """Load `folder` into the engine as `version` (the gateway paused around it): full weights, or
-    in a LoRA run the adapter under `svc.adapter`. An engine that died is waited for, and the
+    in a LoRA run the adapter under `svc.adapter`; read by the engine, or with `weight_sync: http`
+    read here and sent to it. An engine that died is waited for, and the
     update retried once it is back. Returns the bytes the engine loaded."""
     import ray
 
@@ -374,6 +375,7 @@ def _sync(
         gateway_url=svc.gateway_url,
         admin_key=svc.admin_key,
         tracing=tracing,
+        transport=svc.weight_sync,
     )
     for attempt in range(tries):
         _wait_for_engine(svc, hooks)

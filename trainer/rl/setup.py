@@ -134,6 +134,8 @@ class Services:
     adapter: str | None = None
     """In a LoRA run, the name the engine serves the run's adapter under: the model the rollouts
     ask the gateway for, so each recorded call names it."""
+    weight_sync: str = "disk"
+    """How the weights reach the engine (`engine.weight_sync`): disk or http."""
 
 
 def adapter_name(recipe: Recipe) -> str | None:
@@ -234,6 +236,7 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
             engine_key,
             admin_key,
             adapter_name(recipe),
+            recipe.engine.weight_sync,
         )
     finally:
         stop_services(started)
