@@ -102,7 +102,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     run_dir = recipe.output_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.yaml").write_text(dump_recipe(recipe))
-    state = (RunState.load(run_dir) if recipe.schedule.resume else None) or RunState()
+    state = (_resumed_state(recipe, run_dir) if recipe.schedule.resume else None) or RunState()
     metrics = MetricsLogger(recipe.metrics, run_dir, run_name=recipe.name, echo=hooks.echo)
     with ray_session(recipe):
         where = placement(recipe)
@@ -123,6 +123,15 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
         finally:
             stop_services([env.actor])
             metrics.close()
+
+
+def _resumed_state(recipe: Recipe, run_dir: Path) -> RunState | None:
+    """The state to resume from: output_dir's, or the checkpoint URI's when it is further on."""
+    if recipe.schedule.checkpoint_uri is None:
+        return RunState.load(run_dir)
+    from ..checkpoint_mirror import CheckpointMirror
+
+    return CheckpointMirror(recipe.schedule.checkpoint_uri).pull(run_dir)
 
 
 def check_lora_model(recipe: Recipe, model: str) -> None:
@@ -367,6 +376,10 @@ def _save(run: Run, folder: Path) -> None:
     state.checkpoint = str(folder)
     state.save(run.run_dir)
     prune_checkpoints(run.run_dir, run.recipe.schedule.keep_checkpoints, state.checkpoint, state.reference)
+    if run.recipe.schedule.checkpoint_uri is not None:
+        from ..checkpoint_mirror import CheckpointMirror
+
+        CheckpointMirror(run.recipe.schedule.checkpoint_uri).push(run.run_dir, state)
 
 
 def _sync(
