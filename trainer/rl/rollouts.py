@@ -1,6 +1,6 @@
 """Which groups the trainer gets each step: played now (sync), streamed (async), or recovered.
 
-    rollouts = Rollouts(recipe, workers, tasks, state, backlog)   # backlog: unfinished_backlog's groups
+    rollouts = Rollouts(recipe, workers, tasks, state, backlog)     # backlog: unfinished_backlog's
     group_ids, info = rollouts.next_groups(step)      # finished groups for this step
     results = rollouts.evaluate("after_sft", split_tasks, episodes, args)
 
@@ -8,7 +8,8 @@ sync: each step plays `groups_per_step` fresh groups on the current weights and 
 async: workers keep `groups_per_step * (1 + max_staleness)` groups in flight; a step takes
 the first `groups_per_step` that finish, and weights change under the rest (the gateway
 pauses new calls for the swap). Either way, groups that finished in the store but were never
-trained on (a crash between rollout and training) are used first after a resume.
+trained on (a crash between rollout and training) are used first after a resume; the gateway
+names them (`GET /sessions`), the trainer does not open its store.
 """
 
 from __future__ import annotations
