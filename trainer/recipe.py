@@ -128,8 +128,8 @@ class EngineConfig(_Section):
 class GatewayConfig(_Section):
     reasoning_policy: Literal["keep", "drop"] = _GATEWAY["reasoning_policy"].default
     url: str | None = None
-    """A running gateway in front of the engine (its store must be `store`, its admin key in
-    ROOST_ADMIN_KEY); null starts one."""
+    """A running gateway in front of the engine (its admin key in ROOST_ADMIN_KEY; the run reads
+    what it records over its API, wherever its store is); null starts one."""
 
 
 class LossSection(_Section):
