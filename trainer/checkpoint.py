@@ -9,6 +9,9 @@
       trajectories.sqlite     the gateway's store: finished episodes survive any crash
       metrics.jsonl
 
+With `schedule.checkpoint_uri`, each saved checkpoint is copied to that storage URI as well, and a
+resume reads it back from there when the run folder lacks it (`checkpoint_mirror.py`).
+
 Resuming loads the newest checkpoint named by state.json (with trainer.lora: the starting model
 and the checkpoint's adapter on it), restarts the engine on its
 weights, and trains first on groups that finished in the store but were never trained on

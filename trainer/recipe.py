@@ -141,8 +141,8 @@ class EngineConfig(_Section):
 class GatewayConfig(_Section):
     reasoning_policy: Literal["keep", "drop"] = _GATEWAY["reasoning_policy"].default
     url: str | None = None
-    """A running gateway in front of the engine (its store must be `store`, its admin key in
-    ROOST_ADMIN_KEY); null starts one."""
+    """A running gateway in front of the engine (its admin key in ROOST_ADMIN_KEY; the run reads
+    what it records over its API, wherever its store is); null starts one."""
 
 
 class LossSection(_Section):
@@ -332,8 +332,21 @@ class ScheduleConfig(_Section):
     output_dir: str = "runs/{name}"
     """Checkpoints, metrics and the trajectory store; `{name}` is the recipe's name."""
     resume: bool = True
-    """Continue from the newest checkpoint in output_dir, if any."""
+    """Continue from the newest checkpoint in output_dir, if any (or at checkpoint_uri, if it is
+    further on: a resume on a node that lacks output_dir)."""
+    checkpoint_uri: str | None = None
+    """Where each saved checkpoint is copied as well (an fsspec URI: file://, memory://, s3:// with
+    s3fs installed, ...), with state.json, evals.json and a model the run built; a resume reads it
+    from there when output_dir lacks it or is behind. null: checkpoints stay in output_dir."""
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _usable_uri(self) -> ScheduleConfig:
+        if self.checkpoint_uri is not None:
+            from .checkpoint_mirror import filesystem
+
+            filesystem(self.checkpoint_uri)  # fsspec missing, an unknown protocol: said now, not at step N
+        return self
 
 
 class PlacementConfig(_Section):

@@ -191,6 +191,14 @@ def _control_ops() -> list[Operation]:
             auth="admin",
         ),
         Operation(
+            "get",
+            "/samples",
+            "The training samples of groups' sessions, paged (group=, limit=, cursor=)",
+            control_wire.SamplesPage,
+            auth="admin",
+            errors=(400, 401),
+        ),
+        Operation(
             "post",
             "/sessions/{sid}/reward",
             "Reward a session, an agent or a call",

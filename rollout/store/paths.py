@@ -24,7 +24,7 @@ from roost.outcome import SessionStatus
 from roost.rollout.engine_api.wire import constraint_of
 from roost.rollout.store.reader import TrajectoryReader
 from roost.rollout.store.records import AdvantageRecord, CallRecord, IdArray, RewardRecord, SessionRecord
-from roost.rollout.store.samples import CallRef, Refused, Sample, SampledSpan, build_sample
+from roost.rollout.store.samples import CallRef, Refused, Sample, SampledSpan, SessionSamples, build_sample
 
 
 def iter_training_samples(
@@ -50,6 +50,24 @@ def iter_training_samples(
     finally:
         if reader is not store:
             reader.close()
+
+
+def training_sessions(reader: TrajectoryReader, sessions: Iterable[SessionRecord]) -> list[SessionSamples]:
+    """Each session with its outcome, its samples and the calls refused on the way."""
+    return [_training_session(reader, session) for session in sessions]
+
+
+def _training_session(reader: TrajectoryReader, session: SessionRecord) -> SessionSamples:
+    refused: list[Refused] = []
+    samples = session_samples(reader, session, refused)
+    return SessionSamples(session.session_id, session.group_id, session.status, session.outcome, samples, refused)
+
+
+def group_training_sessions(store: str | Path, group_ids: Iterable[str]) -> list[SessionSamples]:
+    """The groups' sessions read from a store file, in the order `GET /samples` pages them: what
+    runs where the file is (a finished run's checks, exports); the RL loop reads the gateway's API."""
+    with TrajectoryReader(store) as reader:
+        return [s for group in group_ids for s in training_sessions(reader, reader.sessions(group_id=group))]
 
 
 def session_samples(

@@ -83,8 +83,19 @@ class TrajectoryReader:
             args.append(SessionStatus(status).value)
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
-        query += " ORDER BY created_at"
+        query += " ORDER BY created_at, session_id"  # session_id: a fixed order for equal times
         return [session_from_row(r) for r in self._conn.execute(query, args)]
+
+    def group_sessions_after(self, group_id: str, after: tuple[float, str] | None, limit: int) -> list[SessionRecord]:
+        """Up to `limit` sessions of the group that come after `after` (created_at, session_id) in
+        `sessions`' order: a page that stays the same however often it is asked for again."""
+        query = f"SELECT {self._sessions} FROM sessions WHERE group_id=?"
+        args: list[object] = [group_id]
+        if after is not None:
+            query += " AND (created_at > ? OR (created_at = ? AND session_id > ?))"
+            args += [after[0], after[0], after[1]]
+        query += " ORDER BY created_at, session_id LIMIT ?"
+        return [session_from_row(r) for r in self._conn.execute(query, [*args, limit])]
 
     def agents(self, session_id: str) -> list[AgentRecord]:
         rows = self._conn.execute(

@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from roost.outcome import EpisodeOutcome, SessionStatus
 
 
 class SampleError(ValueError):
@@ -169,6 +172,21 @@ class Sample:
         return build_sample(
             tokens, spans, session_id=session_id, group_id=group_id, agent_id=agent_id, reward=reward
         ).validate()
+
+
+@dataclass
+class SessionSamples:
+    """One session as the trainer takes it: how its episode ended, every root-to-leaf sample of
+    its token trees (`roost.rollout.store.paths.session_samples`) and the calls refused on the way.
+    The gateway serves these pages (`GET /samples`); the RL batch is made of them."""
+
+    session_id: str
+    group_id: str | None
+    status: SessionStatus
+    outcome: EpisodeOutcome | None
+    """None while the session is open."""
+    samples: list[Sample]
+    refused: list[Refused]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import pytest
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.envs.protocol import EnvInfo, Observation, Reset, Step, Task, TextAction
 from roost.outcome import EpisodeStatus
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.trainer.rl.batches import collect_batch
 from roost.trainer.rl.rollout_workers import GroupSpec, RolloutWorker
 from roost.trainer.rl.services import ServiceActor, SupervisedServer
@@ -88,7 +89,7 @@ def gateway(scripted_engine_url, tmp_path):
 async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_path):
     import ray.cloudpickle  # here: the env server's workers import this module
 
-    url, store, admin_key = gateway
+    url, _, admin_key = gateway
     server = env_server(tmp_path)
     server.start()
     try:
@@ -105,11 +106,13 @@ async def test_a_hanging_harness_is_cut_off_labelled_and_left_out(gateway, tmp_p
     # an actor's outcome reaches the driver as Ray pickles it: still typed, status and all
     back = ray.cloudpickle.loads(ray.cloudpickle.dumps(cut))
     assert back == cut and back.results[0].status is EpisodeStatus.TIMEOUT
-    assert collect_batch(store, ["g1/t0"], current_version=0, max_staleness=None).counts == {"timeout": 2, "samples": 0}
+    async with GatewayClient(url, admin_key=admin_key) as gw:
+        batch = await collect_batch(gw, ["g1/t0"], current_version=0, max_staleness=None)
+    assert batch.counts == {"timeout": 2, "samples": 0}
 
 
 async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_labelled(gateway, tmp_path):
-    url, store, admin_key = gateway
+    url, _, admin_key = gateway
     server = env_server(tmp_path)
     server.start()
     try:
@@ -126,7 +129,9 @@ async def test_an_env_server_that_dies_mid_run_is_restarted_and_its_episodes_lab
         server.stop()
     assert [r.status for r in outcome.results] == [EpisodeStatus.INFRA_ERROR] * 2
     assert server.restarts == 1 and after.results[0].status is EpisodeStatus.OK
-    assert collect_batch(store, ["g2/t0"], current_version=0, max_staleness=None).counts["infra_error"] == 2
+    async with GatewayClient(url, admin_key=admin_key) as gw:
+        batch = await collect_batch(gw, ["g2/t0"], current_version=0, max_staleness=None)
+    assert batch.counts["infra_error"] == 2
 
 
 async def test_a_restarted_engine_serves_the_runs_newest_weights_at_the_same_version(tiny_model_path, tmp_path):

@@ -69,8 +69,9 @@ def tiny_recipe(run_dir, **overrides) -> dict:
 
 
 def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local_ray):
-    run_dir = tmp_path / "run"
-    summary = train(validate_recipe(tiny_recipe(run_dir)))
+    run_dir, bucket = tmp_path / "run", tmp_path / "bucket"
+    uri = f"file://{bucket}/whole-stack"  # each checkpoint copied there too (schedule.checkpoint_uri)
+    summary = train(validate_recipe(tiny_recipe(run_dir, schedule__checkpoint_uri=uri)))
     assert summary.steps == 2 and set(summary.evals) == {"before", "after_sft", "final"}
     played = {label: e["scored"] + sum(e["left_out"].values()) for label, e in summary.evals.items()}
     assert played == {"before": 1, "after_sft": 2, "final": 2}
@@ -105,6 +106,12 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     assert (state["step"], state["weight_version"], state["sft_done"]) == (2, 3, True)
     assert (run_dir / "checkpoints" / "step-2" / "hf" / "model.safetensors").is_file()
     assert (run_dir / "checkpoints" / "step-2" / "trainer" / "rank-0.pt").is_file()
+    copied = bucket / "whole-stack"
+    assert json.loads((copied / "state.json").read_text())["checkpoint"] == "checkpoints/step-2"
+    for name in ("hf/model.safetensors", "trainer/rank-0.pt"):
+        assert (copied / "checkpoints" / "step-2" / name).read_bytes() == (
+            run_dir / "checkpoints" / "step-2" / name
+        ).read_bytes()
 
     assert [m["allowed_mass"] for m in rl] == [1.0, 1.0]  # free replies: nothing masked
 

@@ -17,10 +17,11 @@ import pytest
 from roost.agents.protocol import AgentOutcome, EpisodeContext
 from roost.agents.tool_agent import ToolAgent
 from roost.outcome import EpisodeStatus
+from roost.rollout.store.paths import group_training_sessions
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.trainer.test_rl_loop import local_ray, tiny_recipe  # noqa: F401 (a fixture)
 from roost.trainer.recipe import validate_recipe
-from roost.trainer.rl.batches import collect_batch
+from roost.trainer.rl.batches import batch_of
 from roost.trainer.rl.loop import train
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -112,7 +113,9 @@ def test_vllm_killed_mid_rollouts_fails_those_episodes_and_the_run_goes_on(tmp_p
         # stored without a reward (never a 0), though the killer's first turn was recorded
         assert all(s.outcome.reward is None and reader.rewards(s.session_id) == [] for s in failed)
         assert any(reader.calls(s.session_id) for s in failed)
-    batch = collect_batch(run_dir / "trajectories.sqlite", step_one, current_version=1, max_staleness=None)
+    # the run is over and its gateway gone: read the store file it left, as the trainer's API would
+    sessions = group_training_sessions(run_dir / "trajectories.sqlite", step_one)
+    batch = batch_of(sessions, current_version=1, max_staleness=None)
     trained = {sample.session_id for group in batch.groups for sample in group.samples}
     assert trained.isdisjoint(s.session_id for s in failed)
     # the step after ran on the restarted vLLM with the run's newest weights back in it

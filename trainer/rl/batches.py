@@ -1,8 +1,14 @@
-"""From finished rollout groups in the trajectory store to a training batch.
+"""From finished rollout groups to a training batch, read over the gateway's API.
 
-    batch = collect_batch(store, group_ids, current_version=7, max_staleness=1)
+    async with GatewayClient(gateway_url, admin_key=admin_key) as gateway:
+        batch = await collect_batch(gateway, group_ids, current_version=7, max_staleness=1)
     batch.groups, batch.counts        # counts: what was left out and why
     batch.refused                     # calls that are not training data, each with why
+
+The trainer never opens the store file: it pages the groups' sessions, each with its outcome and
+samples, through `GET /samples` (the gateway builds them with the store's one sample builder), and
+`batch_of` keeps what is trained on. `batch_of` takes sessions read from a store file just the
+same (`roost.rollout.store.paths.group_training_sessions`), for code that runs where the file is.
 
 Only sessions that finished `ok` are trained on: an episode whose env server died, whose
 engine went away (`infra_error`), whose harness failed or hung past its timeout
@@ -21,18 +27,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roost.outcome import EpisodeOutcome, EpisodeStatus
-from roost.rollout.store.samples import Refused, Sample
+from roost.rollout.store.samples import Refused, Sample, SessionSamples
 
 from ..advantages import Group
 from ..sample_sources import group_samples, with_sampled_tokens
 
 if TYPE_CHECKING:
-    from roost.rollout.store.reader import TrajectoryReader
-    from roost.rollout.store.records import SessionRecord
+    from roost.rollout.gateway.control.client import GatewayClient
 
 
 @dataclass
@@ -82,16 +86,25 @@ def _version(text: str) -> int | None:
         return None
 
 
-def collect_batch(
-    store: str | Path, group_ids: Iterable[str], *, current_version: int, max_staleness: int | None
+async def collect_batch(
+    gateway: GatewayClient,
+    group_ids: Iterable[str],
+    *,
+    current_version: int,
+    max_staleness: int | None,
+    page_size: int | None = None,
 ) -> Batch:
-    from roost.rollout.store.reader import TrajectoryReader
+    """The batch of the groups' sessions, read page by page (`page_size` sessions; None: the
+    gateway's default) from the gateway's `GET /samples`."""
+    sessions = [s async for s in gateway.training_sessions(group_ids, page_size)]
+    return batch_of(sessions, current_version=current_version, max_staleness=max_staleness)
 
+
+def batch_of(sessions: Iterable[SessionSamples], *, current_version: int, max_staleness: int | None) -> Batch:
+    """What of these sessions is trained on (in their order), and the counts of what is not."""
     collector = _Collector(current_version, max_staleness)
-    with TrajectoryReader(store) as reader:
-        for group_id in group_ids:
-            for session in reader.sessions(group_id=group_id):
-                collector.add_session(reader, session)
+    for session in sessions:
+        collector.add_session(session)
     return collector.batch()
 
 
@@ -108,13 +121,12 @@ class _Collector:
     rewards: list[float] = field(default_factory=list)
     refused: list[Refused] = field(default_factory=list)
 
-    def add_session(self, reader: TrajectoryReader, session: SessionRecord) -> None:
-        from roost.rollout.store.paths import session_samples
-
+    def add_session(self, session: SessionSamples) -> None:
         if not _trainable(session.outcome, self.counts):
             return
         self.rewards.append(float(session.outcome.reward))
-        for sample in with_sampled_tokens(session_samples(reader, session, self.refused)):
+        self.refused.extend(session.refused)
+        for sample in with_sampled_tokens(session.samples):
             self.add_sample(sample)
 
     def add_sample(self, sample: Sample) -> None:

@@ -4,9 +4,9 @@
 
 Read top to bottom: set up (Ray, env server, model, engine, gateway: `setup`; trainer ranks,
 rollout workers: `_handles`), evaluate the starting policy, SFT if the recipe has it, then the
-RL steps (`_rl`): take finished groups (`rollouts`), keep the trainable samples (`batches`),
-score them (`advantages`), optimizer steps, export and load the new weights into the engine,
-log, checkpoint. Evaluations before, after SFT, every `eval.every` steps and at the end go
+RL steps (`_rl`): take finished groups (`rollouts`), keep the trainable samples (`batches`, read
+over the gateway's API: the trainer opens no store file), score them (`advantages`), optimizer
+steps, export and load the new weights into the engine, log, checkpoint. Evaluations before, after SFT, every `eval.every` steps and at the end go
 into the summary (and `evals.json`). Every stage is a function of one `Run`, the run's typed
 handles.
 """
@@ -17,10 +17,10 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from roost.envs.protocol import Task, ToolSchema
 from roost.outcome import UNSCORED
@@ -39,9 +39,14 @@ from .setup import Placement, Services
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
+    from roost.rollout.gateway.control.client import GatewayClient
+
     from ..megatron.train import StepStats
     from .rollout_workers import RolloutWorker
     from .trainer import TrainerGroup
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -97,7 +102,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     run_dir = recipe.output_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.yaml").write_text(dump_recipe(recipe))
-    state = (RunState.load(run_dir) if recipe.schedule.resume else None) or RunState()
+    state = (_resumed_state(recipe, run_dir) if recipe.schedule.resume else None) or RunState()
     metrics = MetricsLogger(recipe.metrics, run_dir, run_name=recipe.name, echo=hooks.echo)
     with ray_session(recipe):
         where = placement(recipe)
@@ -118,6 +123,15 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
         finally:
             stop_services([env.actor])
             metrics.close()
+
+
+def _resumed_state(recipe: Recipe, run_dir: Path) -> RunState | None:
+    """The state to resume from: output_dir's, or the checkpoint URI's when it is further on."""
+    if recipe.schedule.checkpoint_uri is None:
+        return RunState.load(run_dir)
+    from ..checkpoint_mirror import CheckpointMirror
+
+    return CheckpointMirror(recipe.schedule.checkpoint_uri).pull(run_dir)
 
 
 def check_lora_model(recipe: Recipe, model: str) -> None:
@@ -218,9 +232,7 @@ def _rl(run: Run) -> None:
             with run.tracing.span("train.collect"):
                 _wait_for_engine(run.services, run.hooks)
                 group_ids, rollout = run.rollouts.next_groups()
-                batch = collect_batch(
-                    run.services.store, group_ids, current_version=state.weight_version, max_staleness=max_staleness
-                )
+                batch = _collect(run, group_ids, max_staleness)
             if batch.refused:
                 run.hooks.echo(
                     f"step {state.step + 1}: {len(batch.refused)} calls left out of training; "
@@ -250,6 +262,14 @@ def _rl(run: Run) -> None:
         run.hooks.advance("rl", state.step, run.last)
         if recipe.eval.every and state.step % recipe.eval.every == 0:
             _evaluate(run, f"step-{state.step}")
+
+
+def _collect(run: Run, group_ids: list[str], max_staleness: int | None) -> Batch:
+    version = run.state.weight_version
+    return over_gateway(
+        run.services,
+        lambda gateway: collect_batch(gateway, group_ids, current_version=version, max_staleness=max_staleness),
+    )
 
 
 def _advantage_config(algo: AlgorithmConfig) -> AdvantageConfig:
@@ -356,6 +376,10 @@ def _save(run: Run, folder: Path) -> None:
     state.checkpoint = str(folder)
     state.save(run.run_dir)
     prune_checkpoints(run.run_dir, run.recipe.schedule.keep_checkpoints, state.checkpoint, state.reference)
+    if run.recipe.schedule.checkpoint_uri is not None:
+        from ..checkpoint_mirror import CheckpointMirror
+
+        CheckpointMirror(run.recipe.schedule.checkpoint_uri).push(run.run_dir, state)
 
 
 def _sync(
@@ -457,7 +481,7 @@ def _handles(
     import ray
 
     from .rollout_workers import RolloutWorker
-    from .rollouts import task_pool
+    from .rollouts import task_pool, unfinished_backlog
     from .setup import actor_options
     from .trainer import TrainerGroup
 
@@ -489,6 +513,8 @@ def _handles(
             fresh = trainer.save_adapter(str(_adapter_folder(run_dir, state.weight_version + 1)))
             _sync(svc, hooks, fresh, state.weight_version)
         tasks = task_pool(_tasks(svc, recipe.env.split, recipe.env.name), recipe.env.max_tasks, recipe.schedule.seed)
+        consumed, size = set(state.consumed_groups), recipe.rollout.group_size
+        backlog = over_gateway(svc, lambda gateway: unfinished_backlog(gateway, consumed, size))
         yield Run(
             recipe,
             run_dir,
@@ -496,7 +522,7 @@ def _handles(
             svc,
             trainer,
             workers,
-            Rollouts(recipe, workers, tasks, state, svc.store),
+            Rollouts(recipe, workers, tasks, state, backlog),
             metrics,
             hooks,
             load_evals(run_dir),
@@ -507,6 +533,18 @@ def _handles(
             ray.kill(handle)
         trainer.shutdown()
         tracing.shutdown()
+
+
+def over_gateway(svc: Services, call: Callable[[GatewayClient], Awaitable[T]]) -> T:
+    """`call` on a control-plane client of the run's gateway, from the loop's synchronous code:
+    the trainer reads what the gateway recorded over its API, never from the store file."""
+    from roost.rollout.gateway.control.client import GatewayClient
+
+    async def run() -> T:
+        async with GatewayClient(svc.gateway_url, admin_key=svc.admin_key) as gateway:
+            return await call(gateway)
+
+    return asyncio.run(run())
 
 
 def _tasks(svc: Services, split: str, env_name: str) -> list[Task]:

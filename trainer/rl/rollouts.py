@@ -1,6 +1,6 @@
 """Which groups the trainer gets each step: played now (sync), streamed (async), or recovered.
 
-    rollouts = Rollouts(recipe, workers, tasks, state)
+    rollouts = Rollouts(recipe, workers, tasks, state, backlog)     # backlog: unfinished_backlog's
     group_ids, info = rollouts.next_groups(step)      # finished groups for this step
     results = rollouts.evaluate("after_sft", split_tasks, episodes, args)
 
@@ -8,7 +8,8 @@ sync: each step plays `groups_per_step` fresh groups on the current weights and 
 async: workers keep `groups_per_step * (1 + max_staleness)` groups in flight; a step takes
 the first `groups_per_step` that finish, and weights change under the rest (the gateway
 pauses new calls for the swap). Either way, groups that finished in the store but were never
-trained on (a crash between rollout and training) are used first after a resume.
+trained on (a crash between rollout and training) are used first after a resume; the gateway
+names them (`GET /sessions`), the trainer does not open its store.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roost.agents.results import EpisodeResult
@@ -30,6 +30,8 @@ from .rollout_workers import GroupOutcome, GroupSpec
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
+
+    from roost.rollout.gateway.control.client import GatewayClient
 
     from .rollout_workers import RolloutWorker
 
@@ -58,18 +60,14 @@ def pick(tasks: list[Task], index: int, seed: int) -> Task:
     return tasks[order[offset]]
 
 
-def unfinished_backlog(store: Path, consumed: set[str], group_size: int) -> list[str]:
-    """Complete groups of training episodes in the store (all sessions finished) that were never trained on."""
-    from roost.rollout.store.reader import TrajectoryReader
-
-    if not store.is_file():
-        return []
+async def unfinished_backlog(gateway: GatewayClient, consumed: set[str], group_size: int) -> list[str]:
+    """Complete groups of training episodes the gateway recorded (all sessions finished) that were
+    never trained on, read over its control plane (`GET /sessions`)."""
     groups: dict[str, list[EpisodeOutcome | None]] = {}
-    with TrajectoryReader(store) as reader:
-        for session in reader.sessions():
-            gid = session.group_id or ""
-            if gid not in consumed:
-                groups.setdefault(gid, []).append(session.outcome)
+    for session in await gateway.sessions():
+        gid = session.group_id or ""
+        if gid not in consumed:
+            groups.setdefault(gid, []).append(session.outcome)
     return [
         g
         for g, outcomes in groups.items()
@@ -79,12 +77,17 @@ def unfinished_backlog(store: Path, consumed: set[str], group_size: int) -> list
 
 class Rollouts:
     def __init__(
-        self, recipe: Recipe, workers: list[ActorHandle[RolloutWorker]], tasks: list[Task], state: RunState, store: Path
+        self,
+        recipe: Recipe,
+        workers: list[ActorHandle[RolloutWorker]],
+        tasks: list[Task],
+        state: RunState,
+        backlog: list[str],
     ) -> None:
         self.recipe, self.workers, self.tasks, self.state = recipe, workers, tasks, state
         r = recipe.rollout
         self.per_step, self.size = r.groups_per_step, r.group_size
-        self.backlog = unfinished_backlog(store, set(state.consumed_groups), r.group_size)
+        self.backlog = backlog
         self.streaming = recipe.algorithm.mode == "async"
         self._ready: list[GroupOutcome] = []
         self._next_worker = 0

@@ -1,8 +1,11 @@
-"""The gateway's control plane, as its clients call it: the runner's sessions and the trainer's pause.
+"""The gateway's control plane, as its clients call it: the runner's sessions, the trainer's samples
+and pause.
 
     POST /sessions                 CreateSession  → SessionCreated (session_id, key, base_url, ...)
     POST /sessions/{sid}/reward    PostReward     → Ack (to the session, or to one call: a step reward)
     GET  /sessions/{sid}                          → SessionDetail (the session's calls, ...)
+    GET  /sessions?group=G                        → SessionList (the trainer's backlog after a resume)
+    GET  /samples?group=G&cursor=C                → SamplesPage (the trainer's batch, page by page)
     POST /sessions/{sid}/finish    FinishSession  → SessionSummary ({"outcome": EpisodeOutcome, "info": {...}})
     POST /admin/pause|resume       PauseRequest   → PauseState
 
@@ -15,6 +18,8 @@ harness never sees it.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
@@ -30,11 +35,15 @@ from roost.rollout.gateway.control.wire import (
     PauseRequest,
     PauseState,
     PostReward,
+    SamplesPage,
     SessionCreated,
     SessionDetail,
+    SessionList,
+    SessionListItem,
     SessionSummary,
 )
 from roost.rollout.keys import ADMIN_KEY, bearer
+from roost.rollout.store.samples import SessionSamples
 from roost.tracing import Tracing
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -42,6 +51,14 @@ Answer = TypeVar("Answer", bound=BaseModel)
 
 class ControlPlaneError(RuntimeError):
     """The gateway refused or failed a control-plane call."""
+
+
+class GatewayUnreachable(ControlPlaneError):
+    """No answer came back (connection refused or reset, timeout): the call may be sent again."""
+
+
+PAGE_TRIES = 4
+"""How often `training_sessions` asks for one page before it gives up."""
 
 
 class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
@@ -83,6 +100,42 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
         view = await self._request("GET", f"/sessions/{session_id}", SessionDetail)
         return [c.call_id for c in sorted(view.calls, key=lambda c: c.seq)]
 
+    async def sessions(self, group_id: str | None = None) -> list[SessionListItem]:
+        """The gateway's sessions (of one group), oldest first."""
+        params = {"group": group_id} if group_id is not None else None
+        return (await self._request("GET", "/sessions", SessionList, params=params)).sessions
+
+    async def samples_page(
+        self, group_ids: list[str], cursor: str | None = None, limit: int | None = None
+    ) -> SamplesPage:
+        """One page of `GET /samples`: the groups' sessions after `cursor` (None: from the first)."""
+        params: list[tuple[str, str | int]] = [("group", g) for g in group_ids]
+        params += [("cursor", cursor)] if cursor else []
+        params += [("limit", limit)] if limit is not None else []
+        return await self._request("GET", "/samples", SamplesPage, params=params)
+
+    async def training_sessions(
+        self, group_ids: Iterable[str], page_size: int | None = None
+    ) -> AsyncIterator[SessionSamples]:
+        """Every session of the groups with its outcome and samples, page after page; a page whose
+        answer was lost is asked for again from the same cursor (the same sessions come back)."""
+        groups, cursor = list(group_ids), None
+        while True:
+            page = await self._page(groups, cursor, page_size)
+            for session in page.sessions:
+                yield session.session_samples()
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def _page(self, groups: list[str], cursor: str | None, page_size: int | None) -> SamplesPage:
+        for attempt in range(1, PAGE_TRIES):
+            try:
+                return await self.samples_page(groups, cursor, page_size)
+            except GatewayUnreachable:
+                await asyncio.sleep(0.5 * attempt)
+        return await self.samples_page(groups, cursor, page_size)  # the last try raises what it meets
+
     async def finish(self, session_id: str, outcome: EpisodeOutcome, **info: Any) -> None:
         """`info`: anything else about the episode, for people (task id, steps, stop reason)."""
         body = FinishSession(outcome=outcome, info=info)
@@ -96,13 +149,15 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     async def resume(self) -> PauseState:
         return await self._request("POST", "/admin/resume", PauseState)
 
-    async def _request(self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None) -> Answer:
+    async def _request(
+        self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None, params: Any = None
+    ) -> Answer:
         # Only the fields the caller gave travel; the gateway applies its own defaults.
         payload = None if body is None else body.model_dump(mode="json", exclude_unset=True, exclude_none=True)
         try:
-            response = await self._http.request(method, path, json=payload)
+            response = await self._http.request(method, path, json=payload, params=params)
         except httpx.HTTPError as exc:
-            raise ControlPlaneError(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+            raise GatewayUnreachable(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
         if not response.is_success:
             raise ControlPlaneError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
         try:

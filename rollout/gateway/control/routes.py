@@ -1,5 +1,5 @@
-"""The control plane: sessions, rewards, advantages, pause/resume (all behind the admin key),
-health and metrics (open)."""
+"""The control plane: sessions, rewards, advantages, the training samples of groups, pause/resume
+(all behind the admin key), health and metrics (open)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from starlette.routing import Route
 
 from roost.metrics_http import metrics_response
 from roost.outcome import EpisodeOutcome, SessionStatus
+from roost.rollout.gateway.control.cursor import cursor_secret
+from roost.rollout.gateway.control.samples_page import page_query, read_page
 from roost.rollout.gateway.control.wire import (
     Ack,
     AdvantagesAck,
@@ -169,6 +171,14 @@ def routes(gw: Gateway) -> list[Route]:
         rows = await gw.store.read(read)
         return _json(SessionList(sessions=[SessionListItem(**_summary(s), calls=n) for s, n in rows]))
 
+    secret = cursor_secret(gw.config.admin_key)
+
+    async def samples(request: Request) -> Response:
+        query = page_query(request.query_params, secret)
+        page = await gw.store.read(lambda reader: read_page(reader, query, secret))
+        # model_dump_json: floats exact, a non-finite one as a string (orjson would write null)
+        return Response(page.model_dump_json(), media_type="application/json")
+
     async def post_reward(request: Request) -> Response:
         state = await gw.registry.get(request.path_params["sid"])
         req = parse(PostReward, await read_body(request, gw.config.max_body_bytes))
@@ -253,6 +263,7 @@ def routes(gw: Gateway) -> list[Route]:
         Route("/sessions", admin("sessions", create_session), methods=["POST"]),
         Route("/sessions", admin("sessions", list_sessions), methods=["GET"]),
         Route("/sessions/{sid}", admin("session", get_session), methods=["GET"]),
+        Route("/samples", admin("samples", samples), methods=["GET"]),
         Route("/sessions/{sid}/reward", admin("reward", post_reward), methods=["POST"]),
         Route("/sessions/{sid}/advantages", admin("advantages", post_advantages), methods=["POST"]),
         Route("/sessions/{sid}/finish", admin("finish", finish_session), methods=["POST"]),

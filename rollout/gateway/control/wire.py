@@ -1,5 +1,5 @@
-"""The control plane's bodies and answers (sessions, rewards, advantages, pause, health) and the
-answers to harnesses' probes.
+"""The control plane's bodies and answers (sessions, rewards, advantages, pause, health, the
+training samples of groups) and the answers to harnesses' probes.
 
 Both ends use these models: the gateway parses and answers with them, and its client
 (`control/client.py`) sends and reads them; so this module imports nothing of the server.
@@ -8,12 +8,14 @@ Both ends use these models: the gateway parses and answers with them, and its cl
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from roost.outcome import EpisodeOutcome, SessionStatus
 from roost.rollout.gateway.core.wire_base import Wire
+from roost.rollout.store.samples import CallRef, Refused, Sample, SessionSamples
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
@@ -199,3 +201,110 @@ class GatewayHealth(Wire):
     backend: str
     model: str | None
     in_flight: int
+
+
+# --- `GET /samples`: the training samples of groups, paged ------------------------------------
+# Floats go out as JSON numbers in their shortest round-trip form, so every logprob reads back
+# bit for bit; a non-finite one (never trained on, but recorded) goes out as a string
+# ("-Infinity") instead of JSON's null, and reads back as the same float.
+_EXACT_FLOATS = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+SAMPLES_PAGE_DEFAULT = 16
+SAMPLES_PAGE_MAX = 256
+"""Sessions per page of `GET /samples` (`limit`): the default and the most a page holds."""
+
+
+class CallRefView(Wire):
+    """A `CallRef` (roost.rollout.store.samples), field for field."""
+
+    model_config = _EXACT_FLOATS
+
+    call_id: str
+    weight_version: str
+    reward: float | None = None
+    advantage: float | None = None
+    constraint: tuple[str, Any] | None = None
+    adapter: str = ""
+
+    def call_ref(self) -> CallRef:
+        return CallRef(**dict(self))
+
+
+class SampleView(Wire):
+    """A `Sample` (roost.rollout.store.samples), field for field: token ids and logprobs exact."""
+
+    model_config = _EXACT_FLOATS
+
+    session_id: str
+    group_id: str
+    agent_id: str
+    tokens: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]
+    token_call: list[int]
+    calls: list[CallRefView]
+    reward: float | None = None
+    advantages: list[float | None] | None = None
+    task: dict[str, Any] = Field(default_factory=dict)
+    parent_agent: str | None = None
+    leaf_call_id: str | None = None
+    call_ids: list[str] = Field(default_factory=list)
+    finish_reason: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, sample: Sample) -> SampleView:
+        return cls.model_validate(asdict(sample))
+
+    def sample(self) -> Sample:
+        """The `Sample` as the gateway built it (not validated here: the store's own reader does
+        not validate either, and the batch must be the same whichever way it was read)."""
+        return Sample(**{**dict(self), "calls": [c.call_ref() for c in self.calls]})
+
+
+class RefusedView(Wire):
+    """A `Refused` call: not training data, and why."""
+
+    session_id: str
+    agent_id: str
+    call_id: str
+    reason: str
+
+
+class SessionSamplesView(Wire):
+    """One session of `GET /samples`: its outcome, its samples, the calls refused on the way."""
+
+    model_config = _EXACT_FLOATS
+
+    session_id: str
+    group_id: str | None
+    status: SessionStatus
+    outcome: EpisodeOutcome | None
+    samples: list[SampleView]
+    refused: list[RefusedView]
+
+    @classmethod
+    def of(cls, s: SessionSamples) -> SessionSamplesView:
+        return cls(
+            session_id=s.session_id,
+            group_id=s.group_id,
+            status=s.status,
+            outcome=s.outcome,
+            samples=[SampleView.of(x) for x in s.samples],
+            refused=[RefusedView.model_validate(asdict(r)) for r in s.refused],
+        )
+
+    def session_samples(self) -> SessionSamples:
+        refused = [Refused(**dict(r)) for r in self.refused]
+        samples = [x.sample() for x in self.samples]
+        return SessionSamples(self.session_id, self.group_id, self.status, self.outcome, samples, refused)
+
+
+class SamplesPage(Wire):
+    """`GET /samples?group=G&group=H&limit=N&cursor=C`: the groups' sessions in order (group by
+    group, each by creation time), at most `limit` a page; `next_cursor` asks for the next page
+    (the same page each time it is sent), null on the last."""
+
+    model_config = _EXACT_FLOATS
+
+    sessions: list[SessionSamplesView]
+    next_cursor: str | None
