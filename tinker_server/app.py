@@ -19,7 +19,7 @@ from .futures import FutureQueue
 from .routes import build_router
 from .routes_common import ServerState
 from .sampling import Samplers
-from .sessions import Registry
+from .sessions import Registry, tenant_of
 from .wire import LoraConfig
 
 TINKER_KEY = KeyKind("Tinker API key", "tml-", "--api-key", "ROOST_TINKER_KEY", "every /api/v1 route")
@@ -51,9 +51,18 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"the request body does not match the Tinker API: {problems}"
 
 
+def _tenant(presented: str | None, tenants: dict[str, str]) -> str | None:
+    """The tenant whose key was presented (every key compared, in constant time), or None."""
+    found = None
+    for key, tenant in tenants.items():
+        if same_key(presented, key):
+            found = tenant
+    return found
+
+
 def build_app(
     base_models: dict[str, Path],
-    api_key: str,
+    api_keys: list[str],
     *,
     compress_fwdbwd: bool = False,
     full_weight: bool = False,
@@ -93,9 +102,12 @@ def build_app(
     app = FastAPI(title="roost tinker", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.include_router(build_router(state))
 
+    tenants = {key: tenant_of(key) for key in api_keys}
+
     @app.middleware("http")
     async def check_key(request: Request, call_next):
-        if request.url.path not in OPEN_PATHS and not same_key(presented_key(request.headers), api_key):
+        request.state.tenant = _tenant(presented_key(request.headers), tenants)
+        if request.url.path not in OPEN_PATHS and request.state.tenant is None:
             return JSONResponse(
                 {
                     "detail": f"missing or wrong API key; send {TINKER_KEY.name} as X-Api-Key (ServiceClient(api_key=...))"
@@ -113,7 +125,7 @@ def build_app(
 
 def serve(
     base_models: dict[str, Path],
-    api_key: str,
+    api_keys: list[str],
     *,
     host: str,
     port: int,
@@ -129,6 +141,6 @@ def serve(
     sock = bind_listener(host, port)
     report_port(sock, port_file)
     app = build_app(
-        base_models, api_key, compress_fwdbwd=compress_fwdbwd, full_weight=full_weight, max_lora_rank=max_lora_rank
+        base_models, api_keys, compress_fwdbwd=compress_fwdbwd, full_weight=full_weight, max_lora_rank=max_lora_rank
     )
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

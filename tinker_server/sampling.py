@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +24,12 @@ from .sessions import UnknownName
 @dataclass
 class SamplingSession:
     sampling_session_id: str
+    tenant: str
+    """The tenant (API key) whose session made it; only it may sample here."""
     base_model: str
     folder: Path
     model_path: str | None = None
+    created: float = field(default_factory=time.time)
 
 
 @dataclass
@@ -64,18 +68,21 @@ class Samplers:
         self._building: dict[Path, asyncio.Lock] = {}
         self._ids = itertools.count()
 
-    def add(self, base_model: str, folder: Path, owner: str, model_path: str | None = None) -> SamplingSession:
-        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", base_model, folder, model_path)
+    def add(
+        self, base_model: str, folder: Path, owner: str, tenant: str, model_path: str | None = None
+    ) -> SamplingSession:
+        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", tenant, base_model, folder, model_path)
         self.sessions[session.sampling_session_id] = session
         return session
 
-    def session(self, sampling_session_id: str) -> SamplingSession:
-        if sampling_session_id not in self.sessions:
+    def session(self, sampling_session_id: str, tenant: str) -> SamplingSession:
+        session = self.sessions.get(sampling_session_id)
+        if session is None or session.tenant != tenant:
             raise UnknownName(
                 f"no sampling session {sampling_session_id!r}; create one with save_weights_and_get_sampling_client "
                 "or create_sampling_client"
             )
-        return self.sessions[sampling_session_id]
+        return session
 
     async def engine(self, folder: Path):
         """The engine serving `folder`'s weights, built (off the event loop) on first use."""
@@ -105,6 +112,12 @@ class Samplers:
         ]
         prompt = await asyncio.to_thread(prompt_logprobs, engine, call.prompt) if call.prompt_logprobs else None
         return sequences, prompt
+
+    async def forget(self, folder: Path) -> None:
+        """Stop and drop the engine serving `folder`, whose weights are being deleted."""
+        engine = self._engines.pop(folder, None)
+        if engine is not None:
+            await asyncio.to_thread(engine.stop)
 
     def stop(self) -> None:
         for engine in self._engines.values():

@@ -6,6 +6,7 @@ Responses carry exactly what the SDK's own response models read.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -224,3 +225,56 @@ class SampleRequest(Strict):
             "record_stability_info": self.record_stability_info,
         }
         return [name for name, value in asked.items() if value]
+
+
+class Cursor(BaseModel):
+    offset: int
+    limit: int
+    total_count: int
+
+
+class Checkpoint(BaseModel):
+    """A saved state (`checkpoint_type` "training") or named sampler weights ("sampler")."""
+
+    checkpoint_id: str
+    """`weights/<name>` or `sampler_weights/<name>`: the path after the training run id."""
+    checkpoint_type: Literal["training", "sampler"]
+    time: datetime
+    tinker_path: str
+    size_bytes: int
+    public: bool = False
+
+
+class CheckpointsList(BaseModel):
+    checkpoints: list[Checkpoint]
+    cursor: Cursor | None = None
+
+
+class TrainingRun(BaseModel):
+    training_run_id: str
+    base_model: str
+    model_owner: str
+    """The tenant (a digest of the API key) whose session made it."""
+    is_lora: bool
+    lora_rank: int | None = None
+    last_request_time: datetime
+    last_checkpoint: Checkpoint | None = None
+    last_sampler_checkpoint: Checkpoint | None = None
+
+
+class TrainingRuns(BaseModel):
+    training_runs: list[TrainingRun]
+    cursor: Cursor
+
+
+class WeightsInfoRequest(Strict):
+    tinker_path: str
+
+
+class WeightsInfo(BaseModel):
+    base_model: str
+    is_lora: bool
+    lora_rank: int | None = None
+    train_unembed: bool | None = None
+    train_mlp: bool | None = None
+    train_attn: bool | None = None
