@@ -47,6 +47,17 @@ class SampleCall:
     stop_token_ids: list[int] | None
     """None: the model's end-of-sequence tokens; []: none at all (Tinker's meaning)."""
     prompt_logprobs: bool
+    topk_prompt_logprobs: int = 0
+    """k: the k most likely tokens at each prompt position, with their logprobs (0: none)."""
+
+
+@dataclass
+class PromptScores:
+    """What a sample asked of its prompt: each token's logprob, and the top-k at each position."""
+
+    logprobs: np.ndarray | None
+    topk: tuple[np.ndarray, np.ndarray] | None = None
+    """(token ids int32, logprobs float32), each [len(prompt), k]; row 0 (no context) masked."""
 
 
 @dataclass
@@ -96,7 +107,7 @@ class Samplers:
                 self._engines[folder] = engine
         return self._engines[folder]
 
-    async def sample(self, session: SamplingSession, call: SampleCall) -> tuple[list[Sequence], np.ndarray | None]:
+    async def sample(self, session: SamplingSession, call: SampleCall) -> tuple[list[Sequence], PromptScores | None]:
         engine = await self.engine(session.folder)
         from roost.rollout.engine_api.wire import RequestError
 
@@ -110,8 +121,10 @@ class Samplers:
             Sequence(c.output_ids, c.logprobs, "length" if (c.finish_reason or {}).get("type") == "length" else "stop")
             for c in completions
         ]
-        prompt = await asyncio.to_thread(prompt_logprobs, engine, call.prompt) if call.prompt_logprobs else None
-        return sequences, prompt
+        if not (call.prompt_logprobs or call.topk_prompt_logprobs):
+            return sequences, None
+        logprobs, topk = await asyncio.to_thread(prompt_logprobs, engine, call.prompt, call.topk_prompt_logprobs)
+        return sequences, PromptScores(logprobs if call.prompt_logprobs else None, topk)
 
     async def forget(self, folder: Path) -> None:
         """Stop and drop the engine serving `folder`, whose weights are being deleted."""
@@ -141,10 +154,13 @@ def _params(call: SampleCall, index: int):
 
 
 @torch.inference_mode()
-def prompt_logprobs(engine, tokens: list[int]) -> np.ndarray:
+def prompt_logprobs(
+    engine, tokens: list[int], topk: int = 0
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
     """log p(tokens[i] | tokens[:i]) for every prompt position (NaN at 0, which has no context),
-    from the engine's own model: the prefill of `CausalLM.prefill`, keeping every position's logits
-    instead of the last one's, on a cache of its own."""
+    and with `topk` > 0 the `topk_logprobs` of each position, from the engine's own model: the
+    prefill of `CausalLM.prefill`, keeping every position's logits instead of the last one's, on a
+    cache of its own."""
     from roost.rollout.engine.kv_cache import SlotKVCache
 
     model, spec = engine.model, engine.spec
@@ -162,5 +178,23 @@ def prompt_logprobs(engine, tokens: list[int]) -> np.ndarray:
     cos, sin = model.rotary(torch.arange(len(tokens))[None], x.dtype)
     for layer in model.model.layers:
         x = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, [(0, 0, len(tokens))]))
-    logprobs = torch.log_softmax(model.logits(x[0, :-1]), dim=-1).gather(1, ids[1:, None])[:, 0]
-    return np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32)
+    every = torch.log_softmax(model.logits(x[0, :-1]), dim=-1)
+    logprobs = every.gather(1, ids[1:, None])[:, 0]
+    return np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32), topk_logprobs(
+        every, topk
+    ) if topk else None
+
+
+MASK_LOGPROB = -99999.0
+"""The SDK's filler for a top-k entry with no token (`tinker.types.topk_logprobs.MASK_LOGPROB`)."""
+
+
+def topk_logprobs(every: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most likely tokens and their logprobs at each prompt position, most likely first,
+    from the log-softmax of positions 1.. (`every`, [n - 1, vocab]): [n, k] ids and logprobs,
+    row 0 (no context) and the columns past the vocabulary filled with (0, MASK_LOGPROB)."""
+    n, k_real = every.shape[0] + 1, min(k, every.shape[1])
+    ids, logprobs = np.zeros((n, k), np.int32), np.full((n, k), MASK_LOGPROB, np.float32)
+    values, indices = torch.topk(every, k_real, dim=-1)
+    ids[1:, :k_real], logprobs[1:, :k_real] = indices.numpy(), values.float().numpy()
+    return ids, logprobs

@@ -129,4 +129,5 @@ def _sample_call(body: wire.SampleRequest, context_length: int) -> SampleCall:
         stop_strings=[s for s in stop or [] if isinstance(s, str)],
         stop_token_ids=None if stop is None else [s for s in stop if isinstance(s, int)],
         prompt_logprobs=bool(body.prompt_logprobs),
+        topk_prompt_logprobs=body.topk_prompt_logprobs,
     )

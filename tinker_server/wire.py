@@ -206,7 +206,7 @@ class SampleRequest(Strict):
     sampling_session_id: str | None = None
     seq_id: int | None = None
     prompt_logprobs: bool | None = None
-    topk_prompt_logprobs: int = 0
+    topk_prompt_logprobs: int = Field(default=0, ge=0, le=1024)
     topk_sample_logprobs: int = 0
     target_prompt_logprobs: dict[str, Any] | None = None
     prompt_alt_tokens_k: int = 0
@@ -217,7 +217,6 @@ class SampleRequest(Strict):
     def unserved(self) -> list[str]:
         """The options set here that this server does not serve yet."""
         asked = {
-            "topk_prompt_logprobs": self.topk_prompt_logprobs,
             "topk_sample_logprobs": self.topk_sample_logprobs,
             "target_prompt_logprobs": self.target_prompt_logprobs,
             "prompt_alt_tokens_k": self.prompt_alt_tokens_k,
