@@ -68,7 +68,8 @@ def build_app(
     full_weight: bool = False,
     max_lora_rank: int = 128,
 ) -> FastAPI:
-    # Torch and Megatron's state belong to one thread: all training runs there, in order.
+    # Torch and Megatron's state belong to one thread: all training runs there, one request at a time
+    # in the order of the fair queue (futures.training).
     training = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-train")
     futures = FutureQueue()
 
