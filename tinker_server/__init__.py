@@ -16,5 +16,7 @@ roost's own trainer unchanged (`tinker.ServiceClient(base_url=URL, api_key=KEY)`
     sampling_routes.py  sampler saves, sampling sessions, asample
     state_routes.py     save_state and load_state (save_weights, load_weights)
     rest_routes.py      the REST client's training runs, checkpoints and weights_info
+    external_weights.py external weights and the signed URLs their files download from
+    external_routes.py  save_weights_external, get_external_weights_urls, the signed downloads, TTLs
     app.py              the FastAPI app and `serve`
 """

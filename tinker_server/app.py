@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from roost.rollout.keys import KeyKind, presented_key, same_key
 
+from .external_weights import FILES_PREFIX, Signer
 from .futures import FutureQueue
 from .routes import build_router
 from .routes_common import ServerState
@@ -90,6 +92,7 @@ def build_app(
         context_lengths={name: _context_length(folder) for name, folder in base_models.items()},
         samplers=samplers,
         weights_root=weights_root,
+        signer=Signer(secrets.token_bytes(32)),
     )
 
     @asynccontextmanager
@@ -108,7 +111,8 @@ def build_app(
     @app.middleware("http")
     async def check_key(request: Request, call_next):
         request.state.tenant = _tenant(presented_key(request.headers), tenants)
-        if request.url.path not in OPEN_PATHS and request.state.tenant is None:
+        signed = request.url.path.startswith(FILES_PREFIX)  # its URL's signature is checked instead
+        if request.url.path not in OPEN_PATHS and not signed and request.state.tenant is None:
             return JSONResponse(
                 {
                     "detail": f"missing or wrong API key; send {TINKER_KEY.name} as X-Api-Key (ServiceClient(api_key=...))"

@@ -1,6 +1,7 @@
 """A tenant's checkpoints, as the REST client lists and deletes them: its saved states
-(`tinker://<run>/weights/<name>`, type "training") and named sampler weights
-(`tinker://<run>/sampler_weights/<name>`, type "sampler"). Unnamed snapshots
+(`tinker://<run>/weights/<name>`, type "training"), named sampler weights
+(`tinker://<run>/sampler_weights/<name>`, type "sampler") and external weights
+(`tinker://<run>/external_weights/<name>`, type "external"). Unnamed snapshots
 (`save_weights_and_get_sampling_client`) are no checkpoints: they have no path.
 
 Deleting one forgets it, removes its folder and stops the engine that sampled it; loading it or
@@ -19,7 +20,7 @@ from . import wire
 from .sampling import Samplers
 from .sessions import Registry, UnknownName
 
-SEGMENTS = {"weights": "training", "sampler_weights": "sampler"}
+SEGMENTS = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 """A tinker path's middle segment → its checkpoint type."""
 
 
@@ -41,7 +42,8 @@ def of_tenant(registry: Registry, samplers: Samplers, tenant: str) -> list[Saved
     """The tenant's checkpoints, oldest first."""
     states = [Saved(p, "training", s.folder, s.created) for p, s in registry.states.items() if s.tenant == tenant]
     sampler = [Saved(p, "sampler", s.folder, s.created) for p, s in samplers.saved.items() if s.tenant == tenant]
-    return sorted(states + sampler, key=lambda c: c.created)
+    external = [Saved(p, "external", s.folder, s.created) for p, s in registry.external.items() if s.tenant == tenant]
+    return sorted(states + sampler + external, key=lambda c: c.created)
 
 
 def of_run(registry: Registry, samplers: Samplers, tenant: str, run_id: str) -> list[Saved]:
@@ -71,6 +73,7 @@ async def delete(registry: Registry, samplers: Samplers, tenant: str, path: str)
         registry.check_not_deleted(path, tenant)
         raise UnknownName(f"no checkpoint at {path!r}; list_checkpoints(run_id) lists a run's checkpoints")
     registry.states.pop(path, None)
+    registry.external.pop(path, None)
     samplers.saved.pop(path, None)
     registry.deleted[path] = tenant
     await samplers.forget(found[0].folder)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from . import wire
+from .external_routes import external_router
 from .futures import RequestFailure
 from .rest_routes import rest_router
 from .routes_common import PROTO, ServerState, caller, known
@@ -102,4 +103,5 @@ def build_router(state: ServerState) -> APIRouter:
     router.include_router(sampling_router(state))
     router.include_router(state_router(state))
     router.include_router(rest_router(state))
+    router.include_router(external_router(state))
     return router

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from . import wire
+from .external_weights import Signer
 from .futures import FutureQueue
 from .sampling import Samplers
 from .sessions import Registry, SessionFinished, UnknownName
@@ -43,6 +44,8 @@ class ServerState:
     samplers: Samplers
     weights_root: Path
     """Where saved sampler weights are exported, one folder per save."""
+    signer: Signer
+    """Signs the URLs external weights download from."""
 
 
 def caller(request: Request) -> str:

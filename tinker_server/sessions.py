@@ -102,6 +102,8 @@ class Registry:
         """Saved states by path; kept while the server runs (or until deleted), whoever closes their session."""
         self.runs: dict[str, TrainingRun] = {}
         """Every model made, by id, in the order made; kept while the server runs."""
+        self.external: dict[str, SavedState] = {}
+        """`save_weights_external` exports by path (their `lora` as the state's); downloaded, not loaded."""
         self.deleted: dict[str, str] = {}
         """tinker:// paths of deleted checkpoints (states and sampler weights) → their tenant."""
 

@@ -233,11 +233,11 @@ class Cursor(BaseModel):
 
 
 class Checkpoint(BaseModel):
-    """A saved state (`checkpoint_type` "training") or named sampler weights ("sampler")."""
+    """A saved state (`checkpoint_type` "training"), named sampler weights ("sampler") or external weights."""
 
     checkpoint_id: str
-    """`weights/<name>` or `sampler_weights/<name>`: the path after the training run id."""
-    checkpoint_type: Literal["training", "sampler"]
+    """`weights/<name>`, `sampler_weights/<name>` or `external_weights/<name>`: the path after the run id."""
+    checkpoint_type: Literal["training", "sampler", "external"]
     time: datetime
     tinker_path: str
     size_bytes: int
@@ -277,3 +277,24 @@ class WeightsInfo(BaseModel):
     train_unembed: bool | None = None
     train_mlp: bool | None = None
     train_attn: bool | None = None
+
+
+class SaveWeightsExternalRequest(Strict):
+    """`save_weights_external(name)`: the weights as others load them, at `tinker://<model_id>/external_weights/<name>`."""
+
+    model_id: str
+    path: str
+    seq_id: int | None = None
+    ttl_seconds: int | None = None
+    age_encryption_recipients: list[str] | None = None
+    type: Literal["save_weights_external"] = "save_weights_external"
+
+
+class ExternalWeightsUrls(BaseModel):
+    urls: dict[str, str]
+    """A signed URL per file, keyed by its path in the checkpoint."""
+    expires: datetime
+
+
+class TtlRequest(Strict):
+    ttl_seconds: int | None = None
