@@ -50,6 +50,13 @@ class AdapterSlots:
             self._loaded.move_to_end(ref.name)
             return self.engine.adapters.get(ref.name)
 
+    async def drop(self, ref: AdapterRef) -> None:
+        """Unload `ref` if it is loaded (its files are being deleted); requests holding it finish."""
+        async with self._lock:
+            if self._loaded.get(ref.name) == ref:
+                del self._loaded[ref.name]
+                await self.engine.unload_lora(ref.name)
+
     @property
     def loaded(self) -> list[str]:
         """The adapters loaded now, least recently sampled first."""

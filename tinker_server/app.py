@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -16,12 +17,13 @@ from fastapi.responses import JSONResponse
 from roost.rollout.keys import KeyKind, presented_key, same_key
 from roost.rollout.store.trajectory_store import TrajectoryStore
 
+from .external_weights import FILES_PREFIX, Signer
 from .futures import FutureQueue
 from .recording import SampleRecorder
 from .routes import build_router
 from .routes_common import ServerState
 from .sampling import Samplers
-from .sessions import Registry
+from .sessions import Registry, tenant_of
 from .wire import LoraConfig
 
 TINKER_KEY = KeyKind("Tinker API key", "tml-", "--api-key", "ROOST_TINKER_KEY", "every /api/v1 route")
@@ -53,9 +55,18 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"the request body does not match the Tinker API: {problems}"
 
 
+def _tenant(presented: str | None, tenants: dict[str, str]) -> str | None:
+    """The tenant whose key was presented (every key compared, in constant time), or None."""
+    found = None
+    for key, tenant in tenants.items():
+        if same_key(presented, key):
+            found = tenant
+    return found
+
+
 def build_app(
     base_models: dict[str, Path],
-    api_key: str,
+    api_keys: list[str],
     *,
     compress_fwdbwd: bool = False,
     full_weight: bool = False,
@@ -64,7 +75,8 @@ def build_app(
     max_loaded_adapters: int = 8,
 ) -> FastAPI:
     """The app; `store`: the trajectory store every sample is recorded in."""
-    # Torch and Megatron's state belong to one thread: all training runs there, in order.
+    # Torch and Megatron's state belong to one thread: all training runs there, one request at a time
+    # in the order of the fair queue (futures.training).
     training = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-train")
     futures = FutureQueue()
 
@@ -87,6 +99,7 @@ def build_app(
         samplers=samplers,
         weights_root=weights_root,
         recorder=SampleRecorder(trajectories),
+        signer=Signer(secrets.token_bytes(32)),
     )
 
     @asynccontextmanager
@@ -102,9 +115,13 @@ def build_app(
     app = FastAPI(title="roost tinker", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.include_router(build_router(state))
 
+    tenants = {key: tenant_of(key) for key in api_keys}
+
     @app.middleware("http")
     async def check_key(request: Request, call_next):
-        if request.url.path not in OPEN_PATHS and not same_key(presented_key(request.headers), api_key):
+        request.state.tenant = _tenant(presented_key(request.headers), tenants)
+        signed = request.url.path.startswith(FILES_PREFIX)  # its URL's signature is checked instead
+        if request.url.path not in OPEN_PATHS and not signed and request.state.tenant is None:
             return JSONResponse(
                 {
                     "detail": f"missing or wrong API key; send {TINKER_KEY.name} as X-Api-Key (ServiceClient(api_key=...))"
@@ -122,7 +139,7 @@ def build_app(
 
 def serve(
     base_models: dict[str, Path],
-    api_key: str,
+    api_keys: list[str],
     *,
     host: str,
     port: int,
@@ -141,7 +158,7 @@ def serve(
     report_port(sock, port_file)
     app = build_app(
         base_models,
-        api_key,
+        api_keys,
         compress_fwdbwd=compress_fwdbwd,
         full_weight=full_weight,
         max_lora_rank=max_lora_rank,

@@ -82,6 +82,11 @@ class TrainingBackend(Protocol):
         """Write the trained weights and the optimizer's state to `folder`."""
         ...
 
+    def export_external(self, folder: Path) -> Path:
+        """Write the trained weights as others load them: the adapter alone in PEFT's layout with
+        LoRA, else the whole Hugging Face checkpoint."""
+        ...
+
 
 class MegatronBackend:
     """Training with roost's `MegatronPolicy` (one process, tp=1): LoRA adapters when `lora` is
@@ -199,6 +204,12 @@ class MegatronBackend:
             self.policy.save_adapter(folder / ADAPTER_DIR)
         else:
             self.policy.export_hf(folder)
+        return folder
+
+    def export_external(self, folder: Path) -> Path:
+        if self.lora is not None:
+            return self.policy.save_adapter(folder)
+        self.policy.export_hf(folder)
         return folder
 
     def save_state(self, folder: Path) -> Path:

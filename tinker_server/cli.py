@@ -35,8 +35,13 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --api-key."),
     port: int = typer.Option(8000, help="Port to bind; 0: any free one (see --port-file)."),
     port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
-    api_key: str = typer.Option(
-        None, envvar="ROOST_TINKER_KEY", show_envvar=True, help="The key clients send (default: generated and printed)."
+    api_key: list[str] = typer.Option(
+        None,
+        envvar="ROOST_TINKER_KEY",
+        show_envvar=True,
+        help="A key clients send (default: one generated and printed). Repeat it (or list keys in "
+        "ROOST_TINKER_KEY, separated by spaces) for several tenants: each key sees only the sessions, "
+        "models, samplers and checkpoints made with it.",
     ),
     compress_fwdbwd: bool = typer.Option(
         False, help="Ask the SDK to zstd-compress forward_backward bodies (its proto_compress_fwdbwd flag)."
@@ -67,7 +72,7 @@ def serve(
     from .recording import check_store
 
     try:
-        key = serving_key("roost tinker serve", host, api_key, TINKER_KEY)
+        keys = list(api_key or []) or [serving_key("roost tinker serve", host, None, TINKER_KEY)]
         folders = _folders(base_model)
         check_store(store)
     except (KeysRequired, ValueError) as exc:
@@ -75,7 +80,7 @@ def serve(
         raise typer.Exit(2) from None
     serve_app(
         folders,
-        key,
+        keys,
         host=host,
         port=port,
         port_file=port_file,

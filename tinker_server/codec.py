@@ -115,9 +115,10 @@ def encode_forward_backward_output(outputs: list[dict[str, np.ndarray]], metrics
     return message.SerializeToString()
 
 
-def encode_sample_response(sequences, prompt_logprobs: np.ndarray | None) -> bytes:
+def encode_sample_response(sequences, prompt) -> bytes:
     """A `SampleResponse` protobuf: each sequence's tokens (int32), logprobs (float32) and stop
-    reason; the prompt's logprobs (NaN where there is none) when asked for."""
+    reason; of the prompt (`sampling.PromptScores`, when asked for) its logprobs (NaN where there
+    is none) and its top-k (row-major [length, k] ids and logprobs)."""
     pb = _pb()
     reasons = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
     message = pb.SampleResponse()
@@ -126,6 +127,11 @@ def encode_sample_response(sequences, prompt_logprobs: np.ndarray | None) -> byt
         item.tokens = np.asarray(sequence.tokens, dtype=np.int32).tobytes()
         item.logprobs = np.asarray(sequence.logprobs, dtype=np.float32).tobytes()
         item.stop_reason = reasons[sequence.stop_reason]
-    if prompt_logprobs is not None:
-        message.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    if prompt is not None and prompt.logprobs is not None:
+        message.prompt_logprobs = np.asarray(prompt.logprobs, dtype=np.float32).tobytes()
+    if prompt is not None and prompt.topk is not None:
+        ids, logprobs = prompt.topk
+        topk = message.topk_prompt_logprobs
+        topk.token_ids, topk.logprobs = ids.astype(np.int32).tobytes(), logprobs.astype(np.float32).tobytes()
+        topk.length, topk.k = ids.shape
     return message.SerializeToString()

@@ -62,7 +62,8 @@ def loss_config(loss_fn: str, given: dict[str, float]) -> dict[str, float]:
     if loss_fn not in INPUTS:
         raise LossInputError(
             f"loss_fn {loss_fn!r} is not served; this server runs {sorted(INPUTS)} (docs/tinker.md); "
-            "forward_backward_custom is not served yet"
+            "for a loss of your own pass a Python function to forward_backward_custom (uploaded losses, "
+            "create_custom_loss, are not served)"
         )
     keys = CONFIG_KEYS[loss_fn]
     unknown = sorted(set(given) - set(keys))

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from . import wire
+from .external_routes import external_router
 from .futures import RequestFailure
-from .routes_common import PROTO, ServerState, known
+from .rest_routes import rest_router
+from .routes_common import PROTO, ServerState, caller, known
 from .sampling_routes import sampling_router
 from .state_routes import state_router
 from .training_routes import training_router
@@ -59,24 +61,26 @@ def build_router(state: ServerState) -> APIRouter:
         }
 
     @router.post("/api/v1/create_session")
-    async def create_session(body: wire.CreateSessionRequest) -> dict[str, Any]:
-        session = state.registry.new_session(body.tags, body.sdk_version)
+    async def create_session(body: wire.CreateSessionRequest, tenant: str = Depends(caller)) -> dict[str, Any]:
+        session = state.registry.new_session(body.tags, body.sdk_version, tenant)
         return {"type": "create_session", "session_id": session.session_id}
 
     @router.post("/api/v1/session_heartbeat")
-    async def heartbeat(body: wire.SessionHeartbeatRequest) -> dict[str, str]:
-        known(state, lambda: state.registry.heartbeat(body.session_id))
+    async def heartbeat(body: wire.SessionHeartbeatRequest, tenant: str = Depends(caller)) -> dict[str, str]:
+        known(state, lambda: state.registry.heartbeat(body.session_id, tenant))
         return {"type": "session_heartbeat"}
 
     @router.post("/api/v1/sessions/{session_id}/finish")
-    async def finish_session(session_id: str, body: wire.FinishSessionRequest) -> dict[str, Any]:
+    async def finish_session(
+        session_id: str, body: wire.FinishSessionRequest, tenant: str = Depends(caller)
+    ) -> dict[str, Any]:
         # Work already queued holds its model and still runs; requests naming the models now get 404.
-        dropped = known(state, lambda: state.registry.finish(session_id, body.reason.type))
+        dropped = known(state, lambda: state.registry.finish(session_id, body.reason.type, tenant))
         return {"session_id": session_id, "models_dropped": [m.model_id for m in dropped]}
 
     @router.post("/api/v1/retrieve_future")
-    async def retrieve_future(body: wire.FutureRetrieveRequest) -> Response:
-        if not state.futures.known(body.request_id):
+    async def retrieve_future(body: wire.FutureRetrieveRequest, tenant: str = Depends(caller)) -> Response:
+        if not state.futures.known(body.request_id, tenant):
             raise HTTPException(
                 404, f"no pending request {body.request_id!r}; it was never made or was retrieved already"
             )
@@ -98,4 +102,6 @@ def build_router(state: ServerState) -> APIRouter:
     router.include_router(training_router(state))
     router.include_router(sampling_router(state))
     router.include_router(state_router(state))
+    router.include_router(rest_router(state))
+    router.include_router(external_router(state))
     return router

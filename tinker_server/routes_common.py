@@ -1,4 +1,4 @@
-"""What every Tinker route shares: the server's state and the 404 of an unknown name.
+"""What every Tinker route shares: the server's state, the caller's tenant and the 404 of an unknown name.
 
 Input that can be checked at once (an unknown base model or model id, a body that does not parse)
 is refused at once with a 4xx whose `detail` says what was wrong; errors found while the work runs
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
 
 from . import wire
+from .external_weights import Signer
 from .futures import FutureQueue
 from .recording import SampleRecorder
 from .sampling import Samplers
@@ -46,6 +47,13 @@ class ServerState:
     """Where saved sampler weights are exported, one folder per save."""
     recorder: SampleRecorder
     """Where every sample is recorded (the trajectory store)."""
+    signer: Signer
+    """Signs the URLs external weights download from."""
+
+
+def caller(request: Request) -> str:
+    """The tenant of the request's API key, set by the app's key check (`Depends(caller)`)."""
+    return request.state.tenant
 
 
 def known(state: ServerState, fn: Callable[[], Any]) -> Any:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,11 +37,30 @@ class Weights:
     """The training model the snapshot was taken of; None: the base model."""
     weight_version: str = "0"
     """The training model's optim_step count at the snapshot ("0": the base weights)."""
+    snapshot: Path | None = None
+    """The snapshot's own folder (the adapter's parent, or the full-weight folder); None: the base.
+    A checkpoint delete removes it, and with it every session sampling these weights."""
+
+    @property
+    def deleted(self) -> bool:
+        return self.snapshot is not None and not self.snapshot.is_dir()
+
+
+@dataclass
+class SavedSampler:
+    """A named sampler save: whose it is and what it samples (`folder`: what a delete removes)."""
+
+    tenant: str
+    weights: Weights
+    folder: Path
+    created: float = field(default_factory=time.time)
 
 
 @dataclass
 class SamplingSession:
     sampling_session_id: str
+    tenant: str
+    """The tenant (API key) whose session made it; only it may sample here."""
     weights: Weights
     model_path: str | None = None
 
@@ -64,6 +84,17 @@ class SampleCall:
     stop_token_ids: list[int] | None
     """None: the model's end-of-sequence tokens; []: none at all (Tinker's meaning)."""
     prompt_logprobs: bool
+    topk_prompt_logprobs: int = 0
+    """k: the k most likely tokens at each prompt position, with their logprobs (0: none)."""
+
+
+@dataclass
+class PromptScores:
+    """What a sample asked of its prompt: each token's logprob, and the top-k at each position."""
+
+    logprobs: np.ndarray | None
+    topk: tuple[np.ndarray, np.ndarray] | None = None
+    """(token ids int32, logprobs float32), each [len(prompt), k]; row 0 (no context) masked."""
 
 
 @dataclass
@@ -81,8 +112,8 @@ class Samplers:
 
     def __init__(self, *, max_loaded_adapters: int = 8, max_lora_rank: int = 128) -> None:
         self.sessions: dict[str, SamplingSession] = {}
-        self.saved: dict[str, Weights] = {}
-        """tinker:// path of a named save → the weights it holds."""
+        self.saved: dict[str, SavedSampler] = {}
+        """tinker:// path of a named save → whose it is and the weights it holds."""
         self._engines: dict[Path, object] = {}
         self.slots: dict[Path, AdapterSlots] = {}
         """Engine folder → the LoRA snapshots loaded into that engine."""
@@ -91,18 +122,19 @@ class Samplers:
         self._max_loaded_adapters = max_loaded_adapters
         self._max_lora_rank = max_lora_rank
 
-    def add(self, weights: Weights, owner: str, model_path: str | None = None) -> SamplingSession:
-        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", weights, model_path)
+    def add(self, weights: Weights, owner: str, tenant: str, model_path: str | None = None) -> SamplingSession:
+        session = SamplingSession(f"{owner}:sample:{next(self._ids)}", tenant, weights, model_path)
         self.sessions[session.sampling_session_id] = session
         return session
 
-    def session(self, sampling_session_id: str) -> SamplingSession:
-        if sampling_session_id not in self.sessions:
+    def session(self, sampling_session_id: str, tenant: str) -> SamplingSession:
+        session = self.sessions.get(sampling_session_id)
+        if session is None or session.tenant != tenant:
             raise UnknownName(
                 f"no sampling session {sampling_session_id!r}; create one with save_weights_and_get_sampling_client "
                 "or create_sampling_client"
             )
-        return self.sessions[sampling_session_id]
+        return session
 
     async def engine(self, folder: Path):
         """The engine serving `folder`'s weights, built (off the event loop) on first use."""
@@ -122,7 +154,7 @@ class Samplers:
         limits = AdapterLimits(max_loras=self._max_loaded_adapters, max_lora_rank=self._max_lora_rank)
         return Engine(EngineConfig(folder, max_running=16, lora=limits))
 
-    async def sample(self, session: SamplingSession, call: SampleCall) -> tuple[list[Sequence], np.ndarray | None]:
+    async def sample(self, session: SamplingSession, call: SampleCall) -> tuple[list[Sequence], PromptScores | None]:
         weights = session.weights
         engine = await self.engine(weights.folder)
         from roost.rollout.engine_api.wire import RequestError
@@ -140,10 +172,24 @@ class Samplers:
         sequences = [
             Sequence(c.output_ids, c.logprobs, _stop_reason(c.finish_reason), c.finish_reason) for c in completions
         ]
-        prompt = None
-        if call.prompt_logprobs:
-            prompt = await asyncio.to_thread(prompt_logprobs, engine, call.prompt, adapter)
-        return sequences, prompt
+        if not (call.prompt_logprobs or call.topk_prompt_logprobs):
+            return sequences, None
+        logprobs, topk = await asyncio.to_thread(
+            prompt_logprobs, engine, call.prompt, adapter, call.topk_prompt_logprobs
+        )
+        return sequences, PromptScores(logprobs if call.prompt_logprobs else None, topk)
+
+    async def forget(self, weights: Weights) -> None:
+        """Free what sampled `weights`, whose files are being deleted: its adapter in the base
+        model's engine, or (full weight) the engine of its own."""
+        if weights.adapter is not None:
+            if (slots := self.slots.get(weights.folder)) is not None:
+                await slots.drop(weights.adapter)
+            return
+        self.slots.pop(weights.folder, None)
+        engine = self._engines.pop(weights.folder, None)
+        if engine is not None:
+            await asyncio.to_thread(engine.stop)
 
     def decoder(self, session: SamplingSession):
         """The tokenizer's `decode` of the engine that sampled `session` (built by `sample`)."""
@@ -175,11 +221,13 @@ def _params(call: SampleCall, index: int):
 
 
 @torch.inference_mode()
-def prompt_logprobs(engine, tokens: list[int], adapter=None) -> np.ndarray:
+def prompt_logprobs(
+    engine, tokens: list[int], adapter=None, topk: int = 0
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
     """log p(tokens[i] | tokens[:i]) for every prompt position (NaN at 0, which has no context),
-    from the engine's own model through `adapter` (a `LoadedAdapter`; None: the base): the prefill
-    of `CausalLM.prefill`, keeping every position's logits instead of the last one's, on a cache of
-    its own."""
+    and with `topk` > 0 the `topk_logprobs` of each position, from the engine's own model through
+    `adapter` (a `LoadedAdapter`; None: the base): the prefill of `CausalLM.prefill`, keeping every
+    position's logits instead of the last one's, on a cache of its own."""
     from roost.rollout.engine.kv_cache import SlotKVCache
     from roost.rollout.engine.lora_rows import LoraRows
 
@@ -199,6 +247,22 @@ def prompt_logprobs(engine, tokens: list[int], adapter=None) -> np.ndarray:
     lora, spans = LoraRows.of([adapter], [len(tokens)]), [(0, 0, len(tokens))]
     for layer in model.model.layers:
         x = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans, lora), lora)
-    logits = model.logits(x[0, :-1], LoraRows.of([adapter] * (len(tokens) - 1)))
-    logprobs = torch.log_softmax(logits, dim=-1).gather(1, ids[1:, None])[:, 0]
-    return np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32)
+    every = torch.log_softmax(model.logits(x[0, :-1], LoraRows.of([adapter] * (len(tokens) - 1))), dim=-1)
+    logprobs = every.gather(1, ids[1:, None])[:, 0]
+    scores = np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32)
+    return scores, topk_logprobs(every, topk) if topk else None
+
+
+MASK_LOGPROB = -99999.0
+"""The SDK's filler for a top-k entry with no token (`tinker.types.topk_logprobs.MASK_LOGPROB`)."""
+
+
+def topk_logprobs(every: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most likely tokens and their logprobs at each prompt position, most likely first,
+    from the log-softmax of positions 1.. (`every`, [n - 1, vocab]): [n, k] ids and logprobs,
+    row 0 (no context) and the columns past the vocabulary filled with (0, MASK_LOGPROB)."""
+    n, k_real = every.shape[0] + 1, min(k, every.shape[1])
+    ids, logprobs = np.zeros((n, k), np.int32), np.full((n, k), MASK_LOGPROB, np.float32)
+    values, indices = torch.topk(every, k_real, dim=-1)
+    ids[1:, :k_real], logprobs[1:, :k_real] = indices.numpy(), values.float().numpy()
+    return ids, logprobs

@@ -1,12 +1,18 @@
-"""The SDK's sessions and the training models each owns.
+"""The SDK's sessions, the training models each owns and the states they saved, each owned by a tenant.
 
-A model id is `<session>:train:<seq>` (the SDK builds the same id itself). Requests find a model
-by its id alone: the random session id in it keeps it from being guessed, but the server does not
-yet tie a request to the caller's session, so whoever holds an id (and the key) can use the model.
+A tenant is an API key (`tenant_of` names it without keeping the key): the SDK sends no session
+id with a model's requests, only its key, so the key is what a request can be tied to. A session
+belongs to the tenant that created it, and its models and saved states with it; another tenant's
+request naming one gets the 404 of a name this server does not know, and changes nothing. The
+sessions of one tenant share its models and states (so `create_training_client_from_state` in a
+new ServiceClient resumes an earlier one's run).
+
+A model id is `<session>:train:<seq>` (the SDK builds the same id itself).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -27,9 +33,15 @@ class SessionFinished(LookupError):
     """A session its client closed (HTTP 410: the SDK stops its heartbeat on it)."""
 
 
+def tenant_of(api_key: str) -> str:
+    """The tenant an API key stands for: a digest of it, so the registry holds no key."""
+    return "tenant-" + hashlib.sha256(api_key.encode()).hexdigest()[:16]
+
+
 @dataclass
 class Session:
     session_id: str
+    tenant: str
     tags: list[str]
     sdk_version: str
     last_heartbeat: float = field(default_factory=time.monotonic)
@@ -43,9 +55,25 @@ class TrainingModel:
 
     model_id: str
     session_id: str
+    tenant: str
     base_model: str
     lora: LoraConfig | None
     backend: TrainingBackend
+
+
+@dataclass
+class TrainingRun:
+    """What the REST client reads of a model (`get_training_run`): kept after its session closed
+    and its model was dropped, as its saved states are."""
+
+    training_run_id: str
+    session_id: str
+    tenant: str
+    base_model: str
+    lora_rank: int | None
+    """None: every weight trains."""
+    last_request: float = field(default_factory=time.time)
+    """When a request last named its model (Unix time)."""
 
 
 @dataclass
@@ -54,10 +82,12 @@ class SavedState:
 
     path: str
     """Its `tinker://<model_id>/weights/<name>` path."""
+    tenant: str
     base_model: str
     lora: LoraConfig | None
     """The LoRA config its model trained (None: every weight)."""
     folder: Path
+    created: float = field(default_factory=time.time)
 
 
 class Registry:
@@ -69,30 +99,37 @@ class Registry:
         self.pending: set[str] = set()
         """Ids of models being created: taken, though not usable yet."""
         self.states: dict[str, SavedState] = {}
-        """Saved states by path; kept while the server runs, whoever closes their session."""
+        """Saved states by path; kept while the server runs (or until deleted), whoever closes their session."""
+        self.runs: dict[str, TrainingRun] = {}
+        """Every model made, by id, in the order made; kept while the server runs."""
+        self.external: dict[str, SavedState] = {}
+        """`save_weights_external` exports by path (their `lora` as the state's); downloaded, not loaded."""
+        self.deleted: dict[str, str] = {}
+        """tinker:// paths of deleted checkpoints (states and sampler weights) → their tenant."""
 
-    def new_session(self, tags: list[str], sdk_version: str) -> Session:
-        session = Session("ses-" + secrets.token_hex(8), tags, sdk_version)
+    def new_session(self, tags: list[str], sdk_version: str, tenant: str) -> Session:
+        session = Session("ses-" + secrets.token_hex(8), tenant, tags, sdk_version)
         self.sessions[session.session_id] = session
         return session
 
-    def session(self, session_id: str) -> Session:
-        if session_id not in self.sessions:
+    def session(self, session_id: str, tenant: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None or session.tenant != tenant:
             raise UnknownName(f"no session {session_id!r}; create one with POST /api/v1/create_session")
-        return self.sessions[session_id]
+        return session
 
-    def open_session(self, session_id: str) -> Session:
-        session = self.session(session_id)
+    def open_session(self, session_id: str, tenant: str) -> Session:
+        session = self.session(session_id, tenant)
         if session.finished is not None:
             raise SessionFinished(f"session {session_id!r} was closed ({session.finished}); create a new ServiceClient")
         return session
 
-    def heartbeat(self, session_id: str) -> None:
-        self.open_session(session_id).last_heartbeat = time.monotonic()
+    def heartbeat(self, session_id: str, tenant: str) -> None:
+        self.open_session(session_id, tenant).last_heartbeat = time.monotonic()
 
-    def finish(self, session_id: str, reason: str) -> list[TrainingModel]:
+    def finish(self, session_id: str, reason: str, tenant: str) -> list[TrainingModel]:
         """Close the session (the first reason stays) and drop its models; the models dropped."""
-        session = self.session(session_id)
+        session = self.session(session_id, tenant)
         session.finished = session.finished or reason
         dropped = [m for m in self.models.values() if m.session_id == session_id]
         for model in dropped:
@@ -109,15 +146,39 @@ class Registry:
     def add_model(self, model: TrainingModel) -> None:
         self.pending.discard(model.model_id)
         self.models[model.model_id] = model
+        lora = model.backend.lora
+        self.runs[model.model_id] = TrainingRun(
+            model.model_id, model.session_id, model.tenant, model.base_model, None if lora is None else lora.rank
+        )
 
-    def state(self, path: str) -> SavedState:
-        if path not in self.states:
+    def run(self, training_run_id: str, tenant: str) -> TrainingRun:
+        run = self.runs.get(training_run_id)
+        if run is None or run.tenant != tenant:
+            raise UnknownName(
+                f"no training run {training_run_id!r}; list_training_runs() lists yours (a run id is a model_id)"
+            )
+        return run
+
+    def state(self, path: str, tenant: str) -> SavedState:
+        saved = self.states.get(path)
+        if saved is None or saved.tenant != tenant:
+            self.check_not_deleted(path, tenant)
             raise UnknownName(f"no saved state at {path!r}; save_state(name) returns the path of one")
-        return self.states[path]
+        return saved
 
-    def model(self, model_id: str) -> TrainingModel:
-        if model_id not in self.models:
+    def check_not_deleted(self, path: str, tenant: str) -> None:
+        """`UnknownName` saying so when the tenant deleted the checkpoint at `path`."""
+        if self.deleted.get(path) == tenant:
+            raise UnknownName(
+                f"the checkpoint at {path!r} was deleted (delete_checkpoint); save a new one and use its path"
+            )
+
+    def model(self, model_id: str, tenant: str) -> TrainingModel:
+        """The tenant's model `model_id`, marked as just used."""
+        model = self.models.get(model_id)
+        if model is None or model.tenant != tenant:
             raise UnknownName(
                 f"no training model {model_id!r} on this server; use the model_id create_model returned to your session"
             )
-        return self.models[model_id]
+        self.runs[model_id].last_request = time.time()
+        return model

@@ -1,17 +1,18 @@
 """The training routes: create_model, get_info, forward_backward and optim_step.
 
-Each queues its work on the training thread, in arrival order, and answers with a future.
+Each queues its work for the training thread in its session's lane of the fair training queue
+(`fair_queue.py`) and answers with a future; a model is found only among the caller's tenant's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 
 from . import codec, losses, wire
 from .futures import Outcome
-from .routes_common import PROTO, ServerState, known
+from .routes_common import PROTO, ServerState, caller, known
 from .sessions import TrainingModel
 
 
@@ -19,8 +20,8 @@ def training_router(state: ServerState) -> APIRouter:
     router = APIRouter()
 
     @router.post("/api/v1/create_model")
-    async def create_model(body: wire.CreateModelRequest) -> dict[str, Any]:
-        known(state, lambda: state.registry.open_session(body.session_id))
+    async def create_model(body: wire.CreateModelRequest, tenant: str = Depends(caller)) -> dict[str, Any]:
+        known(state, lambda: state.registry.open_session(body.session_id, tenant))
         if body.base_model not in state.base_models:
             raise HTTPException(
                 400,
@@ -40,15 +41,16 @@ def training_router(state: ServerState) -> APIRouter:
             finally:
                 state.registry.pending.discard(model_id)
             state.registry.add_model(
-                TrainingModel(model_id, body.session_id, body.base_model, body.lora_config, backend)
+                TrainingModel(model_id, body.session_id, tenant, body.base_model, body.lora_config, backend)
             )
             return Outcome(json={"type": "create_model", "model_id": model_id})
 
-        return {"request_id": state.futures.submit(work, serial=True), "model_id": model_id}
+        request_id = state.futures.submit(work, tenant=tenant, lane=body.session_id, label="create_model")
+        return {"request_id": request_id, "model_id": model_id}
 
     @router.post("/api/v1/get_info")
-    async def get_info(body: wire.GetInfoRequest) -> dict[str, Any]:
-        model = known(state, lambda: state.registry.model(body.model_id))
+    async def get_info(body: wire.GetInfoRequest, tenant: str = Depends(caller)) -> dict[str, Any]:
+        model = known(state, lambda: state.registry.model(body.model_id, tenant))
         folder = state.base_models[model.base_model]
         return wire.GetInfoResponse(
             model_data=wire.ModelData(model_name=model.base_model, tokenizer_id=str(folder)),
@@ -58,7 +60,7 @@ def training_router(state: ServerState) -> APIRouter:
         ).model_dump()
 
     @router.post("/api/v1/forward_backward")
-    async def forward_backward(request: Request) -> dict[str, Any]:
+    async def forward_backward(request: Request, tenant: str = Depends(caller)) -> dict[str, Any]:
         if PROTO not in request.headers.get("content-type", ""):
             raise HTTPException(415, f"forward_backward takes a ForwardBackwardRequest protobuf ({PROTO})")
         try:
@@ -66,7 +68,7 @@ def training_router(state: ServerState) -> APIRouter:
             call = codec.decode_forward_backward(body)
         except codec.BodyError as exc:
             raise HTTPException(400, str(exc)) from None
-        model = known(state, lambda: state.registry.model(call.model_id))
+        model = known(state, lambda: state.registry.model(call.model_id, tenant))
         _check_lengths(call, state.context_lengths[model.base_model])
         try:
             config = losses.loss_config(call.loss_fn, call.loss_fn_config)
@@ -82,17 +84,20 @@ def training_router(state: ServerState) -> APIRouter:
             ]
             return Outcome(proto=codec.encode_forward_backward_output(outputs, {"loss:sum": result.loss}))
 
-        return {"request_id": state.futures.submit(work, serial=True), "model_id": call.model_id}
+        label = "forward" if call.forward_only else "forward_backward"
+        request_id = state.futures.submit(work, tenant=tenant, lane=model.session_id, label=label)
+        return {"request_id": request_id, "model_id": call.model_id}
 
     @router.post("/api/v1/optim_step")
-    async def optim_step(body: wire.OptimStepRequest) -> dict[str, Any]:
-        model = known(state, lambda: state.registry.model(body.model_id))
+    async def optim_step(body: wire.OptimStepRequest, tenant: str = Depends(caller)) -> dict[str, Any]:
+        model = known(state, lambda: state.registry.model(body.model_id, tenant))
 
         async def work() -> Outcome:
             metrics = await state.run_training(model.backend.optim_step, body.adam_params)
             return Outcome(json={"metrics": metrics})
 
-        return {"request_id": state.futures.submit(work, serial=True), "model_id": body.model_id}
+        request_id = state.futures.submit(work, tenant=tenant, lane=model.session_id, label="optim_step")
+        return {"request_id": request_id, "model_id": body.model_id}
 
     return router
 

@@ -6,6 +6,7 @@ Responses carry exactly what the SDK's own response models read.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -205,7 +206,7 @@ class SampleRequest(Strict):
     sampling_session_id: str | None = None
     seq_id: int | None = None
     prompt_logprobs: bool | None = None
-    topk_prompt_logprobs: int = 0
+    topk_prompt_logprobs: int = Field(default=0, ge=0, le=1024)
     topk_sample_logprobs: int = 0
     target_prompt_logprobs: dict[str, Any] | None = None
     prompt_alt_tokens_k: int = 0
@@ -216,7 +217,6 @@ class SampleRequest(Strict):
     def unserved(self) -> list[str]:
         """The options set here that this server does not serve yet."""
         asked = {
-            "topk_prompt_logprobs": self.topk_prompt_logprobs,
             "topk_sample_logprobs": self.topk_sample_logprobs,
             "target_prompt_logprobs": self.target_prompt_logprobs,
             "prompt_alt_tokens_k": self.prompt_alt_tokens_k,
@@ -224,3 +224,77 @@ class SampleRequest(Strict):
             "record_stability_info": self.record_stability_info,
         }
         return [name for name, value in asked.items() if value]
+
+
+class Cursor(BaseModel):
+    offset: int
+    limit: int
+    total_count: int
+
+
+class Checkpoint(BaseModel):
+    """A saved state (`checkpoint_type` "training"), named sampler weights ("sampler") or external weights."""
+
+    checkpoint_id: str
+    """`weights/<name>`, `sampler_weights/<name>` or `external_weights/<name>`: the path after the run id."""
+    checkpoint_type: Literal["training", "sampler", "external"]
+    time: datetime
+    tinker_path: str
+    size_bytes: int
+    public: bool = False
+
+
+class CheckpointsList(BaseModel):
+    checkpoints: list[Checkpoint]
+    cursor: Cursor | None = None
+
+
+class TrainingRun(BaseModel):
+    training_run_id: str
+    base_model: str
+    model_owner: str
+    """The tenant (a digest of the API key) whose session made it."""
+    is_lora: bool
+    lora_rank: int | None = None
+    last_request_time: datetime
+    last_checkpoint: Checkpoint | None = None
+    last_sampler_checkpoint: Checkpoint | None = None
+
+
+class TrainingRuns(BaseModel):
+    training_runs: list[TrainingRun]
+    cursor: Cursor
+
+
+class WeightsInfoRequest(Strict):
+    tinker_path: str
+
+
+class WeightsInfo(BaseModel):
+    base_model: str
+    is_lora: bool
+    lora_rank: int | None = None
+    train_unembed: bool | None = None
+    train_mlp: bool | None = None
+    train_attn: bool | None = None
+
+
+class SaveWeightsExternalRequest(Strict):
+    """`save_weights_external(name)`: the weights as others load them, at `tinker://<model_id>/external_weights/<name>`."""
+
+    model_id: str
+    path: str
+    seq_id: int | None = None
+    ttl_seconds: int | None = None
+    age_encryption_recipients: list[str] | None = None
+    type: Literal["save_weights_external"] = "save_weights_external"
+
+
+class ExternalWeightsUrls(BaseModel):
+    urls: dict[str, str]
+    """A signed URL per file, keyed by its path in the checkpoint."""
+    expires: datetime
+
+
+class TtlRequest(Strict):
+    ttl_seconds: int | None = None
