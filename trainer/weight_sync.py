@@ -12,6 +12,13 @@ size, same tokenizer (when the engine's tokenizer folder is readable here). A fa
 leaves the engine on its old weights, the gateway resumed, and raises `WeightSyncError`
 with the engine's message.
 
+Behind a gateway with several engines (`GET /admin/engines`), every engine it lists is synced
+(with `engine_url`, in parallel) while the gateway is paused, and the new version is posted to it
+(`POST /admin/weight_version`, the barrier) before it resumes: an engine that did not take the new
+weights leaves rotation (`stale`) and the error names it, while the others serve the new version;
+no engine serves old weights as new. When none took them, nothing is posted and all keep the old.
+Each engine is loaded by a function of its URL alone (`_load_weights`, `_load_adapter`).
+
 After a LoRA step only the adapter moves (`sync_adapter`): the engine keeps its base weights,
 serves the new PEFT adapter folder in place of the old one under the run's adapter name, drops
 its prefix cache and reports the new weight version; `SyncResult.bytes` is what it read.
@@ -19,10 +26,11 @@ its prefix cache and reports the new weight version; `SyncResult.bytes` is what 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,10 +84,13 @@ def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _paused(url: str | None, admin_key: str | None, timeout_s: float, tracing: Tracing) -> AsyncIterator[None]:
-    """The gateway at `url` (if any) paused for the body, and resumed after it whatever happens."""
+async def _paused(
+    url: str | None, admin_key: str | None, timeout_s: float, tracing: Tracing
+) -> AsyncIterator[GatewayClient | None]:
+    """The gateway at `url` (if any) paused for the body, and resumed after it whatever happens;
+    its client is what the body gets (None without a gateway)."""
     if not url:
-        yield
+        yield None
         return
     async with GatewayClient(url, admin_key=admin_key, timeout_s=timeout_s, tracing=tracing) as gateway:
         try:
@@ -94,7 +105,7 @@ async def _paused(url: str | None, admin_key: str | None, timeout_s: float, trac
                 state.in_flight,
             )
         try:
-            yield
+            yield gateway
         finally:
             try:
                 await gateway.resume()
@@ -124,6 +135,108 @@ async def sync_weights(
         )
 
 
+@dataclass
+class _Loaded:
+    """What one engine did with the new weights: the version it reports, or why it failed."""
+
+    url: str
+    version: str = ""
+    error: str = ""
+
+
+async def _engine_urls(gateway: GatewayClient | None, engine_url: str) -> list[str]:
+    """`engine_url` and every other engine the gateway lists."""
+    if gateway is None:
+        return [engine_url]
+    try:
+        listed = [e.url for e in (await gateway.engines()).engines]
+    except ControlPlaneError as exc:  # a pass-through gateway routes no engines
+        log.info("gateway %s lists no engines (%s); syncing %s alone", gateway.url, exc, engine_url)
+        return [engine_url]
+    return [engine_url, *(u for u in listed if u != engine_url.rstrip("/"))]
+
+
+async def _barrier(gateway: GatewayClient | None, loaded: list[_Loaded]) -> None:
+    """Tell the gateway the version the engines that took the weights report: the others leave
+    rotation before it resumes. Nothing is posted when none took them (all keep the old)."""
+    took = [x for x in loaded if not x.error]
+    if gateway is None or not took:
+        return
+    try:
+        await gateway.set_weight_version(took[0].version)
+    except ControlPlaneError as exc:
+        raise WeightSyncError(f"gateway {gateway.url} did not take weight version {took[0].version!r}: {exc}") from exc
+
+
+async def _sync_every(
+    engine_url: str,
+    gateway_url: str | None,
+    admin_key: str | None,
+    timeout_s: float,
+    tracing: Tracing,
+    load: Callable[[str], Awaitable[_Loaded]],
+) -> tuple[list[_Loaded], float]:
+    """`load` every engine (in parallel) while the gateway is paused, then the barrier; returns
+    what each did and how long the gateway was paused."""
+    async with _paused(gateway_url, admin_key, timeout_s, tracing) as gateway:
+        paused = time.perf_counter()
+        loaded = list(await asyncio.gather(*(load(url) for url in await _engine_urls(gateway, engine_url))))
+        await _barrier(gateway, loaded)
+    return loaded, time.perf_counter() - paused
+
+
+def _check_loaded(loaded: list[_Loaded], what: str) -> str:
+    """The version the engines took; `WeightSyncError` naming each engine that did not."""
+    failed = [x for x in loaded if x.error]
+    if not failed:
+        return loaded[0].version
+    reasons = "; ".join(f"engine at {x.url} did not load {what}: {x.error}" for x in failed)
+    took = [x for x in loaded if not x.error]
+    if not took:
+        raise WeightSyncError(f"{reasons}; every engine still serves its old weights")
+    raise WeightSyncError(
+        f"{reasons}; taken out of rotation (stale) until a sync succeeds on it; "
+        f"{', '.join(x.url for x in took)} serve weight version {took[0].version!r}"
+    )
+
+
+async def _load_weights(
+    engine_url: str,
+    folder: Path,
+    weight_version: str | None,
+    engine_key: str | None,
+    timeout_s: float,
+    engine_backend: str | None,
+    tracing: Tracing,
+) -> _Loaded:
+    """Load `folder` into the engine at `engine_url`; what it reports, or why it failed."""
+    backend = engine_backend or await detect_backend(engine_url)
+    async with engine_client(
+        backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
+    ) as engine:
+        try:
+            answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)
+        except EngineError as exc:
+            answer = UpdateWeightsAnswer(success=False, message=str(exc))
+    if not answer.success:
+        return _Loaded(engine_url, error=answer.message)
+    version = str(weight_version if answer.weight_version is None else answer.weight_version)
+    if weight_version is not None and version != weight_version:
+        return _Loaded(engine_url, version, f"it reports weight version {version!r}, expected {weight_version!r}")
+    return _Loaded(engine_url, version)
+
+
+async def _check_engine(
+    engine_url: str, folder: Path, engine_key: str | None, timeout_s: float, backend: str | None, tracing: Tracing
+) -> None:
+    """`check_compatible` against the engine at `engine_url`, before anything is paused."""
+    backend = backend or await detect_backend(engine_url)
+    async with engine_client(
+        backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
+    ) as engine:
+        check_compatible(folder, await engine.model_info())
+
+
 async def _sync_weights(
     engine_url: str,
     folder: str | Path,
@@ -137,23 +250,14 @@ async def _sync_weights(
 ) -> SyncResult:
     started = time.perf_counter()
     folder = Path(folder).resolve()
-    backend = engine_backend or await detect_backend(engine_url)
-    async with engine_client(
-        backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
-    ) as engine:
-        check_compatible(folder, await engine.model_info())
-        async with _paused(gateway_url, admin_key, timeout_s, tracing):
-            paused = time.perf_counter()
-            try:
-                answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)
-            except EngineError as exc:
-                answer = UpdateWeightsAnswer(success=False, message=str(exc))
-        paused_s = time.perf_counter() - paused
-    if not answer.success:
-        raise WeightSyncError(f"engine at {engine_url} did not load {folder}: {answer.message}")
-    version = str(weight_version if answer.weight_version is None else answer.weight_version)
-    if weight_version is not None and version != weight_version:
-        raise WeightSyncError(f"engine reports weight version {version!r}, expected {weight_version!r}")
+    # The gateway refused engines of another model: checking one checks them all.
+    await _check_engine(engine_url, folder, engine_key, timeout_s, engine_backend, tracing)
+
+    def load(url: str) -> Awaitable[_Loaded]:
+        return _load_weights(url, folder, weight_version, engine_key, timeout_s, engine_backend, tracing)
+
+    loaded, paused_s = await _sync_every(engine_url, gateway_url, admin_key, timeout_s, tracing, load)
+    version = _check_loaded(loaded, str(folder))
     return SyncResult(version, time.perf_counter() - started, paused_s, folder_bytes(folder))
 
 
@@ -178,21 +282,35 @@ async def sync_adapter(
     with tracing.span("weight_sync", attributes):
         started = time.perf_counter()
         folder = Path(folder).resolve()
-        backend = engine_backend or await detect_backend(engine_url)
-        failure = None
-        async with engine_client(
-            backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
-        ) as engine:
-            async with _paused(gateway_url, admin_key, timeout_s, tracing):
-                paused = time.perf_counter()
-                try:
-                    await engine.load_lora_adapter(name, str(folder), replace=True)
-                    # vLLM keys its prefix cache by the adapter's id, which an in-place load keeps
-                    await engine.flush_cache()
-                    await engine.update_weight_version(weight_version)
-                except EngineError as exc:
-                    failure = str(exc)
-            paused_s = time.perf_counter() - paused
-    if failure is not None:
-        raise WeightSyncError(f"engine at {engine_url} did not load the adapter {folder} as {name!r}: {failure}")
+
+        def load(url: str) -> Awaitable[_Loaded]:
+            return _load_adapter(url, folder, name, weight_version, engine_key, timeout_s, engine_backend, tracing)
+
+        loaded, paused_s = await _sync_every(engine_url, gateway_url, admin_key, timeout_s, tracing, load)
+    _check_loaded(loaded, f"the adapter {folder} as {name!r}")
     return SyncResult(weight_version, time.perf_counter() - started, paused_s, folder_bytes(folder))
+
+
+async def _load_adapter(
+    engine_url: str,
+    folder: Path,
+    name: str,
+    weight_version: str,
+    engine_key: str | None,
+    timeout_s: float,
+    engine_backend: str | None,
+    tracing: Tracing,
+) -> _Loaded:
+    """Serve the adapter `folder` as `name` on the engine at `engine_url`, at `weight_version`."""
+    backend = engine_backend or await detect_backend(engine_url)
+    async with engine_client(
+        backend, engine_url, api_key=engine_key, timeout_s=timeout_s, trace_configs=tracing.aiohttp_trace_configs()
+    ) as engine:
+        try:
+            await engine.load_lora_adapter(name, str(folder), replace=True)
+            # vLLM keys its prefix cache by the adapter's id, which an in-place load keeps
+            await engine.flush_cache()
+            await engine.update_weight_version(weight_version)
+        except EngineError as exc:
+            return _Loaded(engine_url, error=str(exc))
+    return _Loaded(engine_url, weight_version)

@@ -25,6 +25,7 @@ from roost.outcome import EpisodeOutcome
 from roost.rollout.gateway.control.wire import (
     Ack,
     CreateSession,
+    EngineList,
     FinishSession,
     GatewayHealth,
     PauseRequest,
@@ -33,6 +34,7 @@ from roost.rollout.gateway.control.wire import (
     SessionCreated,
     SessionDetail,
     SessionSummary,
+    SetWeightVersion,
 )
 from roost.rollout.keys import ADMIN_KEY, bearer
 from roost.tracing import Tracing
@@ -95,6 +97,16 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
 
     async def resume(self) -> PauseState:
         return await self._request("POST", "/admin/resume", PauseState)
+
+    async def engines(self) -> EngineList:
+        """The engines behind the gateway, each with its state, load and weight version."""
+        return await self._request("GET", "/admin/engines", EngineList)
+
+    async def set_weight_version(self, weight_version: str) -> EngineList:
+        """The weight-sync barrier: engines that do not report `weight_version` leave rotation."""
+        return await self._request(
+            "POST", "/admin/weight_version", EngineList, SetWeightVersion(weight_version=weight_version)
+        )
 
     async def _request(self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None) -> Answer:
         # Only the fields the caller gave travel; the gateway applies its own defaults.
