@@ -144,16 +144,15 @@ class _Loaded:
     error: str = ""
 
 
-async def _engine_urls(gateway: GatewayClient | None, engine_url: str) -> list[str]:
-    """`engine_url` and every other engine the gateway lists."""
+async def _listed_engines(gateway: GatewayClient | None) -> list[str] | None:
+    """The engines the gateway routes; None when it lists none (no gateway, a pass-through one)."""
     if gateway is None:
-        return [engine_url]
+        return None
     try:
-        listed = [e.url for e in (await gateway.engines()).engines]
-    except ControlPlaneError as exc:  # a pass-through gateway routes no engines
-        log.info("gateway %s lists no engines (%s); syncing %s alone", gateway.url, exc, engine_url)
-        return [engine_url]
-    return [engine_url, *(u for u in listed if u != engine_url.rstrip("/"))]
+        return [e.url for e in (await gateway.engines()).engines]
+    except ControlPlaneError as exc:
+        log.info("gateway %s lists no engines (%s); syncing the engine named alone", gateway.url, exc)
+        return None
 
 
 async def _barrier(gateway: GatewayClient | None, loaded: list[_Loaded]) -> None:
@@ -180,8 +179,10 @@ async def _sync_every(
     what each did and how long the gateway was paused."""
     async with _paused(gateway_url, admin_key, timeout_s, tracing) as gateway:
         paused = time.perf_counter()
-        loaded = list(await asyncio.gather(*(load(url) for url in await _engine_urls(gateway, engine_url))))
-        await _barrier(gateway, loaded)
+        listed = await _listed_engines(gateway)
+        urls = [engine_url, *(u for u in listed or [] if u != engine_url.rstrip("/"))]
+        loaded = list(await asyncio.gather(*(load(url) for url in urls)))
+        await _barrier(gateway if listed is not None else None, loaded)
     return loaded, time.perf_counter() - paused
 
 
