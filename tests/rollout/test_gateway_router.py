@@ -167,10 +167,10 @@ def test_with_no_engine_up_a_call_is_a_503_with_retry_after_and_an_engine_can_jo
         twice = httpx.post(f"{server.url}/admin/engines", json={"url": a.url}, headers=admin)
         assert twice.status_code == 409
         _chat(session, "Still here.")
-        # Both engines out of rotation: the call is refused with Retry-After, the session kept.
-        for engine in server.gateway.router.engines:
-            server.gateway.router.mark_down(engine, "taken down by the test")
-        server.gateway._prober.cancel()  # keep them down: the probe would find them up
+        # A barrier at a version no engine serves takes both out of rotation (stale): the call is
+        # refused with Retry-After and the session kept.
+        barrier = httpx.post(f"{server.url}/admin/weight_version", json={"weight_version": "nobody"}, headers=admin)
+        assert {e["state"] for e in barrier.json()["engines"]} == {"stale"}
         answer = httpx.post(
             f"{session['base_url']}/chat/completions",
             headers=bearer(session["key"]),

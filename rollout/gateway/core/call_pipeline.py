@@ -166,8 +166,8 @@ class TokenBackend:
         return Response(orjson.dumps(body), media_type="application/json")
 
     async def engine_health(self) -> str:
-        """`ok` while an engine in rotation answers /health."""
-        up = [e.client.health() for e in self.router.engines if e.state == "up"]
+        """`ok` while an engine that may take calls (up, or down and answering again) answers /health."""
+        up = [e.client.health() for e in self.router.engines if e.state != "stale"]
         try:
             answers = await asyncio.wait_for(asyncio.gather(*up), ENGINE_PROBE_S)
         except TimeoutError:

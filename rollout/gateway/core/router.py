@@ -4,7 +4,7 @@ A session is pinned to an engine at its first call, so its later calls find thei
 engine's cache; a new session goes to the engine with the fewest calls in flight (ties: the
 fewest pinned sessions, then the order the engines joined in). An engine that refuses
 connections or times out is marked `down`; its sessions are placed again at their next call, and
-a probe brings it back once it answers. An engine that does not report the gateway's weight
+a probe brings it back once it answers (until then it is tried only when no engine is up). An engine that does not report the gateway's weight
 version is `stale`: it takes no calls until it is synced (the weight-sync barrier, `barrier`).
 All engines serve one model: one that reports another (`ModelIdentity`) is refused.
 """
@@ -105,12 +105,14 @@ class Router:
 
     def pick(self, session_id: str, exclude: tuple[str, ...] = ()) -> EngineSlot:
         """The engine for the session's next call: its pinned one while that is up, else the least
-        loaded one (then pinned); 503 when none is up."""
+        loaded one (then pinned). With none up, one that is down is tried (it may answer again
+        before its probe: a lone engine that timed out once is not given up on); a stale one never
+        is. 503 when there is neither."""
         pinned = self._engines.get(self._pins.get(session_id, ""))
         if pinned is not None and pinned.state == "up" and pinned.engine_id not in exclude:
             self._pins.move_to_end(session_id)
             return pinned
-        up = [e for e in self._engines.values() if e.state == "up" and e.engine_id not in exclude]
+        up = self._candidates("up", exclude) or self._candidates("down", exclude)
         if not up:
             raise self._none_up(exclude)
         chosen = min(up, key=lambda e: (e.in_flight, self._pinned[e.engine_id]))
@@ -166,6 +168,9 @@ class Router:
         while True:
             await asyncio.sleep(interval_s)
             await self.probe()
+
+    def _candidates(self, state: EngineState, exclude: tuple[str, ...]) -> list[EngineSlot]:
+        return [e for e in self._engines.values() if e.state == state and e.engine_id not in exclude]
 
     async def close(self) -> None:
         await asyncio.gather(*(e.client.close() for e in self.engines), return_exceptions=True)
