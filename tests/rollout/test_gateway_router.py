@@ -115,6 +115,15 @@ def _chat(session: dict, text: str, history: list | None = None) -> tuple[str, l
     return answer.id.removeprefix("chatcmpl-"), messages + [{"role": "assistant", "content": text}]
 
 
+def _chat_streamed(session: dict, text: str) -> str:
+    """One streamed chat call through the openai SDK; the recorded call's id."""
+    client = openai.OpenAI(base_url=session["base_url"], api_key=session["key"], max_retries=0)
+    messages = [{"role": "user", "content": f"Say {text}"}]
+    chunks = list(client.chat.completions.create(model="tiny", messages=messages, extra_body=say(text), stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    return chunks[0].id.removeprefix("chatcmpl-")
+
+
 def _engines_view(server: GatewayThread) -> dict:
     answer = httpx.get(f"{server.url}/admin/engines", headers=bearer(server.admin_key))
     answer.raise_for_status()
@@ -278,20 +287,24 @@ def test_a_dead_engines_session_moves_and_every_call_is_recorded_once(engines, f
     doomed = fleet.spare  # the weight-sync test, which runs before, is done with it
     server = _gateway([doomed.url, a.url], tmp_path)
     with server:
-        first, second = new_session(server), new_session(server)
+        first, second, third = new_session(server), new_session(server), new_session(server)
         returned = []
         history = None
         for turn in range(2):
             call_id, history = _chat(first, f"Before {turn}.", history)
             returned.append(call_id)
         _chat(second, "Elsewhere.")
-        doomed.stop()  # the engine holding `first`'s cache dies between its calls
+        streamed = [_chat_streamed(third, "Streamed before.")]
+        doomed.stop()  # the engine holding `first`'s and `third`'s caches dies between their calls
         for turn in range(2):
             call_id, history = _chat(first, f"After {turn}.", history)
             returned.append(call_id)
+        streamed.append(_chat_streamed(third, "Streamed after."))
         view = {e["url"]: e for e in _engines_view(server)["engines"]}
         stored = _stored(server, first["session_id"])
+        stored_streams = sorted(_stored(server, third["session_id"]), key=lambda c: c.seq)
+    assert [(c.call_id, c.engine) for c in stored_streams] == list(zip(streamed, [doomed.url, a.url]))
     assert [c.call_id for c in sorted(stored, key=lambda c: c.seq)] == returned  # each once, none lost
     assert [c.engine for c in sorted(stored, key=lambda c: c.seq)] == [doomed.url] * 2 + [a.url] * 2
     assert view[doomed.url]["state"] == "down" and "unreachable" in view[doomed.url]["error"]
-    assert view[a.url]["sessions"] == 2
+    assert view[a.url]["sessions"] == 3
