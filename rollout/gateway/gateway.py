@@ -173,8 +173,9 @@ class Gateway:
         )
 
     async def _model_info(self, client: EngineClient, url: str, *, wait: bool) -> dict[str, Any]:
-        # With --model given the engine may come up later; without it we must ask the engine.
-        patience = self.config.startup_timeout_s if wait and not self.config.model else 2.0
+        # With --model given the engine may come up later; without it we must ask the engine. An
+        # engine added at run time is asked once: the admin's request waits for nothing else.
+        patience = (self.config.startup_timeout_s if not self.config.model else 2.0) if wait else 0.0
         deadline = asyncio.get_running_loop().time() + patience
         while True:
             try:
