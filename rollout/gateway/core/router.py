@@ -185,8 +185,10 @@ class Router:
         )
 
     def _admit(self, slot: EngineSlot, identity: ModelIdentity, info: dict[str, Any]) -> None:
-        """The first engine that answers sets the model and the weight version."""
-        version = str(info.get("weight_version") or "")
+        """The first engine that answers sets the model and the weight version. An engine whose
+        answer has no `weight_version` cannot be checked against it: it is taken as current."""
+        reported = info.get("weight_version")
+        version = self.weight_version if reported is None else str(reported)
         if self.identity is None:
             self.identity, self.weight_version = identity, version
         slot.identity = identity
