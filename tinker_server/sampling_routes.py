@@ -91,7 +91,8 @@ def sampling_router(state: ServerState) -> APIRouter:
         async def work() -> Outcome:
             sequences, prompt = await state.samplers.sample(session, call)
             decode = state.samplers.decoder(session)
-            await state.recorder.record(session, call, sequences, prompt, decode, request_id)
+            scores = None if prompt is None else prompt.logprobs
+            await state.recorder.record(session, call, sequences, scores, decode, request_id)
             return Outcome(proto=codec.encode_sample_response(sequences, prompt))
 
         request_id = state.futures.submit(work, tenant=tenant)

@@ -7,7 +7,6 @@ that is renamed into place, so an engine never loads half a checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from roost.rollout.engine_api.model_identity import tokenizer_fingerprint  # noqa: F401 (its home moved)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -41,18 +42,6 @@ def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     for file in files:
         tensors.update(load_file(file))
     return tensors
-
-
-def tokenizer_fingerprint(folder: str | Path) -> str | None:
-    """A hash of the tokenizer's vocabulary files, None when the folder has none."""
-    digest = hashlib.sha256()
-    found = False
-    for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"):
-        path = Path(folder) / name
-        if path.is_file():
-            digest.update(name.encode() + path.read_bytes())
-            found = True
-    return digest.hexdigest()[:16] if found else None
 
 
 def check_tokenizer(folder: str | Path, vocab_size: int) -> None:

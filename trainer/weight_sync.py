@@ -17,17 +17,18 @@ serves the new PEFT adapter folder in place of the old one under the run's adapt
 its prefix cache and reports the new weight version; `SyncResult.bytes` is what it read.
 
 `transport="http"` (both functions) needs no shared disk: the tensors (the trainer's state
-dict, an in-memory adapter, or a folder read here) go to roost's embedded engine in chunks while
-it serves, and the gateway is paused for the commit alone (`weight_push`). Each function syncs
-one engine, named by its URL.
+dict, an in-memory adapter, or a folder read here) go to roost's embedded engines in chunks while
+they serve, and the gateway is paused for the commit alone (`weight_push`).
+
+Behind a gateway with several engines, every engine it lists is synced with the one named and
+the new version posted to it before it resumes (the barrier, `sync_engines`): an engine that did
+not take the weights leaves rotation and the error names it; no engine serves old weights as new.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,15 +36,14 @@ from typing import Any
 import torch
 
 from roost.rollout.engine.model_spec import read_config
-from roost.rollout.engine_api.client import detect_backend, engine_client
 from roost.rollout.engine_api.sglang_client import EngineError, SGLangClient
 from roost.rollout.engine_api.weight_upload import DEFAULT_CHUNK_BYTES, AdapterUpload
 from roost.rollout.engine_api.wire import UpdateWeightsAnswer
-from roost.rollout.gateway.control.client import ControlPlaneError, GatewayClient
 from roost.rollout.lora import Adapter
 from roost.tracing import Tracing
 
 from .hf_checkpoint import CheckpointMismatch, tokenizer_fingerprint
+from .sync_engines import Commit, Loaded, Target, WeightSyncError, check_loaded, sync_every, version_checked
 from .weight_push import (
     PushRefused,
     Transport,
@@ -57,12 +57,6 @@ from .weight_push import (
     stage,
     tensor_bytes,
 )
-
-log = logging.getLogger(__name__)
-
-
-class WeightSyncError(RuntimeError):
-    """The engine did not take the new weights; it still serves the old ones."""
 
 
 @dataclass
@@ -97,58 +91,6 @@ def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
             )
 
 
-@contextlib.asynccontextmanager
-async def _paused(url: str | None, admin_key: str | None, timeout_s: float, tracing: Tracing) -> AsyncIterator[None]:
-    """The gateway at `url` (if any) paused for the body, and resumed after it whatever happens."""
-    if not url:
-        yield
-        return
-    async with GatewayClient(url, admin_key=admin_key, timeout_s=timeout_s, tracing=tracing) as gateway:
-        try:
-            state = await gateway.pause()
-        except ControlPlaneError as exc:
-            raise WeightSyncError(f"gateway {url} could not be paused: {exc}") from exc
-        if state.drained is False:
-            log.warning(
-                "gateway %s paused with %d calls still in flight after its drain timeout; they finish "
-                "while the weights change",
-                url,
-                state.in_flight,
-            )
-        try:
-            yield
-        finally:
-            try:
-                await gateway.resume()
-            except ControlPlaneError as exc:
-                raise WeightSyncError(f"gateway {url} could not be resumed: {exc}") from exc
-
-
-@dataclass
-class _Target:
-    """One engine, and the gateway in front of it, as a sync reaches them."""
-
-    engine_url: str
-    engine_key: str | None
-    gateway_url: str | None
-    admin_key: str | None
-    timeout_s: float
-    engine_backend: str | None
-    tracing: Tracing
-
-    def client(self, backend: str):
-        return engine_client(
-            backend,
-            self.engine_url,
-            api_key=self.engine_key,
-            timeout_s=self.timeout_s,
-            trace_configs=self.tracing.aiohttp_trace_configs(),
-        )
-
-    def paused(self):
-        return _paused(self.gateway_url, self.admin_key, self.timeout_s, self.tracing)
-
-
 async def sync_weights(
     engine_url: str,
     folder: str | Path | None = None,
@@ -164,16 +106,17 @@ async def sync_weights(
     engine_backend: str | None = None,
     tracing: Tracing | None = None,
 ) -> SyncResult:
-    """Load new weights into the one engine at `engine_url` (its key: `engine_key`; its kind:
-    `engine_backend`, asked of the server when None), pausing the gateway (its key: `admin_key`)
-    around the swap; in a `weight_sync` span when `tracing` is on.
+    """Load new weights into the engine at `engine_url` (its key: `engine_key`; its kind:
+    `engine_backend`, asked of the server when None) and every other engine the gateway lists,
+    pausing the gateway (its key: `admin_key`) around the swap; in a `weight_sync` span when
+    `tracing` is on.
 
-    `transport="disk"`: the engine loads `folder` (a path on its machine). `"http"`: the tensors
-    go to roost's embedded engine in chunks of about `chunk_bytes`, sent while it serves on and
+    `transport="disk"`: each engine loads `folder` (a path on its machine). `"http"`: the tensors
+    go to roost's embedded engines in chunks of about `chunk_bytes`, sent while they serve on and
     committed with the gateway paused: `tensors` (a Hugging Face state dict, as
     `MegatronPolicy.hf_state()` gives) or else `folder`'s, read here."""
     tracing = tracing or Tracing()
-    target = _Target(engine_url, engine_key, gateway_url, admin_key, timeout_s, engine_backend, tracing)
+    target = Target(engine_url, engine_key, gateway_url, admin_key, timeout_s, engine_backend, tracing)
     attributes = {"roost.weight_version": weight_version, "roost.folder": str(folder), "roost.transport": transport}
     with tracing.span("weight_sync", attributes):
         if transport == "http":
@@ -183,32 +126,31 @@ async def sync_weights(
         return await _sync_weights(target, Path(folder).resolve(), weight_version)
 
 
-async def _sync_weights(target: _Target, folder: Path, weight_version: str | None) -> SyncResult:
+async def _sync_weights(target: Target, folder: Path, weight_version: str | None) -> SyncResult:
     started = time.perf_counter()
-    backend = target.engine_backend or await detect_backend(target.engine_url)
-    async with target.client(backend) as engine:
+    # The gateway refused engines of another model: checking one checks them all.
+    async with target.client(await target.backend()) as engine:
         check_compatible(folder, await engine.model_info())
-        async with target.paused():
-            paused = time.perf_counter()
+
+    async def prepare(engine, one: Target) -> Commit:
+        async def load() -> Loaded:
             try:
                 answer = await engine.update_weights_from_disk(str(folder), weight_version=weight_version)
             except EngineError as exc:
                 answer = UpdateWeightsAnswer(success=False, message=str(exc))
-        paused_s = time.perf_counter() - paused
-    if not answer.success:
-        raise WeightSyncError(f"engine at {target.engine_url} did not load {folder}: {answer.message}")
-    version = str(weight_version if answer.weight_version is None else answer.weight_version)
-    _check_version(version, weight_version)
+            if not answer.success:
+                return Loaded(one.engine_url, error=answer.message)
+            return version_checked(one.engine_url, answer.weight_version, weight_version)
+
+        return load
+
+    loaded, paused_s = await sync_every(target, prepare)
+    version = check_loaded(loaded, str(folder))
     return SyncResult(version, time.perf_counter() - started, paused_s, folder_bytes(folder))
 
 
-def _check_version(version: str, wanted: str | None) -> None:
-    if wanted is not None and version != wanted:
-        raise WeightSyncError(f"engine reports weight version {version!r}, expected {wanted!r}")
-
-
 async def _push_weights(
-    target: _Target,
+    target: Target,
     folder: str | Path | None,
     tensors: Mapping[str, torch.Tensor] | None,
     weight_version: str | None,
@@ -217,14 +159,14 @@ async def _push_weights(
     started = time.perf_counter()
     async with target.client("embedded") as engine:
         info = await _embedded_info(engine)
-        if tensors is None:
-            if folder is None:
-                raise WeightSyncError("transport 'http' sends `tensors` (a state dict) or a `folder`'s; give one")
-            check_compatible(folder, info)
-            tensors = await folder_tensors(folder)
-        check_tensors(tensors, info)
-        tensors = as_engine_dtype(tensors, info)
-        return await _staged_then_committed(target, engine, tensors, weight_version, None, chunk_bytes, started)
+    if tensors is None:
+        if folder is None:
+            raise WeightSyncError("transport 'http' sends `tensors` (a state dict) or a `folder`'s; give one")
+        check_compatible(folder, info)
+        tensors = await folder_tensors(folder)
+    check_tensors(tensors, info)
+    tensors = as_engine_dtype(tensors, info)
+    return await _staged_then_committed(target, tensors, weight_version, None, chunk_bytes, started)
 
 
 async def _embedded_info(engine: SGLangClient) -> dict[str, Any]:
@@ -236,28 +178,41 @@ async def _embedded_info(engine: SGLangClient) -> dict[str, Any]:
 
 
 async def _staged_then_committed(
-    target: _Target,
-    engine: SGLangClient,
+    target: Target,
     tensors: Mapping[str, torch.Tensor],
     weight_version: str | None,
     adapter: AdapterUpload | None,
     chunk_bytes: int,
     started: float,
 ) -> SyncResult:
-    """Send while the engine serves on; commit with the gateway paused."""
-    what = "the adapter" if adapter else "the weights"
-    try:
-        update_id = await stage(
-            engine, tensors, weight_version=weight_version, adapter=adapter, chunk_bytes=chunk_bytes
-        )
-        async with target.paused():
-            paused = time.perf_counter()
-            version = await commit(engine, update_id)
-        paused_s = time.perf_counter() - paused
-    except PushRefused as exc:
-        raise WeightSyncError(f"engine at {target.engine_url} did not take {what} sent over HTTP: {exc}") from exc
-    _check_version(version, weight_version)
+    """Send to every engine while it serves on; commit them all with the gateway paused."""
+    what = "the adapter sent over HTTP" if adapter else "the weights sent over HTTP"
+
+    async def prepare(engine, one: Target) -> Commit:
+        try:
+            await require_embedded(engine)
+            update_id = await stage(
+                engine, tensors, weight_version=weight_version, adapter=adapter, chunk_bytes=chunk_bytes
+            )
+        except (PushRefused, EngineError) as exc:
+            failed = Loaded(one.engine_url, error=str(exc))
+            return lambda: _done(failed)
+
+        async def load() -> Loaded:
+            try:
+                return version_checked(one.engine_url, await commit(engine, update_id), weight_version)
+            except PushRefused as exc:
+                return Loaded(one.engine_url, error=str(exc))
+
+        return load
+
+    loaded, paused_s = await sync_every(target, prepare, backend="embedded")
+    version = check_loaded(loaded, what)
     return SyncResult(version, time.perf_counter() - started, paused_s, tensor_bytes(tensors))
+
+
+async def _done(loaded: Loaded) -> Loaded:
+    return loaded
 
 
 async def sync_adapter(
@@ -276,15 +231,15 @@ async def sync_adapter(
     engine_backend: str | None = None,
     tracing: Tracing | None = None,
 ) -> SyncResult:
-    """Serve a LoRA adapter as `name` in place of the engine's adapter of that name (loaded if it
+    """Serve a LoRA adapter as `name` in place of each engine's adapter of that name (loaded if it
     has none), the base weights untouched, and make `weight_version` what later calls report; the
-    gateway paused around it, as `sync_weights` does.
+    gateway paused around it, every engine it lists synced, as `sync_weights` does.
 
-    `transport="disk"`: the engine reads the PEFT folder `folder`. `"http"`: `adapter` (in
+    `transport="disk"`: each engine reads the PEFT folder `folder`. `"http"`: `adapter` (in
     memory: a spec and PEFT-named tensors, as `MegatronPolicy.adapter_state()` gives) or else
-    `folder`'s, sent to roost's embedded engine with its config."""
+    `folder`'s, sent to roost's embedded engines with its config."""
     tracing = tracing or Tracing()
-    target = _Target(engine_url, engine_key, gateway_url, admin_key, timeout_s, engine_backend, tracing)
+    target = Target(engine_url, engine_key, gateway_url, admin_key, timeout_s, engine_backend, tracing)
     attributes = {"roost.weight_version": weight_version, "roost.folder": str(folder), "roost.adapter": name}
     with tracing.span("weight_sync", {**attributes, "roost.transport": transport}):
         if transport == "http":
@@ -294,28 +249,29 @@ async def sync_adapter(
         return await _load_adapter(target, Path(folder).resolve(), name, weight_version)
 
 
-async def _load_adapter(target: _Target, folder: Path, name: str, weight_version: str) -> SyncResult:
+async def _load_adapter(target: Target, folder: Path, name: str, weight_version: str) -> SyncResult:
     started = time.perf_counter()
-    backend = target.engine_backend or await detect_backend(target.engine_url)
-    failure = None
-    async with target.client(backend) as engine:
-        async with target.paused():
-            paused = time.perf_counter()
+
+    async def prepare(engine, one: Target) -> Commit:
+        async def load() -> Loaded:
             try:
                 await engine.load_lora_adapter(name, str(folder), replace=True)
                 # vLLM keys its prefix cache by the adapter's id, which an in-place load keeps
                 await engine.flush_cache()
                 await engine.update_weight_version(weight_version)
             except EngineError as exc:
-                failure = str(exc)
-        paused_s = time.perf_counter() - paused
-    if failure is not None:
-        raise WeightSyncError(f"engine at {target.engine_url} did not load the adapter {folder} as {name!r}: {failure}")
+                return Loaded(one.engine_url, error=str(exc))
+            return Loaded(one.engine_url, weight_version)
+
+        return load
+
+    loaded, paused_s = await sync_every(target, prepare)
+    check_loaded(loaded, f"the adapter {folder} as {name!r}")
     return SyncResult(weight_version, time.perf_counter() - started, paused_s, folder_bytes(folder))
 
 
 async def _push_adapter(
-    target: _Target,
+    target: Target,
     folder: str | Path | None,
     name: str,
     adapter: Adapter | None,
@@ -332,5 +288,5 @@ async def _push_adapter(
     upload = AdapterUpload(lora_name=name, config=config, load_inplace=True)
     async with target.client("embedded") as engine:
         info = await _embedded_info(engine)
-        tensors = as_engine_dtype(adapter.weights, info)
-        return await _staged_then_committed(target, engine, tensors, weight_version, upload, chunk_bytes, started)
+    tensors = as_engine_dtype(adapter.weights, info)
+    return await _staged_then_committed(target, tensors, weight_version, upload, chunk_bytes, started)

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from roost.rollout.gateway.anthropic import routes as routes_messages
 from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.control import engines as routes_engines
 from roost.rollout.gateway.control import probes as routes_probes
 from roost.rollout.gateway.control import routes as routes_control
 from roost.rollout.gateway.control.probes import roost_version
@@ -59,6 +60,7 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> Starlet
         + routes_messages.routes(gw)
         + routes_responses.routes(gw)
         + routes_control.routes(gw)
+        + routes_engines.routes(gw)
         + routes_probes.routes(gw)
         + [Route("/openapi.json", guarded("openapi", gw.metrics, openapi), methods=["GET"])],
         exception_handlers={HTTPException: http_error},

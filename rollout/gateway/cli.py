@@ -45,10 +45,11 @@ def gateway(
         help="embedded/sglang: SGLang-API engine; vllm: vLLM "
         "(roost engine --backend vllm); all three token-exact; openai: pass-through.",
     ),
-    engine_url: str = typer.Option(
+    engine_url: list[str] = typer.Option(
         None,
         help="Engine base URL (openai backend: upstream base URL incl. /v1). "
-        "embedded without it: start an embedded engine for --model.",
+        "embedded without it: start an embedded engine for --model. Given several times (token "
+        "backends): engines of one model behind this gateway, each session pinned to one.",
     ),
     model: str = typer.Option(
         None, help="'tiny' or a checkpoint folder: tokenizer + chat template (default: the engine's)."
@@ -117,7 +118,8 @@ def gateway(
 
     flags = {
         "backend": ("backend", backend.value),
-        "engine_url": ("engine_url", engine_url),
+        "engine_url": ("engine_url", engine_url[0] if engine_url else None),
+        "engine_urls": ("engine_url", list(engine_url) if engine_url and len(engine_url) > 1 else []),
         "model": ("model", model),
         "host": ("host", host),
         "port": ("port", port),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from roost.rollout.keys import ADMIN_KEY, new_key
 
@@ -22,7 +22,15 @@ class GatewayConfig(BaseModel):
         description="embedded/sglang: an SGLang-API engine; vllm: vLLM's token-in API (all three "
         "token-exact); openai: pass-through",
     )
-    engine_url: str | None = Field(None, description="The engine's (or upstream OpenAI server's) base URL")
+    engine_url: str | None = Field(
+        None, description="The engine's (or upstream OpenAI server's) base URL; with engine_urls: the first of them"
+    )
+    engine_urls: list[str] = Field(
+        default_factory=list,
+        description="Several engines of one model behind this gateway (token backends): sessions are "
+        "pinned to one each, placed on the least loaded (default: [engine_url])",
+    )
+    engine_probe_s: float = Field(2.0, gt=0, description="How often an engine that is down or stale is asked again")
     model: str | None = Field(
         None,
         description="Tokenizer + chat template: 'tiny' or a checkpoint folder (default: the engine's tokenizer_path)",
@@ -77,3 +85,26 @@ class GatewayConfig(BaseModel):
     trace: bool = Field(
         False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* variables; docs/tracing.md)"
     )
+
+    @model_validator(mode="after")
+    def _one_engine_list(self) -> GatewayConfig:
+        """With `engine_urls`, `engine_url` is their first."""
+        if not self.engine_urls:
+            return self
+        if self.engine_url is None:
+            self.engine_url = self.engine_urls[0]
+        elif self.engine_url != self.engine_urls[0]:
+            raise ValueError(
+                f"engine_url {self.engine_url!r} is not the first of engine_urls {self.engine_urls}; "
+                "give engine_urls alone (or the same engine first)"
+            )
+        if len(set(self.engine_urls)) != len(self.engine_urls):
+            raise ValueError(f"engine_urls lists an engine twice: {self.engine_urls}")
+        if self.backend == "openai" and len(self.engine_urls) > 1:
+            raise ValueError("the openai pass-through backend forwards to one upstream: give one engine_url")
+        return self
+
+    @property
+    def engines(self) -> list[str]:
+        """The engines' base URLs: `engine_urls`, else `engine_url` alone."""
+        return self.engine_urls or ([self.engine_url] if self.engine_url else [])

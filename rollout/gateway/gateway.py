@@ -24,6 +24,7 @@ from roost.rollout.gateway.core.passthrough import PassthroughBackend
 from roost.rollout.gateway.core.pause import PauseGate
 from roost.rollout.gateway.core.prompt_builder import PromptBuilder
 from roost.rollout.gateway.core.recording import node_from_call
+from roost.rollout.gateway.core.router import EngineMismatch, EngineSlot, Router, identity_of
 from roost.rollout.gateway.core.sessions import SessionRegistry
 from roost.rollout.store.trajectory_store import TrajectoryStore
 from roost.tracing import Tracing
@@ -48,6 +49,9 @@ class Gateway:
         """The token engine's context (tokenizer, template), for tools that read it; None behind a
         pass-through. Calls go through `backend` alone."""
         self.served_model = config.served_model_name or "model"
+        self.router: Router | None = None
+        """The engines behind a token backend; None behind a pass-through."""
+        self._prober: asyncio.Task | None = None
 
     @property
     def token_exact(self) -> bool:
@@ -61,6 +65,7 @@ class Gateway:
         if self.token_exact:
             self.ctx = await self._engine_context()
             tokenizer = self.ctx.tokenizer
+            self._prober = asyncio.create_task(self.router.probe_forever(config.engine_probe_s))
             self.backend = TokenBackend(self.ctx, self.gate)
         else:
             self.backend = PassthroughBackend(config, self.store.record_call, self.metrics, self.tracing)
@@ -85,42 +90,68 @@ class Gateway:
             "gateway serving %s through the %s backend at %s; recording to %s",
             self.served_model,
             config.backend,
-            config.engine_url,
+            ", ".join(config.engines),
             config.store_path,
             extra={"model": self.served_model, "backend": config.backend, "store": str(config.store_path)},
         )
 
     async def stop(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
         if self.backend is not None:
             await self.backend.close()
         await asyncio.to_thread(self.store.close)
         await asyncio.to_thread(self.tracing.shutdown)
 
-    async def _engine_context(self) -> EngineContext:
-        config = self.config
-        if not config.engine_url:
-            raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
-        client = engine_client(
-            config.backend,
-            config.engine_url,
-            api_key=config.engine_key,
-            timeout_s=config.engine_timeout_s,
+    def client_for(self, url: str) -> EngineClient:
+        """A client of the engine at `url`, as every engine of this gateway gets one."""
+        return engine_client(
+            self.config.backend,
+            url,
+            api_key=self.config.engine_key,
+            timeout_s=self.config.engine_timeout_s,
             trace_configs=self.tracing.aiohttp_trace_configs(),
         )
+
+    async def join(self, url: str, *, wait: bool) -> tuple[EngineSlot, dict[str, Any]]:
+        """Ask the engine at `url` what it serves and add it to the router (`EngineMismatch` when
+        it serves another model; `GatewayStartupError` when it is not an engine of this backend).
+        `wait`: give it the startup timeout to answer. Returns the slot and the engine's model info."""
+        client = self.client_for(url)
         try:
-            info = await self._model_info(client)
+            info = await self._model_info(client, url, wait=wait)
             if info and isinstance(client, SGLangClient):
                 await check_original_logprobs(client)
+            identity = await identity_of(info) if info else None
+            return self.router.add(url, client, identity, info), info
         except TemperatureScaledLogprobs as exc:
             await client.close()
             raise GatewayStartupError(str(exc)) from None
-        except GatewayStartupError:
+        except (GatewayStartupError, EngineMismatch):
             await client.close()
             raise
+
+    async def _engine_context(self) -> EngineContext:
+        config = self.config
+        if not config.engines:
+            raise GatewayStartupError(f"--backend {config.backend} needs --engine-url (e.g. http://127.0.0.1:30000)")
+        self.router = Router(config.max_sessions_in_memory, config.retry_after_s)
+        infos = []
+        for url in config.engines:
+            try:
+                _, info = await self.join(url, wait=True)
+            except EngineMismatch as exc:
+                await self.router.close()
+                raise GatewayStartupError(str(exc)) from None
+            except GatewayStartupError:
+                await self.router.close()
+                raise
+            infos.append(info)
+        info = next((i for i in infos if i), {})
         model = config.model or info.get("tokenizer_path") or info.get("model_path")
         if not model:
             raise GatewayStartupError(
-                f"the engine at {config.engine_url} did not answer /get_model_info and no --model was given; "
+                f"no engine of {config.engines} answered /get_model_info and no --model was given; "
                 "start the engine first or pass --model (the tokenizer and chat template to use)"
             )
         folder = await asyncio.to_thread(_resolve, model)
@@ -129,7 +160,7 @@ class Gateway:
         served = config.served_model_name or ("tiny" if model == "tiny" else Path(str(model)).name)
         return EngineContext(
             config=config,
-            client=client,
+            router=self.router,
             tokenizer=builder.tokenizer,
             builder=builder,
             store=self.store,
@@ -141,26 +172,28 @@ class Gateway:
             preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
         )
 
-    async def _model_info(self, client: EngineClient) -> dict[str, Any]:
-        # With --model given the engine may come up later; without it we must ask the engine.
-        deadline = asyncio.get_running_loop().time() + (2.0 if self.config.model else self.config.startup_timeout_s)
+    async def _model_info(self, client: EngineClient, url: str, *, wait: bool) -> dict[str, Any]:
+        # With --model given the engine may come up later; without it we must ask the engine. An
+        # engine added at run time is asked once: the admin's request waits for nothing else.
+        patience = (self.config.startup_timeout_s if not self.config.model else 2.0) if wait else 0.0
+        deadline = asyncio.get_running_loop().time() + patience
         while True:
             try:
                 info = await client.model_info()
             except EngineRejected as exc:  # it answers, but not as an SGLang engine does: waiting cannot help
-                raise GatewayStartupError(self._not_sglang(str(exc))) from exc
+                raise GatewayStartupError(self._not_sglang(url, str(exc))) from exc
             except EngineError as exc:
                 if asyncio.get_running_loop().time() > deadline:
-                    log.warning("engine at %s not answering /get_model_info: %s", self.config.engine_url, exc)
+                    log.warning("engine at %s not answering /get_model_info: %s", url, exc)
                     return {}
                 await asyncio.sleep(0.5)
                 continue
             if not isinstance(info, dict) or "model_path" not in info:
-                raise GatewayStartupError(self._not_sglang(f"/get_model_info answered {str(info)[:200]}"))
+                raise GatewayStartupError(self._not_sglang(url, f"/get_model_info answered {str(info)[:200]}"))
             return info
 
-    def _not_sglang(self, answer: str) -> str:
-        url = self.config.engine_url.rstrip("/")
+    def _not_sglang(self, url: str, answer: str) -> str:
+        url = url.rstrip("/")
         upstream = url if url.endswith("/v1") else f"{url}/v1"
         if self.config.backend == "vllm":
             return (

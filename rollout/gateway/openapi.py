@@ -162,6 +162,46 @@ def _probe_ops(root: str) -> list[Operation]:
     ]
 
 
+def _engine_ops() -> list[Operation]:
+    return [
+        Operation(
+            "get",
+            "/admin/engines",
+            "The engines behind the gateway: state, load, weight version",
+            control_wire.EngineList,
+            auth="admin",
+            errors=(401, 409),
+        ),
+        Operation(
+            "post",
+            "/admin/engines",
+            "Add an engine of the gateway's model (400 when it serves another)",
+            control_wire.EngineView,
+            body=control_wire.AddEngine,
+            status=201,
+            auth="admin",
+            errors=(400, 401, 409, 413),
+        ),
+        Operation(
+            "delete",
+            "/admin/engines/{engine_id}",
+            "Remove an engine; its sessions move on their next call",
+            control_wire.EngineView,
+            auth="admin",
+            errors=(401, 404, 409),
+        ),
+        Operation(
+            "post",
+            "/admin/weight_version",
+            "Weight-sync barrier: engines not at this version leave rotation (stale)",
+            control_wire.EngineList,
+            body=control_wire.SetWeightVersion,
+            auth="admin",
+            errors=(400, 401, 409, 413),
+        ),
+    ]
+
+
 def _control_ops() -> list[Operation]:
     return [
         Operation(
@@ -237,6 +277,7 @@ def _control_ops() -> list[Operation]:
             errors=(400, 401, 413),
         ),
         Operation("post", "/admin/resume", "Admit calls again", control_wire.PauseState, auth="admin", errors=(401,)),
+        *_engine_ops(),
         Operation(
             "get",
             "/health",
@@ -307,7 +348,7 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}:{op.path}"}
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in ("sid", "agent", "model")
+        for name in ("sid", "agent", "model", "engine_id")
         if f"{{{name}}}" in op.path
     ]
     if params:

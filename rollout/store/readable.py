@@ -14,7 +14,7 @@ from pathlib import Path
 from roost.rollout.store import schema
 from roost.rollout.store.rows import CALL_COLUMNS, SESSION_COLUMNS
 
-ADDED_LATER = {"calls": ("trace_id", "span_id", "adapter"), "sessions": schema.OUTCOME_COLUMNS}
+ADDED_LATER = {"calls": ("trace_id", "span_id", "adapter", "engine"), "sessions": schema.OUTCOME_COLUMNS}
 NEEDED = {
     "sessions": tuple(c for c in SESSION_COLUMNS if c not in ADDED_LATER["sessions"]),
     "agents": ("session_id", "agent_id", "parent_agent", "created_at"),

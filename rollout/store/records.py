@@ -107,6 +107,9 @@ class CallRecord:
     span_id: str = ""
     adapter: str = ""
     """The LoRA adapter the engine sampled with (its loaded name); "": the base model."""
+    engine: str = ""
+    """The base URL of the engine that sampled the call (the gateway's router chose it); "": a
+    pass-through call, or a store older than schema 5."""
 
     @property
     def path_len(self) -> int:

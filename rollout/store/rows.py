@@ -51,6 +51,7 @@ CALL_COLUMNS = (
     "trace_id",
     "span_id",
     "adapter",
+    "engine",
 )
 SESSION_COLUMNS = (
     "session_id",
@@ -117,6 +118,7 @@ def call_row(c: CallRecord) -> tuple[Any, ...]:
         c.trace_id,
         c.span_id,
         c.adapter,
+        c.engine,
     )
 
 

@@ -10,7 +10,7 @@ import sqlite3
 import sys
 from collections.abc import Callable
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 OUTCOME_COLUMNS = ("outcome_status", "outcome_reward", "outcome_reward_source", "outcome_kind", "outcome_reason")
 """A finished session's `EpisodeOutcome`, one column a field (NULL while the session is open)."""
 
@@ -40,6 +40,7 @@ MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = 
         _backfill_outcomes,
     ),
     4: ("ALTER TABLE calls ADD COLUMN adapter TEXT NOT NULL DEFAULT ''",),  # the LoRA adapter; '': the base
+    5: ("ALTER TABLE calls ADD COLUMN engine TEXT NOT NULL DEFAULT ''",),  # the engine's URL; '': not recorded
 }
 
 if sys.byteorder != "little":  # blobs are written in native order; say so instead of corrupting
@@ -103,7 +104,8 @@ CREATE TABLE IF NOT EXISTS calls (
     turns_before INTEGER NOT NULL,
     trace_id TEXT NOT NULL DEFAULT '',
     span_id TEXT NOT NULL DEFAULT '',
-    adapter TEXT NOT NULL DEFAULT ''
+    adapter TEXT NOT NULL DEFAULT '',
+    engine TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (

@@ -282,9 +282,10 @@ def test_reading_an_old_samples_export_says_to_export_again(tmp_path):
 
 
 def _as_version_1(path) -> None:
-    """Turn a store into one an older roost wrote: schema version 1, no trace or adapter columns, the
-    episode's outcome in the free finish info."""
+    """Turn a store into one an older roost wrote: schema version 1, no trace, adapter or engine
+    columns, the episode's outcome in the free finish info."""
     conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE calls DROP COLUMN engine")
     conn.execute("ALTER TABLE calls DROP COLUMN adapter")
     conn.execute("ALTER TABLE calls DROP COLUMN trace_id")
     conn.execute("ALTER TABLE calls DROP COLUMN span_id")
@@ -306,14 +307,16 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path
     old.close()
     _as_version_1(path)
     with TrajectoryReader(path) as reader:  # read-only: left as it is
-        assert [(c.call_id, c.trace_id, c.span_id, c.adapter) for c in reader.calls("s1")] == [
-            ("a", "", "", ""),
-            ("b", "", "", ""),
-            ("c", "", "", ""),
+        assert [(c.call_id, c.trace_id, c.span_id, c.adapter, c.engine) for c in reader.calls("s1")] == [
+            ("a", "", "", "", ""),
+            ("b", "", "", "", ""),
+            ("c", "", "", "", ""),
         ]
         assert reader.session("s1").outcome == TIMED_OUT
     store = TrajectoryStore(path).open()
-    traced = dataclasses.replace(call("d", 3, [1], [2]), trace_id="ab" * 16, span_id="cd" * 8, adapter="lora-x")
+    traced = dataclasses.replace(
+        call("d", 3, [1], [2]), trace_id="ab" * 16, span_id="cd" * 8, adapter="lora-x", engine="http://e:1"
+    )
     asyncio.run(store.record_call(traced))
     store.close()
     conn = sqlite3.connect(path)
@@ -326,6 +329,7 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path
         assert {c.call_id: c.trace_id for c in reader.calls("s1")} == {"a": "", "b": "", "c": "", "d": "ab" * 16}
         assert reader.call("d").span_id == "cd" * 8
         assert reader.call("d").adapter == "lora-x"
+        assert reader.call("d").engine == "http://e:1"
         assert reader.session("s1").outcome == TIMED_OUT
 
 

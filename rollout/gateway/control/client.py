@@ -30,6 +30,7 @@ from roost.outcome import EpisodeOutcome
 from roost.rollout.gateway.control.wire import (
     Ack,
     CreateSession,
+    EngineList,
     FinishSession,
     GatewayHealth,
     PauseRequest,
@@ -41,6 +42,7 @@ from roost.rollout.gateway.control.wire import (
     SessionList,
     SessionListItem,
     SessionSummary,
+    SetWeightVersion,
 )
 from roost.rollout.keys import ADMIN_KEY, bearer
 from roost.rollout.store.samples import SessionSamples
@@ -148,6 +150,16 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
 
     async def resume(self) -> PauseState:
         return await self._request("POST", "/admin/resume", PauseState)
+
+    async def engines(self) -> EngineList:
+        """The engines behind the gateway, each with its state, load and weight version."""
+        return await self._request("GET", "/admin/engines", EngineList)
+
+    async def set_weight_version(self, weight_version: str) -> EngineList:
+        """The weight-sync barrier: engines that do not report `weight_version` leave rotation."""
+        return await self._request(
+            "POST", "/admin/weight_version", EngineList, SetWeightVersion(weight_version=weight_version)
+        )
 
     async def _request(
         self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None, params: Any = None

@@ -308,3 +308,38 @@ class SamplesPage(Wire):
 
     sessions: list[SessionSamplesView]
     next_cursor: str | None
+
+
+class EngineView(Wire):
+    """One engine behind the gateway (`GET /admin/engines`): `up` takes calls, `down` did not
+    answer (probed again), `stale` serves another weight version than the gateway's (synced back
+    in by the next weight sync)."""
+
+    engine_id: str
+    url: str
+    state: Literal["up", "down", "stale"]
+    in_flight: int = Field(description="Engine requests in flight now")
+    calls: int = Field(description="Engine requests sent to it so far (a retried call counts on each engine)")
+    sessions: int = Field(description="Sessions pinned to it")
+    weight_version: str = Field(description="The version it reported when last asked")
+    error: str = Field("", description="Why it is down or stale")
+
+
+class EngineList(Wire):
+    """`GET /admin/engines`, and the answer of `POST /admin/weight_version`."""
+
+    weight_version: str = Field(description="The version every engine in rotation serves")
+    engines: list[EngineView]
+
+
+class AddEngine(Wire):
+    """`POST /admin/engines`: an engine of the gateway's model to take sessions."""
+
+    url: str = Field(pattern=r"^https?://\S+$", description="The engine's base URL, e.g. http://127.0.0.1:30001")
+
+
+class SetWeightVersion(Wire):
+    """`POST /admin/weight_version`: the weight-sync barrier. Every engine is asked its version;
+    those that do not report this one leave rotation (`stale`)."""
+
+    weight_version: str = Field(min_length=1, description="The version the synced engines now report")

@@ -10,6 +10,7 @@ reply's end is sent.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from starlette.types import Receive
 
 from roost.rollout.chat.detokenize import IncrementalDecoder
 from roost.rollout.chat.reply_parser import ParsedReply, ReplyEvent, ReplyParser, collect
-from roost.rollout.engine_api.sglang_client import EngineError
+from roost.rollout.engine_api.sglang_client import EngineError, EngineUnavailable, Generation
 from roost.rollout.gateway.core.backend import Counting, Front
 from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import BackendUnavailable, engine_failure
@@ -36,10 +37,12 @@ from roost.rollout.gateway.core.recording import (
     reply_key,
     timings,
 )
+from roost.rollout.gateway.core.router import EngineSlot
 from roost.rollout.gateway.core.stop_strings import StopTrimmer, trim_stop
 from roost.rollout.gateway.core.template_messages import ArgumentDefaults
 from roost.tracing import TraceIds
 
+log = logging.getLogger("roost.gateway")
 ENGINE_PROBE_S = 5.0  # an engine slower than this to answer /health counts as unreachable
 
 
@@ -73,6 +76,8 @@ class Prepared:
     """What the request carried that was accepted without being acted on (request_notes.py)."""
     lora: str | None = None
     """The LoRA adapter the call's `model` names (None: the base model)."""
+    engine: str = ""
+    """The URL of the engine that sampled the reply (the router's choice), stored with the call."""
 
 
 @dataclass
@@ -110,6 +115,7 @@ class TokenBackend:
     def __init__(self, ctx: EngineContext, gate: PauseGate):
         self.ctx = ctx
         self.gate = gate
+        self.router = ctx.router
         self.served_model = ctx.served_model
 
     async def call(
@@ -150,10 +156,7 @@ class TokenBackend:
 
     async def model_cards(self) -> list[dict[str, Any]]:
         """The base model, then the LoRA adapters the engine has loaded (vLLM's list: `parent` names the base)."""
-        try:
-            self.ctx.adapters = frozenset(await self.ctx.client.lora_adapters())
-        except EngineError:
-            pass  # the engine cannot say now: list the adapters it named last
+        await self.ctx.ask_adapters()
         card = {"object": "model", "created": 0, "owned_by": "roost", "max_model_len": self.ctx.context_length}
         base = {"id": self.served_model, **card}
         return [base, *({"id": name, **card, "parent": self.served_model} for name in sorted(self.ctx.adapters))]
@@ -163,14 +166,16 @@ class TokenBackend:
         return Response(orjson.dumps(body), media_type="application/json")
 
     async def engine_health(self) -> str:
+        """`ok` while an engine that may take calls (up, or down and answering again) answers /health."""
+        up = [e.client.health() for e in self.router.engines if e.state != "stale"]
         try:
-            answers = await asyncio.wait_for(self.ctx.client.health(), ENGINE_PROBE_S)
+            answers = await asyncio.wait_for(asyncio.gather(*up), ENGINE_PROBE_S)
         except TimeoutError:
-            answers = False
-        return "ok" if answers else "unreachable"
+            answers = []
+        return "ok" if any(answers) else "unreachable"
 
     async def close(self) -> None:
-        await self.ctx.client.close()
+        await self.router.close()
         self.ctx.preparers.shutdown(wait=False, cancel_futures=True)
 
     def _parser(self, p: Prepared) -> ReplyParser | PlainText:
@@ -211,6 +216,7 @@ class TokenBackend:
             reply_key=key,
             trace=p.trace,
             adapter=p.lora or "",
+            engine=p.engine,
         )
         # A stream records after its call span ended: its record span is still that span's child.
         with ctx.tracing.span("gateway.record", {"roost.call_id": call_id}, parent=p.trace.traceparent):
@@ -225,9 +231,7 @@ class TokenBackend:
         started = time.perf_counter()
         try:
             with ctx.tracing.span("gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.n": p.n}):
-                generations = await ctx.generate(
-                    front.endpoint, p.plan.prompt_ids.tolist(), p.params, call_ids, receive, p.lora
-                )
+                generations = await self._generate(front.endpoint, p, call_ids, receive)
         except EngineError as exc:
             ctx.forget_adapter(p.lora, exc)
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
@@ -255,30 +259,93 @@ class TokenBackend:
             headers=ctx.call_headers(p.target, call_ids, engine_done - started),
         )
 
+    async def _generate(self, endpoint: str, p: Prepared, call_ids: list[str], receive: Receive) -> list[Generation]:
+        """Generate on the session's engine; when it fails before answering (no token reached the
+        client yet), the call is tried once more on another engine, so it is recorded once."""
+        prompt = p.plan.prompt_ids.tolist()
+        first = self.router.pick(p.target.session.session_id)
+        try:
+            return await self._generate_on(first, endpoint, p, prompt, call_ids, receive)
+        except EngineUnavailable as exc:
+            second = self._failover(p, first, exc)
+        try:
+            return await self._generate_on(second, endpoint, p, prompt, call_ids, receive)
+        except EngineUnavailable as exc:
+            self._failed(second, exc)
+            raise
+
+    async def _generate_on(
+        self, engine: EngineSlot, endpoint: str, p: Prepared, prompt: list[int], call_ids: list[str], receive: Receive
+    ) -> list[Generation]:
+        p.engine = engine.url
+        return await self.ctx.generate(engine, endpoint, prompt, p.params, call_ids, receive, p.lora)
+
+    def _failed(self, engine: EngineSlot, exc: EngineUnavailable) -> None:
+        """An engine that did not answer at all (refused, timed out) leaves rotation until a probe
+        finds it again; one that answered a 5xx stays in."""
+        if exc.status is None:
+            self.router.mark_down(engine, str(exc))
+
+    def _failover(self, p: Prepared, failed: EngineSlot, exc: EngineUnavailable) -> EngineSlot:
+        """The engine to retry on (the session is pinned to it); `exc` again when there is none."""
+        self._failed(failed, exc)
+        try:
+            other = self.router.pick(p.target.session.session_id, exclude=(failed.engine_id,))
+        except BackendUnavailable:
+            raise exc from None
+        self.ctx.metrics.engine_errors.labels("engine_failover").inc()
+        log.warning("engine %s failed a call (%s); retrying it on %s", failed.engine_id, exc, other.engine_id)
+        return other
+
     async def _stream(self, front: Front, p: Prepared, release: Callable[[], None]) -> Response:
-        """Open the engine stream before answering, so an engine failure is a plain 503."""
+        """Open the engine stream before answering, so an engine failure is a plain 503 (or, before
+        the first token, a retry on another engine)."""
         ctx = self.ctx
         call_id = new_id()
         started = time.perf_counter()
-        engine_stream = ctx.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora)
         try:
             with ctx.tracing.span(
                 "gateway.engine", {"roost.prompt_tokens": len(p.plan.prompt_ids), "roost.stream": True}
             ):
-                first = await anext(engine_stream)
-        except StopAsyncIteration:
-            await engine_stream.aclose()
-            raise BackendUnavailable(
-                "the engine closed the stream without a token; retry",
-                retry_after_s=ctx.config.retry_after_s,
-                code="engine_protocol_error",
-            ) from None
+                engine, engine_stream, first = await self._open_stream(p, call_id)
         except EngineError as exc:
-            await engine_stream.aclose()
             ctx.forget_adapter(p.lora, exc)
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
-        frames = self._frames(front, p, call_id, first, engine_stream, started, release)
+        frames = self._frames(front, p, call_id, first, engine_stream, started, release, engine)
         return StreamingResponse(frames, media_type="text/event-stream", headers=ctx.call_headers(p.target, [call_id]))
+
+    async def _open_stream(self, p: Prepared, call_id: str) -> tuple[EngineSlot, AsyncIterator, Any]:
+        """The engine stream and its first chunk, from the session's engine or, when that fails
+        first, once from another; the engine counts the stream in flight until `_frames` ends it."""
+        first = self.router.pick(p.target.session.session_id)
+        try:
+            return await self._stream_on(first, p, call_id)
+        except EngineUnavailable as exc:
+            second = self._failover(p, first, exc)
+        try:
+            return await self._stream_on(second, p, call_id)
+        except EngineUnavailable as exc:
+            self._failed(second, exc)
+            raise
+
+    async def _stream_on(self, engine: EngineSlot, p: Prepared, call_id: str) -> tuple[EngineSlot, AsyncIterator, Any]:
+        p.engine = engine.url
+        stream = engine.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora)
+        self.router.begin(engine)
+        try:
+            return engine, stream, await anext(stream)
+        except StopAsyncIteration:
+            self.router.end(engine)
+            await stream.aclose()
+            raise BackendUnavailable(
+                "the engine closed the stream without a token; retry",
+                retry_after_s=self.ctx.config.retry_after_s,
+                code="engine_protocol_error",
+            ) from None
+        except BaseException:
+            self.router.end(engine)
+            await stream.aclose()
+            raise
 
     async def _frames(
         self,
@@ -289,6 +356,7 @@ class TokenBackend:
         engine_stream: AsyncIterator,
         started: float,
         release: Callable[[], None],
+        engine: EngineSlot,
     ) -> AsyncIterator[bytes]:
         ctx = self.ctx
         out = front.streamer(ctx, p, call_id, first.weight_version)
@@ -340,6 +408,8 @@ class TokenBackend:
         except EngineError as exc:
             # Headers are out: the failure can only be reported inside the stream. The call
             # is not recorded, as no complete reply was returned.
+            if isinstance(exc, EngineUnavailable):
+                self._failed(engine, exc)
             yield out.failure(engine_failure(exc, ctx.metrics, ctx.config.retry_after_s))
         except BackendUnavailable as error:
             ctx.metrics.engine_errors.labels(error.code).inc()
@@ -349,4 +419,5 @@ class TokenBackend:
             raise
         finally:
             release()
+            self.router.end(engine)
             await engine_stream.aclose()

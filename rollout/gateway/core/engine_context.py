@@ -1,4 +1,4 @@
-"""What the token-engine call handlers share: the engine client, the tokenizer and
+"""What the token-engine call handlers share: the engines (their router), the tokenizer and
 template, the store, metrics, limits and the threads that prepare big calls. Built once per
 gateway and passed explicitly."""
 
@@ -16,7 +16,6 @@ from starlette.types import Receive
 
 from roost.rollout.chat.reply_parser import ReplyFormat
 from roost.rollout.chat.tokenizer import ChatTokenizer
-from roost.rollout.engine_api.client import EngineClient
 from roost.rollout.engine_api.sglang_client import EngineError, Generation
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.core.errors import ClientDisconnected, ModelNotFound, StoreUnavailable
@@ -24,6 +23,7 @@ from roost.rollout.gateway.core.metrics import GatewayMetrics
 from roost.rollout.gateway.core.prompt_builder import PromptBuilder, PromptPlan
 from roost.rollout.gateway.core.recording import CallTarget, Sampled
 from roost.rollout.gateway.core.request_notes import NoteLog
+from roost.rollout.gateway.core.router import EngineSlot, Router
 from roost.rollout.hangup import ClientGone, cancelled_on_hangup
 from roost.rollout.store.records import CallRecord, ids_array, logprob_array
 from roost.rollout.store.trajectory_store import TrajectoryStore
@@ -40,7 +40,7 @@ ABORT_TIMEOUT_S = 5.0
 @dataclass
 class EngineContext:
     config: GatewayConfig
-    client: EngineClient
+    router: Router
     tokenizer: ChatTokenizer
     builder: PromptBuilder
     store: TrajectoryStore
@@ -77,10 +77,16 @@ class EngineContext:
         """A `model` that is neither the base nor a known adapter may be one loaded since the engine
         was last asked: ask it again (only then, so calls to known names cost nothing more)."""
         if isinstance(model, str) and not self.is_base(model) and model not in self.adapters:
-            try:
-                self.adapters = frozenset(await self.client.lora_adapters())
-            except EngineError:
-                pass  # the engine cannot say: the name stays unknown, and the call a 404
+            await self.ask_adapters()
+
+    async def ask_adapters(self) -> None:
+        """The adapters the first engine in rotation lists (a weight sync loads them on every engine)."""
+        up = [e for e in self.router.engines if e.state == "up"]
+        try:
+            if up:
+                self.adapters = frozenset(await up[0].client.lora_adapters())
+        except EngineError:
+            pass  # the engine cannot say: the names stay as last listed, an unknown one a 404
 
     def forget_adapter(self, lora: str | None, exc: EngineError) -> None:
         """An adapter the engine no longer has (unloaded since): later calls naming it are 404s."""
@@ -93,6 +99,7 @@ class EngineContext:
 
     async def generate(
         self,
+        engine: EngineSlot,
         endpoint: str,
         prompt: list[int],
         params: dict[str, Any],
@@ -100,25 +107,27 @@ class EngineContext:
         receive: Receive,
         lora: str | None = None,
     ) -> list[Generation]:
-        """One engine request per choice, the call id as SGLang's rid; n=1 is awaited directly
+        """One request to `engine` per choice, the call id as SGLang's rid; n=1 is awaited directly
         (a task per call would cost a loop iteration on the hot path). When the client
         disconnects first, the engine requests are closed and aborted and nothing is recorded."""
         try:
             async with cancelled_on_hangup(receive):
-                if len(call_ids) == 1:
-                    return [await self.client.generate(prompt, params, rid=call_ids[0], lora=lora)]
-                calls = (self.client.generate(prompt, params, rid=c, lora=lora) for c in call_ids)
-                return list(await asyncio.gather(*calls))
+                client = engine.client
+                with self.router.serving(engine):
+                    if len(call_ids) == 1:
+                        return [await client.generate(prompt, params, rid=call_ids[0], lora=lora)]
+                    calls = (client.generate(prompt, params, rid=c, lora=lora) for c in call_ids)
+                    return list(await asyncio.gather(*calls))
         except ClientGone:
             self.metrics.calls_aborted.labels(endpoint).inc()
-            await self._abort(call_ids)
+            await self._abort(engine, call_ids)
             raise ClientDisconnected("the client disconnected before the answer; the call was aborted") from None
 
-    async def _abort(self, call_ids: list[str]) -> None:
+    async def _abort(self, engine: EngineSlot, call_ids: list[str]) -> None:
         """Closing the connection stops the embedded engine at once; SGLang notices it only
         every few seconds, so it is told as well. An engine that cannot be told (no
         /abort_request, down, slow) has still seen the connection close."""
-        aborts = asyncio.gather(*(self.client.abort(rid) for rid in call_ids), return_exceptions=True)
+        aborts = asyncio.gather(*(engine.client.abort(rid) for rid in call_ids), return_exceptions=True)
         try:
             await asyncio.wait_for(aborts, ABORT_TIMEOUT_S)
         except TimeoutError:

@@ -95,6 +95,7 @@ def call_record(
     reply_key: bytes | None,
     trace: TraceIds = TraceIds(),
     adapter: str = "",
+    engine: str = "",
 ) -> CallRecord:
     return CallRecord(
         call_id=call_id,
@@ -122,6 +123,7 @@ def call_record(
         prompt_key=plan.prompt_key.hex() if plan.prompt_key else "",
         reply_key=reply_key.hex() if reply_key else "",
         adapter=adapter,
+        engine=engine,
         render_len=plan.render_len,
         render_digest=plan.render_digest.hex(),
         turns_before=plan.turns_before,
