@@ -229,10 +229,12 @@ def _no_room(layout: LayoutConfig, role: str, index: int, count: int, nodes: lis
     where = "the node of the trainer rank it is colocated with" if colocated else _where(spec)
     left = "; ".join(_left(n, free) for n in nodes)
     count_key = "trainer.tp * trainer.dp" if role == "trainer" else f"placement.layout.{role}.replicas"
+    # a colocated engine can only go where its rank is: another node would not help
+    more = "set placement.layout.mode: split" if colocated else f"add a node with room for it: {_add_node(spec)}"
     return (
         f"placement.layout cannot place {role} replica {index + 1} of {count} ({spec.cpus:g} CPU, {spec.gpus:g} GPU "
         f"on {where}): after the replicas placed before it, {left}. Lower {count_key} or "
-        f"placement.layout.{role}.cpus/.gpus, or add a node with room for it: {_add_node(spec)}"
+        f"placement.layout.{role}.cpus/.gpus, or {more}"
     )
 
 
