@@ -4,7 +4,7 @@
         ray.nodes()                                # this process joined it as a driver
         cluster.run_dir                            # the path every node sees as its own run folder
 
-Each node is a `ray start --block` of its own (`--num-cpus`, `--resources
+Each node is a `ray start --block` of its own (`ray_node_start.py`) (`--num-cpus`, `--resources
 {"roost_node_<label>": 1}`, its own `--temp-dir`), started by `unshare --mount --propagation
 private` with a fresh tmpfs mounted over `run_dir`: its processes (raylet, workers, the servers
 they start) see their node's private folder at that path, so a path that one node writes and
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -32,7 +33,20 @@ from pathlib import Path
 
 NODE_RESOURCE = "roost_node_{}"
 OBJECT_STORE_BYTES = 80 * 1024 * 1024  # Ray's minimum is 75 MiB
-RAY = str(Path(sys.executable).with_name("ray"))
+# `ray start`, patient with a raylet slow to register (see the script)
+RAY_START = [sys.executable, str(Path(__file__).with_name("ray_node_start.py"))]
+NODE_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # how long a raylet waits for its dashboard agent, and the agent to register (30 s by
+    # default, which the agent's start can take on a loaded two-core machine)
+    "RAY_raylet_start_wait_time_s": "180",
+    "RAY_agent_register_timeout_ms": "180000",
+    "ROOST_RAY_NODE_WAIT_S": "180",
+}
+
+
+class NodeDied(RuntimeError):
+    """A node's `ray start` exited while starting (its log is in the message)."""
 
 
 @dataclass(frozen=True)
@@ -62,14 +76,18 @@ def _free_port() -> int:
 class SimulatedCluster:
     """A head node (the first spec) and worker nodes, each in its own mount namespace."""
 
-    def __init__(self, root: Path, nodes: list[NodeSpec], *, startup_timeout_s: float = 90.0) -> None:
+    def __init__(self, root: Path, nodes: list[NodeSpec], *, startup_timeout_s: float = 240.0) -> None:
         self.root = root
         self.specs = nodes
         self.run_dir = root / "run"
         self.port = _free_port()
         self.startup_timeout_s = startup_timeout_s
         self.processes: list[subprocess.Popen] = []
-        self.namespaces: set[str] = set()
+        self.token = secrets.token_hex(32)
+        """The cluster's own Ray auth token (Ray 2.5x turns token auth on by default and keeps one
+        token per user in ~/.ray/auth_token, which other Rays on this machine may have written)."""
+        self._driver_auth: dict[str, str | None] = {}
+        self.namespaces: set[str | None] = set()
         """The nodes' mount namespaces (`/proc/PID/ns/mnt` links), read once they are up."""
 
     @property
@@ -78,12 +96,10 @@ class SimulatedCluster:
 
     def __enter__(self) -> SimulatedCluster:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._driver_auth = self._use_auth(self._auth_env())
         try:
             for index, spec in enumerate(self.specs):
-                self.processes.append(self._start(index, spec))
-            self._wait_for_nodes()
-            own = _mount_namespace(os.getpid())
-            self.namespaces = {ns for p in self.processes if (ns := _mount_namespace(p.pid)) not in (None, own)}
+                self._start_node(index, spec)
         except BaseException:
             self.stop()
             raise
@@ -97,8 +113,7 @@ class SimulatedCluster:
         where = ["--head", f"--port={self.port}", "--include-dashboard=false"] if index == 0 else []
         where = where or [f"--address={self.address}"]
         return [
-            RAY,
-            "start",
+            *RAY_START,
             "--block",
             *where,
             "--node-ip-address=127.0.0.1",
@@ -112,13 +127,35 @@ class SimulatedCluster:
             f"--runtime-env-agent-port={_free_port()}",
             f"--metrics-export-port={_free_port()}",
             "--disable-usage-stats",
+            "--include-log-monitor=false",  # one Python process less per node: the driver reads no logs
         ]
+
+    def _start_node(self, index: int, spec: NodeSpec, attempts: int = 2) -> None:
+        """Start one node and wait until it has joined; once more if it dies starting (Ray gives a
+        raylet 30 s to register, which a loaded machine can miss)."""
+        for attempt in range(attempts):
+            process = self._start(index, spec)
+            # known to stop() from here on, whatever interrupts the wait
+            namespace = self._namespace_of(process)
+            self.processes.append(process)
+            self.namespaces.add(namespace)
+            try:
+                self._wait_joined(index, process)
+                return
+            except NodeDied:
+                _kill_in_namespaces({namespace})  # what the dead node left
+                self.processes.remove(process)
+                self.namespaces.discard(namespace)
+                if attempt + 1 == attempts:
+                    raise
 
     def _start(self, index: int, spec: NodeSpec) -> subprocess.Popen:
         # The tmpfs is mounted inside the node's namespace only; `exec` keeps one process tree.
-        script = f"mount -t tmpfs roost-node-{index} {shlex.quote(str(self.run_dir))} && exec {shlex.join(self._ray_start(index, spec))}"
+        mount = f"mount -t tmpfs roost-node-{index} {shlex.quote(str(self.run_dir))}"
+        script = f"{mount} && exec {shlex.join(self._ray_start(index, spec))}"
         log = (self.root / f"node{index}.log").open("ab")
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {**os.environ, **self._auth_env(), **NODE_ENV}
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
         process = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
             stdout=log,
@@ -129,32 +166,61 @@ class SimulatedCluster:
         log.close()
         return process
 
-    def _wait_for_nodes(self) -> None:
-        """Join the cluster from this process (as a driver) once its head is up, and wait until
-        every node has joined."""
+    @staticmethod
+    def _namespace_of(process: subprocess.Popen) -> str | None:
+        """The mount namespace `unshare` made for `process` (read as soon as it has made it)."""
+        own = mount_namespace(os.getpid())
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            namespace = mount_namespace(process.pid)
+            if namespace is None or namespace != own:
+                return namespace
+            time.sleep(0.01)
+        return None
+
+    def _auth_env(self) -> dict[str, str]:
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    def _use_auth(self, values: dict[str, str | None]) -> dict[str, str | None]:
+        """Set (None: unset) this process's Ray auth variables and reload them; returns what they were."""
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        before = {name: os.environ.get(name) for name in (*values, "RAY_AUTH_TOKEN_PATH")}
+        for name, value in {"RAY_AUTH_TOKEN_PATH": None, **values}.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+        return before
+
+    def _wait_joined(self, index: int, process: subprocess.Popen) -> None:
+        """Wait until node `index` is up: the head answers this process's `ray.init` (it joins the
+        cluster as a driver), a worker is counted alive by the head."""
         import ray
 
         deadline = time.monotonic() + self.startup_timeout_s
         while not ray.is_initialized():
-            self._check_alive()
+            self._check_alive(index, process)
             try:
                 ray.init(address=self.address, log_to_driver=False, configure_logging=False)
             except ConnectionError:
+                self._check_alive(index, process)  # a head that died is started again
                 if time.monotonic() > deadline:
                     raise
-        while sum(node["Alive"] for node in ray.nodes()) < len(self.specs):
-            self._check_alive()
+        while sum(node["Alive"] for node in ray.nodes()) < index + 1:
+            self._check_alive(index, process)
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{len(self.specs)} Ray nodes did not all join in {self.startup_timeout_s:.0f}s; see {self.root}/node*.log"
+                    f"Ray node {index} did not join in {self.startup_timeout_s:.0f}s; see {self.root}/node{index}.log"
                 )
             time.sleep(0.5)
 
-    def _check_alive(self) -> None:
-        for index, process in enumerate(self.processes):
-            if process.poll() is not None:
-                log = (self.root / f"node{index}.log").read_text()[-2000:]
-                raise RuntimeError(f"Ray node {index} ({self.specs[index].label}) exited {process.returncode}:\n{log}")
+    def _check_alive(self, index: int, process: subprocess.Popen) -> None:
+        if process.poll() is not None:
+            log = (self.root / f"node{index}.log").read_text()[-2000:]
+            raise NodeDied(f"Ray node {index} ({self.specs[index].label}) exited {process.returncode}:\n{log}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Disconnect, then stop every node: its process group, then whatever is left in its
@@ -162,6 +228,9 @@ class SimulatedCluster:
         import ray
 
         ray.shutdown()
+        if self._driver_auth:
+            self._use_auth(self._driver_auth)
+            self._driver_auth = {}
         for process in reversed(self.processes):
             _signal_group(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -182,19 +251,20 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _mount_namespace(pid: int) -> str | None:
+def mount_namespace(pid: int) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
         return None
 
 
-def _kill_in_namespaces(namespaces: set[str]) -> None:
+def _kill_in_namespaces(namespaces: set[str | None]) -> None:
     """SIGKILL every process whose mount namespace is one of these (workers a raylet left behind)."""
+    namespaces = namespaces - {None}
     if not namespaces:
         return
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _mount_namespace(int(entry.name)) in namespaces:
+        if entry.name.isdigit() and mount_namespace(int(entry.name)) in namespaces:
             try:
                 os.kill(int(entry.name), signal.SIGKILL)
             except ProcessLookupError:
