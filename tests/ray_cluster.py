@@ -73,6 +73,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class NodeProbe:
+    """An actor for tests: the node it runs on, and files there. (Defined here, in a module the
+    nodes' workers import as `roost.tests.ray_cluster`: a test module's own classes are not.)"""
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def write(self, path: str, text: str) -> str:
+        Path(path).write_text(text)
+        return Path(path).read_text()
+
+    def read(self, path: str) -> str:
+        return Path(path).read_text()
+
+    def take(self, payloads: list) -> bytes:
+        """The object a ref (inside a list, so Ray does not resolve it first) points to."""
+        import ray
+
+        return ray.get(payloads[0])
+
+
 class SimulatedCluster:
     """A head node (the first spec) and worker nodes, each in its own mount namespace."""
 

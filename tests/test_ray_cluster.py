@@ -11,30 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from roost.tests.ray_cluster import NodeSpec, SimulatedCluster, mount_namespace, unavailable
+from roost.tests.ray_cluster import NodeProbe, NodeSpec, SimulatedCluster, mount_namespace, unavailable
 
 
-class Files:
-    """An actor that writes and reads files on the node it runs on."""
-
-    def node(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def write(self, path: str, text: str) -> str:
-        Path(path).write_text(text)
-        return Path(path).read_text()
-
-    def read(self, path: str) -> str:
-        return Path(path).read_text()
-
-    def take(self, payloads: list) -> bytes:
-        import ray
-
-        return ray.get(payloads[0])
-
-
+@pytest.mark.timeout(600)  # the nodes start slowly on a loaded machine
 def test_a_path_written_on_one_node_is_not_on_another_while_the_object_store_carries_data():
     if reason := unavailable():
         pytest.skip(f"no simulated Ray cluster: {reason}")
@@ -42,7 +22,7 @@ def test_a_path_written_on_one_node_is_not_on_another_while_the_object_store_car
 
     root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
     with SimulatedCluster(root, [NodeSpec("a", cpus=1), NodeSpec("b", cpus=1)]) as cluster:
-        files = ray.remote(Files).options(num_cpus=0)
+        files = ray.remote(NodeProbe).options(num_cpus=0)
         on_a = files.options(resources={"roost_node_a": 0.01}).remote()
         on_b = files.options(resources={"roost_node_b": 0.01}).remote()
         assert ray.get(on_a.node.remote()) != ray.get(on_b.node.remote())
