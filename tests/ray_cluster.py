@@ -45,6 +45,10 @@ NODE_ENV = {
 }
 
 
+STARTUP_NICENESS = -10
+"""A starting node's priority (root may raise it; elsewhere `nice` warns and starts it as usual)."""
+
+
 class NodeDied(RuntimeError):
     """A node's `ray start` exited while starting (its log is in the message)."""
 
@@ -153,9 +157,11 @@ class SimulatedCluster:
             "--include-log-monitor=false",  # one Python process less per node: the driver reads no logs
         ]
 
-    def _start_node(self, index: int, spec: NodeSpec, attempts: int = 2) -> None:
-        """Start one node and wait until it has joined; once more if it dies starting (Ray gives a
-        raylet 30 s to register, which a loaded machine can miss)."""
+    def _start_node(self, index: int, spec: NodeSpec, attempts: int = 3) -> None:
+        """Start one node and wait until it has joined; again if it dies starting. A raylet waits
+        about 15 s for its dashboard agent's port files and aborts without them, and the agent's
+        start (a Python process importing Ray) can take longer on a loaded machine: so a node
+        starts at a raised CPU priority, lowered to the usual once it has joined."""
         for attempt in range(attempts):
             process = self._start(index, spec)
             # known to stop() from here on, whatever interrupts the wait
@@ -164,6 +170,7 @@ class SimulatedCluster:
             self.namespaces.add(namespace)
             try:
                 self._wait_joined(index, process)
+                _renice({namespace}, 0)  # started: its workers run at the machine's usual priority
                 return
             except NodeDied:
                 _kill_in_namespaces({namespace})  # what the dead node left
@@ -180,7 +187,7 @@ class SimulatedCluster:
         env = {**os.environ, **self._auth_env(), **NODE_ENV}
         env.pop("RAY_AUTH_TOKEN_PATH", None)
         process = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            ["nice", "-n", str(STARTUP_NICENESS), "unshare", "--mount", "--propagation", "private", "sh", "-c", script],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -281,14 +288,25 @@ def mount_namespace(pid: int) -> str | None:
         return None
 
 
+def _in_namespaces(namespaces: set[str | None]) -> list[int]:
+    namespaces = namespaces - {None}
+    return [
+        int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and mount_namespace(int(e.name)) in namespaces
+    ]
+
+
+def _renice(namespaces: set[str | None], niceness: int) -> None:
+    for pid in _in_namespaces(namespaces):
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, niceness)
+        except OSError:  # gone meanwhile
+            pass
+
+
 def _kill_in_namespaces(namespaces: set[str | None]) -> None:
     """SIGKILL every process whose mount namespace is one of these (workers a raylet left behind)."""
-    namespaces = namespaces - {None}
-    if not namespaces:
-        return
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and mount_namespace(int(entry.name)) in namespaces:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    for pid in _in_namespaces(namespaces):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -30,12 +30,13 @@ if TYPE_CHECKING:
 
 NODE_RESOURCE_PREFIX = "roost_node_"
 ROLES = ("trainer", "engine", "env", "gateway")
+"""The roles, in the order `plan` places them."""
 _EPS = 1e-6  # Ray keeps resources to 1e-4; sums of fractions must not fail on rounding
 
 
 class LayoutError(ValueError):
-    """A layout the cluster cannot hold: the message names the role, what it asked, what the
-    cluster has, and what to change."""
+    """A layout the cluster cannot hold (or a run cannot start yet): the message names the role,
+    what it asked, what the cluster has, and what to change."""
 
 
 class _Section(BaseModel):
@@ -201,12 +202,9 @@ def plan(layout: LayoutConfig, nodes: Sequence[Node], trainer_ranks: int = 1) ->
 
 
 def _replicas(layout: LayoutConfig, trainer_ranks: int) -> list[tuple[str, int]]:
-    return [
-        ("trainer", trainer_ranks),
-        ("engine", layout.engine.replicas),
-        ("env", layout.env.replicas),
-        ("gateway", 1),
-    ]
+    """(role, how many) in the order roles are placed."""
+    counts = {"trainer": trainer_ranks, "engine": layout.engine.replicas, "env": layout.env.replicas, "gateway": 1}
+    return [(role, counts[role]) for role in ROLES]
 
 
 def _labelled(role: str, spec: RoleLayout, nodes: Sequence[Node]) -> list[Node]:
