@@ -22,9 +22,9 @@ def test_a_path_written_on_one_node_is_not_on_another_while_the_object_store_car
 
     root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
     with SimulatedCluster(root, [NodeSpec("a", cpus=1), NodeSpec("b", cpus=1)]) as cluster:
-        files = ray.remote(NodeProbe).options(num_cpus=0)
-        on_a = files.options(resources={"roost_node_a": 0.01}).remote()
-        on_b = files.options(resources={"roost_node_b": 0.01}).remote()
+        files = ray.remote(NodeProbe)
+        on_a = files.options(num_cpus=0, resources={"roost_node_a": 0.01}).remote()
+        on_b = files.options(num_cpus=0, resources={"roost_node_b": 0.01}).remote()
         assert ray.get(on_a.node.remote()) != ray.get(on_b.node.remote())
         path = str(cluster.run_dir / "checkpoint.txt")
         assert ray.get(on_a.write.remote(path, "weights v1")) == "weights v1"
