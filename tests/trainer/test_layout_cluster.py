@@ -81,7 +81,14 @@ def test_a_run_pins_roles_on_its_own_node_and_refuses_what_it_cannot_start_yet(r
     nodes = nodes_from_ray(ray.nodes())
     here = next(n for n in nodes if n.id == ray.get_runtime_context().get_node_id())
     label = here.labels[0]
-    local = {"mode": "split", "trainer": {"node": label, "cpus": 1}, "env": {"node": label}}
+    # every role on the driver's node (which of the two it attached to is Ray's choice)
+    local = {
+        "mode": "split",
+        "trainer": {"node": label, "cpus": 1},
+        "engine": {"node": label},
+        "env": {"node": label},
+        "gateway": {"node": label},
+    }
     where = planned_placement(plan(LayoutConfig.model_validate(local), nodes))
     strategies = [where.trainer[0], where.engine, where.env, where.gateway]
     assert {options["scheduling_strategy"].node_id for options in strategies} == {here.id}
