@@ -62,3 +62,23 @@ def vllm_py() -> Path:
         if os.environ.get("ROOST_REQUIRE_VLLM") == "1":
             pytest.fail(f"ROOST_REQUIRE_VLLM=1 but {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray cluster on this machine (`tests/ray_cluster.py`): a head labelled `trainer` and a worker
+    labelled `rollout`, 1 CPU each, each node in its own mount namespace with a private run folder
+    (`.run_dir`); this process is connected to it as a driver. Skipped where a mount namespace
+    cannot be made (not root)."""
+    import shutil
+    import tempfile
+
+    from roost.tests.ray_cluster import NodeSpec, SimulatedCluster, unavailable
+
+    if reason := unavailable():
+        pytest.skip(f"no simulated Ray cluster: {reason}")
+    # short: Ray's Unix sockets live under each node's temp dir, and their paths have a length limit
+    root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
+    with SimulatedCluster(root, [NodeSpec("trainer", cpus=1), NodeSpec("rollout", cpus=1)]) as cluster:
+        yield cluster
+    shutil.rmtree(root, ignore_errors=True)

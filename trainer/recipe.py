@@ -25,6 +25,8 @@ from roost.key_value import KeyValueError, parse_pair
 from roost.rollout.engine.server_config import EngineServerConfig
 from roost.rollout.gateway import config as gateway_config
 
+from .layout import LayoutConfig, ReplicatedLayout, RoleLayout, TrainerLayout
+
 # A default a section shares with the runtime config it feeds lives there, one place: the
 # section reads it (the runtime sits below the trainer), so a recipe that leaves a field out
 # runs as `roost eval`, `roost serve` or `roost gateway` would.
@@ -363,6 +365,32 @@ class PlacementConfig(_Section):
     """CPUs per trainer rank (its torch threads)."""
     host: str = "127.0.0.1"
     """Address services bind; a cluster needs one the other nodes reach."""
+    layout: LayoutConfig | None = None
+    """Each role's node and devices (`roost.trainer.layout`; docs/scale.md), in place of colocate,
+    trainer_gpus, engine_gpus and trainer_cpus; null: those four say it."""
+
+    @model_validator(mode="after")
+    def _one_home(self) -> PlacementConfig:
+        shorthand = sorted(self.model_fields_set & {"colocate", "trainer_gpus", "engine_gpus", "trainer_cpus"})
+        if self.layout is not None and shorthand:
+            raise ValueError(
+                f"placement sets {', '.join(shorthand)} and placement.layout; say it once: in the layout "
+                "(mode, trainer.cpus, trainer.gpus, engine.gpus) or without one"
+            )
+        return self
+
+    def roles(self) -> LayoutConfig:
+        """The run's layout: `layout`, or the one colocate, trainer_gpus, engine_gpus and trainer_cpus say."""
+        if self.layout is not None:
+            return self.layout
+        # model_construct: these fields predate the layout's checks (split mode's whole GPUs)
+        return LayoutConfig.model_construct(
+            mode="colocated" if self.colocate else "split",
+            trainer=TrainerLayout(cpus=self.trainer_cpus, gpus=self.trainer_gpus),
+            engine=ReplicatedLayout(gpus=self.engine_gpus),
+            env=ReplicatedLayout(),
+            gateway=RoleLayout(),
+        )
 
 
 class MetricsConfig(_Section):

@@ -96,7 +96,8 @@ class Run:
 
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
-    from .setup import placement, prepare_env, ray_session, services, start_env, stop_services
+    from ..layout import describe
+    from .setup import cluster_plan, placement, prepare_env, ray_session, services, start_env, stop_services
 
     hooks = hooks or Hooks()
     run_dir = recipe.output_dir.resolve()
@@ -105,9 +106,11 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     state = (_resumed_state(recipe, run_dir) if recipe.schedule.resume else None) or RunState()
     metrics = MetricsLogger(recipe.metrics, run_dir, run_name=recipe.name, echo=hooks.echo)
     with ray_session(recipe):
-        where = placement(recipe)
+        plan = cluster_plan(recipe)  # a layout the cluster cannot hold fails here, before anything starts
+        hooks.echo(describe(recipe, plan))
+        where = placement(recipe, plan)
         hooks.stage("env: data and server", 0)
-        env = start_env(recipe, prepare_env(recipe), run_dir / "logs")
+        env = start_env(recipe, prepare_env(recipe), run_dir / "logs", where)
         try:
             if recipe.sft is not None and recipe.sft.data.source == "expert" and not state.sft_done:
                 hooks.stage("expert demonstrations", 0)

@@ -153,16 +153,17 @@ def sglang_gpus(args: list[str]) -> int:
 
 
 def _check_sglang_gpus(recipe: Recipe) -> None:
-    reserved = recipe.placement.engine_gpus
+    reserved = recipe.placement.roles().engine.gpus
     if reserved <= 0:  # no GPUs reserved through Ray: nothing to match
         return
+    key = "placement.layout.engine.gpus" if recipe.placement.layout else "placement.engine_gpus"
     expected = max(1, int(reserved))  # a fraction of a GPU is one shared GPU
     used = sglang_gpus(recipe.engine.args)
     if used != expected:
         raise ValueError(
-            f"placement.engine_gpus reserves {reserved:g} GPUs for SGLang, but engine.args start it on {used} "
+            f"{key} reserves {reserved:g} GPUs for SGLang, but engine.args start it on {used} "
             f"(--tp x --dp x --pp); add --tp {expected} (or --dp {expected}) to engine.args, or set "
-            f"placement.engine_gpus to {used}"
+            f"{key} to {used}"
         )
 
 

@@ -1,7 +1,7 @@
 """Setting up a run: Ray, where actors go, the env's data, the model, and the servers.
 
 Everything here is started once per run and handed to the loop explicitly (`Services`,
-`EnvServer`, `Placement`); nothing is global. `services(recipe, run_dir, model, env, where)`
+`EnvServer`, `Placement`, the layout's `Plan`); nothing is global. `services(recipe, run_dir, model, env, where)`
 is a context manager that stops what it started.
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 
+from ..layout import LayoutError, Plan, nodes_from_ray, recipe_plan
 from ..recipe import Recipe
 from .services import ServiceActor, engine_env, engine_launch, env_config, gateway_config, server_command, sglang_port
 
@@ -79,13 +80,27 @@ def actor_options(recipe: Recipe) -> dict[str, Any]:
 
 @dataclass
 class Placement:
+    """Ray options per actor of the run's roles."""
+
     trainer: list[dict[str, Any]]
     """Ray options per trainer rank."""
     engine: dict[str, Any]
+    env: dict[str, Any] = field(default_factory=dict)
+    gateway: dict[str, Any] = field(default_factory=dict)
 
 
-def placement(recipe: Recipe) -> Placement:
-    """Trainer ranks in one placement group; the engine in rank 0's bundle when colocated."""
+def cluster_plan(recipe: Recipe) -> Plan:
+    """The recipe's layout planned on the nodes of the Ray this process is connected to."""
+    import ray
+
+    return recipe_plan(recipe, nodes_from_ray(ray.nodes()))
+
+
+def placement(recipe: Recipe, plan: Plan) -> Placement:
+    """Where the run's actors go: as `plan` says for a recipe with `placement.layout`; else the
+    trainer ranks in one placement group, the engine in rank 0's bundle when colocated."""
+    if recipe.placement.layout is not None:
+        return planned_placement(plan)
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -106,6 +121,35 @@ def placement(recipe: Recipe) -> Placement:
 
     engine = {"num_gpus": p.engine_gpus, **(in_bundle(0) if p.colocate else {})}
     return Placement([in_bundle(rank) for rank in range(world)], engine)
+
+
+def planned_placement(plan: Plan) -> Placement:
+    """Each role's actor pinned to its planned node with its planned CPUs and GPUs. Refuses a plan
+    this run cannot start yet: more than one engine or env server, or a replica on a node other
+    than this process's (the servers bind `placement.host` and every role reads the run folder and
+    the model by path)."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    for role in ("engine", "env"):
+        if len(plan.of(role)) > 1:
+            raise LayoutError(
+                f"placement.layout.{role}.replicas is {len(plan.of(role))}: planned, but roost train starts one "
+                f"{role} today; set it to 1 (roost train --plan shows the plan of more)"
+            )
+    away = [f"{a.role} {a.index} on {a.node.name}" for a in plan.assignments if a.node.id != here]
+    if away:
+        raise LayoutError(
+            f"the plan puts {', '.join(away)}, not on this node ({here[:8]}), where roost train starts every "
+            "role today; label this node for those roles (or leave their node out) to run here; "
+            "roost train --plan shows the plan without starting it"
+        )
+    return Placement(
+        [a.ray_options() for a in plan.of("trainer")],
+        plan.of("engine")[0].ray_options(),
+        plan.of("env")[0].ray_options(),
+        plan.of("gateway")[0].ray_options(),
+    )
 
 
 def prepare_env(recipe: Recipe) -> dict[str, Any]:
@@ -155,9 +199,10 @@ def _service(
 ) -> tuple[ActorHandle[ServiceActor], str]:
     import ray
 
+    # a role's planned options (its CPUs, node) over the defaults of a server that only waits on its child
     actor = (
         ray.remote(ServiceActor)
-        .options(num_cpus=0, max_concurrency=4, **options)
+        .options(**{"num_cpus": 0, "max_concurrency": 4, **options})
         .remote(name, command, host, port, str(log_dir), env, config)
     )
     return actor, ray.get(actor.start.remote())
@@ -183,12 +228,13 @@ class EnvServer:
     """The service actor running it; None for a running server the recipe names."""
 
 
-def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path) -> EnvServer:
+def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path, where: Placement | None = None) -> EnvServer:
     if recipe.env.server.url:
         return EnvServer(recipe.env.server.url)
     host = recipe.placement.host
     config = env_config(recipe, env_kwargs, host)
-    actor, url = _service("env", server_command("env"), host, 0, log_dir, None, config, **actor_options(recipe))
+    options = {**(where.env if where else {}), **actor_options(recipe)}
+    actor, url = _service("env", server_command("env"), host, 0, log_dir, None, config, **options)
     return EnvServer(url, actor)
 
 
@@ -222,6 +268,7 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
                 log_dir,
                 {**key_env, ADMIN_KEY.env: admin_key},
                 gateway_config(recipe, engine_url, model, store, host),
+                **where.gateway,
                 **options,
             )
             started.append(gateway)

@@ -169,19 +169,15 @@ class TrainerGroup:
 
         from .setup import actor_options
 
-        t, placement = recipe.trainer, recipe.placement
+        t, per_rank = recipe.trainer, recipe.placement.roles().trainer
         world = t.tp * t.dp
         actor = ray.remote(TrainerRank)
         ranks = []
         for rank in range(world):
-            options: dict[str, Any] = {
-                "num_cpus": placement.trainer_cpus,
-                "num_gpus": placement.trainer_gpus,
-                **actor_options(recipe),
-            }
+            options: dict[str, Any] = {"num_cpus": per_rank.cpus, "num_gpus": per_rank.gpus, **actor_options(recipe)}
             if scheduling:
                 options.update(scheduling[rank])
-            threads = t.threads or max(1, int(placement.trainer_cpus))
+            threads = t.threads or max(1, int(per_rank.cpus))
             ranks.append(actor.options(**options).remote(rank, world, t.tp, threads))
         rendezvous = ray.get(ranks[0].address.remote())
         config = train_config(recipe, checkpoint, reference, adapter)

@@ -1,0 +1,103 @@
+"""The layout planner on a real Ray cluster of two labelled nodes (the `ray_cluster` fixture):
+replicas start on the nodes the plan names, `roost train --plan` prints the plan or says why the
+cluster cannot hold it, and a run refuses what it cannot start yet."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from roost.cli.main import build_app
+from roost.tests.ray_cluster import NodeProbe
+from roost.trainer.layout import LayoutConfig, LayoutError, nodes_from_ray, plan
+from roost.trainer.rl.setup import planned_placement
+
+pytestmark = pytest.mark.timeout(600)  # the cluster's nodes start slowly on a loaded machine
+
+SPLIT = {
+    "mode": "split",
+    "trainer": {"node": "trainer", "cpus": 1},
+    "engine": {"node": "rollout", "cpus": 1},
+    "env": {"node": "rollout"},
+}
+
+
+def labelled(nodes, label: str):
+    return next(n for n in nodes if label in n.labels)
+
+
+def test_each_replica_starts_on_the_node_the_plan_names(ray_cluster):
+    import ray
+
+    nodes = nodes_from_ray(ray.nodes())
+    assert sorted(label for n in nodes for label in n.labels) == ["rollout", "trainer"]
+    the_plan = plan(LayoutConfig.model_validate(SPLIT), nodes)
+    assert [(a.role, a.node) for a in the_plan.assignments][:3] == [
+        ("trainer", labelled(nodes, "trainer")),
+        ("engine", labelled(nodes, "rollout")),
+        ("env", labelled(nodes, "rollout")),
+    ]
+    actors = [ray.remote(NodeProbe).options(**a.ray_options()).remote() for a in the_plan.assignments]
+    try:
+        # both nodes' one CPU taken (trainer, engine), and still every replica started where planned
+        assert ray.get([actor.node.remote() for actor in actors], timeout=120) == [
+            a.node.id for a in the_plan.assignments
+        ]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
+def write_recipe(tmp_path, cluster, layout) -> str:
+    path = tmp_path / "recipe.yaml"
+    recipe = {"name": "t", "env": {"name": "alfworld"}, "placement": {"ray_address": cluster.address, "layout": layout}}
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+def test_roost_train_plan_prints_the_plan_or_why_the_cluster_cannot_hold_it(ray_cluster, tmp_path):
+    import ray
+
+    rollout = labelled(nodes_from_ray(ray.nodes()), "rollout")
+    result = CliRunner().invoke(build_app(), ["train", "--plan", write_recipe(tmp_path, ray_cluster, SPLIT)])
+    assert result.exit_code == 0, result.output
+    assert "layout: split, 4 replicas on 2 node(s)" in result.output
+    assert f"node {rollout.describe()}\n  engine 0: 1 CPU, 0 GPU\n  env 0: 0 CPU, 0 GPU" in result.output
+    assert "[rollout]: 1 CPU, 0 GPU" in rollout.describe()
+
+    too_big = {**SPLIT, "engine": {"node": "rollout", "gpus": 1}}
+    result = CliRunner().invoke(build_app(), ["train", "--plan", write_recipe(tmp_path, ray_cluster, too_big)])
+    assert result.exit_code == 2
+    assert "cannot place engine replica 1 of 1 (0 CPU, 1 GPU on a node labelled 'rollout')" in result.output
+    assert f"{rollout.name} has 1 of 1 CPU and 0 of 0 GPU left" in result.output
+
+
+def test_a_run_pins_roles_on_its_own_node_and_refuses_what_it_cannot_start_yet(ray_cluster):
+    import ray
+
+    nodes = nodes_from_ray(ray.nodes())
+    here = next(n for n in nodes if n.id == ray.get_runtime_context().get_node_id())
+    label = here.labels[0]
+    # every role on the driver's node (which of the two it attached to is Ray's choice)
+    local = {
+        "mode": "split",
+        "trainer": {"node": label, "cpus": 1},
+        "engine": {"node": label},
+        "env": {"node": label},
+        "gateway": {"node": label},
+    }
+    where = planned_placement(plan(LayoutConfig.model_validate(local), nodes))
+    strategies = [where.trainer[0], where.engine, where.env, where.gateway]
+    assert {options["scheduling_strategy"].node_id for options in strategies} == {here.id}
+    assert (where.trainer[0]["num_cpus"], where.engine["num_gpus"]) == (1, 0)
+
+    other = next(n for n in nodes if n is not here)
+    away = {**local, "engine": {"node": other.labels[0]}}
+    with pytest.raises(LayoutError, match=re.escape(f"the plan puts engine 0 on {other.name}, not on this node")):
+        planned_placement(plan(LayoutConfig.model_validate(away), nodes))
+    two = {**local, "engine": {"node": label, "replicas": 2}}
+    with pytest.raises(LayoutError, match="placement.layout.engine.replicas is 2: planned, but roost train starts one"):
+        planned_placement(plan(LayoutConfig.model_validate(two), nodes))
