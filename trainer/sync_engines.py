@@ -77,24 +77,32 @@ class Target:
 
 
 async def sync_every(
-    target: Target, prepare: Callable[[object, Target], Awaitable[Commit]], *, backend: str | None = None
+    target: Target, prepare: Callable[[object, Target], Awaitable[Commit | Loaded]], *, backend: str | None = None
 ) -> tuple[list[Loaded], float]:
-    """`prepare` each engine (its client open, in parallel, while it serves), then run every
-    commit with the gateway paused, then the barrier; what each engine did, and how long the
-    gateway was paused. `backend`: the client every engine is reached with (default: its own)."""
+    """`prepare` each engine (its client open, in parallel, while it serves): its commit, or a
+    `Loaded` with the error that refused it; then run every commit with the gateway paused, then
+    the barrier. What each engine did, and how long the gateway was paused (nothing is paused
+    when every engine refused). `backend`: the client every engine is reached with (default: its own)."""
     urls, listed = await _engine_urls(target)
     targets = [target.at(url) for url in urls]
     async with contextlib.AsyncExitStack() as stack:
         kinds = await asyncio.gather(*(t.backend() for t in targets)) if backend is None else [backend] * len(targets)
         clients = [await stack.enter_async_context(t.client(kind)) for t, kind in zip(targets, kinds)]
-        commits = await asyncio.gather(*(prepare(client, t) for client, t in zip(clients, targets)))
+        prepared = await asyncio.gather(*(prepare(client, t) for client, t in zip(clients, targets)))
+        refused = [p for p in prepared if isinstance(p, Loaded)]
+        if len(refused) == len(prepared):
+            return refused, 0.0
         async with _paused(target) as gateway:
             paused = time.perf_counter()
-            loaded = list(await asyncio.gather(*(commit() for commit in commits)))
+            loaded = list(await asyncio.gather(*(_commit(p) for p in prepared)))
             if listed and gateway is not None:
                 await _barrier(gateway, loaded)
         paused_s = time.perf_counter() - paused
     return loaded, paused_s
+
+
+async def _commit(prepared: Commit | Loaded) -> Loaded:
+    return prepared if isinstance(prepared, Loaded) else await prepared()
 
 
 def check_loaded(loaded: list[Loaded], what: str) -> str:

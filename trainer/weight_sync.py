@@ -188,15 +188,14 @@ async def _staged_then_committed(
     """Send to every engine while it serves on; commit them all with the gateway paused."""
     what = "the adapter sent over HTTP" if adapter else "the weights sent over HTTP"
 
-    async def prepare(engine, one: Target) -> Commit:
+    async def prepare(engine, one: Target) -> Commit | Loaded:
         try:
             await require_embedded(engine)
             update_id = await stage(
                 engine, tensors, weight_version=weight_version, adapter=adapter, chunk_bytes=chunk_bytes
             )
         except (PushRefused, EngineError) as exc:
-            failed = Loaded(one.engine_url, error=str(exc))
-            return lambda: _done(failed)
+            return Loaded(one.engine_url, error=str(exc))
 
         async def load() -> Loaded:
             try:
@@ -209,10 +208,6 @@ async def _staged_then_committed(
     loaded, paused_s = await sync_every(target, prepare, backend="embedded")
     version = check_loaded(loaded, what)
     return SyncResult(version, time.perf_counter() - started, paused_s, tensor_bytes(tensors))
-
-
-async def _done(loaded: Loaded) -> Loaded:
-    return loaded
 
 
 async def sync_adapter(

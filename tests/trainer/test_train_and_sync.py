@@ -50,7 +50,9 @@ def gateway(engine, tiny_model_path, tmp_path_factory):
 
 
 async def record(http: httpx.AsyncClient, gateway_url: str, admin_key: str, rollouts: int = 4) -> list[str]:
-    """GRPO groups of two-turn chats through the gateway, with rewards; returns group ids."""
+    """GRPO groups of two-turn chats through the gateway, with rewards; returns group ids. The
+    rewards of a group always differ (rollout i gets i plus a tenth of what its reply varies), so
+    no group's advantages are all zero, whatever the engine samples."""
     groups, admin = [], bearer(admin_key)
     for g, question in enumerate(QUESTIONS):
         group = f"step-0/task-{g}"
@@ -70,7 +72,7 @@ async def record(http: httpx.AsyncClient, gateway_url: str, admin_key: str, roll
                 messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Again."}]
             sid = session["session_id"]
             await http.post(
-                f"{gateway_url}/sessions/{sid}/reward", json={"reward": float(len(reply) % 3 + i)}, headers=admin
+                f"{gateway_url}/sessions/{sid}/reward", json={"reward": i + len(reply) % 3 / 10}, headers=admin
             )
             await http.post(f"{gateway_url}/sessions/{sid}/finish", json={}, headers=admin)
     return groups
