@@ -84,9 +84,10 @@ class OSWorldEnvConfig(BaseModel):
     wait_s: float = Field(1.0, ge=0)
     """How long WAIT waits."""
     ready_timeout_s: float = Field(20.0, ge=0)
-    """How long a reset waits, after the task's config steps, for the desktop to settle: its
-    accessibility tree the same twice in a row, with the launched applications in it (they register
-    a moment after their windows show). Past it the desktop is observed as it is."""
+    """How long a reset waits, after the task's config steps, for the launched applications to show
+    in the accessibility tree (they register a moment after their windows show): an empty tree is
+    read again until it holds them and reads the same twice in a row. Past it the desktop is
+    observed as it is."""
     max_tree_chars: int | None = Field(None, gt=0)
     """Cut the accessibility table past this many characters."""
     official: OfficialOptions = OfficialOptions()

@@ -4,9 +4,9 @@ An application a config step launched shows its window before it registers with 
 accessibility bus: Chromium takes a second or more, and a tree read before then is an empty
 `<desktop-frame />`. Observed in CI: the first observation after one reset held Chromium's tree
 and after another none, so two resets of the same task looked different to the agent. OSWorld's
-own runner sleeps a fixed time after reset; here the tree is read until it holds what the config
-launched and reads the same twice in a row, within a bound, so a reset costs what the desktop
-needs and no more.
+own runner sleeps a fixed time after reset; here an empty tree is read again until it holds what
+the config launched and reads the same twice in a row, within a bound, so a reset costs what the
+desktop needs and no more (a tree read takes seconds for Chromium or LibreOffice under load).
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ def expects_apps(steps: list[ConfigStep]) -> bool:
 
 
 async def settle(read_tree: Callable[[], Awaitable[str]], *, wants_apps: bool, timeout_s: float) -> Settled:
-    """Read the tree every `POLL_S` until two reads in a row are equal (and not empty when
-    `wants_apps`), or until `timeout_s` passed (the desktop is then observed as it is)."""
+    """The tree as soon as it holds something (when `wants_apps`; else at once). A tree that was
+    empty first is read once more, every `POLL_S`, until two reads in a row are equal: an app that
+    just registered fills its tree in over a moment. Past `timeout_s` the desktop is observed as it
+    is. A tree already there at the first read costs nothing more than the observation did."""
     deadline = time.monotonic() + timeout_s
     previous = await read_tree()
+    if not (wants_apps and _empty(previous)):
+        return Settled(previous, True)
     while time.monotonic() < deadline:
         await asyncio.sleep(POLL_S)
         tree = await read_tree()
-        if tree == previous and not (wants_apps and _empty(tree)):
+        if tree == previous and not _empty(tree):
             return Settled(tree, True)
         previous = tree
     return Settled(previous, False)
