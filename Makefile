@@ -101,8 +101,10 @@ lint: install
 	cd $(TYPECHECK_ROOT) && MYPYPATH=. $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml $(TYPED)
 
 # --durations: the slowest tests, printed at the end, so their cost stays visible.
+# -n 2 --dist loadfile: two workers, each taking whole modules (a module's servers start once);
+# many tests wait on servers, containers and desktops rather than compute, so two overlap well.
 test: install harnesses vllm phoenix lint
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile
 
 # One JSON line per check; without a GPU one line saying so, exit 0. SGLang's check needs SGLang
 # with its dependencies (`make install` puts in only its protocol classes).
