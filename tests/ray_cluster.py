@@ -116,6 +116,8 @@ class SimulatedCluster:
         self._driver_auth: dict[str, str | None] = {}
         self.namespaces: set[str | None] = set()
         """The nodes' mount namespaces (`/proc/PID/ns/mnt` links), read once they are up."""
+        self.nodes: dict[int, subprocess.Popen] = {}
+        """Each live node's `ray start` process, by its index in `specs`."""
 
     @property
     def address(self) -> str:
@@ -134,6 +136,38 @@ class SimulatedCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def add_node(self, spec: NodeSpec) -> int:
+        """Start another worker node and wait until it has joined (as a machine joins a running
+        cluster); its index."""
+        self.specs.append(spec)
+        index = len(self.specs) - 1
+        self._start_node(index, spec)
+        return index
+
+    def kill_node(self, index: int) -> None:
+        """Kill node `index` as a machine that loses power: every process in its mount namespace
+        at once, no cleanup; the head learns it is gone through its health checks."""
+        process = self.nodes.pop(index)
+        namespace = mount_namespace(process.pid)
+        _signal_group(process.pid, signal.SIGKILL)
+        _kill_in_namespaces({namespace})
+        process.wait(timeout=10)
+
+    def command(self, index: int, argv: list[str]) -> list[str]:
+        """`argv` run inside node `index`'s mount namespace (so it sees that node's run folder),
+        as a process on that machine: a driver started there attaches to that node."""
+        return ["nsenter", f"--mount=/proc/{self.nodes[index].pid}/ns/mnt", "--", *argv]
+
+    def env(self) -> dict[str, str]:
+        """The environment a process needs to join this cluster (its Ray auth token)."""
+        env = {**os.environ, **self._auth_env(), **NODE_ENV}
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
+        return env
+
+    def path_on(self, index: int, path: Path) -> Path:
+        """Where this process reads `path` as node `index` sees it (its private run folder)."""
+        return Path(f"/proc/{self.nodes[index].pid}/root") / path.relative_to("/")
 
     def _ray_start(self, index: int, spec: NodeSpec) -> list[str]:
         # Each node gets ports of its own: several raylets share this machine's one address.
@@ -162,15 +196,19 @@ class SimulatedCluster:
         about 15 s for its dashboard agent's port files and aborts without them, and the agent's
         start (a Python process importing Ray) can take longer on a loaded machine: so a node
         starts at a raised CPU priority, lowered to the usual once it has joined."""
+        import ray
+
         for attempt in range(attempts):
+            known = {n["NodeID"] for n in ray.nodes()} if ray.is_initialized() else set()
             process = self._start(index, spec)
             # known to stop() from here on, whatever interrupts the wait
             namespace = self._namespace_of(process)
             self.processes.append(process)
             self.namespaces.add(namespace)
             try:
-                self._wait_joined(index, process)
+                self._wait_joined(index, process, known)
                 _renice({namespace}, 0)  # started: its workers run at the machine's usual priority
+                self.nodes[index] = process
                 return
             except NodeDied:
                 _kill_in_namespaces({namespace})  # what the dead node left
@@ -184,8 +222,7 @@ class SimulatedCluster:
         mount = f"mount -t tmpfs roost-node-{index} {shlex.quote(str(self.run_dir))}"
         script = f"{mount} && exec {shlex.join(self._ray_start(index, spec))}"
         log = (self.root / f"node{index}.log").open("ab")
-        env = {**os.environ, **self._auth_env(), **NODE_ENV}
-        env.pop("RAY_AUTH_TOKEN_PATH", None)
+        env = self.env()
         process = subprocess.Popen(
             ["nice", "-n", str(STARTUP_NICENESS), "unshare", "--mount", "--propagation", "private", "sh", "-c", script],
             stdout=log,
@@ -225,9 +262,9 @@ class SimulatedCluster:
         AuthenticationTokenLoader.instance().reset_cache()
         return before
 
-    def _wait_joined(self, index: int, process: subprocess.Popen) -> None:
+    def _wait_joined(self, index: int, process: subprocess.Popen, known: set[str]) -> None:
         """Wait until node `index` is up: the head answers this process's `ray.init` (it joins the
-        cluster as a driver), a worker is counted alive by the head."""
+        cluster as a driver), a worker is a node the head counts alive that is not in `known`."""
         import ray
 
         deadline = time.monotonic() + self.startup_timeout_s
@@ -239,7 +276,7 @@ class SimulatedCluster:
                 self._check_alive(index, process)  # a head that died is started again
                 if time.monotonic() > deadline:
                     raise
-        while sum(node["Alive"] for node in ray.nodes()) < index + 1:
+        while not any(n["Alive"] and n["NodeID"] not in known for n in ray.nodes()):
             self._check_alive(index, process)
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -272,6 +309,7 @@ class SimulatedCluster:
                 process.wait(timeout=5)
         _kill_in_namespaces(self.namespaces)
         self.processes.clear()
+        self.nodes.clear()
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -61,8 +61,9 @@ class TrainerLayout(RoleLayout):
 
 class ReplicatedLayout(RoleLayout):
     replicas: int = Field(1, ge=1)
-    """How many of this role the run has (`roost train` starts one engine and one env server today;
-    more are planned, and refused when the run would start them)."""
+    """How many of this role the run has (`roost train` starts every engine replica, behind its one
+    gateway, and one env server today: more env servers are planned, and refused when the run would
+    start them)."""
 
 
 class LayoutConfig(_Section):

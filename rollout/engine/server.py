@@ -18,6 +18,7 @@ from roost.rollout.engine.metrics import EngineMetrics
 from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, ScriptError
 from roost.rollout.engine.weight_uploads import WeightReceiver
 from roost.rollout.engine.weights import WeightMismatch
+from roost.rollout.engine_api.model_identity import config_digest, tokenizer_fingerprint
 from roost.rollout.engine_api.weight_upload import MAX_CHUNK_BYTES, BeginUpload
 from roost.rollout.engine_api.wire import (
     AbortRequest,
@@ -136,11 +137,18 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
     async def health_generate() -> Response:
         return Response(status_code=200)
 
+    # read once: a gateway on another node cannot read this engine's folder to compare models
+    digests = {
+        "tokenizer_digest": tokenizer_fingerprint(engine.config.model_path),
+        "config_digest": config_digest(engine.config.model_path),
+    }
+
     @app.get("/get_model_info")
     async def model_info() -> dict:
         return {
             "model_path": str(engine.config.model_path),
             "tokenizer_path": str(engine.config.model_path),
+            **digests,
             "is_generation": True,
             "preferred_sampling_params": None,
             "weight_version": engine.weight_version,

@@ -3,8 +3,9 @@ token id means and what the weights are, compared before an engine takes a sessi
 
 Engines behind one gateway must agree on these, else a session moved from one to another would
 continue its token tree under another vocabulary or architecture. The tokenizer and the model's
-`config.json` are compared by content when their folders are readable here (the engines run on
-this machine), else by the folder's name.
+`config.json` are compared by content: by the digests roost's engine reports of its own folders
+(`tokenizer_digest`, `config_digest`: an engine on another node has folders this machine cannot
+read), else by reading the folders when they are readable here, else by the folder's name.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.mode
 def tokenizer_fingerprint(folder: str | Path) -> str | None:
     """A hash of the tokenizer's vocabulary files, None when the folder has none."""
     return _digest(folder, TOKENIZER_FILES)
+
+
+def config_digest(folder: str | Path) -> str | None:
+    """A hash of the model's `config.json`, None when the folder has none."""
+    return _digest(folder, ("config.json",))
 
 
 def _digest(folder: str | Path, names: tuple[str, ...]) -> str | None:
@@ -52,8 +58,8 @@ class ModelIdentity:
             architecture=str(info.get("architecture")),
             vocab_size=str(info.get("vocab_size")),
             eos_token_ids=str(sorted(info.get("eos_token_ids") or [])),
-            tokenizer=tokenizer_fingerprint(tokenizer) or Path(tokenizer).name,
-            model_config=_digest(model, ("config.json",)) or Path(model).name,
+            tokenizer=info.get("tokenizer_digest") or tokenizer_fingerprint(tokenizer) or Path(tokenizer).name,
+            model_config=info.get("config_digest") or config_digest(model) or Path(model).name,
         )
 
     def differences(self, other: ModelIdentity) -> list[str]:

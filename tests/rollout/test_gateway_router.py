@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from roost.rollout.engine.launch import build_engine
 from roost.rollout.engine.server import create_app
+from roost.rollout.engine_api.model_identity import ModelIdentity, config_digest, tokenizer_fingerprint
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.gateway import Gateway, GatewayStartupError
 from roost.rollout.gateway.launch import GatewayThread
@@ -214,6 +215,21 @@ def test_an_engine_of_another_model_is_refused_at_start_and_at_run_time(engines,
         assert [e["url"] for e in _engines_view(server)["engines"]] == [a.url]
         bad = httpx.post(f"{server.url}/admin/engines", json={"url": "not a url"}, headers=bearer(server.admin_key))
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "url"
+
+
+def test_engines_are_compared_by_the_digests_they_report_of_their_own_folders(engines, fleet):
+    a, _ = engines
+    info = httpx.get(f"{a.url}/get_model_info").json()
+    assert info["tokenizer_digest"] == tokenizer_fingerprint(info["tokenizer_path"])
+    assert info["config_digest"] == config_digest(info["model_path"])
+
+    def seen_from_another_machine(answer: dict) -> ModelIdentity:  # the engine's folders are not there
+        return ModelIdentity.of({**answer, "model_path": "/elsewhere/model", "tokenizer_path": "/elsewhere/model"})
+
+    assert seen_from_another_machine(info) == ModelIdentity.of(info)
+    other = httpx.get(f"{fleet.other_model.url}/get_model_info").json()
+    differences = seen_from_another_machine(info).differences(seen_from_another_machine(other))
+    assert any(d.startswith("model_config ") for d in differences), differences
 
 
 def _version(engine: RunningEngine) -> str:

@@ -1,6 +1,6 @@
 """The layout planner on a real Ray cluster of two labelled nodes (the `ray_cluster` fixture):
 replicas start on the nodes the plan names, `roost train --plan` prints the plan or says why the
-cluster cannot hold it, and a run refuses what it cannot start yet."""
+cluster cannot hold it, and a run pins each role where planned and refuses what it cannot start."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from roost.cli.main import build_app
 from roost.tests.ray_cluster import NodeProbe
 from roost.trainer.layout import LayoutConfig, LayoutError, nodes_from_ray, plan
-from roost.trainer.rl.setup import planned_placement
+from roost.trainer.recipe import validate_recipe
+from roost.trainer.rl.setup import placement, planned_placement
 
 pytestmark = pytest.mark.timeout(600)  # the cluster's nodes start slowly on a loaded machine
 
@@ -75,29 +76,52 @@ def test_roost_train_plan_prints_the_plan_or_why_the_cluster_cannot_hold_it(ray_
     assert f"{rollout.name} has 1 of 1 CPU and 0 of 0 GPU left" in result.output
 
 
-def test_a_run_pins_roles_on_its_own_node_and_refuses_what_it_cannot_start_yet(ray_cluster):
+def test_a_run_pins_each_role_where_planned_and_refuses_what_it_cannot_start(ray_cluster):
     import ray
 
     nodes = nodes_from_ray(ray.nodes())
     here = next(n for n in nodes if n.id == ray.get_runtime_context().get_node_id())
-    label = here.labels[0]
-    # every role on the driver's node (which of the two it attached to is Ray's choice)
-    local = {
+    other = next(n for n in nodes if n is not here)
+    label, away_label = here.labels[0], other.labels[0]
+    # which of the two nodes the driver attached to is Ray's choice: the layout follows it
+    layout = {
         "mode": "split",
         "trainer": {"node": label, "cpus": 1},
-        "engine": {"node": label},
-        "env": {"node": label},
+        "engine": {"node": away_label, "replicas": 2},
+        "env": {"node": away_label},
         "gateway": {"node": label},
     }
-    where = planned_placement(plan(LayoutConfig.model_validate(local), nodes))
-    strategies = [where.trainer[0], where.engine, where.env, where.gateway]
-    assert {options["scheduling_strategy"].node_id for options in strategies} == {here.id}
-    assert (where.trainer[0]["num_cpus"], where.engine["num_gpus"]) == (1, 0)
+    where = planned_placement(plan(LayoutConfig.model_validate(layout), nodes))
+    assert [options["scheduling_strategy"].node_id for options in where.engines] == [other.id, other.id]
+    assert (where.env["scheduling_strategy"].node_id, where.gateway["scheduling_strategy"].node_id) == (
+        other.id,
+        here.id,
+    )
+    assert [where.away(options) for options in (where.trainer[0], *where.engines, where.env, where.gateway)] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert where.local()["scheduling_strategy"].node_id == here.id
 
-    other = next(n for n in nodes if n is not here)
-    away = {**local, "engine": {"node": other.labels[0]}}
-    with pytest.raises(LayoutError, match=re.escape(f"the plan puts engine 0 on {other.name}, not on this node")):
-        planned_placement(plan(LayoutConfig.model_validate(away), nodes))
-    two = {**local, "engine": {"node": label, "replicas": 2}}
-    with pytest.raises(LayoutError, match="placement.layout.engine.replicas is 2: planned, but roost train starts one"):
-        planned_placement(plan(LayoutConfig.model_validate(two), nodes))
+    def recipe(**engine):
+        return validate_recipe(
+            {"name": "t", "env": {"name": "alfworld"}, "engine": engine, "placement": {"layout": layout}}
+        )
+
+    # weights cross to the engines' node over HTTP only
+    cluster_plan = plan(LayoutConfig.model_validate(layout), nodes)
+    with pytest.raises(LayoutError, match="set engine.weight_sync: http, or put the engine on this node"):
+        placement(recipe(), cluster_plan)
+    with pytest.raises(LayoutError, match="engine.backend is vllm: roost train sends weights across nodes"):
+        placement(recipe(backend="vllm"), cluster_plan)
+    assert len(placement(recipe(weight_sync="http"), cluster_plan).engines) == 2
+
+    trainer_away = {**layout, "trainer": {"node": away_label, "cpus": 1}}
+    with pytest.raises(LayoutError, match=re.escape(f"the plan puts trainer 0 on {other.name}, not on this node")):
+        planned_placement(plan(LayoutConfig.model_validate(trainer_away), nodes))
+    two_envs = {**layout, "env": {"node": away_label, "replicas": 2}}
+    with pytest.raises(LayoutError, match="placement.layout.env.replicas is 2: planned, but roost train starts one"):
+        planned_placement(plan(LayoutConfig.model_validate(two_envs), nodes))

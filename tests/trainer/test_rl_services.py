@@ -82,7 +82,7 @@ def test_engine_and_gateway_read_the_trainers_configs_and_keep_their_ports(tmp_p
         0,
         log_dir=tmp_path,
         env={ENGINE_KEY.env: engine_key, ADMIN_KEY.env: admin_key},
-        config=gateway_config(r, engine_url, "tiny", store, HOST),
+        config=gateway_config(r, [engine_url], "tiny", store, HOST),
     )
     try:
         assert metric(engine_url, "roost_engine_max_running_requests") == 3

@@ -97,7 +97,7 @@ class Run:
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     from ..layout import describe
-    from .setup import cluster_plan, placement, prepare_env, ray_session, services, start_env, stop_services
+    from .setup import cluster_plan, env_kwargs, placement, ray_session, services, start_env, stop_services
 
     hooks = hooks or Hooks()
     run_dir = recipe.output_dir.resolve()
@@ -110,7 +110,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
         hooks.echo(describe(recipe, plan))
         where = placement(recipe, plan)
         hooks.stage("env: data and server", 0)
-        env = start_env(recipe, prepare_env(recipe), run_dir / "logs", where)
+        env = start_env(recipe, env_kwargs(recipe, where), run_dir / "logs", where)
         try:
             if recipe.sft is not None and recipe.sft.data.source == "expert" and not state.sft_done:
                 hooks.stage("expert demonstrations", 0)
@@ -233,7 +233,7 @@ def _rl(run: Run) -> None:
         started = time.perf_counter()
         with run.tracing.span("train.step", {"roost.step": state.step + 1}):
             with run.tracing.span("train.collect"):
-                _wait_for_engine(run.services, run.hooks)
+                run.services.engines.ensure_serving(run.hooks.echo)
                 group_ids, rollout = run.rollouts.next_groups()
                 batch = _collect(run, group_ids, max_staleness)
             if batch.refused:
@@ -392,8 +392,6 @@ def _sync(
     in a LoRA run the adapter under `svc.adapter`; read by the engine, or with `weight_sync: http`
     read here and sent to it. An engine that died is waited for, and the
     update retried once it is back. Returns the bytes the engine loaded."""
-    import ray
-
     from ..weight_sync import sync_adapter, sync_weights
 
     common = dict(
@@ -405,7 +403,7 @@ def _sync(
         transport=svc.weight_sync,
     )
     for attempt in range(tries):
-        _wait_for_engine(svc, hooks)
+        svc.engines.ensure_serving(hooks.echo)
         try:
             if svc.adapter is None:
                 result = asyncio.run(sync_weights(svc.engine_url, folder, **common))
@@ -417,26 +415,8 @@ def _sync(
                 raise
             hooks.echo(f"weight update to version {version} failed ({exc}); retrying")
             time.sleep(2.0 * (attempt + 1))
-    if svc.engine is not None:
-        ray.get(svc.engine.loaded.remote(folder, str(version), svc.adapter))
+    svc.engines.loaded(folder, version, svc.adapter)
     return result.bytes
-
-
-def _wait_for_engine(svc: Services, hooks: Hooks) -> None:
-    """Return once the run's engine serves (a restarted one with the run's newest weights back):
-    rollouts on a dead engine would only make `infra_error` episodes, step after step."""
-    import ray
-
-    from .services import ServiceError
-
-    if svc.engine is None or ray.get(svc.engine.wait_serving.remote(0)):
-        return  # an engine the recipe names is the user's to keep up; its episodes say when it is not
-    hooks.echo(f"the engine at {svc.engine_url} is down; waiting for its restart")
-    if not ray.get(svc.engine.wait_serving.remote()):
-        raise ServiceError(
-            f"the engine at {svc.engine_url} died and did not come back within its startup "
-            "timeout; see logs/engine.log in the run folder (and logs/vllm.log for vLLM)"
-        )
 
 
 def _evaluate(run: Run, label: str) -> None:
@@ -494,7 +474,8 @@ def _handles(
         start, adapter = state.model, str(adapter_dir(state.checkpoint)) if state.checkpoint else None
     trainer = TrainerGroup.start(recipe, start, adapter=adapter, scheduling=where.trainer)
     r = recipe.rollout
-    worker = ray.remote(RolloutWorker).options(num_cpus=0, **actor_options(recipe))
+    # on the loop's node: a node that leaves takes its servers' episodes, not the loop's workers
+    worker = ray.remote(RolloutWorker).options(num_cpus=0, **where.local(), **actor_options(recipe))
     workers = [
         worker.remote(
             svc.env_url,

@@ -167,13 +167,14 @@ def _check_sglang_gpus(recipe: Recipe) -> None:
         )
 
 
-def gateway_config(recipe: Recipe, engine_url: str, model: str, store: Path, host: str) -> GatewayConfig:
-    """The run's gateway, on the port it binds; its keys come from the environment, not the config
-    (they are left out of the file it reads)."""
+def gateway_config(recipe: Recipe, engine_urls: list[str], model: str, store: Path, host: str) -> GatewayConfig:
+    """The run's gateway in front of its engines, on the port it binds; its keys come from the
+    environment, not the config (they are left out of the file it reads)."""
     # embedded and sglang engines speak one API; vLLM its own
     return GatewayConfig(
         backend=recipe.engine.backend,
-        engine_url=engine_url,
+        engine_url=engine_urls[0],
+        engine_urls=engine_urls,
         model=model,
         store_path=store,
         host=host,
@@ -208,8 +209,11 @@ class SupervisedServer:
         startup_timeout_s: float = 300.0,
         env: dict[str, str] | None = None,
         config: Any = None,
+        url_host: str | None = None,
     ) -> None:
+        """`url_host`: the address others reach it at, when `host` is not one (0.0.0.0)."""
         self.name, self.command, self.host, self.port = name, command, host, port
+        self.url_host = url_host or host
         self.config = config
         self.config_file = log_dir / f"{name}.json" if config is not None else None
         self.port_file = log_dir / f"{name}.port" if port == 0 else None
@@ -227,7 +231,7 @@ class SupervisedServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.url_host}:{self.port}"
 
     def __enter__(self) -> str:
         return self.start()
@@ -339,6 +343,15 @@ class SupervisedServer:
         stop_process(self.process)
 
 
+def _reachable(host: str) -> str:
+    """The address a server bound to `host` is reached at from other nodes."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
 class ServiceActor:
     """A `SupervisedServer` in a Ray actor (placed on the node and GPUs the recipe asks for)."""
 
@@ -353,8 +366,10 @@ class ServiceActor:
         config: Any = None,
     ) -> None:
         """`port` 0: a roost server that reports the port it binds; `config` its typed config (see
-        `SupervisedServer`)."""
-        self.server = SupervisedServer(name, command, host, port, log_dir=Path(log_dir), env=env, config=config)
+        `SupervisedServer`). A server bound to every interface is reached at its node's address."""
+        self.server = SupervisedServer(
+            name, command, host, port, log_dir=Path(log_dir), env=env, config=config, url_host=_reachable(host)
+        )
         self.weights: tuple[str, str, str | None] | None = None
         """(folder, version, adapter name): the newest weights synced; the name is set when the
         folder is a LoRA adapter served on the base model the engine starts with."""

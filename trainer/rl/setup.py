@@ -18,7 +18,9 @@ from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 
 from ..layout import LayoutError, Plan, nodes_from_ray, recipe_plan
 from ..recipe import Recipe
+from .engine_pool import EnginePool, EngineReplica, SyncTarget
 from .services import ServiceActor, engine_env, engine_launch, env_config, gateway_config, server_command, sglang_port
+from .staging import on_node, stage_folder
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -84,9 +86,26 @@ class Placement:
 
     trainer: list[dict[str, Any]]
     """Ray options per trainer rank."""
-    engine: dict[str, Any]
+    engines: list[dict[str, Any]]
+    """Ray options per engine replica."""
     env: dict[str, Any] = field(default_factory=dict)
     gateway: dict[str, Any] = field(default_factory=dict)
+    here: str | None = None
+    """The node this process (the loop) runs on, when the roles are pinned to nodes (a layout)."""
+
+    def away(self, options: dict[str, Any]) -> bool:
+        """Whether an actor with these options runs on another node than the loop's: it cannot
+        read a path the loop wrote (the model, the env's data), so they are sent to it."""
+        node = _pinned_node(options)
+        return self.here is not None and node is not None and node != self.here
+
+    def local(self) -> dict[str, Any]:
+        """Ray options that keep a zero-CPU helper actor (a rollout worker) on the loop's node."""
+        if self.here is None:
+            return {}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.here, soft=False)}
 
 
 def cluster_plan(recipe: Recipe) -> Plan:
@@ -100,7 +119,9 @@ def placement(recipe: Recipe, plan: Plan) -> Placement:
     """Where the run's actors go: as `plan` says for a recipe with `placement.layout`; else the
     trainer ranks in one placement group, the engine in rank 0's bundle when colocated."""
     if recipe.placement.layout is not None:
-        return planned_placement(plan)
+        where = planned_placement(plan)
+        check_away_engines(recipe, where)
+        return where
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -112,7 +133,7 @@ def placement(recipe: Recipe, plan: Plan) -> Placement:
         gpus = p.trainer_gpus + (p.engine_gpus if p.colocate and rank == 0 else 0.0)
         bundles.append({k: v for k, v in {"CPU": p.trainer_cpus, "GPU": gpus}.items() if v > 0})
     if not all(bundles):
-        return Placement([{} for _ in range(world)], {"num_gpus": p.engine_gpus})
+        return Placement([{} for _ in range(world)], [{"num_gpus": p.engine_gpus}])
     group = placement_group(bundles, strategy="PACK" if p.colocate else "SPREAD")
     ray.get(group.ready())
 
@@ -120,36 +141,54 @@ def placement(recipe: Recipe, plan: Plan) -> Placement:
         return {"scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)}
 
     engine = {"num_gpus": p.engine_gpus, **(in_bundle(0) if p.colocate else {})}
-    return Placement([in_bundle(rank) for rank in range(world)], engine)
+    return Placement([in_bundle(rank) for rank in range(world)], [engine])
 
 
 def planned_placement(plan: Plan) -> Placement:
     """Each role's actor pinned to its planned node with its planned CPUs and GPUs. Refuses a plan
-    this run cannot start yet: more than one engine or env server, or a replica on a node other
-    than this process's (the servers bind `placement.host` and every role reads the run folder and
-    the model by path)."""
+    this run cannot start yet: more than one env server, or a trainer rank on a node other than
+    this process's (the loop reads what rank 0 exports by path)."""
     import ray
 
     here = ray.get_runtime_context().get_node_id()
-    for role in ("engine", "env"):
-        if len(plan.of(role)) > 1:
-            raise LayoutError(
-                f"placement.layout.{role}.replicas is {len(plan.of(role))}: planned, but roost train starts one "
-                f"{role} today; set it to 1 (roost train --plan shows the plan of more)"
-            )
-    away = [f"{a.role} {a.index} on {a.node.name}" for a in plan.assignments if a.node.id != here]
+    if len(plan.of("env")) > 1:
+        raise LayoutError(
+            f"placement.layout.env.replicas is {len(plan.of('env'))}: planned, but roost train starts one env "
+            "server today; set it to 1 (roost train --plan shows the plan of more)"
+        )
+    away = [f"trainer {a.index} on {a.node.name}" for a in plan.of("trainer") if a.node.id != here]
     if away:
         raise LayoutError(
-            f"the plan puts {', '.join(away)}, not on this node ({here[:8]}), where roost train starts every "
-            "role today; label this node for those roles (or leave their node out) to run here; "
-            "roost train --plan shows the plan without starting it"
+            f"the plan puts {', '.join(away)}, not on this node ({here[:8]}), where the loop reads the trainer's "
+            "exported weights; label this node for the trainer (or leave its node out), and start roost train "
+            "there; roost train --plan shows the plan without starting it"
         )
     return Placement(
         [a.ray_options() for a in plan.of("trainer")],
-        plan.of("engine")[0].ray_options(),
+        [a.ray_options() for a in plan.of("engine")],
         plan.of("env")[0].ray_options(),
         plan.of("gateway")[0].ray_options(),
+        here,
     )
+
+
+def check_away_engines(recipe: Recipe, where: Placement) -> None:
+    """An engine on another node than the loop's takes its weights over the network: roost's
+    embedded engine over HTTP (`engine.weight_sync: http`). Other engines there are refused."""
+    if not any(where.away(options) for options in where.engines):
+        return
+    if recipe.engine.backend != "embedded" or recipe.engine.url:
+        raise LayoutError(
+            f"the plan puts an engine on another node than this one, and engine.backend is {recipe.engine.backend}: "
+            "roost train sends weights across nodes to roost's embedded engine only (over HTTP); put the "
+            "engine on this node, or use engine.backend: embedded"
+        )
+    if recipe.engine.weight_sync != "http":
+        raise LayoutError(
+            "the plan puts an engine on another node than this one, which cannot read the weights the "
+            f"trainer writes here (engine.weight_sync is {recipe.engine.weight_sync}); set "
+            "engine.weight_sync: http, or put the engine on this node"
+        )
 
 
 def prepare_env(recipe: Recipe) -> dict[str, Any]:
@@ -162,15 +201,23 @@ def prepare_env(recipe: Recipe) -> dict[str, Any]:
     return kwargs
 
 
+def env_kwargs(recipe: Recipe, where: Placement) -> dict[str, Any]:
+    """`prepare_env`, run on the env server's node: the data paths it returns are that node's."""
+    if not where.away(where.env) or recipe.env.server.url:
+        return prepare_env(recipe)
+    import ray
+
+    return ray.get(on_node(prepare_env, where.env).remote(recipe))
+
+
 @dataclass
 class Services:
     """The run's servers; an actor is None for a server the recipe names (running elsewhere)."""
 
     env: ActorHandle[ServiceActor] | None
-    engine: ActorHandle[ServiceActor] | None
+    engines: EnginePool
     gateway: ActorHandle[ServiceActor] | None
     env_url: str
-    engine_url: str
     gateway_url: str
     store: Path
     engine_key: str | None
@@ -181,13 +228,17 @@ class Services:
     weight_sync: str = "disk"
     """How the weights reach the engine (`engine.weight_sync`): disk or http."""
 
+    @property
+    def engine_url(self) -> str:
+        return self.engines.url
+
 
 def adapter_name(recipe: Recipe) -> str | None:
     """The engine's name for a LoRA run's adapter (None without `trainer.lora`)."""
     return None if recipe.trainer.lora is None else f"{recipe.name}-lora"
 
 
-def _service(
+def _actor(
     name: str,
     command: list[str],
     host: str,
@@ -196,15 +247,21 @@ def _service(
     env: dict[str, str] | None = None,
     config: Any = None,
     **options: Any,
-) -> tuple[ActorHandle[ServiceActor], str]:
+) -> ActorHandle[ServiceActor]:
     import ray
 
     # a role's planned options (its CPUs, node) over the defaults of a server that only waits on its child
-    actor = (
+    return (
         ray.remote(ServiceActor)
         .options(**{"num_cpus": 0, "max_concurrency": 4, **options})
         .remote(name, command, host, port, str(log_dir), env, config)
     )
+
+
+def _service(*args: Any, **options: Any) -> tuple[ActorHandle[ServiceActor], str]:
+    import ray
+
+    actor = _actor(*args, **options)
     return actor, ray.get(actor.start.remote())
 
 
@@ -238,28 +295,95 @@ def start_env(recipe: Recipe, env_kwargs: dict[str, Any], log_dir: Path, where: 
     return EnvServer(url, actor)
 
 
+def _staged(model: str, options: dict[str, Any], where: Placement) -> None:
+    """The model folder sent to a server's node when it is not this one's (a name or a missing
+    path is the server's own to resolve there)."""
+    if where.away(options) and Path(model).is_dir():
+        stage_folder(model, options)
+
+
+@dataclass(frozen=True)
+class EngineStarter:
+    """Starts engine replica `index` of a run, where the plan of the nodes alive now puts it."""
+
+    recipe: Recipe
+    model: str
+    log_dir: Path
+    engine_key: str | None
+    where: Placement
+
+    def options(self, index: int, avoid: set[str] | None) -> dict[str, Any]:
+        """As first placed; planned again on the nodes alive now but those in `avoid` when given."""
+        if avoid is None or self.recipe.placement.layout is None:
+            return self.where.engines[index]
+        import ray
+
+        nodes = [n for n in nodes_from_ray(ray.nodes()) if n.id not in avoid]
+        return recipe_plan(self.recipe, nodes).of("engine")[index].ray_options()
+
+    def actor(self, index: int, options: dict[str, Any]) -> ActorHandle[ServiceActor]:
+        recipe, host = self.recipe, self.recipe.placement.host
+        _staged(self.model, options, self.where)
+        port = sglang_port(host) if recipe.engine.backend == "sglang" else 0
+        command, config = engine_launch(recipe, self.model, host, port, self.engine_key, self.log_dir)
+        env = engine_env(recipe, self.engine_key)
+        return _actor(
+            f"engine-{index}" if index else "engine",
+            command,
+            host,
+            port,
+            self.log_dir,
+            env,
+            config,
+            **options,
+            **actor_options(recipe),
+        )
+
+    def start(self, indices: list[int], avoid: set[str] | None = None) -> list[EngineReplica]:
+        """Start these replicas together (planned again, off the nodes in `avoid`, when given);
+        each answers once its server serves."""
+        import ray
+
+        placed = [(i, self.options(i, avoid)) for i in indices]
+        actors = [(i, options, self.actor(i, options)) for i, options in placed]
+        try:
+            urls = ray.get([actor.start.remote() for _, _, actor in actors])
+        except BaseException:
+            stop_services([actor for _, _, actor in actors])
+            raise
+        return [
+            EngineReplica(i, url, actor, self.where.away(options), _pinned_node(options))
+            for (i, options, actor), url in zip(actors, urls, strict=True)
+        ]
+
+    def replace(self, index: int, avoid: set[str]) -> EngineReplica:
+        return self.start([index], avoid)[0]
+
+
+def _pinned_node(options: dict[str, Any]) -> str | None:
+    return getattr(options.get("scheduling_strategy"), "node_id", None)
+
+
 @contextlib.contextmanager
 def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: Placement) -> Iterator[Services]:
-    """Engine and gateway (started unless the recipe names running ones), with the env server."""
+    """Engines and gateway (started unless the recipe names running ones), with the env server."""
     host = recipe.placement.host
     log_dir = run_dir / "logs"
     store = run_dir / "trajectories.sqlite"
     started = [env.actor]
     engine_key, admin_key = _keys(recipe)
     key_env = {ENGINE_KEY.env: engine_key} if engine_key else {}
-    options = actor_options(recipe)
+    starter = EngineStarter(recipe, model, log_dir, engine_key, where)
+    pool: EnginePool | None = None
+    replicas: list[EngineReplica] = []
     try:
-        engine, engine_url = None, recipe.engine.url
-        if engine_url is None:
-            port = sglang_port(host) if recipe.engine.backend == "sglang" else 0
-            command, config = engine_launch(recipe, model, host, port, engine_key, log_dir)
-            key_and_logprobs = engine_env(recipe, engine_key)
-            engine, engine_url = _service(
-                "engine", command, host, port, log_dir, key_and_logprobs, config, **where.engine, **options
-            )
-            started.append(engine)
+        if recipe.engine.url is None:
+            replicas = starter.start(list(range(len(where.engines))))
+        else:
+            replicas = [EngineReplica(0, recipe.engine.url, None)]
         gateway, gateway_url = None, recipe.gateway.url
         if gateway_url is None:
+            _staged(model, where.gateway, where)
             gateway, gateway_url = _service(
                 "gateway",
                 server_command("gateway"),
@@ -267,17 +391,18 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
                 0,
                 log_dir,
                 {**key_env, ADMIN_KEY.env: admin_key},
-                gateway_config(recipe, engine_url, model, store, host),
+                gateway_config(recipe, [r.url for r in replicas], model, store, host),
                 **where.gateway,
-                **options,
+                **actor_options(recipe),
             )
             started.append(gateway)
+        target = SyncTarget(engine_key, gateway_url, admin_key, recipe.engine.weight_sync, adapter_name(recipe))
+        pool = EnginePool(replicas, starter.replace, target)
         yield Services(
             env.actor,
-            engine,
+            pool,
             gateway,
             env.url,
-            engine_url,
             gateway_url,
             store,
             engine_key,
@@ -286,7 +411,8 @@ def services(recipe: Recipe, run_dir: Path, model: str, env: EnvServer, where: P
             recipe.engine.weight_sync,
         )
     finally:
-        stop_services(started)
+        engines = pool.actors() if pool is not None else [r.actor for r in replicas]
+        stop_services([*started[:1], *engines, *started[1:]])
 
 
 def stop_services(actors: list[ActorHandle[ServiceActor] | None]) -> None:

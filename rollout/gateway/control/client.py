@@ -29,8 +29,10 @@ from pydantic import BaseModel, ValidationError
 from roost.outcome import EpisodeOutcome
 from roost.rollout.gateway.control.wire import (
     Ack,
+    AddEngine,
     CreateSession,
     EngineList,
+    EngineView,
     FinishSession,
     GatewayHealth,
     PauseRequest,
@@ -154,6 +156,14 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     async def engines(self) -> EngineList:
         """The engines behind the gateway, each with its state, load and weight version."""
         return await self._request("GET", "/admin/engines", EngineList)
+
+    async def add_engine(self, url: str) -> EngineView:
+        """Put the engine at `url` behind the gateway (refused when it serves another model)."""
+        return await self._request("POST", "/admin/engines", EngineView, AddEngine(url=url))
+
+    async def remove_engine(self, engine_id: str) -> EngineView:
+        """Take an engine from behind the gateway; its sessions move on their next call."""
+        return await self._request("DELETE", f"/admin/engines/{engine_id}", EngineView)
 
     async def set_weight_version(self, weight_version: str) -> EngineList:
         """The weight-sync barrier: engines that do not report `weight_version` leave rotation."""

@@ -1,0 +1,152 @@
+"""A training run across three nodes of a simulated Ray cluster (`tests/ray_cluster.py`: each node
+in its own mount namespace with a private run folder, so a path one node writes and another reads
+fails): the trainer and gateway on the head, two engines on a `rollout` node, the env server on an
+`env` node. The rollout node is killed while a step's calls are in flight and another joins; the
+run goes on, with the lost episodes stored `infra_error` and not trained on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from roost.outcome import EpisodeStatus
+from roost.rollout.store.reader import TrajectoryReader
+from roost.tests.ray_cluster import NodeSpec, SimulatedCluster, unavailable
+from roost.tests.trainer.test_rl_loop import tiny_recipe
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+HEAD, ROLLOUT, ENV = 0, 1, 2
+STEPS = 3  # the node is lost in step 1 or 2 (whichever the test sees calls of first): a step follows
+LAYOUT = {
+    "mode": "split",
+    "trainer": {"node": "trainer", "cpus": 1},
+    "engine": {"node": "rollout", "replicas": 2},
+    "env": {"node": "env"},
+    "gateway": {"node": "trainer"},
+}
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    if reason := unavailable():
+        pytest.skip(f"no simulated Ray cluster: {reason}")
+    root = Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp"))  # short: Ray's socket paths have a limit
+    # each node's caches (the env's games, models) in its own private run folder
+    monkeypatch.setenv("ROOST_HOME", str(root / "run" / "home"))
+    specs = [NodeSpec("trainer", cpus=2), NodeSpec("rollout", cpus=1), NodeSpec("env", cpus=1)]
+    with SimulatedCluster(root, specs) as simulated:
+        yield simulated
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def recipe_file(cluster: SimulatedCluster) -> tuple[Path, Path]:
+    run_dir = cluster.run_dir / "out"
+    recipe = tiny_recipe(
+        run_dir,
+        eval__split=None,  # the first calls through the gateway are step 1's
+        rollout__group_size=4,
+        rollout__concurrency=8,
+        placement__ray_address=cluster.address,
+        placement__layout=LAYOUT,
+        schedule__checkpoint_every=0,
+        schedule__steps=STEPS,
+    )
+    recipe["engine"] = {"weight_sync": "http"}  # the engines' node cannot read the trainer's folders
+    path = cluster.root / "recipe.yaml"  # outside every node's run folder: each reads the same file
+    path.write_text(yaml.safe_dump(recipe))
+    return path, run_dir
+
+
+def rl_steps(run_dir: Path) -> list[dict]:
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.is_file() else []
+    return [m for m in map(json.loads, lines) if m.get("stage") == "rl"]
+
+
+def wait_for_calls_in_flight(cluster: SimulatedCluster, run_dir: Path, driver: subprocess.Popen, log: Path) -> None:
+    """Return once the run's gateway (on the head) has a call of a step before the last in
+    flight: its port from the run folder as the head sees it, its open /health."""
+    port_file = cluster.path_on(HEAD, run_dir / "logs" / "gateway.port")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, log.read_text()[-4000:]
+        if (
+            len(rl_steps(cluster.path_on(HEAD, run_dir))) < STEPS - 1
+            and port_file.is_file()
+            and port_file.read_text().strip()
+        ):
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port_file.read_text().strip()}/health", timeout=2).json()
+            except httpx.HTTPError:
+                health = {}
+            if health.get("in_flight", 0) > 0:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"no call reached the gateway in 600s:\n{log.read_text()[-4000:]}")
+
+
+def copied_store(run_dir: Path, to: Path) -> Path:
+    """The run's store copied out of a node's run folder: SQLite resolves the `/proc/PID/root`
+    link of a path through it to this process's own view, where the file is not."""
+    to.mkdir()
+    for path in run_dir.glob("trajectories.sqlite*"):
+        shutil.copy(path, to / path.name)
+    return to / "trajectories.sqlite"
+
+
+def test_a_run_across_three_nodes_survives_losing_its_engines_node(cluster):
+    recipe, run_dir = recipe_file(cluster)
+    log = cluster.root / "train.log"
+    with log.open("wb") as out:
+        # the loop on the head, in its mount namespace: the run folder it writes is the head's own
+        driver = subprocess.Popen(
+            cluster.command(HEAD, [sys.executable, "-m", "roost.cli.main", "train", str(recipe)]),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=cluster.env(),
+        )
+    try:
+        wait_for_calls_in_flight(cluster, run_dir, driver, log)
+        cluster.kill_node(ROLLOUT)  # both engines, mid-step
+        at_kill = " ".join(log.read_text().split())[-300:]
+        joined = cluster.add_node(NodeSpec("rollout", cpus=1))
+        assert driver.wait(timeout=900) == 0, log.read_text()[-6000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    output = " ".join(log.read_text().split())  # the console wraps long lines
+    assert output.count("is lost (its node left the cluster); starting another") == 2, (at_kill, output[-4000:])
+
+    # what the run wrote is on the head only; the new engines staged the model on their own node
+    head_run = cluster.path_on(HEAD, run_dir)
+    assert json.loads((head_run / "state.json").read_text())["step"] == STEPS
+    assert (cluster.path_on(joined, run_dir / "model" / "config.json")).is_file()
+    assert not cluster.path_on(ENV, run_dir / "model").exists()
+    assert sorted(p.name for p in cluster.path_on(joined, run_dir / "logs").glob("engine*.log")) == [
+        "engine-1.log",
+        "engine.log",
+    ]
+
+    rl = rl_steps(head_run)
+    assert [m["step"] for m in rl] == list(range(1, STEPS + 1))
+    hit = next(i for i, m in enumerate(rl) if m["infra_error"])  # the step the node was lost in
+    assert hit < STEPS - 1, rl
+    with TrajectoryReader(copied_store(head_run, cluster.root / "store")) as store:
+        sessions = [s for s in store.sessions() if s.outcome is not None and s.outcome.kind.value == "train"]
+        lost = [s for s in sessions if s.outcome.status is EpisodeStatus.INFRA_ERROR]
+    # the episodes in flight on the lost node, and only those, never trained on; later steps
+    # played on the new engines, which were sent the newest weights before they served
+    assert rl[hit]["infra_error"] == len(lost) and rl[hit]["trained_samples"] <= 8 - len(lost)
+    after = rl[hit + 1]
+    assert (after["infra_error"], after["mixed_version_samples"]) == (0, 0) and after["trained_samples"] > 0
+    assert after["oldest_version"] == rl[hit]["weight_version"]
