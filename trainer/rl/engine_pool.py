@@ -95,9 +95,15 @@ class EnginePool:
         """Every engine now serves these weights: a replica on this node reloads them after a restart."""
         import ray
 
-        self.newest = Weights(folder, str(version), adapter)
-        local = [r.actor for r in self.replicas if r.actor is not None and not r.away]
-        ray.get([actor.loaded.remote(folder, str(version), adapter) for actor in local])
+        self.newest = weights = Weights(folder, str(version), adapter)
+        ray.get([self._tell(r.actor, r.away, weights) for r in self.replicas if r.actor is not None])
+
+    def _tell(self, actor: ActorHandle[ServiceActor], away: bool, weights: Weights) -> Any:
+        """What the replica's actor must do after a restart: reload the newest weights (on this
+        node), or take itself out of the gateway's rotation until they are sent (elsewhere)."""
+        if away:
+            return actor.serves_behind.remote(self._target.gateway_url, self._target.admin_key, weights.version)
+        return actor.loaded.remote(weights.folder, weights.version, weights.adapter)
 
     def ensure_serving(self, echo: Callable[[str], None]) -> None:
         """Return once every replica serves the newest weights: restarted ones waited for (and sent
@@ -143,8 +149,9 @@ class EnginePool:
                         f"{self.join_timeout_s:.0f}s: {exc}"
                     ) from None
                 time.sleep(2.0)
-        if self.newest is not None:
+        if self.newest is not None and fresh.actor is not None:
             self._send(fresh.url)
+            ray.get(self._tell(fresh.actor, fresh.away, self.newest))
         self._swap_behind_gateway(lost.url, fresh.url)
         self.replaced += 1
         echo(f"engine {lost.index} serves again at {fresh.url}")

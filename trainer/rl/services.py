@@ -373,6 +373,9 @@ class ServiceActor:
         self.weights: tuple[str, str, str | None] | None = None
         """(folder, version, adapter name): the newest weights synced; the name is set when the
         folder is a LoRA adapter served on the base model the engine starts with."""
+        self.gateway: tuple[str, str, str] | None = None
+        """(url, admin key, version) of the gateway an engine on another node than the weights
+        serves behind (`serves_behind`)."""
 
     def start(self) -> str:
         self.server.after_restart = self._reload
@@ -383,8 +386,27 @@ class ServiceActor:
         folder under); a restarted engine reloads them."""
         self.weights = (folder, version, adapter)
 
+    def serves_behind(self, gateway_url: str, admin_key: str, version: str) -> None:
+        """This engine is on another node than the newest weights (`version`), so a restart
+        cannot reload them: the gateway is then asked to check every engine's version (the
+        weight-sync barrier at `version`), which takes this one out of rotation until the loop
+        sends it the weights (`EnginePool.ensure_serving`)."""
+        self.gateway = (gateway_url, admin_key, version)
+
+    @staticmethod
+    def _leave_rotation(url: str, admin_key: str, version: str) -> None:
+        from roost.rollout.gateway.control.client import GatewayClient
+
+        async def barrier() -> None:
+            async with GatewayClient(url, admin_key=admin_key) as gateway:
+                await gateway.set_weight_version(version)
+
+        asyncio.run(barrier())
+
     def _reload(self) -> None:
         if self.weights is None:
+            if self.gateway is not None:
+                self._leave_rotation(*self.gateway)
             return
         from roost.rollout.engine_api.client import detect_backend, engine_client
 
