@@ -73,7 +73,8 @@ def train(
 def _print_plan(recipe) -> None:
     """`--plan`: the layout planned on the cluster's nodes, or the `LayoutError` saying why it does not fit."""
     from .layout import LayoutError, describe
-    from .rl.setup import cluster_plan, ray_session
+    from .rl.placement import cluster_plan
+    from .rl.setup import ray_session
 
     with ray_session(recipe):
         try:

@@ -16,7 +16,8 @@ from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.launch import GatewayThread
 from roost.rollout.keys import ENGINE_KEY, bearer, new_key
 from roost.tests.trainer.test_rl_loop import local_ray  # noqa: F401 (a fixture)
-from roost.trainer.rl.engine_pool import EnginePool, EngineReplica, SyncTarget
+from roost.trainer.rl.engine_pool import EnginePool, SyncTarget
+from roost.trainer.rl.replicas import Replica
 from roost.trainer.rl.services import ServiceActor, server_command
 from roost.trainer.weight_sync import sync_weights
 
@@ -36,7 +37,7 @@ def wait_for(predicate, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-def no_replacement(index: int, avoid: set[str]) -> EngineReplica:
+def no_replacement(index: int, avoid: set[str]) -> Replica:
     raise AssertionError(f"engine {index} was replaced, though its actor is alive")
 
 
@@ -74,7 +75,7 @@ def test_a_restarted_engine_away_from_the_weights_leaves_rotation_until_the_pool
 
             target = SyncTarget(key, gateway_url, gateway_config.admin_key, "http")
             pool = EnginePool(
-                [EngineReplica(0, urls[0], local), EngineReplica(1, urls[1], away, away=True)], no_replacement, target
+                [Replica(0, urls[0], local), Replica(1, urls[1], away, away=True)], no_replacement, target
             )
             common = dict(transport="http", engine_key=key, gateway_url=gateway_url, admin_key=gateway_config.admin_key)
             asyncio.run(sync_weights(pool.url, tiny_model_path, weight_version="7", **common))

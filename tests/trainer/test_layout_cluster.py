@@ -14,7 +14,7 @@ from roost.cli.main import build_app
 from roost.tests.ray_cluster import NodeProbe
 from roost.trainer.layout import LayoutConfig, LayoutError, nodes_from_ray, plan
 from roost.trainer.recipe import validate_recipe
-from roost.trainer.rl.setup import placement, planned_placement
+from roost.trainer.rl.placement import placement, planned_placement
 
 pytestmark = pytest.mark.timeout(600)  # the cluster's nodes start slowly on a loaded machine
 
@@ -93,11 +93,11 @@ def test_a_run_pins_each_role_where_planned_and_refuses_what_it_cannot_start(ray
     }
     where = planned_placement(plan(LayoutConfig.model_validate(layout), nodes))
     assert [options["scheduling_strategy"].node_id for options in where.engines] == [other.id, other.id]
-    assert (where.env["scheduling_strategy"].node_id, where.gateway["scheduling_strategy"].node_id) == (
+    assert (where.envs[0]["scheduling_strategy"].node_id, where.gateway["scheduling_strategy"].node_id) == (
         other.id,
         here.id,
     )
-    assert [where.away(options) for options in (where.trainer[0], *where.engines, where.env, where.gateway)] == [
+    assert [where.away(options) for options in (where.trainer[0], *where.engines, *where.envs, where.gateway)] == [
         False,
         True,
         True,
@@ -122,6 +122,17 @@ def test_a_run_pins_each_role_where_planned_and_refuses_what_it_cannot_start(ray
     trainer_away = {**layout, "trainer": {"node": away_label, "cpus": 1}}
     with pytest.raises(LayoutError, match=re.escape(f"the plan puts trainer 0 on {other.name}, not on this node")):
         planned_placement(plan(LayoutConfig.model_validate(trainer_away), nodes))
+    # each rollout worker plays against one env server: two servers need two workers
     two_envs = {**layout, "env": {"node": away_label, "replicas": 2}}
-    with pytest.raises(LayoutError, match="placement.layout.env.replicas is 2: planned, but roost train starts one"):
-        planned_placement(plan(LayoutConfig.model_validate(two_envs), nodes))
+    two_plan = plan(LayoutConfig.model_validate(two_envs), nodes)
+    assert len(planned_placement(two_plan).envs) == 2
+
+    def with_workers(workers: int):
+        data = {"name": "t", "env": {"name": "alfworld"}, "engine": {"weight_sync": "http"}}
+        return validate_recipe({**data, "rollout": {"workers": workers}, "placement": {"layout": two_envs}})
+
+    with pytest.raises(
+        LayoutError, match="env.replicas is 2 but rollout.workers is 1: .* set rollout.workers to at least 2"
+    ):
+        placement(with_workers(1), two_plan)
+    assert len(placement(with_workers(2), two_plan).envs) == 2

@@ -1,8 +1,9 @@
 """A training run across three nodes of a simulated Ray cluster (`tests/ray_cluster.py`: each node
 in its own mount namespace with a private run folder, so a path one node writes and another reads
 fails): the trainer and gateway on the head, two engines on a `rollout` node, the env server on an
-`env` node. The rollout node is killed while a step's calls are in flight and another joins; the
-run goes on, with the lost episodes stored `infra_error` and not trained on."""
+`env` node. The rollout node is killed while a step's calls are in flight and another joins, then
+the env node likewise; the run goes on, with the lost episodes stored `infra_error` and not
+trained on."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ from roost.tests.trainer.test_rl_loop import tiny_recipe
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 HEAD, ROLLOUT, ENV = 0, 1, 2
-STEPS = 3  # the node is lost in step 1 or 2 (whichever the test sees calls of first): a step follows
+STEPS = 4
+"""The engines' node is lost in step 1 or 2 (whichever the test sees calls of first), the env
+server's in the step after: a clean step follows."""
 LAYOUT = {
     "mode": "split",
     "trainer": {"node": "trainer", "cpus": 1},
@@ -34,6 +37,7 @@ LAYOUT = {
     "env": {"node": "env"},
     "gateway": {"node": "trainer"},
 }
+LOST = "is lost (its node left the cluster); starting another"
 
 
 @pytest.fixture
@@ -73,18 +77,23 @@ def rl_steps(run_dir: Path) -> list[dict]:
     return [m for m in map(json.loads, lines) if m.get("stage") == "rl"]
 
 
-def wait_for_calls_in_flight(cluster: SimulatedCluster, run_dir: Path, driver: subprocess.Popen, log: Path) -> None:
-    """Return once the run's gateway (on the head) has a call of a step before the last in
-    flight: its port from the run folder as the head sees it, its open /health."""
+def said(log: Path) -> str:
+    return " ".join(log.read_text().split())  # the console wraps long lines
+
+
+def wait_for_calls_in_flight(
+    cluster: SimulatedCluster, run_dir: Path, driver: subprocess.Popen, log: Path, *, before_step: int, then: str = ""
+) -> None:
+    """Return once the run's gateway (on the head) has a call in flight while fewer than
+    `before_step` steps are done (and the run has said `then`): the gateway's port from the run
+    folder as the head sees it, its open /health."""
     port_file = cluster.path_on(HEAD, run_dir / "logs" / "gateway.port")
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         assert driver.poll() is None, log.read_text()[-4000:]
-        if (
-            len(rl_steps(cluster.path_on(HEAD, run_dir))) < STEPS - 1
-            and port_file.is_file()
-            and port_file.read_text().strip()
-        ):
+        done = len(rl_steps(cluster.path_on(HEAD, run_dir)))
+        assert done < before_step, f"{done} steps done already:\n{said(log)[-4000:]}"
+        if then in said(log) and port_file.is_file() and port_file.read_text().strip():
             try:
                 health = httpx.get(f"http://127.0.0.1:{port_file.read_text().strip()}/health", timeout=2).json()
             except httpx.HTTPError:
@@ -104,7 +113,7 @@ def copied_store(run_dir: Path, to: Path) -> Path:
     return to / "trajectories.sqlite"
 
 
-def test_a_run_across_three_nodes_survives_losing_its_engines_node(cluster):
+def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_node(cluster):
     recipe, run_dir = recipe_file(cluster)
     log = cluster.root / "train.log"
     with log.open("wb") as out:
@@ -116,37 +125,44 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node(cluster):
             env=cluster.env(),
         )
     try:
-        wait_for_calls_in_flight(cluster, run_dir, driver, log)
+        wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=2)
         cluster.kill_node(ROLLOUT)  # both engines, mid-step
-        at_kill = " ".join(log.read_text().split())[-300:]
-        joined = cluster.add_node(NodeSpec("rollout", cpus=1))
+        rollout = cluster.add_node(NodeSpec("rollout", cpus=1))
+        # once both engines serve again, the env server's node, mid-step
+        wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=3, then="engine 1 serves again")
+        cluster.kill_node(ENV)
+        env = cluster.add_node(NodeSpec("env", cpus=1))
         assert driver.wait(timeout=900) == 0, log.read_text()[-6000:]
     finally:
         if driver.poll() is None:
             driver.kill()
-    output = " ".join(log.read_text().split())  # the console wraps long lines
-    assert output.count("is lost (its node left the cluster); starting another") == 2, (at_kill, output[-4000:])
+    output = said(log)
+    assert (output.count("engine 0 at http"), output.count(LOST)) == (1, 3), output[-4000:]
+    assert "env server 0 serves again at http" in output
 
-    # what the run wrote is on the head only; the new engines staged the model on their own node
+    # what the run wrote is on the head only; the new nodes made their own copies of what they read
     head_run = cluster.path_on(HEAD, run_dir)
     assert json.loads((head_run / "state.json").read_text())["step"] == STEPS
-    assert (cluster.path_on(joined, run_dir / "model" / "config.json")).is_file()
-    assert not cluster.path_on(ENV, run_dir / "model").exists()
-    assert sorted(p.name for p in cluster.path_on(joined, run_dir / "logs").glob("engine*.log")) == [
+    assert cluster.path_on(rollout, run_dir / "model" / "config.json").is_file()  # staged there
+    assert not cluster.path_on(env, run_dir / "model").exists()
+    assert sorted(p.name for p in cluster.path_on(rollout, run_dir / "logs").glob("*.log")) == [
         "engine-1.log",
         "engine.log",
     ]
+    assert [p.name for p in cluster.path_on(env, run_dir / "logs").glob("*.log")] == ["env.log"]
+    assert any(cluster.path_on(env, run_dir.parent / "home").iterdir())  # the env's games, made there
 
     rl = rl_steps(head_run)
     assert [m["step"] for m in rl] == list(range(1, STEPS + 1))
-    hit = next(i for i, m in enumerate(rl) if m["infra_error"])  # the step the node was lost in
-    assert hit < STEPS - 1, rl
+    hits = [i for i, m in enumerate(rl) if m["infra_error"]]  # the steps a node was lost in
+    assert len(hits) == 2 and hits[1] == hits[0] + 1 and hits[1] < STEPS - 1, rl
     with TrajectoryReader(copied_store(head_run, cluster.root / "store")) as store:
         sessions = [s for s in store.sessions() if s.outcome is not None and s.outcome.kind.value == "train"]
         lost = [s for s in sessions if s.outcome.status is EpisodeStatus.INFRA_ERROR]
-    # the episodes in flight on the lost node, and only those, never trained on; later steps
+    # the episodes in flight on the lost nodes, and only those, never trained on; the step after
     # played on the new engines, which were sent the newest weights before they served
-    assert rl[hit]["infra_error"] == len(lost) and rl[hit]["trained_samples"] <= 8 - len(lost)
-    after = rl[hit + 1]
+    assert sum(rl[i]["infra_error"] for i in hits) == len(lost)
+    assert all(rl[i]["trained_samples"] <= 8 - rl[i]["infra_error"] for i in hits)
+    after = rl[hits[1] + 1]
     assert (after["infra_error"], after["mixed_version_samples"]) == (0, 0) and after["trained_samples"] > 0
-    assert after["oldest_version"] == rl[hit]["weight_version"]
+    assert after["oldest_version"] == rl[hits[1]]["weight_version"]

@@ -18,7 +18,7 @@ from roost.tests.phoenix import PhoenixServer, Span
 from roost.tests.trainer.test_rl_loop import local_ray, tiny_recipe  # noqa: F401 (a fixture)
 from roost.trainer.recipe import validate_recipe
 from roost.trainer.rl.loop import train
-from roost.trainer.rl.setup import actor_options
+from roost.trainer.rl.starters import actor_options
 
 STEP = {
     "train.step",

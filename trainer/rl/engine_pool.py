@@ -17,36 +17,17 @@ and the lost one is taken out. Its in-flight episodes end `infra_error` and are 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..layout import LayoutError
+from .replicas import Launch, Replica, relaunch, restarts_of
 from .services import ServiceError
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from .services import ServiceActor
-
-ALIVE_TIMEOUT_S = 60.0
-"""How long an actor may take to answer before it counts as lost (its node is gone)."""
-
-
-@dataclass
-class EngineReplica:
-    index: int
-    url: str
-    actor: ActorHandle[ServiceActor] | None
-    """None for an engine the recipe names (running elsewhere: the user's to keep up)."""
-    away: bool = False
-    """On another node than the loop's: it cannot read the weights' folder, they are sent to it."""
-    node: str | None = None
-    """The Ray node it was pinned to (None: wherever Ray put it)."""
-    restarts: int = 0
-    """Restarts of its server the pool has seen (and re-sent the weights after)."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +51,8 @@ class Weights:
 class EnginePool:
     def __init__(
         self,
-        replicas: list[EngineReplica],
-        launch: Callable[[int, set[str]], EngineReplica],
+        replicas: list[Replica],
+        launch: Launch,
         target: SyncTarget,
         join_timeout_s: float = 600.0,
     ) -> None:
@@ -112,7 +93,7 @@ class EnginePool:
             actor = replica.actor
             if actor is None:
                 continue
-            restarts = _restarts(actor)
+            restarts = restarts_of(actor)
             if restarts is None:
                 self.replicas[i] = self._replace(replica, echo)
                 continue
@@ -123,32 +104,16 @@ class EnginePool:
                         f"the engine at {replica.url} died and did not come back within its startup "
                         "timeout; see logs/engine.log in the run folder on its node (and logs/vllm.log for vLLM)"
                     )
-                restarts = _restarts(actor) or restarts
+                restarts = restarts_of(actor) or restarts
             if replica.away and restarts > replica.restarts:
                 self._send(replica.url)  # its own reload cannot read the folder here
             replica.restarts = restarts
 
-    def _replace(self, lost: EngineReplica, echo: Callable[[str], None]) -> EngineReplica:
+    def _replace(self, lost: Replica, echo: Callable[[str], None]) -> Replica:
         import ray
-        from ray.exceptions import RayError
 
         echo(f"engine {lost.index} at {lost.url} is lost (its node left the cluster); starting another")
-        with contextlib.suppress(Exception):
-            ray.kill(lost.actor)
-        # the head may count the lost node alive for a while yet (until its health checks fail)
-        avoid = {lost.node} if lost.node else set()
-        deadline = time.monotonic() + self.join_timeout_s
-        while True:
-            try:
-                fresh = self._launch(lost.index, avoid)
-                break
-            except (LayoutError, ServiceError, RayError) as exc:  # no node with room yet, or it left too
-                if time.monotonic() > deadline:
-                    raise ServiceError(
-                        f"engine {lost.index} was lost and no node that can hold it joined within "
-                        f"{self.join_timeout_s:.0f}s: {exc}"
-                    ) from None
-                time.sleep(2.0)
+        fresh = relaunch(self._launch, lost, self.join_timeout_s)
         if self.newest is not None and fresh.actor is not None:
             self._send(fresh.url)
             ray.get(self._tell(fresh.actor, fresh.away, self.newest))
@@ -183,17 +148,6 @@ class EnginePool:
                         await gateway.remove_engine(engine.engine_id)
 
         asyncio.run(swap())
-
-
-def _restarts(actor: ActorHandle[ServiceActor]) -> int | None:
-    """Its server's restarts so far; None when the actor is gone (its node left)."""
-    import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
-
-    try:
-        return ray.get(actor.restarts.remote(), timeout=ALIVE_TIMEOUT_S)
-    except (RayActorError, GetTimeoutError):
-        return None
 
 
 def _wait(actor: ActorHandle[ServiceActor], timeout_s: float | None) -> bool:

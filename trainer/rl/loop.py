@@ -33,8 +33,9 @@ from ..metrics import MetricsLogger
 from ..recipe import AlgorithmConfig, Recipe, dump_recipe
 from ..sft.data import Transcript
 from .batches import Batch, collect_batch
+from .placement import Placement
 from .rollouts import EVAL_PREFIX, RolloutInfo, Rollouts
-from .setup import Placement, Services
+from .setup import Services
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -97,7 +98,9 @@ class Run:
 
 def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
     from ..layout import describe
-    from .setup import cluster_plan, env_kwargs, placement, ray_session, services, start_env, stop_services
+    from .placement import cluster_plan, placement
+    from .setup import ray_session, services, start_envs
+    from .starters import stop_services
 
     hooks = hooks or Hooks()
     run_dir = recipe.output_dir.resolve()
@@ -110,21 +113,21 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
         hooks.echo(describe(recipe, plan))
         where = placement(recipe, plan)
         hooks.stage("env: data and server", 0)
-        env = start_env(recipe, env_kwargs(recipe, where), run_dir / "logs", where)
+        envs = start_envs(recipe, run_dir / "logs", where)
         try:
             if recipe.sft is not None and recipe.sft.data.source == "expert" and not state.sft_done:
                 hooks.stage("expert demonstrations", 0)
-            transcripts, tools = _sft_transcripts(recipe, env.url, run_dir)
+            transcripts, tools = _sft_transcripts(recipe, envs.url, run_dir)
             state.model = state.model or _model(recipe, run_dir, transcripts, tools)
             check_lora_model(recipe, state.model)
             hooks.stage("engine, gateway, trainer", 0)
             with (
-                services(recipe, run_dir, state.model, env, where) as svc,
+                services(recipe, run_dir, state.model, envs, where) as svc,
                 _handles(recipe, run_dir, state, svc, where, metrics, hooks) as run,
             ):
                 return _schedule(run, transcripts, tools)
         finally:
-            stop_services([env.actor])
+            stop_services(envs.actors())
             metrics.close()
 
 
@@ -233,7 +236,7 @@ def _rl(run: Run) -> None:
         started = time.perf_counter()
         with run.tracing.span("train.step", {"roost.step": state.step + 1}):
             with run.tracing.span("train.collect"):
-                run.services.engines.ensure_serving(run.hooks.echo)
+                run.services.ensure_serving(run.hooks.echo)
                 group_ids, rollout = run.rollouts.next_groups()
                 batch = _collect(run, group_ids, max_staleness)
             if batch.refused:
@@ -465,7 +468,7 @@ def _handles(
 
     from .rollout_workers import RolloutWorker
     from .rollouts import task_pool, unfinished_backlog
-    from .setup import actor_options
+    from .starters import actor_options
     from .trainer import TrainerGroup
 
     if recipe.trainer.lora is None:
@@ -478,7 +481,7 @@ def _handles(
     worker = ray.remote(RolloutWorker).options(num_cpus=0, **where.local(), **actor_options(recipe))
     workers = [
         worker.remote(
-            svc.env_url,
+            svc.envs.url_for(i),
             svc.gateway_url,
             recipe.agent.model_dump(),
             concurrency=max(1, r.concurrency // r.workers),
@@ -486,8 +489,9 @@ def _handles(
             invalid_action_penalty=r.invalid_action_penalty,
             model=svc.adapter,
         )
-        for _ in range(r.workers)
+        for i in range(r.workers)
     ]
+    svc.envs.assign(workers)
     tracing = Tracing.start("trainer", flag=recipe.trace)
     try:
         if state.checkpoint:

@@ -85,6 +85,11 @@ class RolloutWorker:
             self._agents[key] = load_agent(self.agent_config["harness"], **kwargs)
         return self._agents[key]
 
+    async def use_env(self, env_url: str) -> None:
+        """Play later groups against this env server (one that replaced a lost one); groups in
+        flight stay on theirs."""
+        self.env_url = env_url
+
     async def play(self, specs: list[GroupSpec], args: dict[str, Any] | None = None) -> list[GroupOutcome]:
         """Play these groups now and return when all are done."""
         return list(await asyncio.gather(*(self._play_group(spec, args) for spec in specs)))

@@ -2,7 +2,7 @@
 Ray's object store: no path written on one node is read on another.
 
     stage_folder(model, where.engines[0])                        # the same path, written on that node
-    kwargs = ray.get(on_node(prepare_env, where.env).remote(recipe))  # run on the env server's node
+    kwargs = ray.get(on_node(prepare_env, where.envs[0]).remote(recipe))  # on the env server's node
 
 A staged folder keeps its path: the node writes its own copy at the path the loop's node has, so
 a server's config reads the same there as here. A node that already holds the same files (a

@@ -167,7 +167,7 @@ class TrainerGroup:
     ) -> TrainerGroup:
         import ray
 
-        from .setup import actor_options
+        from .starters import actor_options
 
         t, per_rank = recipe.trainer, recipe.placement.roles().trainer
         world = t.tp * t.dp

@@ -1,0 +1,69 @@
+"""The run's env servers: one or more replicas, each played against by its share of the rollout
+workers (worker i, server i mod servers), kept serving through lost nodes.
+
+    pool = EnvPool(replicas, launch)
+    pool.assign(workers)            # each worker told its server's URL
+    pool.ensure_serving(echo)       # before a step's rollouts
+
+A server whose process died is restarted by its actor on its port (`ServiceActor`), and the
+workers keep its URL. A replica whose actor is gone (its node left the cluster) is replaced:
+`launch` plans it again on the nodes alive now, waiting up to `join_timeout_s` for a node that can
+hold it to join, runs the env's `prepare` there, and the workers that played against the lost
+one are pointed at the new one. Episodes in flight on the lost server end `infra_error` and are
+not trained on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .replicas import Launch, Replica, relaunch, restarts_of
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from .rollout_workers import RolloutWorker
+    from .services import ServiceActor
+
+
+class EnvPool:
+    def __init__(self, replicas: list[Replica], launch: Launch | None, join_timeout_s: float = 600.0) -> None:
+        """`launch` None: the servers are not the run's to replace (a server the recipe names)."""
+        self.replicas = replicas
+        self._launch = launch
+        self.join_timeout_s = join_timeout_s
+        self._workers: list[ActorHandle[RolloutWorker]] = []
+        self.replaced = 0
+
+    @property
+    def url(self) -> str:
+        """The first server's URL (the env's tools and task lists, the same on every server)."""
+        return self.replicas[0].url
+
+    def url_for(self, worker: int) -> str:
+        return self.replicas[worker % len(self.replicas)].url
+
+    def actors(self) -> list[ActorHandle[ServiceActor]]:
+        return [r.actor for r in self.replicas if r.actor is not None]
+
+    def assign(self, workers: list[ActorHandle[RolloutWorker]]) -> None:
+        """These workers play the run's episodes, worker i against server i mod servers."""
+        import ray
+
+        self._workers = workers
+        ray.get([worker.use_env.remote(self.url_for(i)) for i, worker in enumerate(workers)])
+
+    def ensure_serving(self, echo: Callable[[str], None]) -> None:
+        """Return once every server's actor is alive: lost ones replaced, their workers re-pointed."""
+        import ray
+
+        for i, replica in enumerate(self.replicas):
+            if replica.actor is None or self._launch is None or restarts_of(replica.actor) is not None:
+                continue
+            echo(f"env server {i} at {replica.url} is lost (its node left the cluster); starting another")
+            self.replicas[i] = fresh = relaunch(self._launch, replica, self.join_timeout_s)
+            self.replaced += 1
+            mine = [w for j, w in enumerate(self._workers) if j % len(self.replicas) == i]
+            ray.get([worker.use_env.remote(fresh.url) for worker in mine])
+            echo(f"env server {i} serves again at {fresh.url}")
