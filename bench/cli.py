@@ -181,6 +181,32 @@ def bench_weight_sync(
     typer.echo(json.dumps(run_bench(WeightSyncBenchConfig(model, repeats, chunk_mb)), indent=1))
 
 
+def bench_cluster(
+    model: str = typer.Option("tiny", help="The model every engine serves: 'tiny' or a Hugging Face folder."),
+    engines: str = typer.Option("1,2,4", help="Comma-separated engine counts, each behind a gateway of its own."),
+    repeats: int = typer.Option(3, help="Updates per transport and engine count (alternated; medians reported)."),
+    chunk_mb: int = typer.Option(64, help="The http transport's chunk budget, in MiB."),
+    as_json: bool = typer.Option(
+        True, "--json/--no-json", help="Print one JSON object (else a line per row); progress goes to stderr."
+    ),
+) -> None:
+    """A weight update into every engine behind one gateway, by disk (one folder written, every
+    engine loads it) and by http (the state dict sent to each engine): seconds, the gateway's
+    pause and bytes moved per engine count, as JSON; all on this machine, over loopback."""
+    from roost.bench.cluster import ClusterBenchConfig, run_bench
+
+    try:
+        config = ClusterBenchConfig(model, tuple(int(n) for n in engines.split(",")), repeats, chunk_mb)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc} (--engines {engines!r}, --repeats {repeats})") from exc
+    result = run_bench(config, progress=lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result, indent=1))
+        return
+    for row in result["rows"]:
+        typer.echo("  ".join(f"{k}={v}" for k, v in row.items()))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("engine")(bench_engine)
     bench.command("gateway")(bench_gateway)
@@ -190,3 +216,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("viewer")(bench_viewer)
     bench.command("tinker")(bench_tinker)
     bench.command("weight-sync")(bench_weight_sync)
+    bench.command("cluster")(bench_cluster)

@@ -33,7 +33,9 @@ class WeightSyncBenchConfig:
     chunk_mb: int = 64
 
 
-def _write(tensors: dict[str, torch.Tensor], source: Path, folder: Path) -> float:
+def write_folder(tensors: dict[str, torch.Tensor], source: Path, folder: Path) -> float:
+    """The trainer's half of a disk sync: `tensors` as a Hugging Face folder (with `source`'s
+    config, which the engine checks the weights against); the seconds it took."""
     from safetensors.torch import save_file
 
     started = time.perf_counter()
@@ -45,7 +47,7 @@ def _write(tensors: dict[str, torch.Tensor], source: Path, folder: Path) -> floa
 
 async def _disk(engine: EngineProcess, tensors, source: Path, root: Path, i: int) -> dict[str, float]:
     folder = root / f"v{i}"
-    write_s = await asyncio.to_thread(_write, tensors, source, folder)
+    write_s = await asyncio.to_thread(write_folder, tensors, source, folder)
     result = await sync_weights(engine.url, folder, weight_version=f"disk-{i}", engine_key=engine.api_key)
     shutil.rmtree(folder)
     return {"s": write_s + result.seconds, "write_s": write_s, "load_s": result.seconds, "paused_s": result.paused_s}
@@ -63,7 +65,8 @@ async def _http(engine: EngineProcess, tensors, chunk_bytes: int, i: int) -> dic
     return {"s": result.seconds, "paused_s": result.paused_s}
 
 
-def _median(rows: list[dict[str, float]]) -> dict[str, float]:
+def medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the repeats, as `<figure>_median`."""
     return {f"{key}_median": round(statistics.median(r[key] for r in rows), 4) for key in rows[0]}
 
 
@@ -80,8 +83,8 @@ async def _measure(config: WeightSyncBenchConfig, engine: EngineProcess, source:
         "tensors": len(tensors),
         "repeats": config.repeats,
         "chunk_mb": config.chunk_mb,
-        "disk": _median(disk),
-        "http": _median(http),
+        "disk": medians(disk),
+        "http": medians(http),
     }
 
 
