@@ -2,7 +2,7 @@
 workers (worker i, server i mod servers), kept serving through lost nodes.
 
     pool = EnvPool(replicas, launch)
-    pool.assign(workers)            # each worker told its server's URL
+    pool.assign(workers)            # worker i, started with pool.url_for(i)
     pool.ensure_serving(echo)       # before a step's rollouts
 
 A server whose process died is restarted by its actor on its port (`ServiceActor`), and the
@@ -48,11 +48,9 @@ class EnvPool:
         return [r.actor for r in self.replicas if r.actor is not None]
 
     def assign(self, workers: list[ActorHandle[RolloutWorker]]) -> None:
-        """These workers play the run's episodes, worker i against server i mod servers."""
-        import ray
-
+        """These workers play the run's episodes, worker i against server i mod servers (each
+        started with `url_for(i)`); those of a lost server are pointed at its replacement."""
         self._workers = workers
-        ray.get([worker.use_env.remote(self.url_for(i)) for i, worker in enumerate(workers)])
 
     def ensure_serving(self, echo: Callable[[str], None]) -> None:
         """Return once every server's actor is alive: lost ones replaced, their workers re-pointed."""

@@ -105,6 +105,9 @@ class ReplicaStarter:
     def actor(self, index: int, options: dict[str, Any]) -> ActorHandle[ServiceActor]:
         raise NotImplementedError
 
+    def prepare_nodes(self, placed: list[dict[str, Any]]) -> None:
+        """What the replicas' nodes need before any starts (nothing, unless a role says)."""
+
     def name(self, index: int) -> str:
         """The server's name, and so its log's (`logs/engine.log`, `logs/engine-1.log`, ...)."""
         return f"{self.role}-{index}" if index else self.role
@@ -115,6 +118,7 @@ class ReplicaStarter:
         import ray
 
         placed = [(i, self.options(i, avoid)) for i in indices]
+        self.prepare_nodes([options for _, options in placed])
         actors = [(i, options, self.actor(i, {**options, **actor_options(self.recipe)})) for i, options in placed]
         try:
             urls = ray.get([actor.start.remote() for _, _, actor in actors])
@@ -136,9 +140,14 @@ class EngineStarter(ReplicaStarter):
     log_dir: Path = Path("logs")
     engine_key: str | None = None
 
+    def prepare_nodes(self, placed: list[dict[str, Any]]) -> None:
+        """The model sent once to each other node that gets a replica."""
+        by_node = {pinned_node(options): options for options in placed}
+        for options in by_node.values():
+            stage_model(self.model, options, self.where)
+
     def actor(self, index: int, options: dict[str, Any]) -> ActorHandle[ServiceActor]:
         recipe, host = self.recipe, self.recipe.placement.host
-        stage_model(self.model, options, self.where)
         port = sglang_port(host) if recipe.engine.backend == "sglang" else 0
         command, config = engine_launch(recipe, self.model, host, port, self.engine_key, self.log_dir)
         env = engine_env(recipe, self.engine_key)
