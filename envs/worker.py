@@ -97,13 +97,17 @@ def _serve(conn: Connection, heartbeat: socket.socket) -> None:
             except (TypeError, AttributeError, pickle.PicklingError) as exc:
                 conn.send(("error", "env_error", f"env {env_name!r} returned something unpicklable from {op}: {exc}"))
     finally:  # also on SIGTERM, mid-step: the envs' sandboxes must not outlive the worker
-        # A SIGTERM now (the parent dying as it closed the pipe) must not cut the closing short,
-        # and a close that hangs must not keep an orphan alive (SIGALRM ends the process).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.alarm(CLOSE_TIMEOUT_S)
-        for env in episodes.values():
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(env.close())
+        # A SIGTERM now (the parent dying as it closed the pipe) must not cut the closing short:
+        # one that lands before it is ignored raises SystemExit here, and the inner `finally`
+        # still closes (the handler ignores any later one). A close that hangs must not keep an
+        # orphan alive (SIGALRM ends the process).
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        finally:
+            signal.alarm(CLOSE_TIMEOUT_S)
+            for env in episodes.values():
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(env.close())
 
 
 def _beat(heartbeat: socket.socket, every_s: float) -> None:
