@@ -83,11 +83,19 @@ def bench_gateway(
     seconds: float = typer.Option(4.0, help="Measuring time per level and path."),
     engine_url: str = typer.Option(None, help="Use this running scripted engine instead of starting one."),
     wire: str = typer.Option("chat", help="The gateway wire the load goes through: chat, messages or responses."),
+    workers: str = typer.Option(
+        None,
+        help="Comma-separated gateway process counts (e.g. 1,2): a `roost gateway --workers N` for each in "
+        "turn, the load spread over --sessions sessions (default: one process, calls on plain /v1).",
+    ),
+    sessions: int = typer.Option(64, min=1, help="With --workers: how many sessions the load is spread over."),
 ) -> None:
     """Same chat load straight to the engine's scripted sampler and through the gateway."""
     from roost.bench.gateway import run_bench
 
-    for row in run_bench([int(c) for c in concurrency.split(",")], seconds=seconds, engine_url=engine_url, wire=wire):
+    counts = [int(w) for w in workers.split(",")] if workers else None
+    levels = [int(c) for c in concurrency.split(",")]
+    for row in run_bench(levels, seconds=seconds, engine_url=engine_url, wire=wire, workers=counts, sessions=sessions):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 

@@ -16,6 +16,7 @@ plain difference of the two paths' medians is reported too, as `p50_diff_ms`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import statistics
 import tempfile
@@ -138,12 +139,33 @@ def _wire_request(wire: str, model: str, messages: list[dict[str, Any]]) -> tupl
     raise ValueError(f"unknown wire {wire!r}; choose one of {', '.join(WIRES)}")
 
 
-def _gateway_sender(gateway_url: str, model: str, messages: list[dict[str, Any]], wire: str):
+def _gateway_sender(
+    gateway_url: str,
+    model: str,
+    messages: list[dict[str, Any]],
+    wire: str,
+    sessions: list[dict[str, Any]] | None = None,
+):
+    """Calls on plain `/v1` (the anonymous session), or spread over `sessions` in turn (each by
+    its base_url and key: with several gateway workers, each session's calls go to its own)."""
     path, request, marker = _wire_request(wire, model, messages)
     body = orjson.dumps(request)
+    plain = [(f"{gateway_url}{path}", {"content-type": "application/json"})]
+    targets = itertools.cycle(
+        [
+            (
+                s["base_url"].removesuffix("/v1") + path,
+                {"content-type": "application/json", "authorization": f"Bearer {s['key']}"},
+            )
+            for s in sessions
+        ]
+        if sessions
+        else plain
+    )
 
     async def send(http: aiohttp.ClientSession) -> tuple[bool, float | None]:
-        async with http.post(f"{gateway_url}{path}", data=body, headers={"content-type": "application/json"}) as r:
+        url, headers = next(targets)
+        async with http.post(url, data=body, headers=headers) as r:
             raw = await r.read()
             timing = r.headers.get("Server-Timing", "")
             engine_s = float(timing.split("dur=", 1)[1]) / 1e3 if "dur=" in timing else None
@@ -182,9 +204,10 @@ async def _run_levels(
     levels: list[int],
     seconds: float,
     wire: str,
+    sessions: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     direct = _direct_sender(engine_url, input_ids)
-    via_gateway = _gateway_sender(gateway_url, "tiny", messages, wire)
+    via_gateway = _gateway_sender(gateway_url, "tiny", messages, wire, sessions)
     rows = []
     for c in levels:
         # Interleave the two paths in halves so that a background load spike hits both.
@@ -211,8 +234,17 @@ def _prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 
 def run_bench(
-    levels: list[int], *, seconds: float = 4.0, engine_url: str | None = None, wire: str = "chat"
+    levels: list[int],
+    *,
+    seconds: float = 4.0,
+    engine_url: str | None = None,
+    wire: str = "chat",
+    workers: list[int] | None = None,
+    sessions: int = 64,
 ) -> list[dict[str, Any]]:
+    """Without `workers`: one gateway process, calls on plain /v1. With `workers` (e.g. [1, 2]):
+    a gateway of each many processes (`--workers`) in turn, the calls spread over `sessions`
+    sessions; each row says `gateway_workers`."""
     from roost.rollout.engine.launch import EngineProcess
 
     if wire not in WIRES:
@@ -228,9 +260,16 @@ def run_bench(
             with _passive_openmp():
                 engine_url = engine.start()
         try:
-            args = ["--engine-url", engine_url, "--model", "tiny", "--store", str(Path(tmp) / "bench.sqlite")]
-            with GatewayProcess(args) as gateway_url:
-                return _run(engine_url, gateway_url, input_ids, messages, levels, seconds, wire)
+            rows = []
+            for count in workers or [1]:
+                store = Path(tmp) / f"bench-{count}.sqlite"
+                args = ["--engine-url", engine_url, "--model", "tiny", "--store", str(store), "--workers", str(count)]
+                gateway = GatewayProcess(args)
+                with gateway as gateway_url:
+                    opened = _open_sessions(gateway_url, gateway.admin_key, sessions) if workers else None
+                    for row in _run(engine_url, gateway_url, input_ids, messages, levels, seconds, wire, opened):
+                        rows.append({**row, "gateway_workers": count, "sessions": len(opened or [])})
+            return rows
         finally:
             if engine is not None:
                 engine.stop()
@@ -252,11 +291,21 @@ def _passive_openmp():
             os.environ["OMP_WAIT_POLICY"] = before
 
 
-def _run(engine_url, gateway_url, input_ids, messages, levels, seconds, wire):
+def _open_sessions(gateway_url: str, admin_key: str, count: int) -> list[dict[str, Any]]:
+    import httpx
+
+    with httpx.Client(timeout=30, headers={"authorization": f"Bearer {admin_key}"}) as client:
+        opened = [client.post(f"{gateway_url}/sessions", json={"group_id": "bench"}) for _ in range(count)]
+    for answer in opened:
+        answer.raise_for_status()
+    return [answer.json() for answer in opened]
+
+
+def _run(engine_url, gateway_url, input_ids, messages, levels, seconds, wire, sessions=None):
     try:
         import uvloop
 
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    return runner(_run_levels(engine_url, gateway_url, input_ids, messages, levels, seconds, wire))
+    return runner(_run_levels(engine_url, gateway_url, input_ids, messages, levels, seconds, wire, sessions))

@@ -142,6 +142,9 @@ class EngineConfig(_Section):
 
 class GatewayConfig(_Section):
     reasoning_policy: Literal["keep", "drop"] = _GATEWAY["reasoning_policy"].default
+    workers: int = Field(_GATEWAY["workers"].default, ge=1, le=64)
+    """Gateway processes behind its port, recording into the run's one store (`roost gateway
+    --workers`); more than one when many engines and rollout workers make recording the limit."""
     url: str | None = None
     """A running gateway in front of the engine (its admin key in ROOST_ADMIN_KEY; the run reads
     what it records over its API, wherever its store is); null starts one."""

@@ -57,6 +57,14 @@ def gateway(
     host: str = typer.Option("127.0.0.1", help="Address to bind; beyond loopback only with --admin-key."),
     port: int = typer.Option(8000, help="Port to bind; 0: any free one (see --port-file)."),
     port_file: Path = typer.Option(None, help=PORT_FILE_HELP),
+    workers: int = typer.Option(
+        1,
+        min=1,
+        max=64,
+        help="Gateway processes behind the port, all recording into the one --store: this process "
+        "relays each request to one of them, every call of a session to the same one, and starts one "
+        "again that dies (docs/scale.md). 1: this process serves.",
+    ),
     admin_key: str = typer.Option(
         None,
         envvar=ADMIN_KEY.env,
@@ -113,6 +121,7 @@ def gateway(
 ) -> None:
     """Serve the OpenAI-compatible gateway that records token-exact trajectories."""
     configure_logging(log_level, json=log_json)
+    log_args = ["--log-level", log_level.value] + (["--log-json"] if log_json else [])
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.gateway.launch import serve
 
@@ -123,6 +132,7 @@ def gateway(
         "model": ("model", model),
         "host": ("host", host),
         "port": ("port", port),
+        "workers": ("workers", workers),
         "store_path": ("store", store),
         "engine_key": ("engine_key", engine_key),
         "reasoning_policy": ("reasoning", reasoning.value),
@@ -152,15 +162,17 @@ def gateway(
         # The embedded engine binds 127.0.0.1 whatever --host says; its key stays with this gateway.
         engine_args = ["--context-length", str(config.context_length)] if config.context_length else []
         engine_args += ["--trace"] if config.trace else []
-        engine_args += ["--log-level", log_level.value] + (["--log-json"] if log_json else [])
+        engine_args += log_args
         model = config.model or "tiny"
         engine = EngineProcess(model, extra_args=engine_args, api_key=config.engine_key)
         with engine as url:
             serve(
-                config.model_copy(update={"engine_url": url, "model": model, "engine_key": engine.api_key}), port_file
+                config.model_copy(update={"engine_url": url, "model": model, "engine_key": engine.api_key}),
+                port_file,
+                log_args=log_args,
             )
         return
-    serve(config, port_file)
+    serve(config, port_file, log_args=log_args)
 
 
 def preflight(

@@ -49,6 +49,13 @@ class GatewayConfig(BaseModel):
         None, exclude=True, description="Key sent to the engine (its --api-key), if it has one"
     )
     port: int = Field(8000, description="Port to bind")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Gateway processes behind the port, all recording into the one store: the port's "
+        "process relays each request to one, each session to the same one (1: this process serves)",
+    )
     public_url: str | None = Field(
         None,
         description="URL harnesses reach the gateway at, for session base_urls "

@@ -37,15 +37,36 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def serve(config: GatewayConfig, port_file: Path | None = None) -> None:
+def _relay_config(config: GatewayConfig, log_args: list[str]):
+    import uvicorn
+
+    from roost.rollout.gateway.workers.relay import Relay
+
+    return uvicorn.Config(
+        Relay(config, log_args=log_args),
+        host=config.host,
+        loop="uvloop" if _has("uvloop") else "asyncio",
+        http="httptools" if _has("httptools") else "h11",
+        log_config=None,
+        access_log=False,
+        backlog=4096,
+        timeout_keep_alive=30,
+        server_header=False,  # the workers' own headers pass through
+        date_header=False,
+    )
+
+
+def serve(config: GatewayConfig, port_file: Path | None = None, *, log_args: list[str] | None = None) -> None:
     """Serve until stopped (port 0: any free port, written to `port_file`); logs go where the
-    process's logging sends them (`roost.logging_setup`)."""
+    process's logging sends them (`roost.logging_setup`). With `config.workers` > 1 this process
+    relays to that many gateway workers (`log_args`: their logging flags)."""
     import uvicorn
 
     sock = bind_listener(config.host, config.port)
+    uv = _relay_config(config, log_args or []) if config.workers > 1 else _uvicorn_config(config)
     report_port(sock, port_file)
     try:
-        uvicorn.Server(_uvicorn_config(config)).run(sockets=[sock])
+        uvicorn.Server(uv).run(sockets=[sock])
     finally:
         sock.close()
 

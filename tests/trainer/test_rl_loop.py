@@ -61,6 +61,7 @@ def tiny_recipe(run_dir, **overrides) -> dict:
         "schedule": {"steps": 2, "checkpoint_every": 1, "output_dir": str(run_dir)},
         "placement": {"num_cpus": 2},
         "metrics": {"console": False},
+        "gateway": {},
     }
     for key, value in overrides.items():
         section, _, field = key.partition("__")
@@ -126,10 +127,12 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
                 algorithm__max_staleness=1,
                 eval__split=None,
                 agent__args=held,
+                gateway__workers=2,  # recorded through two gateway processes behind one port
             )
         )
     )
     assert resumed.steps == 3
+    assert "gateway relay: 2 workers" in (run_dir / "logs" / "gateway.log").read_text()
     rl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in rl if m["stage"] == "rl"]
     assert [m["step"] for m in rl] == [1, 2, 3] and rl[-1]["weight_version"] == 4

@@ -180,6 +180,7 @@ def gateway_config(recipe: Recipe, engine_urls: list[str], model: str, store: Pa
         host=host,
         port=0,
         reasoning_policy=recipe.gateway.reasoning_policy,
+        workers=recipe.gateway.workers,
     )
 
 

@@ -192,8 +192,21 @@ class PauseState(Wire):
     in_flight: int
 
 
+class WorkerHealth(Wire):
+    """One gateway worker behind the port (`roost gateway --workers N`)."""
+
+    index: int
+    pid: int | None
+    url: str | None
+    """Where it serves, on this machine (none while it is down)."""
+    status: Literal["ok", "degraded", "down"]
+    restarts: int
+    """How often it died and was started again."""
+
+
 class GatewayHealth(Wire):
-    """`GET /health` (open: no key); `degraded` (503) while the engine does not answer."""
+    """`GET /health` (open: no key); `degraded` (503) while the engine does not answer, or, with
+    several workers, while one of them is down or degraded."""
 
     status: Literal["ok", "degraded"]
     engine: str
@@ -201,6 +214,8 @@ class GatewayHealth(Wire):
     backend: str
     model: str | None
     in_flight: int
+    workers: list[WorkerHealth] | None = None
+    """With `--workers N`: each worker's own health; `in_flight` is their sum."""
 
 
 # --- `GET /samples`: the training samples of groups, paged ------------------------------------
