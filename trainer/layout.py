@@ -61,9 +61,25 @@ class TrainerLayout(RoleLayout):
 
 class ReplicatedLayout(RoleLayout):
     replicas: int = Field(1, ge=1)
-    """How many of this role the run has (`roost train` starts every engine replica, behind its one
-    gateway, and one env server today: more env servers are planned, and refused when the run would
-    start them)."""
+    """How many of this role the run starts (every engine replica behind its one gateway; every env
+    server, each played against by its share of the rollout workers)."""
+    max_replicas: int | None = Field(None, ge=1)
+    """Up to how many while the run goes on: a node that joins the cluster with room for one more
+    (its label, its CPUs and GPUs), and holds none of the run's replicas yet, gets one at the next
+    step's start. None: `replicas`, no growth."""
+
+    @model_validator(mode="after")
+    def _room_to_grow(self) -> ReplicatedLayout:
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(
+                f"max_replicas is {self.max_replicas} but replicas is {self.replicas}: the run starts "
+                f"{self.replicas}; set max_replicas to at least that, or leave it out"
+            )
+        return self
+
+    @property
+    def most(self) -> int:
+        return self.max_replicas or self.replicas
 
 
 class LayoutConfig(_Section):
@@ -82,6 +98,11 @@ class LayoutConfig(_Section):
             raise ValueError(
                 f"placement.layout.engine.node is {self.engine.node!r} but colocated mode puts the engine on "
                 f"the trainer's nodes ({self.trainer.node!r}); leave engine.node out, or set mode: split"
+            )
+        if self.mode == "colocated" and self.engine.most > self.engine.replicas:
+            raise ValueError(
+                "placement.layout.engine.max_replicas grows the engines on nodes that join, but colocated mode "
+                "keeps each engine with a trainer rank; set mode: split, or leave max_replicas out"
             )
         if self.mode == "split":
             for role in ("trainer", "engine"):
@@ -200,6 +221,18 @@ def plan(layout: LayoutConfig, nodes: Sequence[Node], trainer_ranks: int = 1) ->
             free.take(node, spec.cpus, spec.gpus)
             placed.append(Assignment(role, index, node, spec.cpus, spec.gpus))
     return Plan(layout.mode, tuple(nodes), tuple(placed))
+
+
+def place_on(layout: LayoutConfig, role: str, index: int, node: Node) -> Assignment | None:
+    """Replica `index` of `role` on `node` alone (a node that joined and holds none of the run's
+    replicas: its total resources are free), or None where its label or its room does not fit."""
+    spec: RoleLayout = getattr(layout, role)
+    if spec.node is not None and spec.node not in node.labels:
+        return None
+    free = _Free({node.id: [node.resources.get("CPU", 0.0), node.resources.get("GPU", 0.0)]})
+    if not free.fits(node, spec.cpus, spec.gpus):
+        return None
+    return Assignment(role, index, node, spec.cpus, spec.gpus)
 
 
 def _replicas(layout: LayoutConfig, trainer_ranks: int) -> list[tuple[str, int]]:

@@ -27,7 +27,10 @@ CHECKS = [
 
 @pytest.fixture(scope="module")
 def gateway(scripted_engine_url, tmp_path_factory):
-    server = start_gateway(scripted_engine_url, tmp_path_factory.mktemp("store") / "t.sqlite", retry_after_s=1)
+    # A generated call may ask for n=3 with ignore_eos and no max_tokens: bounded here by a short
+    # default reply, not the 4096 tokens of the CLI's default (minutes on CPU).
+    store = tmp_path_factory.mktemp("store") / "t.sqlite"
+    server = start_gateway(scripted_engine_url, store, retry_after_s=1, default_max_tokens=64)
     yield server
     server.stop()
 

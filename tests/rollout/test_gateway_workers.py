@@ -5,6 +5,7 @@ again, takes the pause the others hold, and its sessions go on from the store.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -17,6 +18,7 @@ import orjson
 import psutil
 import pytest
 
+from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.gateway.launch import GatewayProcess
 from roost.rollout.gateway.workers.routing import destination, with_session_id, worker_of
 from roost.rollout.keys import bearer
@@ -235,6 +237,7 @@ def test_a_killed_worker_costs_only_its_own_sessions_a_retry(relay, spy):
 
 def test_control_writes_reach_every_worker_and_a_returning_one(relay):
     url, admin_key, _ = relay
+    on_worker_1 = _sessions_on_each_worker(url, admin_key, "control")[1]
     assert httpx.post(f"{url}/admin/pause", headers=bearer(admin_key), timeout=60).status_code == 200
     try:
         workers = _health(url)["workers"]
@@ -247,9 +250,31 @@ def test_control_writes_reach_every_worker_and_a_returning_one(relay):
             f"{url}/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": "Hi."}]}
         )
         assert paused_call.status_code == 503 and paused_call.json()["error"]["code"] == "gateway_paused"
+        assert httpx.post(f"{url}/admin/resume", headers=bearer(admin_key), timeout=60).status_code == 200
+        assert [_health(w["url"])["paused"] for w in _health(url)["workers"]] == [False, False]
+
+        # A write made while a worker is down reaches the others at once and that one before it
+        # serves; a session's request meanwhile is a 503 the trainer's client sends again.
+        victim = _health(url)["workers"][1]
+        os.kill(victim["pid"], signal.SIGKILL)
+        while _health(url)["workers"][1]["status"] != "down":
+            time.sleep(0.05)
+        assert httpx.post(f"{url}/admin/pause", headers=bearer(admin_key), timeout=60).status_code == 200
+        assert _health(_health(url)["workers"][0]["url"])["paused"]
+        down = httpx.get(f"{url}/sessions/{on_worker_1['session_id']}", headers=bearer(admin_key))
+        assert down.status_code == 503 and down.json()["error"]["code"] == "gateway_worker_unavailable"
+        assert down.headers["retry-after"] == "2"
+        assert asyncio.run(_call_ids(url, admin_key, on_worker_1["session_id"])) == []  # once it is back
+        back = _wait_restarted(url, 1, victim["restarts"] + 1)
+        assert _health(back["url"])["paused"], "the returning worker missed the pause made while it was down"
     finally:
         assert httpx.post(f"{url}/admin/resume", headers=bearer(admin_key), timeout=60).status_code == 200
     assert [_health(w["url"])["paused"] for w in _health(url)["workers"]] == [False, False]
+
+
+async def _call_ids(url: str, admin_key: str, session_id: str) -> list[str]:
+    async with GatewayClient(url, admin_key=admin_key) as gateway:
+        return await gateway.call_ids(session_id)
 
 
 def test_a_killed_relay_takes_its_workers_along(relay):

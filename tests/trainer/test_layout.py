@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from roost.trainer.layout import LayoutConfig, LayoutError, Node, describe, nodes_from_ray, plan, recipe_plan
+from roost.trainer.layout import (
+    LayoutConfig,
+    LayoutError,
+    Node,
+    describe,
+    nodes_from_ray,
+    place_on,
+    plan,
+    recipe_plan,
+)
 from roost.trainer.recipe import RecipeError, validate_recipe
 
 MINIMAL = {"name": "t", "env": {"name": "alfworld"}}
@@ -130,3 +139,33 @@ def test_a_layout_is_said_once_and_its_modes_are_kept_consistent():
         validate_recipe({**MINIMAL, "placement": {"layout": {"gateway": {"replicas": 2}}}})
     recipe = validate_recipe({**MINIMAL, "placement": {"layout": {"trainer": {"cpus": 2}}}})
     assert recipe.placement.roles() is recipe.placement.layout and recipe.placement.layout.trainer.cpus == 2
+
+
+def test_a_layout_that_grows_is_checked_and_a_joined_node_takes_one_more_where_it_fits():
+    with pytest.raises(RecipeError, match="max_replicas is 1 but replicas is 2"):
+        validate_recipe(
+            {**MINIMAL, "placement": {"layout": {"mode": "split", "engine": {"replicas": 2, "max_replicas": 1}}}}
+        )
+    with pytest.raises(RecipeError, match="colocated mode keeps each engine with a trainer rank"):
+        validate_recipe({**MINIMAL, "placement": {"layout": {"engine": {"max_replicas": 2}}}})
+    layout = LayoutConfig.model_validate(
+        {"mode": "split", "engine": {"node": "rollout", "gpus": 1, "max_replicas": 3}, "env": {"cpus": 2}}
+    )
+    assert (layout.engine.replicas, layout.engine.most, layout.env.most) == (1, 3, 1)
+    joined = node("10.0.0.9", 4, 1, "rollout")
+    one_more = place_on(layout, "engine", 1, joined)
+    assert (one_more.role, one_more.index, one_more.node, one_more.gpus) == ("engine", 1, joined, 1)
+    assert place_on(layout, "engine", 1, node("10.0.0.8", 4, 1, "env")) is None  # not its label
+    assert place_on(layout, "engine", 1, node("10.0.0.7", 4, 0, "rollout")) is None  # no GPU there
+    assert place_on(layout, "env", 1, node("10.0.0.6", 1)) is None  # one CPU of the two it asks
+
+
+def test_a_run_that_may_grow_its_env_servers_needs_a_rollout_worker_for_each():
+    from roost.trainer.rl.placement import Placement, check_env_servers
+
+    grows = {"mode": "split", "env": {"max_replicas": 3}}
+    recipe = validate_recipe({**MINIMAL, "rollout": {"workers": 2}, "placement": {"layout": grows}})
+    with pytest.raises(LayoutError, match="env.max_replicas is 3 but rollout.workers is 2: .* at least 3"):
+        check_env_servers(recipe, Placement([{}], [{}], [{}]))
+    enough = validate_recipe({**MINIMAL, "rollout": {"workers": 3}, "placement": {"layout": grows}})
+    check_env_servers(enough, Placement([{}], [{}], [{}]))

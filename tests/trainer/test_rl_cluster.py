@@ -1,13 +1,15 @@
 """A training run across three nodes of a simulated Ray cluster (`tests/ray_cluster.py`: each node
 in its own mount namespace with a private run folder, so a path one node writes and another reads
 fails): the trainer and gateway on the head, two engines on a `rollout` node, the env server on an
-`env` node. The rollout node is killed while a step's calls are in flight and another joins, then
-the env node likewise; the run goes on, with the lost episodes stored `infra_error` and not
-trained on."""
+`env` node. The rollout node is killed while a step's calls are in flight and two others join: the
+lost engines are started again on one, and the run grows a third engine on the other
+(`max_replicas`); then the env node is lost likewise. The run goes on, with the lost episodes
+stored `infra_error` and not trained on."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +35,7 @@ server's in the step after: a clean step follows."""
 LAYOUT = {
     "mode": "split",
     "trainer": {"node": "trainer", "cpus": 1},
-    "engine": {"node": "rollout", "replicas": 2},
+    "engine": {"node": "rollout", "replicas": 2, "max_replicas": 3},
     "env": {"node": "env"},
     "gateway": {"node": "trainer"},
 }
@@ -127,7 +129,7 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_
     try:
         wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=2)
         cluster.kill_node(ROLLOUT)  # both engines, mid-step
-        rollout = cluster.add_node(NodeSpec("rollout", cpus=1))
+        rollouts = [cluster.add_node(NodeSpec("rollout", cpus=1)) for _ in range(2)]  # one to replace, one to grow
         # once both engines serve again, the env server's node, mid-step
         wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=3, then="engine 1 serves again")
         cluster.kill_node(ENV)
@@ -139,16 +141,17 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_
     output = said(log)
     assert (output.count("engine 0 at http"), output.count(LOST)) == (1, 3), output[-4000:]
     assert "env server 0 serves again at http" in output
+    grown = re.findall(r"engine 2 joins at (http://\S+), on a node that joined the cluster", output)
+    assert len(grown) == 1, output[-4000:]
 
     # what the run wrote is on the head only; the new nodes made their own copies of what they read
     head_run = cluster.path_on(HEAD, run_dir)
     assert json.loads((head_run / "state.json").read_text())["step"] == STEPS
-    assert cluster.path_on(rollout, run_dir / "model" / "config.json").is_file()  # staged there
+    for rollout in rollouts:
+        assert cluster.path_on(rollout, run_dir / "model" / "config.json").is_file()  # staged on each
     assert not cluster.path_on(env, run_dir / "model").exists()
-    assert sorted(p.name for p in cluster.path_on(rollout, run_dir / "logs").glob("*.log")) == [
-        "engine-1.log",
-        "engine.log",
-    ]
+    logs = [sorted(p.name for p in cluster.path_on(r, run_dir / "logs").glob("*.log")) for r in rollouts]
+    assert sorted(logs) == [["engine-1.log", "engine.log"], ["engine-2.log"]]  # the grown one on a node alone
     assert [p.name for p in cluster.path_on(env, run_dir / "logs").glob("*.log")] == ["env.log"]
     assert any(cluster.path_on(env, run_dir.parent / "home").iterdir())  # the env's games, made there
 
@@ -159,6 +162,8 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_
     with TrajectoryReader(copied_store(head_run, cluster.root / "store")) as store:
         sessions = [s for s in store.sessions() if s.outcome is not None and s.outcome.kind.value == "train"]
         lost = [s for s in sessions if s.outcome.status is EpisodeStatus.INFRA_ERROR]
+        engines = {call.engine for s in sessions for call in store.calls(s.session_id)}
+    assert grown[0] in engines, f"the grown engine sampled no call: {engines}"
     # the episodes in flight on the lost nodes, and only those, never trained on; the step after
     # played on the new engines, which were sent the newest weights before they served
     assert sum(rl[i]["infra_error"] for i in hits) == len(lost)

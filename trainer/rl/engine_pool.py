@@ -12,6 +12,9 @@ the pool sends them once it is back. A replica whose actor is gone (its node lef
 is replaced: `launch` plans it again on the nodes alive now (waiting up to `join_timeout_s` for a
 node that can hold it to join), the newest weights are sent to it before the gateway takes it in,
 and the lost one is taken out. Its in-flight episodes end `infra_error` and are not trained on.
+With `grow` (`placement.layout.engine.max_replicas`), a node that joins and holds none of the
+run's replicas gets one more, sent the newest weights before the gateway takes it in
+(`pool.grow(joined, echo)`, at a step's start).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .replicas import Launch, Replica, relaunch, restarts_of
+from .replicas import Grow, Launch, Replica, ReplicaPool, relaunch, restarts_of
 from .services import ServiceError
 
 if TYPE_CHECKING:
@@ -48,29 +51,25 @@ class Weights:
     adapter: str | None
 
 
-class EnginePool:
+class EnginePool(ReplicaPool):
     def __init__(
         self,
         replicas: list[Replica],
         launch: Launch,
         target: SyncTarget,
         join_timeout_s: float = 600.0,
+        *,
+        grow: Grow | None = None,
+        most: int | None = None,
     ) -> None:
-        self.replicas = replicas
+        """`grow` and `most`: the pool takes a node that joined for one more replica, up to `most`.
+        `url` (the first replica's): a weight update starts there and reaches every engine the
+        gateway lists."""
+        super().__init__(replicas, grow, most)
         self._launch = launch
         self._target = target
         self.join_timeout_s = join_timeout_s
         self.newest: Weights | None = None
-        self.replaced = 0
-        """Replicas started in place of lost ones."""
-
-    @property
-    def url(self) -> str:
-        """The first replica's URL: a weight update starts there and reaches every engine the gateway lists."""
-        return self.replicas[0].url
-
-    def actors(self) -> list[ActorHandle[ServiceActor]]:
-        return [r.actor for r in self.replicas if r.actor is not None]
 
     def loaded(self, folder: str, version: int | str, adapter: str | None) -> None:
         """Every engine now serves these weights: a replica on this node reloads them after a restart."""
@@ -110,17 +109,30 @@ class EnginePool:
             replica.restarts = restarts
 
     def _replace(self, lost: Replica, echo: Callable[[str], None]) -> Replica:
-        import ray
 
         echo(f"engine {lost.index} at {lost.url} is lost (its node left the cluster); starting another")
+        self.lose(lost)
         fresh = relaunch(self._launch, lost, self.join_timeout_s)
-        if self.newest is not None and fresh.actor is not None:
-            self._send(fresh.url)
-            ray.get(self._tell(fresh.actor, fresh.away, self.newest))
-        self._swap_behind_gateway(lost.url, fresh.url)
+        self._bring_in(fresh, lost.url)
         self.replaced += 1
         echo(f"engine {lost.index} serves again at {fresh.url}")
         return fresh
+
+    role = "engine"
+
+    def _take(self, fresh: Replica) -> None:
+        """Sent the newest weights before the gateway takes it in."""
+        self._bring_in(fresh, None)
+        self.replicas.append(fresh)
+
+    def _bring_in(self, fresh: Replica, lost_url: str | None) -> None:
+        """The newest weights into a new replica, then the gateway takes it (in place of `lost_url`)."""
+        import ray
+
+        if self.newest is not None and fresh.actor is not None:
+            self._send(fresh.url)
+            ray.get(self._tell(fresh.actor, fresh.away, self.newest))
+        self._behind_gateway(fresh.url, lost_url)
 
     def _send(self, url: str) -> None:
         """The newest weights into the engine at `url` alone (no gateway pause: it takes no calls yet)."""
@@ -137,12 +149,14 @@ class EnginePool:
         else:
             asyncio.run(sync_adapter(url, weights.folder, weights.adapter, **common))
 
-    def _swap_behind_gateway(self, lost_url: str, fresh_url: str) -> None:
+    def _behind_gateway(self, fresh_url: str, lost_url: str | None) -> None:
         from roost.rollout.gateway.control.client import GatewayClient
 
         async def swap() -> None:
             async with GatewayClient(self._target.gateway_url, admin_key=self._target.admin_key) as gateway:
                 await gateway.add_engine(fresh_url)
+                if lost_url is None:
+                    return
                 for engine in (await gateway.engines()).engines:
                     if engine.url.rstrip("/") == lost_url.rstrip("/"):
                         await gateway.remove_engine(engine.engine_id)

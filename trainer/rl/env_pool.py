@@ -10,7 +10,8 @@ workers keep its URL. A replica whose actor is gone (its node left the cluster) 
 `launch` plans it again on the nodes alive now, waiting up to `join_timeout_s` for a node that can
 hold it to join, runs the env's `prepare` there, and the workers that played against the lost
 one are pointed at the new one. Episodes in flight on the lost server end `infra_error` and are
-not trained on.
+not trained on. With `grow` (`placement.layout.env.max_replicas`), a node that joins and holds none
+of the run's replicas gets one more server, and the workers are shared out again.
 """
 
 from __future__ import annotations
@@ -18,34 +19,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .replicas import Launch, Replica, relaunch, restarts_of
+from .replicas import Grow, Launch, Replica, ReplicaPool, relaunch, restarts_of
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from .rollout_workers import RolloutWorker
-    from .services import ServiceActor
 
 
-class EnvPool:
-    def __init__(self, replicas: list[Replica], launch: Launch | None, join_timeout_s: float = 600.0) -> None:
-        """`launch` None: the servers are not the run's to replace (a server the recipe names)."""
-        self.replicas = replicas
+class EnvPool(ReplicaPool):
+    def __init__(
+        self,
+        replicas: list[Replica],
+        launch: Launch | None,
+        join_timeout_s: float = 600.0,
+        *,
+        grow: Grow | None = None,
+        most: int | None = None,
+    ) -> None:
+        """`launch` None: the servers are not the run's to replace (a server the recipe names).
+        `grow` and `most`: the pool takes a node that joined for one more server, up to `most`."""
+        super().__init__(replicas, grow, most)
         self._launch = launch
         self.join_timeout_s = join_timeout_s
         self._workers: list[ActorHandle[RolloutWorker]] = []
-        self.replaced = 0
-
-    @property
-    def url(self) -> str:
-        """The first server's URL (the env's tools and task lists, the same on every server)."""
-        return self.replicas[0].url
 
     def url_for(self, worker: int) -> str:
         return self.replicas[worker % len(self.replicas)].url
-
-    def actors(self) -> list[ActorHandle[ServiceActor]]:
-        return [r.actor for r in self.replicas if r.actor is not None]
 
     def assign(self, workers: list[ActorHandle[RolloutWorker]]) -> None:
         """These workers play the run's episodes, worker i against server i mod servers (each
@@ -60,8 +60,21 @@ class EnvPool:
             if replica.actor is None or self._launch is None or restarts_of(replica.actor) is not None:
                 continue
             echo(f"env server {i} at {replica.url} is lost (its node left the cluster); starting another")
+            self.lose(replica)
             self.replicas[i] = fresh = relaunch(self._launch, replica, self.join_timeout_s)
             self.replaced += 1
             mine = [w for j, w in enumerate(self._workers) if j % len(self.replicas) == i]
             ray.get([worker.use_env.remote(fresh.url) for worker in mine])
             echo(f"env server {i} serves again at {fresh.url}")
+
+    role = "env server"
+
+    def _take(self, fresh: Replica) -> None:
+        """The workers that now play against another server (worker i, server i mod servers) are
+        pointed at it (the env's `prepare` ran on its node as it started)."""
+        import ray
+
+        before = [self.url_for(j) for j in range(len(self._workers))]
+        self.replicas.append(fresh)
+        moved = [(w, self.url_for(j)) for j, w in enumerate(self._workers) if self.url_for(j) != before[j]]
+        ray.get([worker.use_env.remote(url) for worker, url in moved])

@@ -127,6 +127,13 @@ def check_env_servers(recipe: Recipe, where: Placement) -> None:
     """Each rollout worker plays against one env server (worker i, server i mod servers): more
     servers than workers would leave some idle."""
     servers, workers = len(where.envs), recipe.rollout.workers
+    layout = recipe.placement.layout
+    if layout is not None and layout.env.most > max(workers, servers):
+        raise LayoutError(
+            f"placement.layout.env.max_replicas is {layout.env.most} but rollout.workers is {workers}: each "
+            f"worker plays against one env server, so a run grown that far would leave some idle; set "
+            f"rollout.workers to at least {layout.env.most}"
+        )
     if servers > workers:
         raise LayoutError(
             f"placement.layout.env.replicas is {servers} but rollout.workers is {workers}: each worker plays "

@@ -21,8 +21,8 @@ from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 from ..recipe import Recipe
 from .engine_pool import EnginePool, SyncTarget
 from .env_pool import EnvPool
-from .placement import Placement
-from .replicas import Replica
+from .placement import Placement, pinned_node
+from .replicas import Replica, joined_nodes
 from .services import ServiceActor, gateway_config, server_command
 from .starters import EngineStarter, EnvStarter, actor_options, prepare_env, service_actor, stage_model, stop_services
 
@@ -84,6 +84,8 @@ class Services:
     ask the gateway for, so each recorded call names it."""
     weight_sync: str = "disk"
     """How the weights reach the engine (`engine.weight_sync`): disk or http."""
+    fixed_nodes: frozenset[str] = frozenset()
+    """The nodes of the roles that do not grow (the trainer's ranks, the gateway)."""
 
     @property
     def engine_url(self) -> str:
@@ -94,9 +96,22 @@ class Services:
         return self.envs.url
 
     def ensure_serving(self, echo: Callable[[str], None]) -> None:
-        """Env servers and engines all up (lost ones replaced), engines at the newest weights."""
+        """Env servers and engines all up (lost ones replaced), engines at the newest weights; then
+        each node that joined and holds none of the run's replicas takes one more, env server
+        first, where the layout lets them grow (`max_replicas`)."""
         self.envs.ensure_serving(echo)
         self.engines.ensure_serving(echo)
+        if not (self.envs.can_grow or self.engines.can_grow):
+            return
+        joined = joined_nodes(set(self.fixed_nodes) | self.envs.nodes() | self.engines.nodes())
+        taken = self.envs.grow(joined, echo)
+        self.engines.grow([n for n in joined if n.id not in taken], echo)
+
+
+def fixed_nodes(where: Placement) -> frozenset[str]:
+    """The nodes the trainer's ranks and the gateway are pinned to (and the loop's)."""
+    pinned = {pinned_node(options) for options in [*where.trainer, where.gateway]} | {where.here}
+    return frozenset(node for node in pinned if node)
 
 
 def adapter_name(recipe: Recipe) -> str | None:
@@ -124,7 +139,9 @@ def start_envs(recipe: Recipe, log_dir: Path, where: Placement) -> EnvPool:
         return EnvPool([Replica(0, recipe.env.server.url, None)], None)
     local = prepare_env(recipe) if not all(where.away(options) for options in where.envs) else None
     starter = EnvStarter("env", recipe, where.envs, where, log_dir, local)
-    return EnvPool(starter.start(list(range(len(where.envs)))), starter.replace)
+    layout = recipe.placement.layout
+    most = layout.env.most if layout is not None else None
+    return EnvPool(starter.start(list(range(len(where.envs)))), starter.replace, grow=starter.grow, most=most)
 
 
 @contextlib.contextmanager
@@ -162,7 +179,9 @@ def services(recipe: Recipe, run_dir: Path, model: str, envs: EnvPool, where: Pl
 
             gateway_url = ray.get(gateway.start.remote())
         target = SyncTarget(engine_key, gateway_url, admin_key, recipe.engine.weight_sync, adapter_name(recipe))
-        pool = EnginePool(replicas, starter.replace, target)
+        layout = recipe.placement.layout
+        most = layout.engine.most if layout is not None and recipe.engine.url is None else None
+        pool = EnginePool(replicas, starter.replace, target, grow=starter.grow if most else None, most=most)
         yield Services(
             envs,
             pool,
@@ -173,6 +192,7 @@ def services(recipe: Recipe, run_dir: Path, model: str, envs: EnvPool, where: Pl
             admin_key,
             adapter_name(recipe),
             recipe.engine.weight_sync,
+            fixed_nodes(where),
         )
     finally:
         engines = pool.actors() if pool is not None else [r.actor for r in replicas]

@@ -4,6 +4,7 @@ puts them, and again where the nodes alive now can hold them when one is lost.
     engines = EngineStarter("engine", recipe, where.engines, where, log_dir, model, engine_key)
     replicas = engines.start([0, 1])          # together; each answers once its server serves
     fresh = engines.replace(1, {lost_node})   # planned again on the nodes alive now
+    more = engines.grow(2, joined_node)       # one more, on a node that joined (None: no room)
 
 A server on another node than the loop's gets what it reads by path sent there first: an
 engine's starting model (`staging.stage_folder`); an env server's data, made by the env's
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..layout import nodes_from_ray, recipe_plan
+from ..layout import Node, nodes_from_ray, place_on, recipe_plan
 from ..recipe import Recipe
 from .placement import Placement, pinned_node
 from .replicas import Replica
@@ -100,7 +101,16 @@ class ReplicaStarter:
         import ray
 
         nodes = [n for n in nodes_from_ray(ray.nodes()) if n.id not in avoid]
-        return recipe_plan(self.recipe, nodes).of(self.role)[index].ray_options()
+        return recipe_plan(self._with_count(index + 1), nodes).of(self.role)[index].ray_options()
+
+    def _with_count(self, count: int) -> Recipe:
+        """The recipe, its layout holding at least `count` of this role (a replica the run grew)."""
+        layout = self.recipe.placement.layout
+        spec = getattr(layout, self.role)
+        if count <= spec.replicas:
+            return self.recipe
+        layout = layout.model_copy(update={self.role: spec.model_copy(update={"replicas": count})})
+        return self.recipe.model_copy(update={"placement": self.recipe.placement.model_copy(update={"layout": layout})})
 
     def actor(self, index: int, options: dict[str, Any]) -> ActorHandle[ServiceActor]:
         raise NotImplementedError
@@ -115,9 +125,23 @@ class ReplicaStarter:
     def start(self, indices: list[int], avoid: set[str] | None = None) -> list[Replica]:
         """Start these replicas together (planned again, off the nodes in `avoid`, when given);
         each answers once its server serves."""
+        return self._start([(i, self.options(i, avoid)) for i in indices])
+
+    def replace(self, index: int, avoid: set[str]) -> Replica:
+        return self.start([index], avoid)[0]
+
+    def grow(self, index: int, node: Node) -> Replica | None:
+        """Replica `index` (one more than the run has) on `node`, a node that joined and holds none
+        of the run's replicas; None where its label or its room does not fit the role."""
+        layout = self.recipe.placement.layout
+        assignment = place_on(layout, self.role, index, node) if layout is not None else None
+        if assignment is None:
+            return None
+        return self._start([(index, assignment.ray_options())])[0]
+
+    def _start(self, placed: list[tuple[int, dict[str, Any]]]) -> list[Replica]:
         import ray
 
-        placed = [(i, self.options(i, avoid)) for i in indices]
         self.prepare_nodes([options for _, options in placed])
         actors = [(i, options, self.actor(i, {**options, **actor_options(self.recipe)})) for i, options in placed]
         try:
@@ -129,9 +153,6 @@ class ReplicaStarter:
             Replica(i, url, actor, self.where.away(options), pinned_node(options))
             for (i, options, actor), url in zip(actors, urls, strict=True)
         ]
-
-    def replace(self, index: int, avoid: set[str]) -> Replica:
-        return self.start([index], avoid)[0]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ harness never sees it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from roost.outcome import EpisodeOutcome
 from roost.rollout.gateway.control.wire import (
+    WORKER_UNAVAILABLE,
     Ack,
     AddEngine,
     CreateSession,
@@ -63,6 +65,9 @@ class GatewayUnreachable(ControlPlaneError):
 
 PAGE_TRIES = 4
 """How often `training_sessions` asks for one page before it gives up."""
+WORKER_WAIT_S = 120.0
+"""How long a request answered `gateway_worker_unavailable` (a worker of `roost gateway --workers N`
+starting again) is sent again, after each answer's Retry-After."""
 
 
 class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
@@ -176,10 +181,15 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
     ) -> Answer:
         # Only the fields the caller gave travel; the gateway applies its own defaults.
         payload = None if body is None else body.model_dump(mode="json", exclude_unset=True, exclude_none=True)
-        try:
-            response = await self._http.request(method, path, json=payload, params=params)
-        except httpx.HTTPError as exc:
-            raise GatewayUnreachable(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        deadline = time.monotonic() + WORKER_WAIT_S
+        while True:
+            try:
+                response = await self._http.request(method, path, json=payload, params=params)
+            except httpx.HTTPError as exc:
+                raise GatewayUnreachable(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+            if not _worker_restarting(response) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(float(response.headers.get("retry-after", "1")))
         if not response.is_success:
             raise ControlPlaneError(f"{method} {self.url}{path} answered {response.status_code}: {response.text[:500]}")
         try:
@@ -189,6 +199,16 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
                 f"{method} {self.url}{path} answered something other than a {answer.__name__} "
                 f"(is it a roost gateway of this version?): {exc}"
             ) from exc
+
+
+def _worker_restarting(response: httpx.Response) -> bool:
+    """A 503 saying one of the gateway's workers is starting again (nothing was applied)."""
+    if response.status_code != 503:
+        return False
+    try:
+        return response.json()["error"]["code"] == WORKER_UNAVAILABLE
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 async def is_gateway(url: str) -> bool:

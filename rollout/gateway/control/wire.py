@@ -192,6 +192,11 @@ class PauseState(Wire):
     in_flight: int
 
 
+WORKER_UNAVAILABLE = "gateway_worker_unavailable"
+"""The error code of a 503 from `roost gateway --workers N` while the worker a request needs is
+starting again (nothing was applied: send it again after Retry-After)."""
+
+
 class WorkerHealth(Wire):
     """One gateway worker behind the port (`roost gateway --workers N`)."""
 

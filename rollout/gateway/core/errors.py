@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from roost.rollout.engine_api.sglang_client import EngineError, EngineProtocolError, EngineRejected
+from roost.rollout.gateway.control.wire import WORKER_UNAVAILABLE
 
 if TYPE_CHECKING:
     from roost.rollout.gateway.core.metrics import GatewayMetrics
@@ -129,6 +130,13 @@ class BackendUnavailable(GatewayError):
 
 class GatewayPaused(BackendUnavailable):
     code = "gateway_paused"
+
+
+class WorkerUnavailable(BackendUnavailable):
+    """The gateway worker that serves a session (`roost gateway --workers N`) is starting again,
+    or the control plane waits for every worker to be up: nothing was applied; retry."""
+
+    code = WORKER_UNAVAILABLE
 
 
 class StoreUnavailable(GatewayError):

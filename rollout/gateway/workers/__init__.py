@@ -14,6 +14,7 @@ into the one store) and forwards each request to one of them, unchanged:
 - `/health` and `/metrics` merge all workers' answers; store reads go to any worker.
 
 A worker that dies is started again; while it is down its sessions' calls are answered 503 with
-Retry-After, and it reads their records back from the store when it is up. Nothing the relay
-holds is needed to go on: every record is in the store.
+Retry-After, and it reads their records back from the store when it is up, after it has taken the
+control writes the others hold (`replay`). Nothing the relay holds is needed to go on: every
+record is in the store.
 """

@@ -13,15 +13,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import httpx
 import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
 from roost.rollout.gateway.config import GatewayConfig
-from roost.rollout.gateway.core.errors import BackendUnavailable, BodyTooLarge, GatewayError, anthropic_body
+from roost.rollout.gateway.core.errors import (
+    BodyTooLarge,
+    GatewayError,
+    WorkerUnavailable,
+    anthropic_body,
+)
 from roost.rollout.gateway.core.sessions import key_hash
 from roost.rollout.gateway.workers.merge import merged_health, merged_metrics
+from roost.rollout.gateway.workers.replay import Replay
 from roost.rollout.gateway.workers.routing import destination, with_session_id, worker_of
 from roost.rollout.gateway.workers.supervisor import WorkerSlot, WorkerSupervisor
 from roost.rollout.keys import presented_key
@@ -79,49 +84,13 @@ class KeyDirectory:
         return record.session_id if record is not None else None
 
 
-class Replay:
-    """The control writes every worker has seen, for a worker that comes back: the last pause or
-    resume, the last weight version, and every engine added or removed, in order."""
-
-    def __init__(self) -> None:
-        self._writes: list[tuple[str, str, dict[str, str], bytes]] = []
-
-    def note(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
-        kind = _replay_kind(path)
-        if kind in ("pause", "/admin/weight_version"):
-            self._writes = [w for w in self._writes if _replay_kind(w[1]) != kind]
-        self._writes.append((method, path, headers, body))
-
-    def apply(self, url: str) -> None:
-        """Send them to the worker at `url` (on the supervisor's thread, before it takes calls)."""
-        with httpx.Client(timeout=120.0) as client:
-            for method, path, headers, body in self._writes:
-                try:
-                    answer = client.request(method, f"{url}{path}", headers=headers, content=body)
-                except httpx.HTTPError as exc:
-                    log.warning("a returning gateway worker did not take %s %s: %s", method, path, exc)
-                    continue
-                if answer.status_code >= 400:
-                    log.warning(
-                        "a returning gateway worker answered %s %s with %d: %s",
-                        method,
-                        path,
-                        answer.status_code,
-                        answer.text[:200],
-                    )
-
-
-def _replay_kind(path: str) -> str:
-    return "pause" if path in ("/admin/pause", "/admin/resume") else path
-
-
 class Relay:
     """The ASGI app on the port of `roost gateway --workers N`."""
 
     def __init__(self, config: GatewayConfig, *, log_args: list[str] | None = None):
         self.config = config
         self.replay = Replay()
-        self.supervisor = WorkerSupervisor(config, log_args=log_args, before_serving=self.replay.apply)
+        self.supervisor = WorkerSupervisor(config, log_args=log_args, bring_up=self.replay.bring_up)
         self.keys = KeyDirectory(str(config.store_path))
         self._turn = itertools.count()
         self._http: aiohttp.ClientSession | None = None
@@ -261,35 +230,41 @@ class Relay:
     async def _broadcast(
         self, method: str, scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """Apply a control write on every worker (none while one is down: they must agree); the
-        first worker's answer, or the first refusal."""
-        down = [s for s in self.slots if s.url is None]
-        if down:
-            raise _worker_down(down[0], self.config.retry_after_s)
+        """Apply a control write on every worker up (one that is down, or dies meanwhile, takes it
+        when it is back, before it serves); the first answer, or the first refusal when every
+        worker that answered refused it."""
         path_qs = scope["raw_path"].decode("latin-1") + _query(scope)
-        answers = await asyncio.gather(
-            *(self._call(method, f"{slot.url}{path_qs}", headers, body) for slot in self.slots)
+        text = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+        write, urls = self.replay.note(
+            method, path_qs, text, body, lambda: [s.url for s in self.slots if s.url is not None]
         )
-        refused = [a for a in answers if a[0] >= 400]
-        if refused and len(refused) < len(answers):
-            log.warning("%s %s: %d of %d workers refused it", method, scope["path"], len(refused), len(answers))
-        if not refused:
-            self.replay.note(method, path_qs, {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}, body)
-        return refused[0] if refused else answers[0]
+        answers = await asyncio.gather(*(self._call(method, f"{url}{path_qs}", headers, body) for url in urls))
+        answered = [a for a in answers if a is not None]
+        taken = [a for a in answered if a[0] < 400]
+        self.replay.settle(write, applied=bool(taken) or not answered)
+        if not answered:  # every worker is starting again: each takes it before it serves
+            raise WorkerUnavailable(
+                "every gateway worker is starting again; the write is kept for them: retry to see it answered",
+                retry_after_s=self.config.retry_after_s,
+            )
+        if taken and len(taken) < len(answered):
+            log.warning(
+                "%s %s: %d of %d workers refused it", method, scope["path"], len(answered) - len(taken), len(answered)
+            )
+        return taken[0] if len(taken) == len(answered) else next(a for a in answered if a[0] >= 400)
 
     async def _call(
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+        """One worker's answer; None when it gave none (it died: it takes the write when back)."""
         try:
             async with self._http.request(method, URL(url, encoded=True), headers=_multidict(headers), data=body) as r:
                 content = await r.read()
-                kept = [
-                    (k, v) for k, v in r.raw_headers if k.lower() not in _HOP_BY_HOP and k.lower() != b"content-length"
-                ]
+                kept = [(k, v) for k, v in r.raw_headers if k.lower() not in _HOP_BY_HOP | {b"content-length"}]
                 return r.status, kept, content
         except (TimeoutError, aiohttp.ClientError) as exc:
-            error = BackendUnavailable(f"a gateway worker failed {method} on the control plane: {exc}")
-            return error.status, [(b"content-type", b"application/json"), *_retry(error)], error.body()
+            log.warning("a gateway worker gave no answer to %s %s: %s", method, url, exc)
+            return None
 
     async def _scrape(self, path: str) -> list[tuple[WorkerSlot, int, bytes | None]]:
         async def one(slot: WorkerSlot) -> tuple[WorkerSlot, int, bytes | None]:
@@ -317,12 +292,11 @@ class Relay:
         return 200, [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")], merged_metrics(texts)
 
 
-def _worker_down(slot: WorkerSlot, retry_after_s: int) -> BackendUnavailable:
-    return BackendUnavailable(
-        f"gateway worker {slot.index}, which serves this session, is starting again after it stopped; "
-        "its records are kept: retry",
+def _worker_down(slot: WorkerSlot, retry_after_s: int) -> WorkerUnavailable:
+    return WorkerUnavailable(
+        f"gateway worker {slot.index} is starting again after it stopped (its records are kept); "
+        "nothing was applied: retry",
         retry_after_s=retry_after_s,
-        code="gateway_worker_unavailable",
     )
 
 

@@ -59,12 +59,13 @@ class WorkerSupervisor:
         config: GatewayConfig,
         *,
         log_args: list[str] | None = None,
-        before_serving: Callable[[str], None] | None = None,
+        bring_up: Callable[[str, Callable[[], None]], None] | None = None,
     ):
-        """`before_serving(url)`: run on a worker that comes back, before it takes calls (the
-        relay sends it the control writes the others have)."""
+        """`bring_up(url, publish)`: run on a worker once it answers /health; it calls `publish`
+        when the worker may take calls (the relay first sends it the control writes the others
+        have)."""
         self.config = config
-        self._before_serving = before_serving
+        self._bring_up = bring_up
         self.slots = [WorkerSlot(i) for i in range(config.workers)]
         self._log_args = log_args or []
         self._folder = Path(tempfile.mkdtemp(prefix="roost-gateway-workers-"))
@@ -166,14 +167,20 @@ class WorkerSupervisor:
             port = read_port(process, port_file, name, timeout_s)
             url = f"http://127.0.0.1:{port}"
             wait_healthy(process, url, name, max(1.0, deadline - time.monotonic()))
-            if self._before_serving is not None:
-                self._before_serving(url)
+            slot.process = process
+
+            def publish() -> None:
+                slot.url = url
+                slot.down_since = None
+
+            if self._bring_up is not None:
+                self._bring_up(url, publish)
+            else:
+                publish()
         except BaseException:
+            slot.process = None
             stop_process(process, timeout_s=5.0)
             raise
-        slot.process = process
-        slot.url = url
-        slot.down_since = None
 
     def _timeout_s(self) -> float:
         return self.config.startup_timeout_s + 120.0  # the worker's own engine wait, plus loading roost
