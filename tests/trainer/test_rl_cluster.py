@@ -1,9 +1,9 @@
 """A training run across three nodes of a simulated Ray cluster (`tests/ray_cluster.py`: each node
 in its own mount namespace with a private run folder, so a path one node writes and another reads
 fails): the trainer and gateway on the head, two engines on a `rollout` node, the env server on an
-`env` node. The rollout node is killed while a step's calls are in flight and two others join: the
-lost engines are started again on one, and the run grows a third engine on the other
-(`max_replicas`); then the env node is lost likewise. The run goes on, with the lost episodes
+`env` node. The rollout node is killed while a step's calls are in flight and another joins, where
+the lost engines start again; then the env node likewise. A second rollout node joins after that,
+and the run grows a third engine there (`max_replicas`). The run goes on, with the lost episodes
 stored `infra_error` and not trained on."""
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from roost.tests.trainer.test_rl_loop import tiny_recipe
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 HEAD, ROLLOUT, ENV = 0, 1, 2
-STEPS = 4
+STEPS = 5
 """The engines' node is lost in step 1 or 2 (whichever the test sees calls of first), the env
-server's in the step after: a clean step follows."""
+server's in the step after: a clean step follows, and a step that starts after the last node
+joined (the run grows there)."""
 LAYOUT = {
     "mode": "split",
     "trainer": {"node": "trainer", "cpus": 1},
@@ -129,11 +130,12 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_
     try:
         wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=2)
         cluster.kill_node(ROLLOUT)  # both engines, mid-step
-        rollouts = [cluster.add_node(NodeSpec("rollout", cpus=1)) for _ in range(2)]  # one to replace, one to grow
+        rollouts = [cluster.add_node(NodeSpec("rollout", cpus=1))]  # where both engines start again
         # once both engines serve again, the env server's node, mid-step
         wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=3, then="engine 1 serves again")
         cluster.kill_node(ENV)
         env = cluster.add_node(NodeSpec("env", cpus=1))
+        rollouts.append(cluster.add_node(NodeSpec("rollout", cpus=1)))  # a node to grow on
         assert driver.wait(timeout=900) == 0, log.read_text()[-6000:]
     finally:
         if driver.poll() is None:
