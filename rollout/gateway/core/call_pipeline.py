@@ -174,6 +174,17 @@ class TokenBackend:
             answers = []
         return "ok" if any(answers) else "unreachable"
 
+    async def session_finished(self, session_id: str) -> None:
+        """The session is over: the engine it is pinned to may drop what it kept for it (best
+        effort: an engine that does not answer in time keeps it until it must evict it)."""
+        engine = self.router.release(session_id)
+        if engine is None:
+            return
+        try:
+            await asyncio.wait_for(engine.client.close_session(session_id), ENGINE_PROBE_S)
+        except (EngineError, TimeoutError) as exc:
+            log.info("engine %s did not close session %s: %s", engine.engine_id, session_id, exc)
+
     async def close(self) -> None:
         await self.router.close()
         self.ctx.preparers.shutdown(wait=False, cancel_futures=True)
@@ -278,7 +289,8 @@ class TokenBackend:
         self, engine: EngineSlot, endpoint: str, p: Prepared, prompt: list[int], call_ids: list[str], receive: Receive
     ) -> list[Generation]:
         p.engine = engine.url
-        return await self.ctx.generate(engine, endpoint, prompt, p.params, call_ids, receive, p.lora)
+        session = p.target.session.session_id
+        return await self.ctx.generate(engine, endpoint, prompt, p.params, call_ids, receive, p.lora, session)
 
     def _failed(self, engine: EngineSlot, exc: EngineUnavailable) -> None:
         """An engine that did not answer at all (refused, timed out) leaves rotation until a probe
@@ -330,7 +342,9 @@ class TokenBackend:
 
     async def _stream_on(self, engine: EngineSlot, p: Prepared, call_id: str) -> tuple[EngineSlot, AsyncIterator, Any]:
         p.engine = engine.url
-        stream = engine.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora)
+        stream = engine.client.generate_stream(
+            p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora, session=p.target.session.session_id
+        )
         self.router.begin(engine)
         try:
             return engine, stream, await anext(stream)
