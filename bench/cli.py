@@ -215,6 +215,32 @@ def bench_cluster(
         typer.echo("  ".join(f"{k}={v}" for k, v in row.items()))
 
 
+def bench_rollout(
+    concurrency: str = typer.Option("2,4,8", help="Comma-separated numbers of programs run at once."),
+    programs: int = typer.Option(16, min=1, help="Programs (sessions) per level."),
+    turns: int = typer.Option(6, min=1, help="Calls per program."),
+    words: int = typer.Option(120, min=1, help="Words each turn adds to the prompt."),
+    tool_s: float = typer.Option(0.3, min=0, help="Mean tool wait between calls, in seconds."),
+    slots: int = typer.Option(4, min=1, help="The engine's slots (--max-running)."),
+    modes: str = typer.Option("off,on", help="Comma-separated: off (recency), on (sessions kept and admitted)."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per row."),
+) -> None:
+    """A multi-turn agent workload with program-awareness off and on: episodes/min, hit rate."""
+    from roost.bench.rollout import RolloutBenchConfig, run_bench
+
+    config = RolloutBenchConfig(
+        levels=tuple(int(c) for c in concurrency.split(",")),
+        programs=programs,
+        turns=turns,
+        words_per_turn=words,
+        tool_s=tool_s,
+        slots=slots,
+        modes=tuple(m.strip() for m in modes.split(",")),
+    )
+    for row in run_bench(config, progress=lambda line: typer.echo(line, err=True))["rows"]:
+        typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("engine")(bench_engine)
     bench.command("gateway")(bench_gateway)
@@ -225,3 +251,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("tinker")(bench_tinker)
     bench.command("weight-sync")(bench_weight_sync)
     bench.command("cluster")(bench_cluster)
+    bench.command("rollout")(bench_rollout)

@@ -90,6 +90,14 @@ def engine(
         "batch (SGLang's flag; the last request admitted "
         "may take it past this).",
     ),
+    kv_budget_tokens: int = typer.Option(
+        None,
+        min=1,
+        help="Keep each session's keys and values (a /generate with session_params.id) between its calls, "
+        "this many tokens at most over all sessions; past that, or when a request finds no free slot, the "
+        "session predicted to call again last is evicted whole. POST /close_session releases one (default: "
+        "no retention).",
+    ),
     max_loras: int = typer.Option(
         8, help="LoRA adapters loaded at once (POST /v1/load_lora_adapter; SGLang's --max-loaded-loras)."
     ),
@@ -130,6 +138,7 @@ def engine(
         "script": ("script", script),
         "reuse_prefixes": ("disable_radix_cache", not disable_radix_cache),
         "max_prefill_tokens": ("max_prefill_tokens", max_prefill_tokens),
+        "kv_budget_tokens": ("kv_budget_tokens", kv_budget_tokens),
         "trace": ("trace", trace),
         "max_loras": ("max_loras", max_loras),
         "max_lora_rank": ("max_lora_rank", max_lora_rank),

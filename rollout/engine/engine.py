@@ -46,6 +46,9 @@ class EngineConfig:
     --max-prefill-tokens; the last request admitted may take it past that)."""
     lora: AdapterLimits = field(default_factory=AdapterLimits)
     """How many LoRA adapters may be loaded at once, and their highest rank."""
+    kv_budget_tokens: int | None = None
+    """Retain each session's keys and values between its calls, these many tokens at most over all
+    sessions (None: no retention; every free slot is reused by recency)."""
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Engine:
             head_dim=self.spec.head_dim,
             dtype=self.dtype,
             reuse_prefixes=config.reuse_prefixes,
+            budget_tokens=config.kv_budget_tokens,
         )
         self.scheduler = Scheduler(
             self.model, cache, max_running=config.max_running, prefill_tokens=config.max_prefill_tokens
@@ -211,6 +215,10 @@ class Engine:
         async for outputs in self.stream(prompt_ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
             completion.add(outputs)
         return completion
+
+    async def close_session(self, session: str) -> int:
+        """The session is over: its retained keys and values are released; the tokens freed."""
+        return await asyncio.wrap_future(self.scheduler.call(lambda: self.scheduler.cache.close(session)))
 
     async def update_weights(self, path: str, weight_version: str | None) -> str:
         """Read and check the new weights off the event loop, then swap them in between steps."""

@@ -29,6 +29,7 @@ def build_engine(
     reuse_prefixes: bool = True,
     max_prefill_tokens: int = 8192,
     lora: AdapterLimits | None = None,
+    kv_budget_tokens: int | None = None,
 ) -> Engine:
     sampler = None
     if scripted:
@@ -42,6 +43,7 @@ def build_engine(
         reuse_prefixes,
         max_prefill_tokens,
         lora or AdapterLimits(),
+        kv_budget_tokens,
     )
     return Engine(config)
 
@@ -74,6 +76,7 @@ def run_server(config: EngineServerConfig, api_key: str, port_file: Path | None 
         reuse_prefixes=config.reuse_prefixes,
         max_prefill_tokens=config.max_prefill_tokens,
         lora=AdapterLimits(max_loras=config.max_loras, max_lora_rank=config.max_lora_rank),
+        kv_budget_tokens=config.kv_budget_tokens,
     )
     serve(engine, host=config.host, port=config.port, api_key=api_key, trace=config.trace, port_file=port_file)
     return 0

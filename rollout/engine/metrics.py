@@ -45,6 +45,7 @@ class EngineMetrics:
 
 def _scheduler_readings(engine: Engine) -> list[Reading]:
     s = engine.scheduler
+    c = s.cache
     return [
         Reading("roost_engine_running_requests", "Requests in the decode batch", lambda: s.running),
         Reading("roost_engine_waiting_requests", "Requests queued for a slot", lambda: s.waiting),
@@ -52,4 +53,34 @@ def _scheduler_readings(engine: Engine) -> list[Reading]:
         Reading("roost_engine_paused", "1 while generation is paused for a weight update", lambda: float(s.paused)),
         Reading("roost_engine_decode_steps_total", "Decode steps run", lambda: s.steps, "counter"),
         Reading("roost_engine_prefill_batches_total", "Prefill batches run", lambda: s.prefill_batches, "counter"),
+        Reading(
+            "roost_engine_kv_retained_tokens",
+            "Tokens retained for sessions between their calls",
+            lambda: c.retained_tokens,
+        ),
+        Reading(
+            "roost_engine_kv_retained_sessions",
+            "Sessions whose keys and values are retained",
+            lambda: c.retained_sessions,
+        ),
+        Reading(
+            "roost_engine_kv_budget_tokens",
+            "Tokens the sessions may retain together (0: no retention)",
+            lambda: c.budget_tokens or 0,
+        ),
+        Reading(
+            "roost_engine_kv_evicted_tokens_total",
+            "Retained tokens evicted, a whole session at a time",
+            lambda: c.stats.evicted_tokens,
+            "counter",
+        ),
+        Reading(
+            "roost_engine_kv_evicted_sessions_total", "Sessions evicted", lambda: c.stats.evicted_programs, "counter"
+        ),
+        Reading(
+            "roost_engine_kv_reprefilled_tokens_total",
+            "Prompt tokens a session held before an eviction and prefilled again",
+            lambda: c.stats.reprefilled_tokens,
+            "counter",
+        ),
     ]

@@ -37,6 +37,9 @@ class RequestPlan:
     grammar: Grammar | None = None
     adapter: LoadedAdapter | None = None
     """The LoRA adapter the request runs with (None: the base model)."""
+    session: str | None = None
+    """The program (an agent's episode) it is a call of (`session_params.id`): its slot is retained
+    for that session's next call, within the engine's KV budget."""
 
     def constraint_meta(self) -> dict[str, Any] | None:
         """What an answer's meta_info says about the request's grammar (None: unconstrained)."""

@@ -159,7 +159,9 @@ class Scheduler:
             and self.cache.free_slots
         ):
             request = self._waiting.popleft()
-            request.slot, request.cached_tokens = self.cache.acquire(request.prompt_ids, _cache_owner(request))
+            request.slot, request.cached_tokens = self.cache.acquire(
+                request.prompt_ids, _cache_owner(request), request.plan.session
+            )
             tokens += len(request.prompt_ids) - request.cached_tokens
             batch.append(request)
         if not batch:
@@ -214,7 +216,7 @@ class Scheduler:
     def _release(self, request: EngineRequest) -> None:
         if request.slot is not None:
             # the last sampled token was never fed through the model: its K/V are not there
-            self.cache.release(request.slot, request.prompt_ids + request.output_ids[:-1])
+            self.cache.release(request.slot, request.prompt_ids + request.output_ids[:-1], request.plan.session)
             request.slot = None
 
     def requests(self) -> list[EngineRequest]:

@@ -22,7 +22,9 @@ from roost.rollout.engine_api.model_identity import config_digest, tokenizer_fin
 from roost.rollout.engine_api.weight_upload import MAX_CHUNK_BYTES, BeginUpload
 from roost.rollout.engine_api.wire import (
     AbortRequest,
+    CloseSessionRequest,
     LoadLoraRequest,
+    OpenSessionRequest,
     PauseRequest,
     RequestError,
     UnloadLoraRequest,
@@ -177,6 +179,9 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             "max_loras": engine.adapters.limits.max_loras,
             "max_lora_rank": engine.adapters.limits.max_lora_rank,
             "loaded_loras": sorted(engine.adapters.loaded),
+            "kv_budget_tokens": s.cache.budget_tokens,
+            "kv_retained_tokens": s.cache.retained_tokens,
+            "kv_retained_sessions": s.cache.retained_sessions,
         }
 
     @app.get("/v1/models")
@@ -215,6 +220,7 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         params = parse_sampling_params(req.sampling_params)
         ids = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
         plan = await engine.prepare(ids, params, req.lora_path)
+        plan.session = req.session_params.id if req.session_params is not None else None
         rid = req.rid or uuid.uuid4().hex
         if req.stream:
             # The stream is sent after this handler returns: its span is parented explicitly.
@@ -326,6 +332,19 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         rids = None if req.abort_all else {req.rid}
         await _on_engine_thread(engine, lambda: engine.scheduler.abort(rids))
         return Response(status_code=200)
+
+    @app.post("/open_session")
+    async def open_session(request: Request) -> Response:
+        # A session needs no opening here (its first call names it): SGLang's route, for its clients.
+        req = OpenSessionRequest.model_validate(await read_json(request))
+        return Response(orjson.dumps(req.session_id or uuid.uuid4().hex), media_type="application/json")
+
+    @app.post("/close_session")
+    async def close_session(request: Request) -> dict:
+        # Open as /generate is: the gateway closes the sessions it finishes.
+        req = CloseSessionRequest.model_validate(await read_json(request))
+        freed = await engine.close_session(req.session_id)
+        return {"success": True, "session_id": req.session_id, "freed_tokens": freed}
 
     @app.post("/continue_generation", dependencies=guarded)
     async def resume() -> dict:

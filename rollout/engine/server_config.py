@@ -36,6 +36,12 @@ class EngineServerConfig(BaseModel):
         True, description="Reuse the keys and values of an earlier call the prompt extends (off: SGLang's radix off)"
     )
     max_prefill_tokens: int = Field(8192, ge=1, description="New prompt tokens prefilled together in one batch")
+    kv_budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Retain each session's keys and values (session_params.id) between its calls, this many "
+        "tokens at most over all sessions (none: no retention)",
+    )
     vllm_args: list[str] = Field([], description="vllm backend: further flags for vLLM, passed unchanged")
     vllm_log: Path = Field(Path(".roost/vllm.log"), description="vllm backend: where vLLM's output goes")
     trace: bool = Field(False, description="OpenTelemetry spans over OTLP/HTTP (docs/tracing.md)")

@@ -33,14 +33,32 @@ class EngineClient(Protocol):
     async def close(self) -> None: ...
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        rid: str | None = None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> Generation:
-        """`lora`: the name of a loaded LoRA adapter to generate with (None: the base model)."""
+        """`lora`: the name of a loaded LoRA adapter to generate with (None: the base model).
+        `session`: the program the call is part of, where the engine keeps one's cache between
+        calls (roost's embedded engine); others ignore it."""
         ...
 
     def generate_stream(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        rid: str | None = None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> AsyncIterator[GenerationDelta]: ...
+
+    async def close_session(self, session: str) -> None:
+        """The program is over: the engine may drop what it kept for it (a no-op where it keeps nothing)."""
+        ...
 
     async def health(self) -> bool: ...
 
@@ -81,7 +99,9 @@ def engine_client(backend: str, base_url: str, **kwargs: Any) -> EngineClient:
     """The client for an engine of kind `backend` (`embedded` and `sglang` speak SGLang's API)."""
     if backend == "vllm":
         return VLLMClient(base_url, **kwargs)
-    if backend in ("embedded", "sglang"):
+    if backend == "embedded":
+        return SGLangClient(base_url, sessions=True, **kwargs)
+    if backend == "sglang":
         return SGLangClient(base_url, **kwargs)
     raise ValueError(f"unknown engine backend {backend!r}; expected one of {', '.join(ENGINE_BACKENDS)}")
 

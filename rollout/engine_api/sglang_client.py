@@ -212,11 +212,24 @@ class EngineHTTP:
 class SGLangClient(EngineHTTP):
     """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
     engine asks for the key on its control routes, SGLang on every route but `/health`.
+    `sessions` (roost's engine): each call names its program (`session_params.id`, the whole prompt
+    still sent) and `close_session` ends it; SGLang's own sessions continue a stored request
+    instead, so they are not used with SGLang.
     """
 
-    @staticmethod
+    def __init__(self, base_url: str, *, sessions: bool = False, **kwargs: Any):
+        super().__init__(base_url, **kwargs)
+        self.sessions = sessions
+
     def generate_payload(
-        input_ids: list[int], sampling_params: dict[str, Any], *, stream: bool, rid: str | None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        stream: bool,
+        rid: str | None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
         # Not validated: this runs for every model call, and validating a long prompt's ids
         # costs several times what sending them does (the contract tests check the payload
@@ -228,21 +241,34 @@ class SGLangClient(EngineHTTP):
             stream=stream,
             rid=rid,
             lora_path=lora,
+            session_params={"id": session} if session and self.sessions else None,
         )
         return request_body(request)
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        rid: str | None = None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> Generation:
-        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora)
+        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora, session=session)
         return parse_generation(await self._request("POST", "/generate", payload))
 
     async def generate_stream(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        rid: str | None = None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
         cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
-        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora)
+        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora, session=session)
         seen = 0
         async for chunk in self._stream("/generate", payload):
             delta = _stream_delta(chunk, seen)
@@ -251,6 +277,10 @@ class SGLangClient(EngineHTTP):
 
     async def model_info(self) -> dict[str, Any]:
         return await self._request("GET", "/get_model_info")
+
+    async def close_session(self, session: str) -> None:
+        if self.sessions:
+            await self._request("POST", "/close_session", {"session_id": session})
 
     async def server_info(self) -> dict[str, Any]:
         """SGLang's `/get_server_info`: its server arguments and scheduler state."""

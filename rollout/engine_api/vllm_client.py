@@ -198,8 +198,15 @@ class VLLMClient(EngineHTTP):
         return self.weight_version
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        rid: str | None = None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> Generation:
+        """`session` is not vLLM's to use: its prefix cache is by content (admission only)."""
         payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora)
         choice = _choice(await self._request("POST", GENERATE_PATH, payload), "/inference/v1/generate answer")
         ids = choice.token_ids or []
@@ -212,12 +219,21 @@ class VLLMClient(EngineHTTP):
         )
 
     async def generate_stream(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, rid: str | None = None, lora: str | None = None
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        rid: str | None = None,
+        lora: str | None = None,
+        session: str | None = None,
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation; each vLLM chunk carries the new ids and their logprobs."""
         payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora)
         async for chunk in self._stream(GENERATE_PATH, payload):
             yield self._delta(_choice(chunk, "stream chunk"))
+
+    async def close_session(self, session: str) -> None:
+        """vLLM keeps nothing per session."""
 
     def _delta(self, choice: VLLMChoice) -> GenerationDelta:
         ids = choice.token_ids or []

@@ -41,6 +41,7 @@ GENERATE_FIELDS = {
     "no_logs",
     "custom_labels",
     "lora_path",
+    "session_params",
 }
 
 # SamplingParams fields the engine implements, and the unimplemented ones with the only
@@ -159,6 +160,45 @@ def choice_regex(choices: list[str]) -> str:
     return "|".join("(" + re.sub(r"[\\.^$|?*+()\[\]{}]", lambda m: "\\" + m.group(), c) + ")" for c in choices)
 
 
+class SessionParams(BaseModel):
+    """SGLang's `session_params`. The embedded engine takes the `id` alone: its prompt is always
+    the whole prompt (SGLang's other fields make a request continue a stored one, by rid)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256)
+    rid: str | None = None
+    offset: int | None = None
+    replace: bool | None = None
+    drop_previous_output: bool | None = None
+
+    def check(self) -> None:
+        continued = [k for k in ("rid", "offset", "replace", "drop_previous_output") if getattr(self, k)]
+        if continued:
+            raise RequestError(
+                f"session_params.{continued[0]} is not supported by the embedded engine: send the whole prompt "
+                "with session_params.id alone (the engine keeps the session's prefix itself)"
+            )
+
+
+class CloseSessionRequest(BaseModel):
+    """SGLang's `CloseSessionReqInput`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = Field(min_length=1, max_length=256)
+
+
+class OpenSessionRequest(BaseModel):
+    """SGLang's `OpenSessionReqInput`; the embedded engine needs no opening (a session is named by
+    its first call), and answers the id it was given or a new one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capacity_of_str_len: int = 0
+    session_id: str | None = Field(None, min_length=1, max_length=256)
+
+
 class GenerateRequest(BaseModel):
     """The subset of SGLang's GenerateReqInput that the embedded engine serves."""
 
@@ -179,6 +219,8 @@ class GenerateRequest(BaseModel):
     lora_path: str | None = None
     """The LoRA adapter to generate with: the name it was loaded under (SGLang's field, which
     takes an adapter's name too); unset: the base model."""
+    session_params: SessionParams | None = None
+    """The program the request is a call of (SGLang's field; only `id`: the prompt is whole)."""
 
 
 def parse_generate(body: Any) -> GenerateRequest:
@@ -195,6 +237,8 @@ def parse_generate(body: Any) -> GenerateRequest:
     if any(isinstance(fields.get(name), list) for name in ("text", "rid", "lora_path")):
         raise RequestError("batched /generate (a list of prompts) is not supported: send one request per prompt")
     request = GenerateRequest.model_validate(fields)
+    if request.session_params is not None:
+        request.session_params.check()
     if (request.text is None) == (request.input_ids is None):
         raise RequestError("give exactly one of `text` or `input_ids`")
     if request.top_logprobs_num:

@@ -101,6 +101,16 @@ def gateway(
         Sessionless.record, help="Plain /v1 calls without a session key: record or reject."
     ),
     pause_wait_s: float = typer.Option(60.0, help="How long new calls wait while paused."),
+    admission_programs: int = typer.Option(
+        None,
+        min=1,
+        help="Program-aware admission: a new session's first call waits while this many sessions run "
+        "(called, not finished), so running ones keep their engine cache; their later calls always go "
+        "(default: off).",
+    ),
+    admission_wait_s: float = typer.Option(
+        30.0, min=0, help="Longest a first call is held for admission before it goes anyway (fail-open)."
+    ),
     engine_timeout_s: float = typer.Option(600.0, help="Longest one engine request may take."),
     upstream_api_key: str = typer.Option(None, envvar="ROOST_UPSTREAM_API_KEY", help="openai backend: API key."),
     upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
@@ -140,6 +150,8 @@ def gateway(
         "public_url": ("public_url", public_url),
         "sessionless": ("sessionless", sessionless.value),
         "pause_wait_s": ("pause_wait_s", pause_wait_s),
+        "admission_programs": ("admission_programs", admission_programs),
+        "admission_wait_s": ("admission_wait_s", admission_wait_s),
         "engine_timeout_s": ("engine_timeout_s", engine_timeout_s),
         "upstream_api_key": ("upstream_api_key", upstream_api_key),
         "upstream_model": ("upstream_model", upstream_model),

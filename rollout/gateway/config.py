@@ -69,6 +69,18 @@ class GatewayConfig(BaseModel):
         "record", description="Calls to plain /v1 without a session key: record in an anonymous session, or 401"
     )
     pause_wait_s: float = Field(60.0, ge=0, description="How long a new call waits while paused before a 503")
+    admission_programs: int | None = Field(
+        None,
+        ge=1,
+        description="Program-aware admission (token backends): a new session's first call waits while this "
+        "many sessions run (made a call, not finished), so a running one keeps its engine cache; None: off",
+    )
+    admission_wait_s: float = Field(
+        30.0, ge=0, description="Longest a session's first call is held for admission before it goes anyway"
+    )
+    admission_idle_s: float = Field(
+        300.0, gt=0, description="A running session with no call for this long no longer counts against admission"
+    )
     engine_timeout_s: float = Field(600.0, gt=0, description="Longest a single engine request may take")
     retry_after_s: int = Field(2, ge=0, description="Retry-After sent with 503s")
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted")

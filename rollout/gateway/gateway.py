@@ -16,6 +16,7 @@ from roost.rollout.engine_api.client import EngineClient, engine_client
 from roost.rollout.engine_api.sglang_client import EngineError, EngineRejected, SGLangClient
 from roost.rollout.engine_api.sglang_logprobs import TemperatureScaledLogprobs, check_original_logprobs
 from roost.rollout.gateway.config import GatewayConfig
+from roost.rollout.gateway.core.admission import Admission
 from roost.rollout.gateway.core.backend import Backend
 from roost.rollout.gateway.core.call_pipeline import TokenBackend
 from roost.rollout.gateway.core.engine_context import EngineContext
@@ -66,7 +67,10 @@ class Gateway:
             self.ctx = await self._engine_context()
             tokenizer = self.ctx.tokenizer
             self._prober = asyncio.create_task(self.router.probe_forever(config.engine_probe_s))
-            self.backend = TokenBackend(self.ctx, self.gate)
+            admission = None
+            if config.admission_programs is not None:
+                admission = Admission(config.admission_programs, config.admission_wait_s, config.admission_idle_s)
+            self.backend = TokenBackend(self.ctx, self.gate, admission)
         else:
             self.backend = PassthroughBackend(config, self.store.record_call, self.metrics, self.tracing)
         self.served_model = self.backend.served_model
@@ -79,6 +83,10 @@ class Gateway:
         )
         m = self.metrics
         m.gauge("roost_gateway_in_flight", "Model calls in flight", lambda: self.gate.in_flight)
+        if isinstance(self.backend, TokenBackend) and self.backend.admission is not None:
+            admission = self.backend.admission
+            m.gauge("roost_gateway_programs_running", "Sessions admitted and running", lambda: admission.active)
+            m.gauge("roost_gateway_programs_waiting", "First calls held for admission", lambda: admission.waiting)
         m.gauge("roost_gateway_paused", "1 while paused for a weight update", lambda: float(self.gate.paused))
         m.gauge("roost_gateway_sessions_in_memory", "Sessions held in memory", lambda: self.registry.in_memory)
         m.gauge("roost_gateway_store_commits", "Store transactions committed", lambda: self.store.writer.batches)

@@ -221,6 +221,7 @@ def routes(gw: Gateway) -> list[Route]:
         body = await read_body(request, gw.config.max_body_bytes)
         req = parse(FinishSession, body) if body.strip() else FinishSession()
         await gw.registry.finish(state, req.outcome or EpisodeOutcome.from_info(req.info), req.info)
+        await gw.backend.session_finished(state.session_id)
         return _json(SessionSummary(**_summary(state.record)))
 
     async def pause(request: Request) -> Response:

@@ -97,5 +97,8 @@ class Backend(Protocol):
     async def engine_health(self) -> str:
         """`ok`, `unreachable`, or `n/a` where the backend has no engine of its own to ask."""
 
+    async def session_finished(self, session_id: str) -> None:
+        """The session is over: its engine may drop what it kept for it."""
+
     async def close(self) -> None:
         """Release connections and threads."""

@@ -23,6 +23,7 @@ from starlette.types import Receive
 from roost.rollout.chat.detokenize import IncrementalDecoder
 from roost.rollout.chat.reply_parser import ParsedReply, ReplyEvent, ReplyParser, collect
 from roost.rollout.engine_api.sglang_client import EngineError, EngineUnavailable, Generation
+from roost.rollout.gateway.core.admission import Admission
 from roost.rollout.gateway.core.backend import Counting, Front
 from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import BackendUnavailable, engine_failure
@@ -112,9 +113,10 @@ class PlainText:
 class TokenBackend:
     """The token engine as a `Backend`: every call planned, generated and recorded token by token."""
 
-    def __init__(self, ctx: EngineContext, gate: PauseGate):
+    def __init__(self, ctx: EngineContext, gate: PauseGate, admission: Admission | None = None):
         self.ctx = ctx
         self.gate = gate
+        self.admission = admission
         self.router = ctx.router
         self.served_model = ctx.served_model
 
@@ -122,7 +124,12 @@ class TokenBackend:
         self, front: Front, target: CallTarget, req: Any, raw_body: bytes, received: float, receive: Receive
     ) -> Response:
         """Admit the call past the pause gate; it counts as in flight until its answer is out
-        (for a stream: until the stream ends)."""
+        (for a stream: until the stream ends). With program-aware admission a session's first call
+        waits its turn first (not in flight meanwhile: a pause does not wait for it)."""
+        if self.admission is not None:
+            outcome = await self.admission.admit(target.session.session_id)
+            if outcome != "running":
+                self.ctx.metrics.admissions.labels(outcome).inc()
         await self.gate.enter()
         released = False
 
@@ -173,6 +180,20 @@ class TokenBackend:
         except TimeoutError:
             answers = []
         return "ok" if any(answers) else "unreachable"
+
+    async def session_finished(self, session_id: str) -> None:
+        """The session is over: the engine it is pinned to may drop what it kept for it (best
+        effort: an engine that does not answer in time keeps it until it must evict it); its
+        admission place goes to the next session waiting."""
+        if self.admission is not None:
+            self.admission.finish(session_id)
+        engine = self.router.release(session_id)
+        if engine is None:
+            return
+        try:
+            await asyncio.wait_for(engine.client.close_session(session_id), ENGINE_PROBE_S)
+        except (EngineError, TimeoutError) as exc:
+            log.info("engine %s did not close session %s: %s", engine.engine_id, session_id, exc)
 
     async def close(self) -> None:
         await self.router.close()
@@ -278,7 +299,8 @@ class TokenBackend:
         self, engine: EngineSlot, endpoint: str, p: Prepared, prompt: list[int], call_ids: list[str], receive: Receive
     ) -> list[Generation]:
         p.engine = engine.url
-        return await self.ctx.generate(engine, endpoint, prompt, p.params, call_ids, receive, p.lora)
+        session = p.target.session.session_id
+        return await self.ctx.generate(engine, endpoint, prompt, p.params, call_ids, receive, p.lora, session)
 
     def _failed(self, engine: EngineSlot, exc: EngineUnavailable) -> None:
         """An engine that did not answer at all (refused, timed out) leaves rotation until a probe
@@ -330,7 +352,9 @@ class TokenBackend:
 
     async def _stream_on(self, engine: EngineSlot, p: Prepared, call_id: str) -> tuple[EngineSlot, AsyncIterator, Any]:
         p.engine = engine.url
-        stream = engine.client.generate_stream(p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora)
+        stream = engine.client.generate_stream(
+            p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora, session=p.target.session.session_id
+        )
         self.router.begin(engine)
         try:
             return engine, stream, await anext(stream)

@@ -106,6 +106,7 @@ class EngineContext:
         call_ids: list[str],
         receive: Receive,
         lora: str | None = None,
+        session: str | None = None,
     ) -> list[Generation]:
         """One request to `engine` per choice, the call id as SGLang's rid; n=1 is awaited directly
         (a task per call would cost a loop iteration on the hot path). When the client
@@ -115,8 +116,8 @@ class EngineContext:
                 client = engine.client
                 with self.router.serving(engine):
                     if len(call_ids) == 1:
-                        return [await client.generate(prompt, params, rid=call_ids[0], lora=lora)]
-                    calls = (client.generate(prompt, params, rid=c, lora=lora) for c in call_ids)
+                        return [await client.generate(prompt, params, rid=call_ids[0], lora=lora, session=session)]
+                    calls = (client.generate(prompt, params, rid=c, lora=lora, session=session) for c in call_ids)
                     return list(await asyncio.gather(*calls))
         except ClientGone:
             self.metrics.calls_aborted.labels(endpoint).inc()

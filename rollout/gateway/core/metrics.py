@@ -37,6 +37,12 @@ class GatewayMetrics:
             ["endpoint"],
             registry=r,
         )
+        self.admissions = Counter(
+            "roost_gateway_admissions_total",
+            "Sessions' first calls by how they were admitted (admitted, deferred, let_through)",
+            ["outcome"],
+            registry=r,
+        )
         self.tool_parse_failures = Counter(
             "roost_gateway_tool_parse_failures_total",
             "Tool-call blocks that did not parse (returned as content)",

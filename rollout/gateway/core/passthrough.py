@@ -146,6 +146,9 @@ class PassthroughBackend:
     async def engine_health(self) -> str:
         return "n/a"  # the upstream is someone else's server: its health is not the gateway's
 
+    async def session_finished(self, session_id: str) -> None:
+        """The upstream keeps nothing of the gateway's sessions."""
+
     async def models(self) -> Response:
         try:
             async with self._session().get(f"{self.base}/models") as resp:

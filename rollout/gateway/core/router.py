@@ -204,6 +204,12 @@ class Router:
             slot.state = "stale"
             slot.error = f"serves weight version {version!r}, the gateway {self.weight_version!r}: sync it"
 
+    def release(self, session_id: str) -> EngineSlot | None:
+        """A finished session's pin let go; the engine it was pinned to (None: none, or gone)."""
+        engine = self._engines.get(self._pins.get(session_id, ""))
+        self._unpin(session_id)
+        return engine
+
     def _pin(self, session_id: str, engine_id: str) -> None:
         self._unpin(session_id)
         self._pins[session_id] = engine_id
