@@ -47,8 +47,22 @@ def start_reporting(
 ) -> tuple[subprocess.Popen, int]:
     """Start `command` (which ends in `--port-file port_file`), wait for the port it reports and
     then for its /health; the process and its port. The process dies with this thread."""
+    process = launch_reporting(command, port_file, **popen)
+    return process, await_reporting(process, port_file, name, timeout_s, host=host, see=see)
+
+
+def launch_reporting(command: list[str], port_file: Path, **popen: object) -> subprocess.Popen:
+    """`start_reporting`'s first half: start `command`, which will report its port in `port_file`
+    (several servers may be launched so, then awaited, to load at once)."""
     port_file.unlink(missing_ok=True)
-    process = subprocess.Popen(command, preexec_fn=die_with_parent(), **popen)  # type: ignore[call-overload]
+    return subprocess.Popen(command, preexec_fn=die_with_parent(), **popen)  # type: ignore[call-overload]
+
+
+def await_reporting(
+    process: subprocess.Popen, port_file: Path, name: str, timeout_s: float, *, host: str = "127.0.0.1", see: str = ""
+) -> int:
+    """`start_reporting`'s second half: the port `process` reported, once its /health answers; the
+    process is stopped when it does not within `timeout_s`."""
     try:
         deadline = time.monotonic() + timeout_s
         port = read_port(process, port_file, name, timeout_s, see=see)
@@ -56,7 +70,22 @@ def start_reporting(
     except BaseException:  # a SIGTERM or Ctrl-C while it starts: the caller's cleanup may not run
         stop_process(process, timeout_s=5.0)
         raise
-    return process, port
+    return port
+
+
+def roost_command(subcommand: str, port: int, port_file: Path, args: list[str]) -> list[str]:
+    """`python -m roost.cli.main SUBCOMMAND --port P --port-file F ARGS...` with this Python."""
+    return [
+        sys.executable,
+        "-m",
+        "roost.cli.main",
+        subcommand,
+        "--port",
+        str(port),
+        "--port-file",
+        str(port_file),
+        *args,
+    ]
 
 
 class ServerProcess:
@@ -85,17 +114,7 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self, port_file: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "roost.cli.main",
-            self.name,
-            "--port",
-            str(self.port),
-            "--port-file",
-            str(port_file),
-            *self.args,
-        ]
+        return roost_command(self.name, self.port, port_file, self.args)
 
     def start(self) -> str:
         self._folder = tempfile.mkdtemp(prefix=f"roost-{self.name}-")

@@ -12,48 +12,39 @@ from roost.serving.process import ServerProcess
 from roost.serving.thread import UvicornThread
 
 
-def _uvicorn_config(config: GatewayConfig):
+def _uvicorn_config(app, host: str, **settings):
     import uvicorn
 
-    from roost.rollout.gateway.app import create_app
-
-    loop = "uvloop" if _has("uvloop") else "asyncio"
-    http = "httptools" if _has("httptools") else "h11"
     return uvicorn.Config(
-        create_app(config),
-        host=config.host,
-        loop=loop,
-        http=http,
-        log_config=None,
-        access_log=False,
-        backlog=4096,
-        timeout_keep_alive=30,
-    )
-
-
-def _has(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
-
-
-def _relay_config(config: GatewayConfig, log_args: list[str]):
-    import uvicorn
-
-    from roost.rollout.gateway.workers.relay import Relay
-
-    return uvicorn.Config(
-        Relay(config, log_args=log_args),
-        host=config.host,
+        app,
+        host=host,
         loop="uvloop" if _has("uvloop") else "asyncio",
         http="httptools" if _has("httptools") else "h11",
         log_config=None,
         access_log=False,
         backlog=4096,
         timeout_keep_alive=30,
-        server_header=False,  # the workers' own headers pass through
-        date_header=False,
+        **settings,
     )
+
+
+def _gateway_config(config: GatewayConfig):
+    from roost.rollout.gateway.app import create_app
+
+    return _uvicorn_config(create_app(config), config.host)
+
+
+def _relay_config(config: GatewayConfig, log_args: list[str]):
+    from roost.rollout.gateway.workers.relay import Relay
+
+    # the workers' own Server and Date headers pass through
+    return _uvicorn_config(Relay(config, log_args=log_args), config.host, server_header=False, date_header=False)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def serve(config: GatewayConfig, port_file: Path | None = None, *, log_args: list[str] | None = None) -> None:
@@ -63,7 +54,7 @@ def serve(config: GatewayConfig, port_file: Path | None = None, *, log_args: lis
     import uvicorn
 
     sock = bind_listener(config.host, config.port)
-    uv = _relay_config(config, log_args or []) if config.workers > 1 else _uvicorn_config(config)
+    uv = _relay_config(config, log_args or []) if config.workers > 1 else _gateway_config(config)
     report_port(sock, port_file)
     try:
         uvicorn.Server(uv).run(sockets=[sock])
@@ -82,7 +73,7 @@ class GatewayThread(UvicornThread):
     def __init__(self, config: GatewayConfig, startup_timeout_s: float = 60.0, *, port: int = 0):
         self.config = config
         self.admin_key = config.admin_key
-        super().__init__(_uvicorn_config(config), "the gateway", startup_timeout_s, port=port)
+        super().__init__(_gateway_config(config), "the gateway", startup_timeout_s, port=port)
 
     @property
     def gateway(self):

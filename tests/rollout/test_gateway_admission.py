@@ -24,7 +24,7 @@ async def test_past_the_limit_a_first_call_waits_for_a_finish_and_a_running_prog
     await asyncio.sleep(0.2)
     assert not waiting.done() and admission.waiting == 1
     assert await admission.admit("a") == "running"  # an admitted program's next call goes through
-    admission.finish("a")
+    await admission.finish("a")
     assert await asyncio.wait_for(waiting, 1.0) == "deferred"
     assert admission.active == 2 and admission.counts == {"admitted": 2, "deferred": 1, "let_through": 0}
 

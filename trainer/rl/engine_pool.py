@@ -52,6 +52,8 @@ class Weights:
 
 
 class EnginePool(ReplicaPool):
+    role = "engine"
+
     def __init__(
         self,
         replicas: list[Replica],
@@ -109,7 +111,6 @@ class EnginePool(ReplicaPool):
             replica.restarts = restarts
 
     def _replace(self, lost: Replica, echo: Callable[[str], None]) -> Replica:
-
         echo(f"engine {lost.index} at {lost.url} is lost (its node left the cluster); starting another")
         self.lose(lost)
         fresh = relaunch(self._launch, lost, self.join_timeout_s)
@@ -117,8 +118,6 @@ class EnginePool(ReplicaPool):
         self.replaced += 1
         echo(f"engine {lost.index} serves again at {fresh.url}")
         return fresh
-
-    role = "engine"
 
     def _take(self, fresh: Replica) -> None:
         """Sent the newest weights before the gateway takes it in."""

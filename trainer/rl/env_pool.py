@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 
 class EnvPool(ReplicaPool):
+    role = "env server"
+
     def __init__(
         self,
         replicas: list[Replica],
@@ -66,8 +68,6 @@ class EnvPool(ReplicaPool):
             mine = [w for j, w in enumerate(self._workers) if j % len(self.replicas) == i]
             ray.get([worker.use_env.remote(fresh.url) for worker in mine])
             echo(f"env server {i} serves again at {fresh.url}")
-
-    role = "env server"
 
     def _take(self, fresh: Replica) -> None:
         """The workers that now play against another server (worker i, server i mod servers) are

@@ -93,6 +93,9 @@ class ReplicaPool:
     """What a pool of one role's replicas holds (`EnginePool`, `EnvPool`): the replicas, how many
     it may grow to, and the nodes it has lost (the head counts them alive for a while)."""
 
+    role = "replica"
+    """How the run's output names one (`engine 2 joins at URL`)."""
+
     def __init__(self, replicas: list[Replica], grow: Grow | None, most: int | None) -> None:
         self.replicas = replicas
         self._grow = grow
@@ -117,9 +120,6 @@ class ReplicaPool:
 
     def actors(self) -> list[ActorHandle[ServiceActor]]:
         return [r.actor for r in self.replicas if r.actor is not None]
-
-    role = "replica"
-    """How the run's output names one (`engine 2 joins at URL`)."""
 
     def grow(self, joined: list[Node], echo: Callable[[str], None]) -> set[str]:
         """One more replica on each node of `joined` that can hold one, up to `most`; the nodes taken."""

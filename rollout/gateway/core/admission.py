@@ -11,7 +11,7 @@ and a program with no call for `idle_s` no longer counts (its harness may never 
 
     admission = Admission(programs=16, max_wait_s=30.0, idle_s=300.0)
     outcome = await admission.admit(session_id)   # "admitted", "deferred" (waited), "let_through"
-    admission.finish(session_id)                  # POST /sessions/{id}/finish
+    await admission.finish(session_id)            # POST /sessions/{id}/finish
 """
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ class Admission:
         finally:
             self.waiting -= 1
 
-    def finish(self, session_id: str) -> None:
+    async def finish(self, session_id: str) -> None:
         """The program is over: its place goes to the next first call waiting."""
         if self._active.pop(session_id, None) is not None:
-            asyncio.ensure_future(self._wake())
+            async with self._changed:
+                self._changed.notify_all()
 
     def _enter(self, session_id: str, outcome: Outcome) -> Outcome:
         self._active[session_id] = self._clock()
@@ -82,7 +83,3 @@ class Admission:
         cutoff = self._clock() - self.idle_s
         for sid in [s for s, seen in self._active.items() if seen < cutoff]:
             del self._active[sid]
-
-    async def _wake(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()

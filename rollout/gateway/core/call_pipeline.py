@@ -186,7 +186,7 @@ class TokenBackend:
         effort: an engine that does not answer in time keeps it until it must evict it); its
         admission place goes to the next session waiting."""
         if self.admission is not None:
-            self.admission.finish(session_id)
+            await self.admission.finish(session_id)
         engine = self.router.release(session_id)
         if engine is None:
             return

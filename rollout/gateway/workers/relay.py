@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections import OrderedDict
@@ -15,20 +14,18 @@ from typing import Any
 import aiohttp
 import orjson
 from multidict import CIMultiDict
+from starlette.requests import Request
 from yarl import URL
 
 from roost.rollout.gateway.config import GatewayConfig
-from roost.rollout.gateway.core.errors import (
-    BodyTooLarge,
-    GatewayError,
-    WorkerUnavailable,
-    anthropic_body,
-)
+from roost.rollout.gateway.core.errors import ClientDisconnected, GatewayError, WorkerUnavailable, anthropic_body
+from roost.rollout.gateway.core.http_util import read_body
 from roost.rollout.gateway.core.sessions import key_hash
 from roost.rollout.gateway.workers.merge import merged_health, merged_metrics
 from roost.rollout.gateway.workers.replay import Replay
 from roost.rollout.gateway.workers.routing import destination, with_session_id, worker_of
 from roost.rollout.gateway.workers.supervisor import WorkerSlot, WorkerSupervisor
+from roost.rollout.hangup import ClientGone, cancelled_on_hangup
 from roost.rollout.keys import presented_key
 from roost.rollout.store.reader import TrajectoryReader
 
@@ -145,13 +142,12 @@ class Relay:
         method, path = scope["method"], scope["path"]
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP_BY_HOP and k != b"content-length"]
         text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+        key = presented_key(text_headers)
         try:
-            body = await _read_body(receive, self.config.max_body_bytes)
-            if body is None:
-                return  # the client left before its request was whole
-            where = destination(method, path, presented_key(text_headers))
+            body = await read_body(Request(scope, receive), self.config.max_body_bytes)
+            where = destination(method, path, key)
             if where.kind == "broadcast":
-                await _answer(send, *await self._broadcast(method, scope, headers, body))
+                await _answer(send, *await self._broadcast(method, scope, headers, text_headers, body))
                 return
             if where.kind == "merged":
                 await _answer(send, *await (self._health() if path == "/health" else self._metrics()))
@@ -160,9 +156,13 @@ class Relay:
             if where.kind == "create":
                 body, sid = with_session_id(body)
             elif where.kind == "key":
-                sid = await self.keys.session_of(presented_key(text_headers) or "")
+                sid = await self.keys.session_of(key or "")
             slot = self._slot_for(where.kind, sid)
-            await self._relay(slot, method, scope, headers, body, receive, send)
+            # a client that leaves cuts the worker's request too (the worker sees it hang up)
+            async with cancelled_on_hangup(receive):
+                await self._exchange(slot, method, scope, headers, body, send)
+        except (ClientDisconnected, ClientGone):
+            return  # no one to answer
         except GatewayError as error:
             body = anthropic_body(error) if "/messages" in path else error.body()
             await _answer(send, error.status, [(b"content-type", b"application/json"), *_retry(error)], body)
@@ -174,31 +174,6 @@ class Relay:
             up = [s for s in self.slots if s.url is not None] or self.slots
             return up[next(self._turn) % len(up)]
         return self.slots[0]
-
-    async def _relay(
-        self,
-        slot: WorkerSlot,
-        method: str,
-        scope: Scope,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        receive: Receive,
-        send: Send,
-    ) -> None:
-        """Forward one request to `slot`'s worker and stream its answer back; a client that
-        leaves cuts the worker's request too (the worker sees the hang-up as from a client)."""
-        exchange = asyncio.ensure_future(self._exchange(slot, method, scope, headers, body, send))
-        hangup = asyncio.ensure_future(_disconnected(receive))
-        try:
-            await asyncio.wait({exchange, hangup}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            hangup.cancel()
-            if not exchange.done():
-                exchange.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await exchange
-        if not exchange.cancelled():
-            exchange.result()
 
     async def _exchange(
         self, slot: WorkerSlot, method: str, scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes, send: Send
@@ -228,15 +203,19 @@ class Relay:
             raise _worker_down(slot, self.config.retry_after_s) from None
 
     async def _broadcast(
-        self, method: str, scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes
+        self,
+        method: str,
+        scope: Scope,
+        headers: list[tuple[bytes, bytes]],
+        text_headers: dict[str, str],
+        body: bytes,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Apply a control write on every worker up (one that is down, or dies meanwhile, takes it
         when it is back, before it serves); the first answer, or the first refusal when every
         worker that answered refused it."""
         path_qs = scope["raw_path"].decode("latin-1") + _query(scope)
-        text = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
         write, urls = self.replay.note(
-            method, path_qs, text, body, lambda: [s.url for s in self.slots if s.url is not None]
+            method, path_qs, text_headers, body, lambda: [s.url for s in self.slots if s.url is not None]
         )
         answers = await asyncio.gather(*(self._call(method, f"{url}{path_qs}", headers, body) for url in urls))
         answered = [a for a in answers if a is not None]
@@ -298,27 +277,6 @@ def _worker_down(slot: WorkerSlot, retry_after_s: int) -> WorkerUnavailable:
         "nothing was applied: retry",
         retry_after_s=retry_after_s,
     )
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"the request body is larger than the gateway's limit of {limit} bytes")
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

@@ -11,21 +11,19 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from roost.lifetime import die_with_parent, stop_process
+from roost.lifetime import stop_process
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY
 from roost.serving.config_file import write_config
 from roost.serving.handle import ServerStartError
-from roost.serving.listen import read_port
-from roost.serving.process import wait_healthy
+from roost.serving.process import await_reporting, launch_reporting, roost_command
 
 log = logging.getLogger("roost.gateway.workers")
 
@@ -43,7 +41,8 @@ class WorkerSlot:
     process: subprocess.Popen | None = None
     url: str | None = None
     restarts: int = 0
-    down_since: float | None = field(default=None)
+    retry_at: float = 0.0
+    """When a worker that is down is next started (monotonic time; 0: at once)."""
 
     @property
     def pid(self) -> int | None:
@@ -111,7 +110,7 @@ class WorkerSupervisor:
                 for slot in self.slots:
                     if slot.process is not None and slot.process.poll() is not None:
                         self._lost(slot)
-                    if slot.process is None and time.monotonic() - (slot.down_since or 0.0) >= RETRY_S:
+                    if slot.process is None and time.monotonic() >= slot.retry_at:
                         self._restart(slot)
         finally:
             self._stop_all()
@@ -128,7 +127,7 @@ class WorkerSupervisor:
         slot.url = None
         slot.process = None
         slot.restarts += 1
-        slot.down_since = 0.0  # start again at once
+        slot.retry_at = 0.0  # start again at once
 
     def _restart(self, slot: WorkerSlot) -> None:
         try:
@@ -137,42 +136,24 @@ class WorkerSupervisor:
         except ServerStartError as exc:
             log.warning("gateway worker %d did not start again (%s); next try in %.0fs", slot.index, exc, RETRY_S)
             slot.process = None
-            slot.down_since = time.monotonic()
+            slot.retry_at = time.monotonic() + RETRY_S
             return
         log.info("gateway worker %d is back at %s", slot.index, slot.url)
 
     def _launch(self, slot: WorkerSlot) -> tuple[subprocess.Popen, Path]:
         port_file = self._folder / f"worker-{slot.index}.port"
-        port_file.unlink(missing_ok=True)
-        command = [
-            sys.executable,
-            "-m",
-            "roost.cli.main",
-            "gateway",
-            "--config",
-            str(self._config_file),
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            *self._log_args,
-        ]
-        process = subprocess.Popen(command, env=self._env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
-        return process, port_file
+        command = roost_command("gateway", 0, port_file, ["--config", str(self._config_file), *self._log_args])
+        return launch_reporting(command, port_file, env=self._env, stdin=subprocess.DEVNULL), port_file
 
     def _await(self, slot: WorkerSlot, process: subprocess.Popen, port_file: Path, timeout_s: float) -> None:
-        name = f"gateway worker {slot.index}"
-        deadline = time.monotonic() + timeout_s
+        port = await_reporting(process, port_file, f"gateway worker {slot.index}", timeout_s)
+        url = f"http://127.0.0.1:{port}"
+        slot.process = process
+
+        def publish() -> None:
+            slot.url = url
+
         try:
-            port = read_port(process, port_file, name, timeout_s)
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(process, url, name, max(1.0, deadline - time.monotonic()))
-            slot.process = process
-
-            def publish() -> None:
-                slot.url = url
-                slot.down_since = None
-
             if self._bring_up is not None:
                 self._bring_up(url, publish)
             else:
