@@ -35,7 +35,13 @@ def eval_command(
     episodes: int = typer.Option(10, help="Episodes to run (tasks of the split, cycled)."),
     split: str = typer.Option("train", help="Task split."),
     task_id: list[str] = typer.Option([], "--task-id", help="Play these tasks of the split (repeatable, cycled)."),
-    concurrency: int = typer.Option(8, help="Episodes at once."),
+    concurrency: int = typer.Option(8, help="Episodes at once (with --follow-admission: the most at once)."),
+    follow_admission: bool = typer.Option(
+        False,
+        "--follow-admission",
+        help="Start episodes only while the roost gateway's program-aware admission "
+        "(--admission-programs) has room for them: fewer than --concurrency run while the engines are full.",
+    ),
     max_turns: int = typer.Option(50, help="Turns per episode before the agent stops."),
     timeout_s: float = typer.Option(
         600.0, min=0.001, help="Seconds an episode's harness may run before it is cut off (status timeout, not scored)."
@@ -69,6 +75,7 @@ def eval_command(
         episodes=episodes,
         split=split,
         concurrency=concurrency,
+        follow_admission=follow_admission,
         max_turns=max_turns,
         timeout_s=timeout_s,
         env_kwargs=parse_env_args(env_arg),

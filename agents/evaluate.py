@@ -40,6 +40,8 @@ class EvalConfig:
     """Episodes to play, the tasks in turn; None: each task once."""
     split: str = "train"
     concurrency: int = RunConfig.concurrency  # the runner's defaults, one place (its RunConfig)
+    follow_admission: bool = RunConfig.follow_admission
+    """`concurrency` is the most at once; fewer start while the gateway's admission has no room."""
     max_turns: int = RunConfig.max_turns
     timeout_s: float | None = RunConfig.timeout_s
     """Each episode's harness is cut off after this many seconds (status `timeout`); None: no limit."""
@@ -95,6 +97,7 @@ async def play(config: EvalConfig) -> Evaluation:
     gateway = await recording_gateway(config.base_url, config.admin_key, tracing)
     run = RunConfig(
         concurrency=config.concurrency,
+        follow_admission=config.follow_admission and gateway is not None,
         max_turns=config.max_turns,
         model=config.model,
         base_url=None if gateway else config.base_url,

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from roost.agents.episode_slots import EpisodeSlots
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, HarnessTimeout, ModelUnavailable
 from roost.agents.results import EpisodeResult
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
@@ -58,6 +59,10 @@ class EpisodeHost(Protocol):
 @dataclass(frozen=True)
 class RunConfig:
     concurrency: int = 8
+    """Episodes at once; with `follow_admission`, the most at once."""
+    follow_admission: bool = False
+    """Start episodes only while the gateway's program-aware admission has room for them
+    (`roost.agents.episode_slots`): concurrency need not be tuned to the engines by hand."""
     max_turns: int = 50
     model: str | None = None
     base_url: str | None = None
@@ -226,10 +231,11 @@ async def run_episodes(
     config: RunConfig,
     gateway: GatewayClient | None = None,
 ) -> list[EpisodeResult]:
-    """Run all tasks, `config.concurrency` at a time, with a progress bar on stderr."""
+    """Run all tasks, `config.concurrency` at a time (fewer while the gateway's admission has no
+    room, with `config.follow_admission`), with a progress bar on stderr."""
     from tqdm.auto import tqdm
 
-    limit = asyncio.Semaphore(config.concurrency)
+    limit = EpisodeSlots(config.concurrency, gateway if config.follow_admission else None)
     bar = tqdm(total=len(tasks), desc=f"{agent.name}", unit="ep", disable=not config.progress, leave=False)
     wins = 0
 

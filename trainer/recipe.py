@@ -14,7 +14,7 @@ names reach common keys (`steps` is `schedule.steps`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -148,6 +148,10 @@ class GatewayConfig(_Section):
     url: str | None = None
     """A running gateway in front of the engine (its admin key in ROOST_ADMIN_KEY; the run reads
     what it records over its API, wherever its store is); null starts one."""
+    admission_programs: Annotated[int, Field(ge=1)] | Literal["auto"] | None = _GATEWAY["admission_programs"].default
+    """Program-aware admission (`roost gateway --admission-programs`): a new episode's first call
+    waits while this many run, or, `auto`, while one more would not fit what the engines report;
+    null: off. With `rollout.follow_admission` the rollout starts episodes only while it has room."""
 
 
 class LossSection(_Section):
@@ -279,7 +283,10 @@ class RolloutConfig(_Section):
     group_size: int = Field(4, ge=1)
     """Episodes per task: a GRPO group."""
     concurrency: int = Field(RunConfig.concurrency, ge=1)
-    """Episodes played at once (all rollout workers together)."""
+    """Episodes played at once (all rollout workers together); with `follow_admission`, the most."""
+    follow_admission: bool = RunConfig.follow_admission
+    """Start episodes only while the gateway's program-aware admission (`gateway.admission_programs`)
+    has room for them, so the number at once follows what the engines hold."""
     workers: int = Field(1, ge=1)
     """Rollout worker actors."""
     invalid_action_penalty: float = Field(RunConfig.invalid_action_penalty, ge=0.0)

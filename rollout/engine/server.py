@@ -168,6 +168,8 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         return {
             "engine": "roost-embedded",
             "max_running_requests": s.max_running,
+            # SGLang's name for its KV pool in tokens: one slot per running request, each a context long
+            "max_total_num_tokens": s.cache.slots * s.cache.max_len,
             "context_length": engine.context_length,
             "running": s.running,
             "waiting": s.waiting,

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol, Self
 
 import httpx
 
+from roost.rollout.engine_api.capacity import EngineCapacity
 from roost.rollout.engine_api.sglang_client import Generation, GenerationDelta, SGLangClient
 from roost.rollout.engine_api.vllm_client import VLLMClient
 from roost.rollout.engine_api.wire import UpdateWeightsAnswer
@@ -61,6 +62,10 @@ class EngineClient(Protocol):
         ...
 
     async def health(self) -> bool: ...
+
+    async def capacity(self) -> EngineCapacity:
+        """What it can hold at once, as it reports it (`roost.rollout.engine_api.capacity`)."""
+        ...
 
     async def model_info(self) -> dict[str, Any]: ...
 

@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from roost.rollout.engine_api.capacity import EngineCapacity, sglang_capacity
 from roost.rollout.engine_api.wire import (
     AbortRequest,
     GenerateAnswer,
@@ -177,6 +178,17 @@ class EngineHTTP:
             raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
         return _decode_json(raw, url)
 
+    async def get_text(self, path: str) -> str:
+        """GET a route that answers text (Prometheus' `/metrics`)."""
+        url = f"{self.base_url}{path}"
+        try:
+            async with self._http().get(url, headers=self._headers) as resp:
+                raw = await resp.read()
+                _raise_for_status(resp.status, raw, url)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise EngineUnavailable(f"engine at {self.base_url} unreachable: {exc!r}") from exc
+        return raw.decode("utf-8", "replace")
+
     async def post(self, path: str, payload: dict[str, Any] | None = None, *, raw: bytes | None = None) -> Any:
         """POST `payload` as JSON, or `raw` bytes, to a route of the engine; its decoded answer."""
         return await self._request("POST", path, payload, raw=raw)
@@ -285,6 +297,10 @@ class SGLangClient(EngineHTTP):
     async def server_info(self) -> dict[str, Any]:
         """SGLang's `/get_server_info`: its server arguments and scheduler state."""
         return await self._request("GET", "/get_server_info")
+
+    async def capacity(self) -> EngineCapacity:
+        """Its KV pool in tokens and the requests it runs at once, as `/get_server_info` reports them."""
+        return sglang_capacity(await self.server_info())
 
     async def update_weights_from_disk(
         self, model_path: str, *, weight_version: str | None = None

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from roost.rollout.engine_api.capacity import EngineCapacity, vllm_capacity
 from roost.rollout.engine_api.sglang_client import (
     EngineError,
     EngineHTTP,
@@ -259,6 +260,10 @@ class VLLMClient(EngineHTTP):
 
     async def unload_lora_adapter(self, name: str) -> Any:
         return await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+
+    async def capacity(self) -> EngineCapacity:
+        """Its KV cache in tokens, from the cache config `/metrics` reports (vLLM has no server-info route)."""
+        return vllm_capacity(await self.get_text("/metrics"))
 
     async def model_info(self) -> dict[str, Any]:
         """SGLang's `/get_model_info` fields, from vLLM's `/v1/models` and `/weight_info`."""

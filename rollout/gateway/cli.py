@@ -32,6 +32,19 @@ class Sessionless(str, Enum):
     reject = "reject"
 
 
+def admission_programs_value(value: str | None) -> int | str | None:
+    """`--admission-programs`: a number of sessions at once, or `auto` (the engines' reports)."""
+    if value is None or value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise typer.BadParameter(f"{value!r}: give a number of sessions (1 or more) or auto")
+    return number
+
+
 def gateway(
     ctx: typer.Context,
     config_file: Path = typer.Option(
@@ -101,12 +114,13 @@ def gateway(
         Sessionless.record, help="Plain /v1 calls without a session key: record or reject."
     ),
     pause_wait_s: float = typer.Option(60.0, help="How long new calls wait while paused."),
-    admission_programs: int = typer.Option(
+    admission_programs: str = typer.Option(
         None,
-        min=1,
         help="Program-aware admission: a new session's first call waits while this many sessions run "
-        "(called, not finished), so running ones keep their engine cache; their later calls always go "
+        "(called, not finished), so running ones keep their engine cache; their later calls always go. "
+        "auto: while one more would not fit what the engines report (requests at once, KV tokens). "
         "(default: off).",
+        callback=lambda value: admission_programs_value(value),
     ),
     admission_wait_s: float = typer.Option(
         30.0, min=0, help="Longest a first call is held for admission before it goes anyway (fail-open)."

@@ -5,7 +5,7 @@ every dump (`exclude`), so a file never holds one: they travel in the environmen
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -69,11 +69,17 @@ class GatewayConfig(BaseModel):
         "record", description="Calls to plain /v1 without a session key: record in an anonymous session, or 401"
     )
     pause_wait_s: float = Field(60.0, ge=0, description="How long a new call waits while paused before a 503")
-    admission_programs: int | None = Field(
+    admission_programs: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
         None,
-        ge=1,
         description="Program-aware admission (token backends): a new session's first call waits while this "
-        "many sessions run (made a call, not finished), so a running one keeps its engine cache; None: off",
+        "many sessions run (made a call, not finished), so a running one keeps its engine cache; auto: while "
+        "one more would not fit what the engines report they hold (requests at once, KV tokens); None: off",
+    )
+    admission_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="This process's part of the admission budget (set for each of --workers N: 1/N)",
     )
     admission_wait_s: float = Field(
         30.0, ge=0, description="Longest a session's first call is held for admission before it goes anyway"

@@ -16,7 +16,9 @@ from roost.rollout.engine_api.client import EngineClient, engine_client
 from roost.rollout.engine_api.sglang_client import EngineError, EngineRejected, SGLangClient
 from roost.rollout.engine_api.sglang_logprobs import TemperatureScaledLogprobs, check_original_logprobs
 from roost.rollout.gateway.config import GatewayConfig
-from roost.rollout.gateway.core.admission import Admission
+from roost.rollout.gateway.control.wire import AdmissionState
+from roost.rollout.gateway.core.admission import Admission, Budget
+from roost.rollout.gateway.core.admission_budget import EngineBudget, FixedBudget
 from roost.rollout.gateway.core.backend import Backend
 from roost.rollout.gateway.core.call_pipeline import TokenBackend
 from roost.rollout.gateway.core.engine_context import EngineContext
@@ -54,6 +56,33 @@ class Gateway:
         """The engines behind a token backend; None behind a pass-through."""
         self._prober: asyncio.Task | None = None
 
+    def _admission(self) -> Admission | None:
+        """Program-aware admission against a fixed number of programs or the engines' reports."""
+        config = self.config
+        if config.admission_programs is None:
+            return None
+        if config.admission_programs == "auto":
+            budget: Budget = EngineBudget(self.router, share=config.admission_share)
+        else:
+            budget = FixedBudget(max(1, int(config.admission_programs * config.admission_share)))
+        return Admission(budget, config.admission_wait_s, config.admission_idle_s)
+
+    async def admission_state(self) -> AdmissionState | None:
+        """For `/health`: what admission holds now (None: off, or not a token backend)."""
+        admission = self.backend.admission if isinstance(self.backend, TokenBackend) else None
+        if admission is None:
+            return None
+        capacity = await admission.capacity()
+        return AdmissionState(
+            programs_running=admission.active,
+            programs_waiting=admission.waiting,
+            held_tokens=admission.held_tokens,
+            expected_tokens=admission.expected_tokens,
+            capacity_programs=capacity.programs,
+            capacity_tokens=capacity.tokens,
+            room=admission.room(capacity),
+        )
+
     @property
     def token_exact(self) -> bool:
         return self.config.backend in ("embedded", "sglang", "vllm")
@@ -67,10 +96,7 @@ class Gateway:
             self.ctx = await self._engine_context()
             tokenizer = self.ctx.tokenizer
             self._prober = asyncio.create_task(self.router.probe_forever(config.engine_probe_s))
-            admission = None
-            if config.admission_programs is not None:
-                admission = Admission(config.admission_programs, config.admission_wait_s, config.admission_idle_s)
-            self.backend = TokenBackend(self.ctx, self.gate, admission)
+            self.backend = TokenBackend(self.ctx, self.gate, self._admission())
         else:
             self.backend = PassthroughBackend(config, self.store.record_call, self.metrics, self.tracing)
         self.served_model = self.backend.served_model

@@ -15,13 +15,14 @@ def alfworld_data() -> Path:
     return cached_fixtures(FixtureSpec())
 
 
-def start_gateway(engine_url: str, store: Path, admin_key: str):
-    """A real gateway (embedded backend, tiny model's template) in a background thread."""
+def start_gateway(engine_url: str, store: Path, admin_key: str, **settings):
+    """A real gateway (embedded backend, tiny model's template) in a background thread;
+    `settings`: more of its `GatewayConfig`."""
     from roost.rollout.gateway.config import GatewayConfig
     from roost.rollout.gateway.launch import GatewayThread
 
     return GatewayThread(
-        GatewayConfig(engine_url=engine_url, model="tiny", store_path=store, port=0, admin_key=admin_key)
+        GatewayConfig(engine_url=engine_url, model="tiny", store_path=store, port=0, admin_key=admin_key, **settings)
     )
 
 

@@ -17,6 +17,7 @@ from roost.envs.serve import ServerConfig, serving
 from roost.envs.worker import WorkerConfig
 from roost.rollout.gateway.control.client import GatewayClient
 from roost.rollout.keys import bearer
+from roost.tests.agents.conftest import start_gateway
 from roost.tests.prometheus_samples import sample
 from roost.trainer.advantages import Group
 from roost.trainer.sample_sources import samples_from_store
@@ -180,3 +181,36 @@ async def test_the_runner_cuts_off_a_hung_harness_in_eval_and_training_alike(
         run = RunConfig(concurrency=1, run_id="own", timeout_s=30.0, progress=False)
         [result] = await run_episodes(tasks, manager, Stuck(own_timeout=0.1), manager.info.tools, run, gateway)
     assert result.status == "agent_error" and result.error.startswith("TimeoutError")
+
+
+def _most_at_once(sessions: list[dict]) -> int:
+    """The most sessions open at one moment (from their created and finished times)."""
+    events = sorted([(s["created_at"], 1) for s in sessions] + [(s["finished_at"], -1) for s in sessions])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+async def test_following_admission_the_runner_opens_only_the_episodes_the_gateway_has_room_for(
+    alfworld_data: Path, scripted_engine_url: str, tmp_path: Path, admin_key: str
+):
+    manager = EpisodeManager(WorkerConfig("alfworld", {"data_dir": str(alfworld_data)}), ManagerConfig(workers=1))
+    store = tmp_path / "trajectories.sqlite"
+    with start_gateway(scripted_engine_url, store, admin_key, admission_programs=1) as url:
+        async with manager, GatewayClient(url, admin_key=admin_key) as gateway:
+            tasks = (await manager.tasks("train"))[:1] * 4
+            opened = {}
+            for follow in (False, True):
+                run = RunConfig(
+                    concurrency=4, follow_admission=follow, max_turns=2, run_id=f"f{follow}", progress=False
+                )
+                results = await run_episodes(tasks, manager, ToolAgent(max_tokens=8), [], run, gateway)
+                assert [r.status for r in results] == ["ok"] * 4
+                listed = httpx.get(f"{url}/sessions", headers=bearer(admin_key)).json()["sessions"]
+                mine = [s for s in listed if s["group_id"].startswith(f"f{follow}/")]
+                opened[follow] = _most_at_once(mine)
+    # one program at a time at the gateway: all four wait there without following it; following
+    # it, one runs and one more is ready
+    assert opened == {False: 4, True: 2}

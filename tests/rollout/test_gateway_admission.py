@@ -1,6 +1,8 @@
-"""Program-aware admission (`--admission-programs N`): a session is admitted whole at its first
-call; past N running sessions a new one's first call waits until one finishes, the running ones'
-later calls never wait, and a first call held `admission_wait_s` goes anyway (fail-open)."""
+"""Program-aware admission (`--admission-programs N|auto`): a session is admitted whole at its
+first call; past N running sessions (or past the engines' token budget) a new one's first call
+waits until one finishes, the running ones' later calls never wait, and a first call held
+`admission_wait_s` goes anyway (fail-open). `auto` reads the budget from the engines' own reports,
+and `/health` tells a runner how much room there is."""
 
 from __future__ import annotations
 
@@ -11,14 +13,16 @@ import time
 import httpx
 import pytest
 
+from roost.rollout.engine_api.capacity import EngineCapacity, sglang_capacity, vllm_capacity
 from roost.rollout.gateway.core.admission import Admission
+from roost.rollout.gateway.core.admission_budget import FixedBudget
 from roost.rollout.keys import bearer
 from roost.tests.prometheus_samples import sample
 from roost.tests.rollout.gateway_helpers import new_session, say, start_gateway
 
 
 async def test_past_the_limit_a_first_call_waits_for_a_finish_and_a_running_program_never_waits():
-    admission = Admission(programs=2, max_wait_s=5.0, idle_s=60.0)
+    admission = Admission(FixedBudget(2), max_wait_s=5.0, idle_s=60.0)
     assert [await admission.admit(s) for s in ("a", "b")] == ["admitted", "admitted"]
     waiting = asyncio.ensure_future(admission.admit("c"))
     await asyncio.sleep(0.2)
@@ -30,16 +34,83 @@ async def test_past_the_limit_a_first_call_waits_for_a_finish_and_a_running_prog
 
 
 async def test_a_first_call_held_too_long_goes_anyway_and_idle_programs_stop_counting():
-    admission = Admission(programs=1, max_wait_s=0.3, idle_s=60.0)
+    admission = Admission(FixedBudget(1), max_wait_s=0.3, idle_s=60.0)
     await admission.admit("a")
     started = time.monotonic()
     assert await admission.admit("b") == "let_through"
     assert 0.3 <= time.monotonic() - started < 2.0
     now = [100.0]
-    idle = Admission(programs=1, max_wait_s=5.0, idle_s=10.0, clock=lambda: now[0])
+    idle = Admission(FixedBudget(1), max_wait_s=5.0, idle_s=10.0, clock=lambda: now[0])
     await idle.admit("a")
     now[0] += 11  # a went quiet: its place is free
     assert await asyncio.wait_for(idle.admit("b"), 1.0) == "admitted"
+
+
+class Tokens:
+    """A budget of KV tokens only, as an SGLang engine reports it."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    async def capacity(self) -> EngineCapacity:
+        return EngineCapacity(tokens=self.tokens)
+
+
+async def test_against_a_token_budget_a_program_waits_until_the_running_ones_leave_room_for_its_expected_size():
+    admission = Admission(Tokens(1500), max_wait_s=5.0, idle_s=60.0)
+    assert await admission.admit("a") == "admitted"  # alone, a program always fits
+    admission.note("a", 400)
+    assert await admission.admit("b") == "admitted"  # 400 held + 400 expected (a's size so far) <= 1500
+    admission.note("b", 600)
+    # each running one counts at least the expected size (500, their mean): 500 + 600 + 500 > 1500
+    assert (admission.held_tokens, admission.expected_tokens, admission.committed_tokens) == (1000, 500, 1100)
+    assert admission.room(EngineCapacity(tokens=1500)) == 0
+    waiting = asyncio.ensure_future(admission.admit("c"))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await admission.finish("b")  # b's peak is now the expected size: a counts 600, 600 + 600 <= 1500
+    assert await asyncio.wait_for(waiting, 2.0) == "deferred"
+    assert (admission.expected_tokens, admission.committed_tokens) == (600, 1200)
+    assert admission.room(EngineCapacity(tokens=1500)) == 0
+    assert admission.room(EngineCapacity(programs=8, tokens=3000)) == 3  # (3000 - 1200) // 600
+    assert admission.room(EngineCapacity(programs=3, tokens=3000)) == 1
+    assert admission.room(EngineCapacity()) is None
+
+
+def test_engine_reports_read_as_sglang_and_vllm_write_them():
+    # SGLang's /get_server_info: scheduler info on top, each data-parallel rank's state below
+    assert sglang_capacity({"max_total_num_tokens": 81920, "max_running_requests": None}) == EngineCapacity(None, 81920)
+    ranks = {
+        "internal_states": [{"memory_usage": {"token_capacity": 5000}}, {"memory_usage": {"token_capacity": 7000}}]
+    }
+    assert sglang_capacity(ranks) == EngineCapacity(None, 12000)
+    text = (
+        "# HELP vllm:cache_config_info Information of the LLMCache\n# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2048",prefix_caching_hash_algo="sha256"} 1.0\n'
+    )
+    assert vllm_capacity(text) == EngineCapacity(None, 2048 * 16)
+    assert vllm_capacity("") == EngineCapacity() and not EngineCapacity().known
+    assert (EngineCapacity(2, 100) + EngineCapacity(None, 50)).share(0.5) == EngineCapacity(1, 75)
+
+
+def test_auto_admission_takes_the_engines_reported_capacity_and_health_reports_the_room(scripted_engine_url, tmp_path):
+    info = httpx.get(f"{scripted_engine_url}/get_server_info").json()
+    slots, pool = info["max_running_requests"], info["max_total_num_tokens"]
+    assert pool == slots * info["context_length"]
+    server = start_gateway(scripted_engine_url, tmp_path / "t.sqlite", admission_programs="auto")
+    try:
+        state = httpx.get(f"{server.url}/health").json()["admission"]
+        assert (state["capacity_programs"], state["capacity_tokens"]) == (slots, pool)
+        assert (state["programs_running"], state["room"]) == (0, slots)
+        session = new_session(server, group_id="auto")
+        answer = _chat(session, "One.")
+        assert answer.status_code == 200
+        usage = answer.json()["usage"]
+        state = httpx.get(f"{server.url}/health").json()["admission"]
+        assert state["programs_running"] == 1 and state["held_tokens"] == usage["total_tokens"]
+        assert state["room"] == min(slots - 1, pool // usage["total_tokens"] - 1)
+    finally:
+        server.stop()
 
 
 def _chat(session: dict, text: str) -> httpx.Response:

@@ -127,6 +127,16 @@ def test_engine_kind_is_detected(vllm_engine):
     assert asyncio.run(detect_backend(vllm_engine.url)) == "vllm"
 
 
+def test_its_kv_capacity_is_read_from_its_cache_config_metric(vllm_engine):
+    async def capacity():
+        async with VLLMClient(vllm_engine.url, api_key=vllm_engine.api_key) as client:
+            return await client.capacity()
+
+    reported = asyncio.run(capacity())
+    # VLLM_CPU_KVCACHE_SPACE=1 (GiB) holds far more tokens than the 4096 of one context
+    assert reported.programs is None and reported.tokens is not None and reported.tokens >= 4096
+
+
 def test_pause_holds_generation_until_resume(vllm_engine, tiny_vllm_ids):
     async def scenario() -> tuple[bool, bool, int]:
         async with VLLMClient(vllm_engine.url, api_key=vllm_engine.api_key) as client:

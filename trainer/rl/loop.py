@@ -485,6 +485,7 @@ def _handles(
             svc.gateway_url,
             recipe.agent.model_dump(),
             concurrency=max(1, r.concurrency // r.workers),
+            follow_admission=r.follow_admission,
             admin_key=svc.admin_key,
             invalid_action_penalty=r.invalid_action_penalty,
             model=svc.adapter,

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from roost.agents.episode_slots import EpisodeSlots
 from roost.agents.protocol import Agent
 from roost.agents.results import EpisodeResult
 from roost.envs.protocol import Task
@@ -55,20 +56,23 @@ class RolloutWorker:
         agent: dict[str, Any],
         *,
         concurrency: int,
+        follow_admission: bool = False,
         admin_key: str | None = None,
         agent_args: dict[str, Any] | None = None,
         invalid_action_penalty: float = 0.0,
         model: str | None = None,
     ) -> None:
         """`model`: the name the harnesses ask the gateway for (a LoRA run's adapter); None: the
-        gateway's first model."""
+        gateway's first model. `follow_admission`: `concurrency` is the most at once; fewer start
+        while the gateway's admission has no room (`roost.agents.episode_slots`)."""
         self.model = model
         self.env_url, self.gateway_url, self.admin_key = env_url, gateway_url, admin_key
         self.invalid_action_penalty = invalid_action_penalty
         self.agent_config = agent
         self.concurrency = concurrency
+        self.follow_admission = follow_admission
         self.default_args = agent_args
-        self._limit: asyncio.Semaphore | None = None
+        self._limit: EpisodeSlots | None = None
         self._done: list[GroupOutcome] = []
         self._tasks: set[asyncio.Task] = set()
         self._agents: dict[str, Agent] = {}
@@ -122,7 +126,9 @@ class RolloutWorker:
         from roost.rollout.gateway.control.client import GatewayClient
 
         if self._limit is None:
-            self._limit = asyncio.Semaphore(self.concurrency)
+            follow = self.follow_admission and self.gateway_url
+            asker = GatewayClient(self.gateway_url, admin_key=self.admin_key) if follow else None
+            self._limit = EpisodeSlots(self.concurrency, asker)
         agent = self._agent(args)
         config = RunConfig(
             concurrency=spec.size,

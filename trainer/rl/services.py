@@ -181,6 +181,7 @@ def gateway_config(recipe: Recipe, engine_urls: list[str], model: str, store: Pa
         port=0,
         reasoning_policy=recipe.gateway.reasoning_policy,
         workers=recipe.gateway.workers,
+        admission_programs=recipe.gateway.admission_programs,
     )
 
 

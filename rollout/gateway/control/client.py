@@ -176,6 +176,19 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
             "POST", "/admin/weight_version", EngineList, SetWeightVersion(weight_version=weight_version)
         )
 
+    async def health(self) -> GatewayHealth:
+        """`GET /health`, read whether it answers 200 or 503 (degraded: its body still says why)."""
+        try:
+            response = await self._http.get("/health")
+        except httpx.HTTPError as exc:
+            raise GatewayUnreachable(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        try:
+            return GatewayHealth.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise ControlPlaneError(
+                f"GET {self.url}/health answered {response.status_code}, not a roost gateway's health: {exc}"
+            ) from exc
+
     async def _request(
         self, method: str, path: str, answer: type[Answer], body: BaseModel | None = None, params: Any = None
     ) -> Answer:

@@ -248,6 +248,7 @@ def routes(gw: Gateway) -> list[Route]:
                 backend=gw.config.backend,
                 model=gw.served_model,
                 in_flight=gw.gate.in_flight,
+                admission=await gw.admission_state(),
             ),
             200 if up else 503,
         )

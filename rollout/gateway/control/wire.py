@@ -209,6 +209,23 @@ class WorkerHealth(Wire):
     """How often it died and was started again."""
 
 
+class AdmissionState(Wire):
+    """Program-aware admission's state (`--admission-programs`), for a runner choosing how many
+    episodes to start: `room` more programs fit the budget now (None: it bounds nothing)."""
+
+    programs_running: int
+    programs_waiting: int
+    """First calls held now."""
+    held_tokens: int
+    """Tokens the running programs hold (each its longest call's prompt and reply)."""
+    expected_tokens: int
+    """What a new program is expected to hold at its largest (the mean peak of finished ones)."""
+    capacity_programs: int | None
+    capacity_tokens: int | None
+    """The budget: given (`N`) or the engines' reports (`auto`); None: not bounded."""
+    room: int | None
+
+
 class GatewayHealth(Wire):
     """`GET /health` (open: no key); `degraded` (503) while the engine does not answer, or, with
     several workers, while one of them is down or degraded."""
@@ -221,6 +238,8 @@ class GatewayHealth(Wire):
     in_flight: int
     workers: list[WorkerHealth] | None = None
     """With `--workers N`: each worker's own health; `in_flight` is their sum."""
+    admission: AdmissionState | None = None
+    """With program-aware admission on (with workers: their sums)."""
 
 
 # --- `GET /samples`: the training samples of groups, paged ------------------------------------

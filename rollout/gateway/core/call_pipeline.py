@@ -244,6 +244,8 @@ class TokenBackend:
             await ctx.record(record)
         p.target.session.tree(p.target.agent).add(node_for(call_id, p.plan, sampled, ctx.tokenizer, key))
         ctx.count_call(front.endpoint, p.plan, sampled)
+        if self.admission is not None:
+            self.admission.note(p.target.session.session_id, len(p.plan.prompt_ids) + len(sampled.ids))
         return outcome
 
     async def _complete(self, front: Front, p: Prepared, receive: Receive) -> Response:

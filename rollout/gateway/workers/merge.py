@@ -9,7 +9,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from roost.rollout.gateway.control.wire import GatewayHealth, WorkerHealth
+from roost.rollout.gateway.control.wire import AdmissionState, GatewayHealth, WorkerHealth
 from roost.rollout.gateway.workers.supervisor import WorkerSlot
 
 
@@ -37,8 +37,31 @@ def merged_health(answers: list[tuple[WorkerSlot, dict[str, Any] | None]]) -> tu
         model=first.get("model"),
         in_flight=sum(int(b.get("in_flight", 0)) for b in bodies),
         workers=workers,
+        admission=_summed_admission([b["admission"] for b in bodies if b.get("admission")]),
     )
     return health, 200 if up else 503
+
+
+def _summed_admission(states: list[dict[str, Any]]) -> AdmissionState | None:
+    """The workers' admission states as one: counts and budgets summed (each worker admits
+    against its share); the expected size is the largest a worker expects."""
+    if not states:
+        return None
+    parts = [AdmissionState.model_validate(s) for s in states]
+
+    def total(name: str) -> int | None:
+        values = [getattr(p, name) for p in parts]
+        return None if any(v is None for v in values) else sum(values)
+
+    return AdmissionState(
+        programs_running=sum(p.programs_running for p in parts),
+        programs_waiting=sum(p.programs_waiting for p in parts),
+        held_tokens=sum(p.held_tokens for p in parts),
+        expected_tokens=max(p.expected_tokens for p in parts),
+        capacity_programs=total("capacity_programs"),
+        capacity_tokens=total("capacity_tokens"),
+        room=total("room"),
+    )
 
 
 class _Families:

@@ -69,7 +69,10 @@ class WorkerSupervisor:
         self._log_args = log_args or []
         self._folder = Path(tempfile.mkdtemp(prefix="roost-gateway-workers-"))
         self._config_file = write_config(
-            config.model_copy(update={"host": "127.0.0.1", "port": 0, "workers": 1}), self._folder / "worker.json"
+            config.model_copy(
+                update={"host": "127.0.0.1", "port": 0, "workers": 1, "admission_share": 1.0 / config.workers}
+            ),
+            self._folder / "worker.json",
         )
         self._env = {**os.environ, ADMIN_KEY.env: config.admin_key}
         if config.engine_key:
