@@ -152,6 +152,9 @@ class GatewayConfig(_Section):
     """Program-aware admission (`roost gateway --admission-programs`): a new episode's first call
     waits while this many run, or, `auto`, while one more would not fit what the engines report;
     null: off. With `rollout.follow_admission` the rollout starts episodes only while it has room."""
+    sglang_sessions: bool = _GATEWAY["sglang_sessions"].default
+    """SGLang's streaming sessions hold each episode's cache between its calls (`roost gateway
+    --sglang-sessions`; engine.backend sglang, launched with `--enable-streaming-session`)."""
 
 
 class LossSection(_Section):

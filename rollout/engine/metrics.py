@@ -10,12 +10,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from roost.metrics_http import ReadAtScrape, Reading
 from roost.rollout.engine.engine import Completion, Engine
+from roost.rollout.engine.sessions import SessionTable
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class EngineMetrics:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, sessions: SessionTable) -> None:
         self.registry = r = CollectorRegistry()
         self.requests = Counter(
             "roost_engine_requests_total", "Generate requests answered, by finish reason", ["finish"], registry=r
@@ -32,7 +33,7 @@ class EngineMetrics:
         self.latency = Histogram(
             "roost_engine_request_seconds", "Generate time, end to end", buckets=LATENCY_BUCKETS, registry=r
         )
-        r.register(ReadAtScrape(_scheduler_readings(engine)))
+        r.register(ReadAtScrape(_scheduler_readings(engine) + _session_readings(sessions)))
 
     def answered(self, prompt_len: int, done: Completion, started: float) -> None:
         """Count a finished generate request (`started`: its time.perf_counter() on arrival)."""
@@ -81,6 +82,35 @@ def _scheduler_readings(engine: Engine) -> list[Reading]:
             "roost_engine_kv_reprefilled_tokens_total",
             "Prompt tokens a session held before an eviction and prefilled again",
             lambda: c.stats.reprefilled_tokens,
+            "counter",
+        ),
+    ]
+
+
+def _session_readings(sessions: SessionTable) -> list[Reading]:
+    c = sessions.counts
+    return [
+        Reading(
+            "roost_engine_open_sessions",
+            "Sessions opened with /open_session and not closed",
+            lambda: sessions.open_sessions,
+        ),
+        Reading(
+            "roost_engine_session_continued_requests_total",
+            "Requests that continued a finished request of their session (session_params.rid)",
+            lambda: c.continued_requests,
+            "counter",
+        ),
+        Reading(
+            "roost_engine_session_sent_tokens_total",
+            "Tokens those requests sent: the rest of their prompts came from the request they continued",
+            lambda: c.sent_tokens,
+            "counter",
+        ),
+        Reading(
+            "roost_engine_session_continued_tokens_total",
+            "Prompt tokens those requests took from the request they continued",
+            lambda: c.continued_tokens,
             "counter",
         ),
     ]

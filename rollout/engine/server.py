@@ -16,6 +16,7 @@ from roost.metrics_http import metrics_response
 from roost.rollout.engine.engine import Completion, Engine
 from roost.rollout.engine.metrics import EngineMetrics
 from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, ScriptError
+from roost.rollout.engine.sessions import SessionTable, Turn
 from roost.rollout.engine.weight_uploads import WeightReceiver
 from roost.rollout.engine.weights import WeightMismatch
 from roost.rollout.engine_api.model_identity import config_digest, tokenizer_fingerprint
@@ -105,7 +106,8 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
     and an `engine.generate` span per generation."""
     tracing = tracing or Tracing()
     app = tracing.instrument_app(FastAPI(title="roost embedded engine", docs_url=None, redoc_url=None))
-    metrics = EngineMetrics(engine)
+    sessions = SessionTable(engine.tokenizer.bos_token_id)
+    metrics = EngineMetrics(engine, sessions)
 
     async def control(request: Request) -> None:
         if not same_key(presented_key(request.headers), api_key):
@@ -220,14 +222,23 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         started = time.perf_counter()
         req = parse_generate(await read_json(request))
         params = parse_sampling_params(req.sampling_params)
-        ids = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
+        sent = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
+        turn = sessions.begin(req.session_params, sent, req.rid or uuid.uuid4().hex)
+        try:
+            return await _generate(request, req, params, turn, started)
+        except BaseException:
+            sessions.end(turn, None)
+            raise
+
+    async def _generate(request: Request, req, params, turn: Turn, started: float) -> Response:
+        """The answer to `req`, whose whole prompt is `turn.prompt`; a stream ends `turn` itself."""
+        ids, rid = turn.prompt, turn.rid
         plan = await engine.prepare(ids, params, req.lora_path)
         plan.session = req.session_params.id if req.session_params is not None else None
-        rid = req.rid or uuid.uuid4().hex
         if req.stream:
             # The stream is sent after this handler returns: its span is parented explicitly.
             chunks = _stream(
-                engine, metrics, ids, plan, params, req, rid, started, tracing, tracing.current().traceparent
+                engine, metrics, sessions, turn, plan, params, req, started, tracing, tracing.current().traceparent
             )
             return StreamingResponse(chunks, media_type="text/event-stream")
         try:
@@ -237,7 +248,9 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
                     _describe(span, done)
         except ClientGone:
             # Cancelling the wait took the request out of the scheduler; no one reads this.
+            sessions.end(turn, None)
             return Response(status_code=499)
+        sessions.end(turn, _finished_ids(done))
         metrics.answered(len(ids), done, started)
         body = {
             "text": _answer_text(engine, done, params),
@@ -337,14 +350,17 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
 
     @app.post("/open_session")
     async def open_session(request: Request) -> Response:
-        # A session needs no opening here (its first call names it): SGLang's route, for its clients.
+        # Calls that send their whole prompt need no session opened (their first call names it);
+        # calls that continue a stored request (session_params.rid) do, as in SGLang.
         req = OpenSessionRequest.model_validate(await read_json(request))
-        return Response(orjson.dumps(req.session_id or uuid.uuid4().hex), media_type="application/json")
+        session = sessions.open(req, uuid.uuid4().hex)
+        return Response(orjson.dumps(session), media_type="application/json")
 
     @app.post("/close_session")
     async def close_session(request: Request) -> dict:
         # Open as /generate is: the gateway closes the sessions it finishes.
         req = CloseSessionRequest.model_validate(await read_json(request))
+        sessions.close(req.session_id)
         freed = await engine.close_session(req.session_id)
         return {"success": True, "session_id": req.session_id, "freed_tokens": freed}
 
@@ -383,32 +399,44 @@ def _describe(span: Any, done: Completion) -> None:
         )
 
 
+def _finished_ids(done: Completion) -> list[int] | None:
+    """The output ids a session's next request may continue: None when the request was aborted."""
+    reason = done.finish_reason or {}
+    return None if reason.get("type") in (None, "abort") else done.output_ids
+
+
 async def _stream(
     engine: Engine,
     metrics: EngineMetrics,
-    ids,
+    sessions: SessionTable,
+    turn: Turn,
     plan,
     params,
     req,
-    rid: str,
     started: float,
     tracing: Tracing,
     parent: str | None,
 ):
+    ids, rid = turn.prompt, turn.rid
     done = Completion(constraint=plan.constraint_meta())
-    with tracing.span(
-        "engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids), "roost.stream": True}, parent=parent
-    ) as span:
-        async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
-            new_ids = done.add(outputs)
-            chunk = {
-                "text": _answer_text(engine, done, params),
-                "output_ids": new_ids,  # SGLang streams output_ids incrementally
-                "meta_info": _meta(
-                    engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started
-                ),
-            }
-            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-        _describe(span, done)
+    finished = None
+    try:
+        with tracing.span(
+            "engine.generate", {"roost.rid": rid, "roost.prompt_tokens": len(ids), "roost.stream": True}, parent=parent
+        ) as span:
+            async for outputs in engine.stream(ids, plan, skip_special_tokens=params.skip_special_tokens, rid=rid):
+                new_ids = done.add(outputs)
+                chunk = {
+                    "text": _answer_text(engine, done, params),
+                    "output_ids": new_ids,  # SGLang streams output_ids incrementally
+                    "meta_info": _meta(
+                        engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started
+                    ),
+                }
+                yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            _describe(span, done)
+        finished = _finished_ids(done)
+    finally:
+        sessions.end(turn, finished)
     metrics.answered(len(ids), done, started)
     yield b"data: [DONE]\n\n"

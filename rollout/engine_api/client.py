@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, Self
 import httpx
 
 from roost.rollout.engine_api.capacity import EngineCapacity
-from roost.rollout.engine_api.sglang_client import Generation, GenerationDelta, SGLangClient
+from roost.rollout.engine_api.sglang_client import Generation, GenerationDelta, SessionMode, SGLangClient
 from roost.rollout.engine_api.vllm_client import VLLMClient
 from roost.rollout.engine_api.wire import UpdateWeightsAnswer
 
@@ -44,7 +44,8 @@ class EngineClient(Protocol):
     ) -> Generation:
         """`lora`: the name of a loaded LoRA adapter to generate with (None: the base model).
         `session`: the program the call is part of, where the engine keeps one's cache between
-        calls (roost's embedded engine); others ignore it."""
+        calls (roost's embedded engine; SGLang's streaming sessions when the gateway uses them);
+        others ignore it. The answer is for the whole `input_ids` however the call was sent."""
         ...
 
     def generate_stream(
@@ -100,14 +101,16 @@ class EngineClient(Protocol):
         ...
 
 
-def engine_client(backend: str, base_url: str, **kwargs: Any) -> EngineClient:
-    """The client for an engine of kind `backend` (`embedded` and `sglang` speak SGLang's API)."""
+def engine_client(backend: str, base_url: str, *, sglang_sessions: bool = False, **kwargs: Any) -> EngineClient:
+    """The client for an engine of kind `backend` (`embedded` and `sglang` speak SGLang's API).
+    `sglang_sessions`: an `sglang` engine's calls go in its streaming sessions (it must be
+    launched with --enable-streaming-session); roost's engine always has its calls named."""
     if backend == "vllm":
         return VLLMClient(base_url, **kwargs)
     if backend == "embedded":
-        return SGLangClient(base_url, sessions=True, **kwargs)
+        return SGLangClient(base_url, sessions=SessionMode.NAMED, **kwargs)
     if backend == "sglang":
-        return SGLangClient(base_url, **kwargs)
+        return SGLangClient(base_url, sessions=SessionMode.STREAMING if sglang_sessions else SessionMode.NONE, **kwargs)
     raise ValueError(f"unknown engine backend {backend!r}; expected one of {', '.join(ENGINE_BACKENDS)}")
 
 

@@ -10,8 +10,10 @@ drift apart.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Self
 
 import aiohttp
@@ -19,11 +21,14 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from roost.rollout.engine_api.capacity import EngineCapacity, sglang_capacity
+from roost.rollout.engine_api.sglang_sessions import SessionCall, StreamingSessions
 from roost.rollout.engine_api.wire import (
     AbortRequest,
+    CloseSessionRequest,
     GenerateAnswer,
     GenerateRequest,
     LoadLoraRequest,
+    OpenSessionRequest,
     PauseRequest,
     UnloadLoraRequest,
     UpdateWeightsAnswer,
@@ -33,6 +38,7 @@ from roost.rollout.engine_api.wire import (
 from roost.rollout.keys import bearer
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+log = logging.getLogger(__name__)
 
 
 class EngineError(Exception):
@@ -53,6 +59,10 @@ class EngineRejected(EngineError):
 
 class EngineProtocolError(EngineError):
     """The engine answered something that is not SGLang's answer format."""
+
+
+class _SendWhole(Exception):
+    """A streaming-session call must be sent again as a plain call of its whole prompt."""
 
 
 @dataclass
@@ -221,41 +231,59 @@ class EngineHTTP:
         return [card["id"] for card in cards if isinstance(card, dict) and card.get("parent") and "id" in card]
 
 
+class SessionMode(StrEnum):
+    """How a client tells the engine which program a call is part of."""
+
+    NONE = "none"
+    """No session_params: the engine's prefix cache alone finds what a call shares with the last."""
+    NAMED = "named"
+    """roost's engine: `session_params.id` names the program, the whole prompt is sent, and the
+    engine keeps the program's slot between its calls."""
+    STREAMING = "streaming"
+    """SGLang's streaming sessions (`--enable-streaming-session`): a call that extends the last
+    one sends only its new tokens (`roost.rollout.engine_api.sglang_sessions`)."""
+
+
 class SGLangClient(EngineHTTP):
     """Async client for `/generate` and the control endpoints of an SGLang-API server: roost's
     engine asks for the key on its control routes, SGLang on every route but `/health`.
-    `sessions` (roost's engine): each call names its program (`session_params.id`, the whole prompt
-    still sent) and `close_session` ends it; SGLang's own sessions continue a stored request
-    instead, so they are not used with SGLang.
+    `sessions`: how a call names its program (`SessionMode`); `close_session` ends one. Whatever
+    the mode, a call answers for its whole prompt (`Generation.prompt_tokens` counts all of it).
     """
 
-    def __init__(self, base_url: str, *, sessions: bool = False, **kwargs: Any):
+    def __init__(self, base_url: str, *, sessions: SessionMode = SessionMode.NONE, **kwargs: Any):
         super().__init__(base_url, **kwargs)
         self.sessions = sessions
+        self._streaming = StreamingSessions()
+
+    def route(self, input_ids: list[int], rid: str | None, session: str | None) -> SessionCall:
+        """How a call of `session` with the whole prompt `input_ids` goes; in streaming mode a
+        session call counts as running until its answer (or failure) is settled."""
+        if session and self.sessions is SessionMode.STREAMING:
+            return self._streaming.plan(session, input_ids, rid)
+        named = {"id": session} if session and self.sessions is SessionMode.NAMED else None
+        return SessionCall(list(input_ids), rid, named)
 
     def generate_payload(
-        self,
-        input_ids: list[int],
-        sampling_params: dict[str, Any],
-        *,
-        stream: bool,
-        rid: str | None,
-        lora: str | None = None,
-        session: str | None = None,
+        self, call: SessionCall, sampling_params: dict[str, Any], *, stream: bool, lora: str | None = None
     ) -> dict[str, Any]:
         # Not validated: this runs for every model call, and validating a long prompt's ids
         # costs several times what sending them does (the contract tests check the payload
         # against both roost's engine and SGLang's GenerateReqInput).
         request = GenerateRequest.model_construct(
-            input_ids=list(input_ids),
+            input_ids=call.input_ids,
             sampling_params=dict(sampling_params),
             return_logprob=True,
             stream=stream,
-            rid=rid,
+            rid=call.rid,
             lora_path=lora,
-            session_params={"id": session} if session and self.sessions else None,
+            session_params=call.session_params,
         )
         return request_body(request)
+
+    def open_session_payload(self, session: str) -> dict[str, Any]:
+        # capacity_of_str_len is required by SGLang, which stores it and reads it nowhere.
+        return request_body(OpenSessionRequest(capacity_of_str_len=0, session_id=session, streaming=True))
 
     async def generate(
         self,
@@ -266,8 +294,23 @@ class SGLangClient(EngineHTTP):
         lora: str | None = None,
         session: str | None = None,
     ) -> Generation:
-        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora, session=session)
-        return parse_generation(await self._request("POST", "/generate", payload))
+        """Generate from the whole prompt `input_ids`. A streaming-session call that the engine
+        refuses, or answers for another prompt, is sent again plain."""
+        call = await self._opened(self.route(input_ids, rid, session), input_ids)
+        try:
+            payload = self.generate_payload(call, sampling_params, stream=False, lora=lora)
+            generation = parse_generation(await self._request("POST", "/generate", payload))
+        except (EngineRejected, EngineProtocolError):
+            if call.session is None:
+                raise
+            self._streaming.failed(call)
+            return await self.generate(input_ids, sampling_params, rid=rid, lora=lora)
+        except BaseException:
+            self._streaming.failed(call)
+            raise
+        if self._settled(call, input_ids, generation.output_ids, generation.prompt_tokens, generation.finish_reason):
+            return generation
+        return await self.generate(input_ids, sampling_params, rid=rid, lora=lora)
 
     async def generate_stream(
         self,
@@ -279,20 +322,114 @@ class SGLangClient(EngineHTTP):
         session: str | None = None,
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
-        cumulative `output_token_logprobs`; this yields the new ids with their logprobs."""
-        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora, session=session)
+        cumulative `output_token_logprobs`; this yields the new ids with their logprobs. A
+        streaming-session call that the engine refuses, or answers for another prompt, is sent
+        again plain before anything is yielded."""
+        call = await self._opened(self.route(input_ids, rid, session), input_ids)
+        chunks = self._chunks(call, sampling_params, lora)
+        try:
+            first = await self._first_chunk(call, input_ids, chunks)
+        except _SendWhole:
+            async for delta in self.generate_stream(input_ids, sampling_params, rid=rid, lora=lora):
+                yield delta
+            return
+        if first is None:
+            return
+        (delta, prompt_tokens), output_ids, finish = first, [], None
+        try:
+            while True:
+                output_ids += delta.output_ids
+                finish = delta.finish_reason or finish
+                yield delta
+                following = await anext(chunks, None)
+                if following is None:
+                    break
+                delta = following[0]
+        except BaseException:
+            self._streaming.failed(call)
+            raise
+        self._settled(call, input_ids, output_ids, prompt_tokens, finish or {"type": "unknown"})
+
+    async def _chunks(
+        self, call: SessionCall, sampling_params: dict[str, Any], lora: str | None
+    ) -> AsyncIterator[tuple[GenerationDelta, int]]:
+        """The stream's deltas, each with the prompt length the engine reports."""
+        payload = self.generate_payload(call, sampling_params, stream=True, lora=lora)
         seen = 0
         async for chunk in self._stream("/generate", payload):
-            delta = _stream_delta(chunk, seen)
+            answer = _answer(chunk, "stream chunk")
+            delta = _stream_delta(answer, seen)
             seen += len(delta.output_ids)
-            yield delta
+            yield delta, answer.meta_info.prompt_tokens
+
+    async def _first_chunk(
+        self, call: SessionCall, input_ids: list[int], chunks: AsyncIterator[tuple[GenerationDelta, int]]
+    ) -> tuple[GenerationDelta, int] | None:
+        """The stream's first delta and prompt length. A session call raises `_SendWhole` when
+        the engine refused it (SGLang says so in an error chunk) or ran another prompt."""
+        try:
+            first = await anext(chunks, None)
+        except (EngineRejected, EngineProtocolError):
+            if call.session is None:
+                raise
+            self._streaming.failed(call)
+            raise _SendWhole from None
+        except BaseException:
+            self._streaming.failed(call)
+            raise
+        if call.session is not None and (first is None or first[1] != len(input_ids)):
+            await chunks.aclose()  # hang up: the engine stops the request
+            self._streaming.failed(call)
+            raise _SendWhole
+        return first
+
+    async def _opened(self, call: SessionCall, input_ids: list[int]) -> SessionCall:
+        """`call`, its session opened first where it is new; the plain call of the whole prompt
+        when the engine will not open it (an SGLang without streaming sessions, an id in use)."""
+        if not call.opens or call.session is None:
+            return call
+        try:
+            await self._request("POST", "/open_session", self.open_session_payload(call.session))
+        except (EngineRejected, EngineProtocolError) as exc:
+            self._streaming.failed(call)
+            log.warning(
+                "%s did not open streaming session %s (%s): its calls go with their whole prompt; "
+                "launch SGLang with --enable-streaming-session, or turn the gateway's sglang_sessions off",
+                self.base_url,
+                call.session,
+                exc,
+            )
+            return SessionCall(list(input_ids), call.rid)
+        except BaseException:
+            self._streaming.failed(call)
+            raise
+        self._streaming.opened(call)
+        return call
+
+    def _settled(
+        self,
+        call: SessionCall,
+        input_ids: list[int],
+        output_ids: list[int],
+        prompt_tokens: int,
+        finish_reason: dict[str, Any],
+    ) -> bool:
+        """Tell the session how `call` ended; False when the engine ran another prompt than
+        `input_ids` (the answer must not be used)."""
+        if call.session is not None and finish_reason.get("type") == "abort":
+            self._streaming.failed(call)
+            return prompt_tokens == len(input_ids)
+        return self._streaming.finished(call, input_ids, output_ids, prompt_tokens)
 
     async def model_info(self) -> dict[str, Any]:
         return await self._request("GET", "/get_model_info")
 
     async def close_session(self, session: str) -> None:
-        if self.sessions:
-            await self._request("POST", "/close_session", {"session_id": session})
+        """End `session` on the engine (SGLang's `CloseSessionReqInput`): what it kept is freed."""
+        if self.sessions is SessionMode.NAMED or (
+            self.sessions is SessionMode.STREAMING and self._streaming.forget(session)
+        ):
+            await self._request("POST", "/close_session", request_body(CloseSessionRequest(session_id=session)))
 
     async def server_info(self) -> dict[str, Any]:
         """SGLang's `/get_server_info`: its server arguments and scheduler state."""
@@ -387,8 +524,7 @@ def _sse_data(line: bytes) -> dict[str, Any] | None:
         raise EngineProtocolError(f"undecodable stream chunk: {data[:200]!r}") from exc
 
 
-def _stream_delta(chunk: dict[str, Any], seen: int) -> GenerationDelta:
-    answer = _answer(chunk, "stream chunk")
+def _stream_delta(answer: GenerateAnswer, seen: int) -> GenerationDelta:
     ids, meta = answer.output_ids, answer.meta_info
     # the logprobs are cumulative: only the new ones are read
     logprobs = _logprob_values((meta.output_token_logprobs or [])[seen : seen + len(ids)])

@@ -161,24 +161,21 @@ def choice_regex(choices: list[str]) -> str:
 
 
 class SessionParams(BaseModel):
-    """SGLang's `session_params`. The embedded engine takes the `id` alone: its prompt is always
-    the whole prompt (SGLang's other fields make a request continue a stored one, by rid)."""
+    """SGLang's `session_params`. `id` alone: the call is one of that program's (roost's gateway
+    names its calls so; the whole prompt is sent). With `rid`, in a session opened with
+    `/open_session`, the prompt is that finished request's prompt and output ids followed by the
+    request's `input_ids` (SGLang's `Session.create_req`; `roost.rollout.engine.sessions`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1, max_length=256)
     rid: str | None = None
+    """The finished request of the session this one continues."""
     offset: int | None = None
+    """Keep only this many tokens (a Python slice end) of the continued request before the new ones."""
     replace: bool | None = None
     drop_previous_output: bool | None = None
-
-    def check(self) -> None:
-        continued = [k for k in ("rid", "offset", "replace", "drop_previous_output") if getattr(self, k)]
-        if continued:
-            raise RequestError(
-                f"session_params.{continued[0]} is not supported by the embedded engine: send the whole prompt "
-                "with session_params.id alone (the engine keeps the session's prefix itself)"
-            )
+    """Continue the named request's prompt without its output."""
 
 
 class CloseSessionRequest(BaseModel):
@@ -190,13 +187,18 @@ class CloseSessionRequest(BaseModel):
 
 
 class OpenSessionRequest(BaseModel):
-    """SGLang's `OpenSessionReqInput`; the embedded engine needs no opening (a session is named by
-    its first call), and answers the id it was given or a new one."""
+    """SGLang's `OpenSessionReqInput` (`streaming` and `timeout` since its streaming sessions).
+    The embedded engine needs no opening for calls that send their whole prompt; a call that
+    continues a stored request (`session_params.rid`) needs its session open."""
 
     model_config = ConfigDict(extra="forbid")
 
     capacity_of_str_len: int = 0
     session_id: str | None = Field(None, min_length=1, max_length=256)
+    streaming: bool | None = None
+    """Append-only: one request at a time, each continuing the last (SGLang keeps its KV between them)."""
+    timeout: float | None = Field(None, gt=0)
+    """Seconds without a request after which the session is closed."""
 
 
 class GenerateRequest(BaseModel):
@@ -220,7 +222,7 @@ class GenerateRequest(BaseModel):
     """The LoRA adapter to generate with: the name it was loaded under (SGLang's field, which
     takes an adapter's name too); unset: the base model."""
     session_params: SessionParams | None = None
-    """The program the request is a call of (SGLang's field; only `id`: the prompt is whole)."""
+    """The program the request is a call of, and the stored request it continues, if any (SGLang's field)."""
 
 
 def parse_generate(body: Any) -> GenerateRequest:
@@ -237,8 +239,6 @@ def parse_generate(body: Any) -> GenerateRequest:
     if any(isinstance(fields.get(name), list) for name in ("text", "rid", "lora_path")):
         raise RequestError("batched /generate (a list of prompts) is not supported: send one request per prompt")
     request = GenerateRequest.model_validate(fields)
-    if request.session_params is not None:
-        request.session_params.check()
     if (request.text is None) == (request.input_ids is None):
         raise RequestError("give exactly one of `text` or `input_ids`")
     if request.top_logprobs_num:

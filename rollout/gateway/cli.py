@@ -125,6 +125,13 @@ def gateway(
     admission_wait_s: float = typer.Option(
         30.0, min=0, help="Longest a first call is held for admission before it goes anyway (fail-open)."
     ),
+    sglang_sessions: bool = typer.Option(
+        False,
+        "--sglang-sessions",
+        help="sglang backend: each session's calls go in an SGLang streaming session (SGLang holds its KV "
+        "between calls; a call extending the last sends only its new tokens). Launch SGLang with "
+        "--enable-streaming-session (default: off).",
+    ),
     engine_timeout_s: float = typer.Option(600.0, help="Longest one engine request may take."),
     upstream_api_key: str = typer.Option(None, envvar="ROOST_UPSTREAM_API_KEY", help="openai backend: API key."),
     upstream_model: str = typer.Option(None, help="openai backend: model name sent upstream."),
@@ -166,6 +173,7 @@ def gateway(
         "pause_wait_s": ("pause_wait_s", pause_wait_s),
         "admission_programs": ("admission_programs", admission_programs),
         "admission_wait_s": ("admission_wait_s", admission_wait_s),
+        "sglang_sessions": ("sglang_sessions", sglang_sessions),
         "engine_timeout_s": ("engine_timeout_s", engine_timeout_s),
         "upstream_api_key": ("upstream_api_key", upstream_api_key),
         "upstream_model": ("upstream_model", upstream_model),

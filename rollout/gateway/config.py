@@ -87,6 +87,12 @@ class GatewayConfig(BaseModel):
     admission_idle_s: float = Field(
         300.0, gt=0, description="A running session with no call for this long no longer counts against admission"
     )
+    sglang_sessions: bool = Field(
+        False,
+        description="sglang backend: each session's calls go in an SGLang streaming session, so SGLang holds "
+        "its KV between calls and a call that extends the last sends only its new tokens (launch SGLang "
+        "with --enable-streaming-session; an SGLang without them refuses, and the calls go plain)",
+    )
     engine_timeout_s: float = Field(600.0, gt=0, description="Longest a single engine request may take")
     retry_after_s: int = Field(2, ge=0, description="Retry-After sent with 503s")
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted")
@@ -110,6 +116,15 @@ class GatewayConfig(BaseModel):
     trace: bool = Field(
         False, description="OpenTelemetry spans over OTLP/HTTP (also on with the OTEL_* variables; docs/tracing.md)"
     )
+
+    @model_validator(mode="after")
+    def _sglang_sessions_need_sglang(self) -> GatewayConfig:
+        if self.sglang_sessions and self.backend != "sglang":
+            raise ValueError(
+                f"sglang_sessions is for the sglang backend, not {self.backend}: roost's engine keeps its "
+                "sessions without them, vLLM has no session API (its prefix cache works by content)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_engine_list(self) -> GatewayConfig:

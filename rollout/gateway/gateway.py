@@ -142,6 +142,7 @@ class Gateway:
         return engine_client(
             self.config.backend,
             url,
+            sglang_sessions=self.config.sglang_sessions,
             api_key=self.config.engine_key,
             timeout_s=self.config.engine_timeout_s,
             trace_configs=self.tracing.aiohttp_trace_configs(),

@@ -19,6 +19,7 @@ from roost.rollout.engine_api.sglang_client import (
     EngineProtocolError,
     EngineRejected,
     EngineUnavailable,
+    SessionMode,
     SGLangClient,
     parse_generation,
 )
@@ -44,26 +45,29 @@ def sglang_request(**fields) -> dict:
     return dataclasses.asdict(req)
 
 
+def payload(client: SGLangClient, ids: list[int], *, stream: bool, rid: str | None, session: str | None = None) -> dict:
+    return client.generate_payload(client.route(ids, rid, session), PARAMS, stream=stream)
+
+
 def test_client_payload_uses_only_sglang_fields():
-    payload = SGLangClient("http://127.0.0.1:1").generate_payload([1, 2, 3], PARAMS, stream=True, rid="r1")
+    plain = payload(SGLangClient("http://127.0.0.1:1"), [1, 2, 3], stream=True, rid="r1")
     known = {f.name for f in dataclasses.fields(io_struct.GenerateReqInput)}
-    assert set(payload) <= known
-    io_struct.GenerateReqInput(**payload)
+    assert set(plain) <= known
+    io_struct.GenerateReqInput(**plain)
     # the embedded engine's client names the call's program in SGLang's own field; SGLang's client does not
-    embedded = SGLangClient("http://127.0.0.1:1", sessions=True)
-    named = embedded.generate_payload([1, 2, 3], PARAMS, stream=False, rid="r1", session="episode-7")
+    embedded = SGLangClient("http://127.0.0.1:1", sessions=SessionMode.NAMED)
+    named = payload(embedded, [1, 2, 3], stream=False, rid="r1", session="episode-7")
     assert named["session_params"] == {"id": "episode-7"} and set(named) <= known
     io_struct.GenerateReqInput(**named)
     assert parse_generate(named).session_params.id == "episode-7"
-    plain = SGLangClient("http://127.0.0.1:1").generate_payload([1], PARAMS, stream=False, rid=None, session="s")
-    assert "session_params" not in plain
-    params = sampling.SamplingParams(**payload["sampling_params"])
+    unnamed = payload(SGLangClient("http://127.0.0.1:1"), [1], stream=False, rid=None, session="s")
+    assert "session_params" not in unnamed
+    params = sampling.SamplingParams(**plain["sampling_params"])
     params.verify(151936)
 
 
 def test_client_payload_is_what_the_engine_parses():
-    payload = SGLangClient("http://127.0.0.1:1").generate_payload([1, 2, 3], PARAMS, stream=False, rid=None)
-    request = parse_generate(payload)
+    request = parse_generate(payload(SGLangClient("http://127.0.0.1:1"), [1, 2, 3], stream=False, rid=None))
     assert (request.input_ids, request.sampling_params, request.return_logprob, request.rid) == (
         [1, 2, 3],
         PARAMS,

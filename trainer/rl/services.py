@@ -182,6 +182,7 @@ def gateway_config(recipe: Recipe, engine_urls: list[str], model: str, store: Pa
         reasoning_policy=recipe.gateway.reasoning_policy,
         workers=recipe.gateway.workers,
         admission_programs=recipe.gateway.admission_programs,
+        sglang_sessions=recipe.gateway.sglang_sessions,
     )
 
 
