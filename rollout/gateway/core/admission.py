@@ -11,6 +11,7 @@ and a program with no call for `idle_s` no longer counts (its harness may never 
 
     admission = Admission(programs=16, max_wait_s=30.0, idle_s=300.0)
     outcome = await admission.admit(session_id)   # "admitted", "deferred" (waited), "let_through"
+    outcome = admission.admit_now(session_id) or await admission.wait_turn(session_id)  # the same, in two steps
     await admission.finish(session_id)            # POST /sessions/{id}/finish
 """
 
@@ -46,13 +47,21 @@ class Admission:
     async def admit(self, session_id: str) -> Outcome:
         """Return once `session_id` may call: at once for a running program or while there is
         room; else when a program finishes, or after `max_wait_s` (fail-open)."""
-        now = self._clock()
+        return self.admit_now(session_id) or await self.wait_turn(session_id)
+
+    def admit_now(self, session_id: str) -> Outcome | None:
+        """`running` or `admitted` when `session_id` may call at once; None: it must `wait_turn`.
+        Apart from `admit` so a caller can time (and trace) only the calls that wait."""
         if session_id in self._active:
-            self._active[session_id] = now
+            self._active[session_id] = self._clock()
             return "running"
         if self.active < self.programs:
             return self._enter(session_id, "admitted")
-        deadline = now + self.max_wait_s
+        return None
+
+    async def wait_turn(self, session_id: str) -> Outcome:
+        """Hold a first call until a program finishes (`deferred`) or `max_wait_s` passed (`let_through`)."""
+        deadline = self._clock() + self.max_wait_s
         self.waiting += 1
         try:
             async with self._changed:
