@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from roost.rollout.store.browse_rows import Page
+from roost.rollout.store.program_times import program_times
 from roost.rollout.store.readable import StoreUnreadable
 
 from . import pages
@@ -223,11 +224,14 @@ def _session_page(viewer: Viewer, session_id: str, page: Page) -> str:
             404, f"no session {session_id!r} in {viewer.store_path}; open its group to see the sessions the store holds"
         )
     calls = q.calls(session_id, page)
+    timed = q.call_timings(session_id)
     return viewer.renderer.render(
         "session.html",
         title=f"Session {session_id}",
         s=s,
         rewards=q.rewards(session_id),
+        time_rows=pages.time_rows(program_times(timed)),
+        call_times=pages.call_times(timed),
         trees=pages.trees(q.agents(session_id), calls),
         page=page,
         more_calls=len(calls) == page.limit,

@@ -12,12 +12,14 @@ from typing import Any
 import jinja2
 import orjson
 
-from roost.rollout.store.browse_rows import CallRow
+from roost.rollout.store.browse_rows import CallRow, CallTiming
+from roost.rollout.store.program_times import ProgramTimes
 
 from .templates import TEMPLATES
 
 TEXT_LIMIT = 4000
 MESSAGE_LIMIT = 200
+SHOWN_WAIT_MS = 1.0  # a call held or paused less than this went at once: its line says nothing of it
 
 
 @dataclass
@@ -111,6 +113,42 @@ def trees(agents: list[tuple[str, str | None]], calls: list[CallRow]) -> list[tu
         (a, known.get(a) or next((c.parent_agent for c in calls if c.agent_id == a), None), roots.get(a, []))
         for a in names
     ]
+
+
+def time_rows(p: ProgramTimes) -> list[tuple[str, str, str]]:
+    """A session's time table: each part, its milliseconds and its share of the wall time (the
+    calls of agents running at once overlap, so the parts may add up to more)."""
+    parts = [
+        ("engine", p.engine_ms),
+        (f"· prefill ({p.split_calls} of {p.calls} calls)", p.prefill_ms),
+        (f"· decode ({p.split_calls} of {p.calls} calls)", p.decode_ms),
+        ("held for admission", p.held_ms),
+        ("paused (weight update)", p.paused_ms),
+        ("tools (no call in flight)", p.tool_ms),
+        ("wall", p.wall_ms),
+    ]
+    return [(name, _ms(ms), _share(ms, p.wall_ms)) for name, ms in parts]
+
+
+def call_times(timed: list[CallTiming]) -> dict[str, str]:
+    """Per call, its held, paused, prefill and decode time where it recorded them (a line of the tree)."""
+    out = {}
+    for call in timed:
+        t = call.timings
+        waits = [(name, t.get(f"{name}_ms", 0.0)) for name in ("held", "paused")]
+        parts = [f"{name} {_ms(ms)}" for name, ms in waits if ms >= SHOWN_WAIT_MS]
+        if "prefill_ms" in t:
+            parts += [f"prefill {_ms(t['prefill_ms'])}", f"decode {_ms(t['decode_ms'])}"]
+        out[call.call_id] = " · ".join(parts)
+    return out
+
+
+def _ms(ms: float | None) -> str:
+    return "–" if ms is None else f"{ms:.1f} ms"
+
+
+def _share(ms: float | None, wall_ms: float) -> str:
+    return "–" if ms is None or wall_ms <= 0 else f"{100 * ms / wall_ms:.0f}%"
 
 
 def _content_text(content: Any) -> str:

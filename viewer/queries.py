@@ -12,6 +12,7 @@ from roost.rollout.store.browse import StoreBrowser
 from roost.rollout.store.browse_rows import (
     CallDetail,
     CallRow,
+    CallTiming,
     GroupRow,
     Page,
     SessionRow,
@@ -56,6 +57,10 @@ class StoreQueries:
     def calls(self, session_id: str, page: Page) -> list[CallRow]:
         with self.browser() as store:
             return store.call_rows(session_id, page)
+
+    def call_timings(self, session_id: str) -> list[CallTiming]:
+        with self.browser() as store:
+            return store.call_timings(session_id)
 
     def rewards(self, session_id: str) -> list[tuple[str | None, str | None, float, dict[str, Any]]]:
         """(agent, call, reward, info) in the order they were posted: per-turn rewards name a call."""

@@ -75,12 +75,15 @@ SESSION = """{% extends "base.html" %}{% macro node(n) %}<li><a href="/calls/{{ 
 {{ n.call.prompt_len }}+{{ n.call.sampled_len }} tokens · v{{ n.call.weight_version }}
 {% if n.call.advantage is not none %}· A={{ fmt(n.call.advantage) }}{% endif %}
 {% if n.call.reward is not none %}· r={{ fmt(n.call.reward) }}{% endif %}
+{% if call_times.get(n.call.call_id) %}· <span class="time">{{ call_times[n.call.call_id] }}</span>{% endif %}
 <span class="muted">{{ n.call.reply|truncate(80) }}</span>
 {% if n.children %}<ul>{% for c in n.children %}{{ node(c) }}{% endfor %}</ul>{% endif %}</li>{% endmacro %}
 {% block crumbs %}{% if s.group_id %}<a href="/group?id={{ s.group_id|urlencode }}">group {{ s.group_id }}</a>{% endif %}{% endblock %}
 {% block content %}<h1>{{ title }}</h1>
 <p>status {{ s.status }} {{ s.outcome }} · return <b id="return">{{ fmt(s.ret) }}</b> · {{ s.calls }} calls · task <code>{{ s.task|tojson }}</code></p>
 {% if s.finish_info %}<p>finish <code>{{ s.finish_info|tojson }}</code></p>{% endif %}
+<h2>Time</h2><table id="time"><tr><th>part</th><th>time</th><th>of wall</th></tr>
+{% for part, ms, share in time_rows %}<tr><td>{{ part }}</td><td class="num">{{ ms }}</td><td class="num">{{ share }}</td></tr>{% endfor %}</table>
 <h2>Rewards</h2><table id="rewards"><tr><th>to</th><th>reward</th><th>info</th></tr>
 {% for agent, call, r, info in rewards %}<tr><td>{% if call %}call <a href="/calls/{{ call }}">{{ call }}</a>{% elif agent %}agent {{ agent }}{% else %}session{% endif %}</td>
 <td class="num">{{ fmt(r) }}</td><td><code>{{ info|tojson|truncate(200) }}</code></td></tr>{% endfor %}</table>

@@ -60,10 +60,14 @@ class Completion:
     cached_tokens: int = 0
     constraint: dict | None = None
     """What held the reply to a grammar (`Grammar.meta`), if anything did."""
+    first_token_at: float | None = None
+    """When the first sampled token reached the server (`time.perf_counter`): the prefill's end."""
 
     def add(self, outputs: list[StepOutput]) -> list[int]:
         """Take in one event's step outputs; return the token ids it added."""
         new_ids = [out.token_id for out in outputs if out.token_id >= 0]  # -1: an event with no token
+        if new_ids and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         self.output_ids += new_ids
         self.logprobs += [out.logprob for out in outputs if out.token_id >= 0]
         last = outputs[-1]

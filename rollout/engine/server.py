@@ -85,6 +85,9 @@ def _meta(
         meta["output_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(done.logprobs, done.output_ids, texts)]
     if done.finish_reason is not None:
         meta["e2e_latency"] = time.perf_counter() - started
+        if done.first_token_at is not None:
+            # roost's: the time to the first token, which SGLang's answers do not carry
+            meta["prefill_latency"] = done.first_token_at - started
     return meta
 
 

@@ -20,6 +20,7 @@ import orjson
 from roost.rollout.store.browse_rows import (
     CallDetail,
     CallRow,
+    CallTiming,
     GroupRow,
     Page,
     SessionRow,
@@ -96,6 +97,13 @@ class StoreBrowser(TrajectoryReader):
         calls = [_call_row(r) for r in rows]
         self._attach_scores(session_id, calls)
         return calls
+
+    def call_timings(self, session_id: str) -> list[CallTiming]:
+        """Every call of the session, timings only (no page: a session's time is over all of them)."""
+        rows = self._conn.execute(
+            "SELECT call_id, created_at, timings FROM calls WHERE session_id=? ORDER BY seq", (session_id,)
+        )
+        return [CallTiming(c, t, orjson.loads(x)) for c, t, x in rows]
 
     def call_detail(self, call_id: str) -> CallDetail | None:
         """One call's record without its token blobs."""

@@ -75,6 +75,15 @@ class CallDetail:
     """The LoRA adapter that sampled the call ("": the base model)."""
 
 
+@dataclass(frozen=True)
+class CallTiming:
+    """One call's recorded timings and when it was recorded: what `program_times` sums."""
+
+    call_id: str
+    created_at: float
+    timings: dict[str, Any]
+
+
 @dataclass
 class TokenWindow:
     """Tokens `start .. start+len(ids)` of a call's path; logprobs are None on prompt tokens."""

@@ -99,9 +99,10 @@ def test_the_clients_import_the_wire_modules_and_nothing_else_of_the_servers():
         "roost.rollout.gateway.control",
         "roost.rollout.gateway.core",
     ]
+    client_parts = ["roost.rollout.engine_api.capacity", "roost.rollout.engine_api.sglang_sessions"]
     wires = [
         "roost.rollout.engine_api.wire",
         "roost.rollout.gateway.control.wire",
         "roost.rollout.gateway.core.wire_base",
     ]
-    assert ast.literal_eval(out) == sorted([*clients, *packages, *wires])
+    assert ast.literal_eval(out) == sorted([*clients, *client_parts, *packages, *wires])

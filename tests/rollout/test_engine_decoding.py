@@ -110,6 +110,20 @@ async def test_stream_yields_the_same_tokens(engine_url):
     assert last["text"] == full["text"]
 
 
+async def test_an_answer_says_its_time_to_first_token(engine_url):
+    """roost's `prefill_latency` (SGLang's answers do not carry it): within the request's latency,
+    streamed or not, and only on the last chunk of a stream, as `e2e_latency`."""
+    async with httpx.AsyncClient() as client:
+        full = (await generate(client, engine_url, **greedy(PROMPTS[0], 8)))["meta_info"]
+        async with client.stream(
+            "POST", f"{engine_url}/generate", json={**greedy(PROMPTS[0], 8), "stream": True}
+        ) as resp:
+            chunks = [json.loads(line[6:])["meta_info"] async for line in resp.aiter_lines() if line[6:7] == "{"]
+    for meta in (full, chunks[-1]):
+        assert 0 < meta["prefill_latency"] < meta["e2e_latency"]
+    assert all("prefill_latency" not in meta for meta in chunks[:-1])
+
+
 async def test_stop_string_ends_generation_and_is_trimmed(scripted_engine_url):
     forced = "alpha beta gamma delta"
     params = {"max_new_tokens": 40, "stop": ["gamma"], "custom_params": {"scripted_reply": forced}}

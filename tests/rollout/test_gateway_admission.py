@@ -2,7 +2,8 @@
 first call; past N running sessions (or past the engines' token budget) a new one's first call
 waits until one finishes, the running ones' later calls never wait, and a first call held
 `admission_wait_s` goes anyway (fail-open). `auto` reads the budget from the engines' own reports,
-and `/health` tells a runner how much room there is."""
+and `/health` tells a runner how much room there is. A held call records how long it waited,
+and is traced waiting."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import time
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from roost import tracing
 from roost.rollout.engine_api.capacity import EngineCapacity, sglang_capacity, vllm_capacity
 from roost.rollout.gateway.core.admission import Admission
 from roost.rollout.gateway.core.admission_budget import FixedBudget
@@ -150,3 +153,38 @@ def test_the_gateway_holds_a_new_sessions_first_call_until_a_running_one_finishe
     metrics = httpx.get(f"{gateway.url}/metrics").text
     assert sample(metrics, "roost_gateway_admissions_total", outcome="deferred") == 1.0
     assert sample(metrics, "roost_gateway_programs_running") == 1.0
+
+
+def test_a_held_call_records_its_wait_and_is_traced_waiting(scripted_engine_url, tmp_path, monkeypatch):
+    spans = InMemorySpanExporter()
+    monkeypatch.setattr(tracing, "_exporter", lambda: spans)
+    server = start_gateway(
+        scripted_engine_url, tmp_path / "t.sqlite", admission_programs=1, admission_wait_s=20, trace=True
+    )
+    admin = bearer(server.admin_key)
+    try:
+        first, second = new_session(server), new_session(server)
+        assert _chat(first, "One.").status_code == 200
+        answers: list[httpx.Response] = []
+        held = threading.Thread(target=lambda: answers.append(_chat(second, "Two.")))
+        held.start()
+        deadline = time.monotonic() + 10
+        while sample(httpx.get(f"{server.url}/metrics").text, "roost_gateway_programs_waiting") != 1.0:
+            assert time.monotonic() < deadline, "the second session's first call never reached admission"
+            time.sleep(0.02)
+        time.sleep(0.3)  # the second session's first call waits while the first session runs
+        httpx.post(f"{server.url}/sessions/{first['session_id']}/finish", json={}, headers=admin).raise_for_status()
+        held.join(20)
+        assert answers and answers[0].status_code == 200
+        views = [httpx.get(f"{server.url}/sessions/{s['session_id']}", headers=admin).json() for s in (first, second)]
+    finally:
+        server.stop()  # exports the spans
+    assert views[0]["calls"][0]["timings"]["held_ms"] == 0.0  # it went at once
+    [waited] = views[1]["calls"]
+    held_ms = waited["timings"]["held_ms"]
+    assert 300 <= held_ms <= waited["timings"]["prepare_ms"] and views[1]["program"]["held_ms"] == held_ms
+    [admission] = [s for s in spans.get_finished_spans() if s.name == "gateway.admission"]
+    assert dict(admission.attributes) == {"roost.session_id": second["session_id"], "roost.admission": "deferred"}
+    assert held_ms - 50 <= (admission.end_time - admission.start_time) / 1e6 <= held_ms
+    by_id = {s.context.span_id: s for s in spans.get_finished_spans()}
+    assert by_id[admission.parent.span_id].name == "gateway.call"

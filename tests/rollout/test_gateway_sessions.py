@@ -183,8 +183,30 @@ def test_control_plane_rewards_advantages_finish(gateway):
     assert view["status"] == "finished" and len(view["calls"][0]["sampled_ids"]) == n_sampled
 
 
-def test_pause_waits_bounded_and_resume_lets_calls_through(gateway):
+def test_a_sessions_time_splits_into_prefill_decode_and_tools(gateway):
     server, _ = gateway
+    session = new_session(server)
+    convo = [{"role": "user", "content": "hi"}]
+    chat(session["base_url"], session["key"], convo, "Hello there.")
+    time.sleep(0.3)  # the harness runs a tool
+    stream = chat(session["base_url"], session["key"], convo, "A longer answer, streamed.", stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "A longer answer, streamed."
+    view = httpx.get(f"{server.url}/sessions/{session['session_id']}", headers=bearer(server.admin_key)).json()
+    plain, streamed = (c["timings"] for c in view["calls"])
+    for t in (plain, streamed):  # the engine's time to first token; the stream's first chunk
+        assert t["held_ms"] == 0.0 and t["paused_ms"] < 50
+        assert 0 < t["prefill_ms"] < t["engine_ms"] and t["decode_ms"] > 0
+        assert t["prefill_ms"] + t["decode_ms"] == pytest.approx(t["engine_ms"])
+    program = view["program"]
+    assert program["calls"] == program["split_calls"] == 2
+    assert 300 <= program["tool_ms"] < 5000
+    assert program["wall_ms"] == pytest.approx(program["tool_ms"] + plain["total_ms"] + streamed["total_ms"], abs=1)
+    assert program["prefill_ms"] == pytest.approx(plain["prefill_ms"] + streamed["prefill_ms"])
+    assert program["engine_ms"] == pytest.approx(plain["engine_ms"] + streamed["engine_ms"])
+
+
+def test_pause_waits_bounded_and_resume_lets_calls_through(gateway):
+    server, store = gateway
     url, admin = server.url, bearer(server.admin_key)
     session = new_session(server)
     assert httpx.post(f"{url}/admin/pause", headers=admin).json()["drained"] is True
@@ -208,6 +230,8 @@ def test_pause_waits_bounded_and_resume_lets_calls_through(gateway):
     httpx.post(f"{url}/admin/resume", headers=admin).raise_for_status()
     thread.join(10)
     assert result["reply"].choices[0].message.content == "Back."
+    [back] = stored_calls(store, session["session_id"])  # the refused call is not recorded
+    assert 250 <= back.timings["paused_ms"] <= back.timings["prepare_ms"] and back.timings["held_ms"] == 0
 
 
 def test_pause_lets_calls_in_flight_finish(gateway):

@@ -66,6 +66,25 @@ def test_session_shows_token_tree_with_fork_and_per_turn_rewards(viewer):
     assert re.search(r"<td>session</td>\s*<td class=\"num\">1\.000</td>", page)
 
 
+def test_session_shows_where_its_time_went(viewer):
+    url, played = viewer
+    page = get(url, f"/sessions/{played['first']}")
+    table = page.split('<table id="time">')[1].split("</table>")[0]
+    for part in (
+        "engine",
+        "· prefill (3 of 3 calls)",
+        "· decode (3 of 3 calls)",
+        "held for admission",
+        "tools",
+        "wall",
+    ):
+        assert f"<td>{part}" in table, part
+    assert re.search(r"<td>wall</td><td class=\"num\">[\d.]+ ms</td><td class=\"num\">100%</td>", table)
+    tree = page.split('<div class="tree" data-agent="main">')[1]
+    # the scripted engine says its time to first token: each call shows its split
+    assert len(re.findall(r'<span class="time">prefill [\d.]+ ms · decode [\d.]+ ms</span>', tree)) == 3
+
+
 def test_call_shows_messages_tool_calls_and_decoded_tokens_with_hover(viewer):
     url, played = viewer
     page = get(url, f"/calls/{played['tool_call']}")

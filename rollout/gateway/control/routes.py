@@ -28,6 +28,7 @@ from roost.rollout.gateway.control.wire import (
     PauseState,
     PostAdvantages,
     PostReward,
+    ProgramView,
     RewardView,
     SessionCreated,
     SessionDetail,
@@ -39,6 +40,7 @@ from roost.rollout.gateway.core.auth import admin_only
 from roost.rollout.gateway.core.errors import InvalidRequest, NotFound
 from roost.rollout.gateway.core.http_util import guarded, parse, read_body
 from roost.rollout.gateway.gateway import Gateway
+from roost.rollout.store.program_times import program_times
 from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
 
 
@@ -90,6 +92,7 @@ def _detail(
         agents=[AgentView(agent_id=a.agent_id, parent_agent=a.parent_agent) for a in agents],
         calls=[_call_view(c, tokens) for c in calls],
         rewards=[RewardView(reward=x.reward, agent=x.agent_id, call_id=x.call_id, info=x.info) for x in rewards],
+        program=ProgramView.of(program_times(calls)),
     )
 
 

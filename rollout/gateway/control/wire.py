@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from roost.outcome import EpisodeOutcome, SessionStatus
 from roost.rollout.gateway.core.wire_base import Wire
+from roost.rollout.store.program_times import ProgramTimes
 from roost.rollout.store.samples import CallRef, Refused, Sample, SessionSamples
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
@@ -167,12 +168,33 @@ class RewardView(Wire):
     info: dict[str, Any]
 
 
+class ProgramView(Wire):
+    """A `ProgramTimes` (roost.rollout.store.program_times), field for field: where the
+    session's time went, in milliseconds."""
+
+    calls: int
+    wall_ms: float
+    engine_ms: float
+    held_ms: float
+    paused_ms: float
+    tool_ms: float
+    prefill_ms: float | None
+    decode_ms: float | None
+    split_calls: int
+
+    @classmethod
+    def of(cls, times: ProgramTimes) -> ProgramView:
+        return cls.model_validate(asdict(times))
+
+
 class SessionDetail(SessionSummary):
     """`GET /sessions/{sid}` (`?tokens=1` adds each call's ids and logprobs)."""
 
     agents: list[AgentView]
     calls: list[CallView]
     rewards: list[RewardView]
+    program: ProgramView
+    """The session's time over all its calls: engine (prefill, decode), held, paused, tools."""
 
 
 class Ack(Wire):

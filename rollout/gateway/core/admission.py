@@ -15,6 +15,7 @@ for `idle_s` no longer counts (its harness may never finish it).
 
     admission = Admission(FixedBudget(programs=16), max_wait_s=30.0, idle_s=300.0)
     outcome = await admission.admit(session_id)   # "admitted", "deferred" (waited), "let_through"
+    outcome = await admission.admit_now(session_id) or await admission.wait_turn(session_id)  # in two steps
     admission.note(session_id, tokens)            # each recorded call: prompt + reply tokens
     await admission.finish(session_id)            # POST /sessions/{id}/finish
 """
@@ -96,23 +97,30 @@ class Admission:
     async def admit(self, session_id: str) -> Outcome:
         """Return once `session_id` may call: at once for a running program or while it fits;
         else when a program finishes and it fits, or after `max_wait_s` (fail-open)."""
-        now = self._clock()
+        return await self.admit_now(session_id) or await self.wait_turn(session_id)
+
+    async def admit_now(self, session_id: str) -> Outcome | None:
+        """`running` or `admitted` when `session_id` may call at once; None: it must `wait_turn`.
+        Apart from `admit` so a caller can time (and trace) only the calls that wait."""
         if session_id in self._active:
-            self._active[session_id] = now
+            self._active[session_id] = self._clock()
             return "running"
-        deadline = now + self.max_wait_s
-        outcome: Outcome = "admitted"
+        capacity = await self.capacity()
+        return self._enter(session_id, "admitted") if self._fits(capacity) else None
+
+    async def wait_turn(self, session_id: str) -> Outcome:
+        """Hold a first call until it fits (`deferred`) or `max_wait_s` passed (`let_through`)."""
+        deadline = self._clock() + self.max_wait_s
         self.waiting += 1
         try:
             while True:
                 capacity = await self.capacity()
                 async with self._changed:  # a finish notifies under it: none is missed in between
                     if self._fits(capacity):
-                        return self._enter(session_id, outcome)
+                        return self._enter(session_id, "deferred")
                     left = deadline - self._clock()
                     if left <= 0:
                         return self._enter(session_id, "let_through")
-                    outcome = "deferred"
                     try:
                         await asyncio.wait_for(self._changed.wait(), min(left, POLL_S))
                     except TimeoutError:

@@ -79,6 +79,10 @@ class Prepared:
     """The LoRA adapter the call's `model` names (None: the base model)."""
     engine: str = ""
     """The URL of the engine that sampled the reply (the router's choice), stored with the call."""
+    held_s: float = 0.0
+    """How long program-aware admission held the call before it ran (0: it went at once)."""
+    paused_s: float = 0.0
+    """How long the call waited at the pause gate (a weight update's pause; 0: not paused)."""
 
 
 @dataclass
@@ -126,11 +130,10 @@ class TokenBackend:
         """Admit the call past the pause gate; it counts as in flight until its answer is out
         (for a stream: until the stream ends). With program-aware admission a session's first call
         waits its turn first (not in flight meanwhile: a pause does not wait for it)."""
-        if self.admission is not None:
-            outcome = await self.admission.admit(target.session.session_id)
-            if outcome != "running":
-                self.ctx.metrics.admissions.labels(outcome).inc()
+        held_s = await self._admit(target)
+        at_gate = time.perf_counter()
         await self.gate.enter()
+        paused_s = time.perf_counter() - at_gate
         released = False
 
         def release() -> None:
@@ -146,6 +149,7 @@ class TokenBackend:
                 await self.ctx.learn_adapter(getattr(req, "model", None))
                 p = await front.prepare(self.ctx, target, req, raw_body, received)
             p.lora = self.ctx.adapter_of(p.model)
+            p.held_s, p.paused_s = held_s, paused_s
             p.trace = tracing.current()
             self.ctx.notes.warn(p.notes)
             if p.stream:
@@ -156,6 +160,25 @@ class TokenBackend:
         finally:
             if not handed_over:
                 release()
+
+    async def _admit(self, target: CallTarget) -> float:
+        """Wait for the session's admission; return the seconds it was held (0: it went at once).
+        Only a call that waits gets a `gateway.admission` span."""
+        if self.admission is None:
+            return 0.0
+        session_id = target.session.session_id
+        outcome = await self.admission.admit_now(session_id)
+        held_s = 0.0
+        if outcome is None:
+            waited = time.perf_counter()
+            with self.ctx.tracing.span("gateway.admission", {"roost.session_id": session_id}) as span:
+                outcome = await self.admission.wait_turn(session_id)
+                if span is not None:
+                    span.set_attribute("roost.admission", outcome)
+            held_s = time.perf_counter() - waited
+        if outcome != "running":
+            self.ctx.metrics.admissions.labels(outcome).inc()
+        return held_s
 
     async def count_tokens(self, front: Counting, target: CallTarget, req: Any, raw_body: bytes) -> int:
         await self.ctx.learn_adapter(getattr(req, "model", None))
@@ -233,7 +256,15 @@ class TokenBackend:
             sampling_params=p.params,
             request=orjson.Fragment(p.raw_body),
             response=recorded_response(front, p, outcome),
-            timings=timings(p.received, started, engine_done, time.perf_counter()),
+            timings=timings(
+                p.received,
+                started,
+                engine_done,
+                time.perf_counter(),
+                held_s=p.held_s,
+                paused_s=p.paused_s,
+                prefill_s=sampled.prefill_s,
+            ),
             reply_key=key,
             trace=p.trace,
             adapter=p.lora or "",
@@ -335,7 +366,8 @@ class TokenBackend:
         except EngineError as exc:
             ctx.forget_adapter(p.lora, exc)
             raise engine_failure(exc, ctx.metrics, ctx.config.retry_after_s) from exc
-        frames = self._frames(front, p, call_id, first, engine_stream, started, release, engine)
+        prefill_s = time.perf_counter() - started  # the first chunk carries the first token
+        frames = self._frames(front, p, call_id, first, engine_stream, started, prefill_s, release, engine)
         return StreamingResponse(frames, media_type="text/event-stream", headers=ctx.call_headers(p.target, [call_id]))
 
     async def _open_stream(self, p: Prepared, call_id: str) -> tuple[EngineSlot, AsyncIterator, Any]:
@@ -381,12 +413,13 @@ class TokenBackend:
         first: Any,
         engine_stream: AsyncIterator,
         started: float,
+        prefill_s: float,
         release: Callable[[], None],
         engine: EngineSlot,
     ) -> AsyncIterator[bytes]:
         ctx = self.ctx
         out = front.streamer(ctx, p, call_id, first.weight_version)
-        sampled = Sampled()
+        sampled = Sampled(prefill_s=prefill_s)
         decoder = IncrementalDecoder(ctx.tokenizer, skip_special_tokens=p.skip_special_tokens)
         trimmer = StopTrimmer(p.stops)
         parser = self._parser(p)

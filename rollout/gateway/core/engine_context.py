@@ -135,8 +135,13 @@ class EngineContext:
             pass
 
     def sampled_from(self, gen: Generation) -> Sampled:
+        prefill = gen.meta_info.get("prefill_latency")  # roost's engine only
         return Sampled(
-            ids_array(gen.output_ids), logprob_array(gen.output_logprobs), gen.finish_reason, gen.weight_version
+            ids_array(gen.output_ids),
+            logprob_array(gen.output_logprobs),
+            gen.finish_reason,
+            gen.weight_version,
+            float(prefill) if isinstance(prefill, (int, float)) else None,
         )
 
     def token_strings(self, ids: Any) -> list[str]:

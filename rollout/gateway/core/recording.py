@@ -40,6 +40,9 @@ class Sampled:
     logprobs: array = field(default_factory=lambda: array("d"))
     finish_reason: dict[str, Any] = field(default_factory=dict)
     weight_version: str = "default"
+    prefill_s: float | None = None
+    """The time to the first token (streamed: the first chunk's arrival; else the engine's
+    `prefill_latency`); None when the engine does not say, as SGLang's answers do not."""
 
 
 def node_for(
@@ -132,13 +135,32 @@ def call_record(
     )
 
 
-def timings(received: float, started_engine: float, engine_done: float, recorded: float) -> dict[str, float]:
-    return {
+def timings(
+    received: float,
+    started_engine: float,
+    engine_done: float,
+    recorded: float,
+    *,
+    held_s: float = 0.0,
+    paused_s: float = 0.0,
+    prefill_s: float | None = None,
+) -> dict[str, float]:
+    """A call's stored timings (perf_counter seconds in, milliseconds out). `prepare_ms` includes
+    `held_ms` (admission's wait) and `paused_ms` (the pause gate's); `engine_ms` splits into
+    `prefill_ms` and `decode_ms` only where the time to the first token is known: an estimate
+    would read as a measurement."""
+    out = {
         "prepare_ms": (started_engine - received) * 1e3,
+        "held_ms": held_s * 1e3,
+        "paused_ms": paused_s * 1e3,
         "engine_ms": (engine_done - started_engine) * 1e3,
         "record_ms": (recorded - engine_done) * 1e3,
         "total_ms": (recorded - received) * 1e3,
     }
+    if prefill_s is not None:
+        out["prefill_ms"] = prefill_s * 1e3
+        out["decode_ms"] = out["engine_ms"] - out["prefill_ms"]
+    return out
 
 
 def reply_key(chain_end: bytes, reply: ParsedReply, defaults: ArgumentDefaults | None = None) -> bytes:
