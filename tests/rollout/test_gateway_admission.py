@@ -33,7 +33,13 @@ async def test_past_the_limit_a_first_call_waits_for_a_finish_and_a_running_prog
     assert await admission.admit("a") == "running"  # an admitted program's next call goes through
     await admission.finish("a")
     assert await asyncio.wait_for(waiting, 1.0) == "deferred"
-    assert admission.active == 2 and admission.counts == {"admitted": 2, "deferred": 1, "let_through": 0}
+    assert admission.active == 2 and admission.counts == {
+        "admitted": 2,
+        "deferred": 1,
+        "let_through": 0,
+        "paused": 0,
+        "resumed": 0,
+    }
 
 
 async def test_a_first_call_held_too_long_goes_anyway_and_idle_programs_stop_counting():
@@ -78,6 +84,28 @@ async def test_against_a_token_budget_a_program_waits_until_the_running_ones_lea
     assert admission.room(EngineCapacity(programs=8, tokens=3000)) == 3  # (3000 - 1200) // 600
     assert admission.room(EngineCapacity(programs=3, tokens=3000)) == 1
     assert admission.room(EngineCapacity()) is None
+
+
+async def test_programs_grown_past_the_budget_are_paused_at_a_call_and_resumed_when_they_fit_again():
+    admission = Admission(Tokens(1000), max_wait_s=5.0, idle_s=60.0)
+    for session in ("a", "b"):
+        assert await admission.admit(session) == "admitted"
+        admission.note(session, 300)
+    admission.note("a", 400)
+    admission.note("b", 700)  # b grew: without it, a counts 400 (its size, the expected one) and 400 + 700 > 1000
+    held = asyncio.ensure_future(admission.admit("b"))  # b's next call: paused
+    await asyncio.sleep(0.2)
+    assert not held.done() and admission.is_paused("b") and admission.active == 1
+    assert await admission.admit("a") == "running"  # the first admitted is never paused
+    await admission.finish("a")
+    assert await asyncio.wait_for(held, 2.0) == "resumed"
+    assert admission.held_tokens == 700 and admission.counts["paused"] == 1
+    # a paused program held past max_wait_s goes anyway
+    hurried = Admission(Tokens(1000), max_wait_s=0.3, idle_s=60.0)
+    for session, size in (("a", 300), ("b", 900)):
+        await hurried.admit(session)
+        hurried.note(session, size)
+    assert await asyncio.wait_for(hurried.admit("b"), 2.0) == "let_through"
 
 
 def test_engine_reports_read_as_sglang_and_vllm_write_them():

@@ -170,6 +170,8 @@ class TokenBackend:
         outcome = await self.admission.admit_now(session_id)
         held_s = 0.0
         if outcome is None:
+            if self.admission.is_paused(session_id):
+                self.ctx.metrics.admissions.labels("paused").inc()
             waited = time.perf_counter()
             with self.ctx.tracing.span("gateway.admission", {"roost.session_id": session_id}) as span:
                 outcome = await self.admission.wait_turn(session_id)

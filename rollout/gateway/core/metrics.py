@@ -39,7 +39,7 @@ class GatewayMetrics:
         )
         self.admissions = Counter(
             "roost_gateway_admissions_total",
-            "Sessions' first calls by how they were admitted (admitted, deferred, let_through)",
+            "Admission outcomes: first calls admitted, deferred or let_through; running programs paused and resumed",
             ["outcome"],
             registry=r,
         )
