@@ -9,10 +9,11 @@ An estimator is `fn(group: Group, **options) -> result`, where the result is
 Scalars are spread over the sampled tokens they cover. Rewards: a session's (or agent's)
 reward is its outcome; a reward posted on a call is a step reward (an invalid action's
 penalty, say), so an episode's return is its outcome plus its calls' step rewards.
-Built-ins: `grpo`, `rloo`, `reinforce++`, `gae`, and `gigpo` (per-step credit, in
-`roost.trainer.gigpo`); anything else is loaded by dotted path (`pkg.module:function`), so a
-recipe can name its own. Advantages posted to the gateway (per token or per call) take
-precedence over any estimator. In multi-agent groups each agent may use its own estimator.
+Built-ins: `grpo`, `rloo`, `reinforce++`, `gae`, `gigpo` (per-step credit, in
+`roost.trainer.gigpo`) and `distill` (a teacher's reverse KL, in `roost.trainer.distill`);
+anything else is loaded by dotted path (`pkg.module:function`), so a recipe can name its own.
+Advantages posted to the gateway (per token or per call) take precedence over any estimator.
+In multi-agent groups each agent may use its own estimator.
 
 Bad input is an error or documented handling, never a silent update: NaN rewards raise
 (`Sample.validate`), a missing reward raises, an empty group raises, and a group whose
@@ -192,6 +193,7 @@ ESTIMATORS: dict[str, str] = {
     "reinforce++": "roost.trainer.advantages:reinforce_pp",
     "gae": "roost.trainer.advantages:gae",
     "gigpo": "roost.trainer.gigpo:gigpo",
+    "distill": "roost.trainer.distill:distill",
 }
 
 
@@ -216,7 +218,7 @@ def load_estimator(name: str) -> Estimator:
     return load_function(ESTIMATORS.get(name, name))
 
 
-def _spread(group: Group, result: EstimatorResult, source: str) -> list[list[float]]:
+def per_token(group: Group, result: EstimatorResult, source: str) -> list[list[float]]:
     """Turn an estimator's result into per-token advantages for each sample."""
     if isinstance(result, list):
         if len(result) != len(group.samples):
@@ -306,7 +308,7 @@ def _score_group(group: Group, config: AdvantageConfig, whiten: list[Scored]) ->
         if result is None:
             continue
         source = f"estimator {estimator_config.name!r} on group {group.group_id!r}"
-        for sample, values in zip(samples, _spread(sub, result, source)):
+        for sample, values in zip(samples, per_token(sub, result, source)):
             item = Scored(sample, _posted(sample, values) or values)
             if not all(math.isfinite(v) for v in item.advantages):
                 raise AdvantageError(f"{source} produced non-finite advantages")

@@ -140,6 +140,39 @@ class EngineConfig(_Section):
         return self
 
 
+class TeacherConfig(_Section):
+    """An inference service in the teacher role: an engine of its own model that scores the
+    student's recorded tokens (on-policy distillation), started, health-checked and restarted as
+    the rollout engine is, but outside the gateway and never sent new weights."""
+
+    model: str = "student"
+    """A checkpoint folder (or `tiny`, `tiny-vllm`) with the student's tokenizer (another one is
+    refused); `student`: the run's starting model, frozen (a reverse-KL anchor to the start)."""
+    engine: EngineConfig = EngineConfig()
+    """Its engine: `backend`, `args`, `dtype`, or `url` of a running one (key in ROOST_ENGINE_KEY)."""
+
+
+class DistillRoute(_Section):
+    """Which teacher scores a sample: the first route whose given fields all match."""
+
+    teacher: str
+    env: str | None = None
+    task_tag: str | None = None
+    """A tag in the task's `tags`."""
+    agent: str | None = None
+    """The sample's agent id (a multi-agent harness's role)."""
+
+
+class DistillConfig(_Section):
+    """On-policy distillation (`roost.trainer.distill`): each sampled token's advantage is
+    `coef * (log p_teacher - log p_student)`, plus `env_weight` times the advantage
+    `algorithm.advantage` gives the env's reward."""
+
+    routes: list[DistillRoute] = Field(min_length=1)
+    coef: float = Field(1.0, gt=0)
+    env_weight: float = Field(0.0, ge=0)
+
+
 class GatewayConfig(_Section):
     reasoning_policy: Literal["keep", "drop"] = _GATEWAY["reasoning_policy"].default
     workers: int = Field(_GATEWAY["workers"].default, ge=1, le=64)
@@ -432,6 +465,10 @@ class Recipe(_Section):
     rollout: RolloutConfig = RolloutConfig()
     sft: SFTConfig | None = None
     """Supervised fine-tuning before RL (SFT → RL); null skips it."""
+    teachers: dict[str, TeacherConfig] = {}
+    """Teacher engines by name (the `teacher:NAME` role), for `distill`."""
+    distill: DistillConfig | None = None
+    """On-policy distillation from the teachers; null: the env's reward alone."""
     eval: EvalConfig = EvalConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     placement: PlacementConfig = PlacementConfig()
@@ -472,7 +509,22 @@ class Recipe(_Section):
                 f"rollout.concurrency ({self.rollout.concurrency}) must be at least "
                 f"rollout.group_size ({self.rollout.group_size}) so a group plays at once"
             )
+        self._check_distill()
         return self
+
+    def _check_distill(self) -> None:
+        if self.distill is None:
+            return
+        named = sorted({r.teacher for r in self.distill.routes} - set(self.teachers))
+        if named:
+            raise ValueError(
+                f"distill.routes name teacher(s) {named} that `teachers` does not define ({sorted(self.teachers)})"
+            )
+        if self.algorithm.advantage.name == "distill":
+            raise ValueError(
+                "algorithm.advantage is the env reward's estimator (mixed in by distill.env_weight); "
+                "the distill section itself makes the advantages: leave algorithm.advantage at grpo or another"
+            )
 
     @property
     def output_dir(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from typing import Any
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from roost.metrics_http import metrics_response
 from roost.rollout.engine.engine import Completion, Engine
 from roost.rollout.engine.metrics import EngineMetrics
+from roost.rollout.engine.prompt_scores import prompt_logprobs
 from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, ScriptError
 from roost.rollout.engine.sessions import SessionTable, Turn
 from roost.rollout.engine.weight_uploads import WeightReceiver
@@ -89,6 +91,21 @@ def _meta(
             # roost's: the time to the first token, which SGLang's answers do not carry
             meta["prefill_latency"] = done.first_token_at - started
     return meta
+
+
+def _wants_input_logprobs(req) -> bool:
+    """SGLang's ask for the prompt's logprobs: `return_logprob` with `logprob_start_len` >= 0
+    (its default, -1, asks for the sampled tokens' only)."""
+    return bool(req.return_logprob) and req.logprob_start_len is not None and req.logprob_start_len >= 0
+
+
+def _input_logprobs(engine: Engine, ids: list[int], scores, req) -> list[list]:
+    """SGLang's `input_token_logprobs`: [logprob, token id, text] from `logprob_start_len` on; the
+    first token of the prompt, which has no context, has logprob None."""
+    start = min(req.logprob_start_len, len(ids))
+    texts = [engine.decode([t], False) if req.return_text_in_logprobs else None for t in ids[start:]]
+    values = [None if math.isnan(v) else float(v) for v in scores[start:]]
+    return [[lp, t, x] for lp, t, x in zip(values, ids[start:], texts)]
 
 
 def _answer_text(engine: Engine, done: Completion, params) -> str:
@@ -236,6 +253,10 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
     async def _generate(request: Request, req, params, turn: Turn, started: float) -> Response:
         """The answer to `req`, whose whole prompt is `turn.prompt`; a stream ends `turn` itself."""
         ids, rid = turn.prompt, turn.rid
+        if req.stream and _wants_input_logprobs(req):
+            raise RequestError(
+                "the prompt's logprobs (logprob_start_len >= 0) come with a request that is not streamed"
+            )
         plan = await engine.prepare(ids, params, req.lora_path)
         plan.session = req.session_params.id if req.session_params is not None else None
         if req.stream:
@@ -255,11 +276,11 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             return Response(status_code=499)
         sessions.end(turn, _finished_ids(done))
         metrics.answered(len(ids), done, started)
-        body = {
-            "text": _answer_text(engine, done, params),
-            "output_ids": done.output_ids,
-            "meta_info": _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started),
-        }
+        meta = _meta(engine, rid, len(ids), done, req.return_logprob, req.return_text_in_logprobs, started)
+        if _wants_input_logprobs(req):
+            scores, _ = await asyncio.to_thread(prompt_logprobs, engine, ids, plan.adapter)
+            meta["input_token_logprobs"] = _input_logprobs(engine, ids, scores, req)
+        body = {"text": _answer_text(engine, done, params), "output_ids": done.output_ids, "meta_info": meta}
         return Response(orjson.dumps(body), media_type="application/json")
 
     @app.post("/update_weights_from_disk", dependencies=guarded)

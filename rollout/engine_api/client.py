@@ -64,6 +64,11 @@ class EngineClient(Protocol):
 
     async def health(self) -> bool: ...
 
+    async def score(self, input_ids: list[int], *, lora: str | None = None) -> list[float]:
+        """The model's logprob of each of `input_ids` given the ones before it (NaN for the first):
+        a teacher's scores of a student's recorded tokens, by id."""
+        ...
+
     async def capacity(self) -> EngineCapacity:
         """What it can hold at once, as it reports it (`roost.rollout.engine_api.capacity`)."""
         ...

@@ -11,6 +11,7 @@ drift apart.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -101,6 +102,20 @@ def _answer(body: Any, what: str) -> GenerateAnswer:
         return GenerateAnswer.model_validate(body)
     except ValidationError as exc:
         raise EngineProtocolError(f"not an SGLang {what}: {str(body)[:200]}") from exc
+
+
+def prompt_scores(entries: list[Any] | None, length: int, url: str) -> list[float]:
+    """`input_token_logprobs` as floats, one per prompt token (None → NaN), checked for length."""
+    if entries is None or len(entries) != length:
+        got = "none" if entries is None else len(entries)
+        raise EngineProtocolError(
+            f"engine at {url} answered {got} prompt logprobs for a prompt of {length} tokens "
+            "(an SGLang-API engine returns input_token_logprobs with return_logprob and logprob_start_len 0)"
+        )
+    try:
+        return [math.nan if entry[0] is None else float(entry[0]) for entry in entries]
+    except (TypeError, ValueError, IndexError) as exc:
+        raise EngineProtocolError(f"malformed input_token_logprobs from {url}: {entries[:3]!r}") from exc
 
 
 def parse_generation(body: Any) -> Generation:
@@ -280,6 +295,25 @@ class SGLangClient(EngineHTTP):
             session_params=call.session_params,
         )
         return request_body(request)
+
+    def score_payload(self, input_ids: list[int], lora: str | None = None) -> dict[str, Any]:
+        """SGLang's ask for a prompt's logprobs and nothing sampled."""
+        request = GenerateRequest(
+            input_ids=input_ids,
+            sampling_params={"max_new_tokens": 0, "temperature": 0.0},
+            return_logprob=True,
+            logprob_start_len=0,
+            lora_path=lora,
+        )
+        return request_body(request)
+
+    async def score(self, input_ids: list[int], *, lora: str | None = None) -> list[float]:
+        """The model's logprob of each of `input_ids` given the ones before it (NaN for the first,
+        which has no context): a teacher's scores of a student's tokens, by id."""
+        answer = _answer(
+            await self._request("POST", "/generate", self.score_payload(input_ids, lora)), "/generate answer"
+        )
+        return prompt_scores(answer.meta_info.input_token_logprobs, len(input_ids), self.base_url)
 
     def open_session_payload(self, session: str) -> dict[str, Any]:
         # capacity_of_str_len is required by SGLang, which stores it and reads it nowhere.

@@ -19,6 +19,7 @@ requests with those classes.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,22 @@ def _logprobs(choice: VLLMChoice, ids: list[int]) -> list[float]:
     return values
 
 
+def vllm_prompt_scores(answer: Any, input_ids: list[int], url: str) -> list[float]:
+    """vLLM's `prompt_logprobs` (a `{token id: {"logprob", ...}}` per prompt token, None for the
+    first) as one float per token: the logprob of the token the prompt has there."""
+    entries = answer.get("prompt_logprobs") if isinstance(answer, dict) else None
+    if not isinstance(entries, list) or len(entries) != len(input_ids):
+        got = "none" if not isinstance(entries, list) else len(entries)
+        raise EngineProtocolError(f"vLLM at {url} answered {got} prompt logprobs for {len(input_ids)} prompt tokens")
+    scores = [math.nan]
+    for token, entry in zip(input_ids[1:], entries[1:]):
+        found = entry.get(str(token)) if isinstance(entry, dict) else None
+        if not isinstance(found, dict) or "logprob" not in found:
+            raise EngineProtocolError(f"vLLM at {url} gave no logprob for prompt token {token}: {str(entry)[:200]}")
+        scores.append(float(found["logprob"]))
+    return scores
+
+
 def _choice(body: Any, what: str) -> VLLMChoice:
     try:
         answer = VLLMGenerateAnswer.model_validate(body)
@@ -218,6 +235,19 @@ class VLLMClient(EngineHTTP):
             weight_version=self._version(choice),
             prompt_tokens=len(input_ids),
         )
+
+    async def score(self, input_ids: list[int], *, lora: str | None = None) -> list[float]:
+        """The model's logprob of each of `input_ids` given the ones before it (NaN for the first):
+        vLLM's `prompt_logprobs` (0: each prompt token's own), one token sampled and thrown away
+        (vLLM samples at least one)."""
+        payload = {
+            "token_ids": list(input_ids),
+            "sampling_params": {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0},
+            "output_mode": "tokens",
+            **({"model": lora} if lora else {}),
+        }
+        answer = await self._request("POST", GENERATE_PATH, payload)
+        return vllm_prompt_scores(answer, input_ids, self.base_url)
 
     async def generate_stream(
         self,

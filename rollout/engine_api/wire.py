@@ -336,6 +336,9 @@ class GenerateMeta(Answer):
     constraint: dict[str, Any] | None = None
     """roost's engine: `{"type": <the sampling field>, "backend": "xgrammar"}` when a grammar held
     the reply (SGLang does not say)."""
+    input_token_logprobs: list[Any] | None = None
+    """`[[logprob | None, token_id, text | None], ...]` of the prompt from `logprob_start_len` on,
+    when asked (the prompt's first token, with no context, has None)."""
 
 
 class GenerateAnswer(Answer):

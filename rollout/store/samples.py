@@ -93,6 +93,9 @@ class Sample:
     rewrote (so not all of them are in `calls`)."""
     finish_reason: dict[str, Any] = field(default_factory=dict)
     """The leaf call's finish reason (SGLang's {"type": stop|length|abort, ...})."""
+    teacher_logprobs: list[float] | None = None
+    """A teacher's logprob of each token given the ones before it (NaN for the first), set by
+    on-policy distillation (`roost.trainer.distill`) before advantages; None elsewhere."""
 
     def __len__(self) -> int:
         return len(self.tokens)

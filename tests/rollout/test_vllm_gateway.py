@@ -137,6 +137,28 @@ def test_its_kv_capacity_is_read_from_its_cache_config_metric(vllm_engine):
     assert reported.programs is None and reported.tokens is not None and reported.tokens >= 4096
 
 
+def test_as_a_teacher_it_scores_token_ids_as_transformers_does(vllm_engine):
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tiny_model_dir(variant="tiny-vllm")
+    ids = AutoTokenizer.from_pretrained(folder).encode("The weather in Paris is sunny and warm today.")
+
+    async def score():
+        async with VLLMClient(vllm_engine.url, api_key=vllm_engine.api_key) as client:
+            return await client.score(ids)
+
+    scores = asyncio.run(score())
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    with torch.inference_mode():
+        logits = model(torch.tensor([ids])).logits[0, :-1]
+    reference = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
+    assert math.isnan(scores[0]) and len(scores) == len(ids)
+    assert max(abs(a - b) for a, b in zip(scores[1:], reference)) <= 1e-4
+
+
 def test_pause_holds_generation_until_resume(vllm_engine, tiny_vllm_ids):
     async def scenario() -> tuple[bool, bool, int]:
         async with VLLMClient(vllm_engine.url, api_key=vllm_engine.api_key) as client:

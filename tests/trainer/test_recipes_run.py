@@ -108,3 +108,19 @@ def test_the_cpu_recipe_trains_two_steps_and_resumes_a_third(name, tmp_path, loc
     assert [m["step"] for m in rl] == [1, 2, 3] and rl[2]["updated"]
     assert rl[2]["weight_version"] == rl[1]["weight_version"] + 1
     assert json.loads((run_dir / "state.json").read_text())["step"] == 3
+
+
+def test_the_distillation_recipe_trains_two_steps_on_its_teachers_scores(tmp_path, local_ray):  # noqa: F811
+    from roost.trainer.rl.loop import train
+
+    run_dir = tmp_path / "run"
+    overrides = ["steps=2", f"output_dir={run_dir}", *COMMON, *SHORT["alfworld"]]
+    summary = train(load_recipe(RECIPES / "alfworld" / "opd.yaml", overrides))
+    assert summary.steps == 2
+    rl = rl_metrics(run_dir)
+    assert all(m["updated"] and m["trained_samples"] > 0 and m["teacher_failed"] == 0 for m in rl), rl
+    # the teacher is the policy RL started from: at the first step the student is the same
+    # weights, sampled by another engine, so its reverse KL is ~0; then the student moves
+    assert abs(rl[0]["distill_reverse_kl"]) < 1e-3, rl
+    assert rl[1]["distill_reverse_kl"] != rl[0]["distill_reverse_kl"]
+    assert (run_dir / "logs" / "teacher-strong.log").is_file()

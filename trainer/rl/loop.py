@@ -30,12 +30,13 @@ from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advan
 from ..checkpoint import RunState, adapter_dir, checkpoint_dir, load_evals, prune_checkpoints, save_evals
 from ..eval_compare import per_task_success
 from ..metrics import MetricsLogger
-from ..recipe import AlgorithmConfig, Recipe, dump_recipe
+from ..recipe import AlgorithmConfig, DistillConfig, Recipe, dump_recipe
 from ..sft.data import Transcript
 from .batches import Batch, collect_batch
 from .placement import Placement
 from .rollouts import EVAL_PREFIX, RolloutInfo, Rollouts
 from .setup import Services
+from .teaching import check_teachers, teach
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -227,10 +228,14 @@ def _schedule(run: Run, transcripts: list[Transcript], tools: list[ToolSchema]) 
 def _rl(run: Run) -> None:
     """The RL steps: generate → score → train → sync weights (then log, and evaluate when due)."""
     recipe, state, algo = run.recipe, run.state, run.recipe.algorithm
-    advantages = _advantage_config(algo)
+    advantages = _advantage_config(algo, recipe.distill)
     max_staleness = algo.max_staleness if algo.mode == "async" else 0
     if state.step < recipe.schedule.steps:
         _rl_loss(run)
+    if recipe.distill is not None and state.step < recipe.schedule.steps:
+        run.hooks.echo(f"starting teacher engine(s): {', '.join(recipe.teachers)}")
+        run.services.teacher_engines.start(state.reference or state.model)
+        check_teachers(run.services, recipe)
     run.hooks.stage("rl", recipe.schedule.steps)
     while state.step < recipe.schedule.steps:
         started = time.perf_counter()
@@ -244,6 +249,10 @@ def _rl(run: Run) -> None:
                     f"step {state.step + 1}: {len(batch.refused)} calls left out of training; "
                     f"the first: {batch.refused[0].message()}"
                 )
+            teaching: dict[str, Any] = {}
+            if recipe.distill is not None and batch.groups:
+                with run.tracing.span("train.teachers"):
+                    teaching = teach(run.services, recipe, batch)
             with run.tracing.span("train.advantages"):
                 scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
             lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
@@ -257,6 +266,7 @@ def _rl(run: Run) -> None:
             sync_s, sync_bytes = _publish(run, f"step-{state.step}") if stats else (0.0, 0)
         run.last = {
             **step_metrics(batch, rollout, stats, counts, scored),
+            **teaching,
             "lr": lr,
             "trainer_version": trainer_version,
             "weight_version": state.weight_version,
@@ -278,11 +288,13 @@ def _collect(run: Run, group_ids: list[str], max_staleness: int | None) -> Batch
     )
 
 
-def _advantage_config(algo: AlgorithmConfig) -> AdvantageConfig:
-    return AdvantageConfig(
-        EstimatorConfig(algo.advantage.name, algo.advantage.options),
-        {a: EstimatorConfig(e.name, e.options) for a, e in algo.per_agent.items()},
-    )
+def _advantage_config(algo: AlgorithmConfig, distill: DistillConfig | None = None) -> AdvantageConfig:
+    """The recipe's estimator; with `distill`, the teacher's reverse KL mixed with it."""
+    main = EstimatorConfig(algo.advantage.name, algo.advantage.options)
+    if distill is not None:
+        options = {"env_estimator": main.name, "env_options": main.options}
+        main = EstimatorConfig("distill", {"coef": distill.coef, "env_weight": distill.env_weight, **options})
+    return AdvantageConfig(main, {a: EstimatorConfig(e.name, e.options) for a, e in algo.per_agent.items()})
 
 
 def _train(trainer: TrainerGroup, scored: list[Scored], updates: int, tracing: Tracing) -> StepStats | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,15 @@ class Services:
     """How the weights reach the engine (`engine.weight_sync`): disk or http."""
     fixed_nodes: frozenset[str] = frozenset()
     """The nodes of the roles that do not grow (the trainer's ranks, the gateway)."""
+    teacher_engines: TeacherEngines | None = None
+    """The teachers' engines (`recipe.teachers`), started when RL starts: scored against directly,
+    not through the gateway."""
+
+    @property
+    def teachers(self) -> dict[str, str]:
+        """The teacher engines' URLs by name (none before they start)."""
+        started = self.teacher_engines.started if self.teacher_engines is not None else {}
+        return {name: replica.url for name, replica in started.items()}
 
     @property
     def engine_url(self) -> str:
@@ -106,6 +115,41 @@ class Services:
         joined = joined_nodes(set(self.fixed_nodes) | self.envs.nodes() | self.engines.nodes())
         taken = self.envs.grow(joined, echo)
         self.engines.grow([n for n in joined if n.id not in taken], echo)
+
+
+@dataclass
+class TeacherEngines:
+    """One engine per teacher (`teacher-NAME`), placed and supervised by the code that runs the
+    rollout engine, each from the recipe with its own model and engine section; a teacher the
+    recipe names by `engine.url` is the user's to keep up. Started by the loop when RL starts,
+    since a teacher of model `student` serves the policy RL starts from (after SFT)."""
+
+    recipe: Recipe
+    where: Placement
+    log_dir: Path
+    engine_key: str | None
+    started: dict[str, Replica] = field(default_factory=dict)
+
+    def start(self, student: str) -> None:
+        from roost.rollout.engine.tiny_model import resolve_model
+
+        for name, teacher in self.recipe.teachers.items():
+            if name in self.started:
+                continue
+            if teacher.engine.url is not None:
+                self.started[name] = Replica(0, teacher.engine.url, None)
+                continue
+            model = student if teacher.model == "student" else str(resolve_model(teacher.model))
+            own = self.recipe.model_copy(
+                update={"engine": teacher.engine, "trainer": self.recipe.trainer.model_copy(update={"lora": None})}
+            )
+            starter = EngineStarter(
+                f"teacher-{name}", own, self.where.engines[:1], self.where, model, self.log_dir, self.engine_key
+            )
+            self.started[name] = starter.start([0])[0]
+
+    def actors(self) -> list[ActorHandle[ServiceActor] | None]:
+        return [replica.actor for replica in self.started.values()]
 
 
 def fixed_nodes(where: Placement) -> frozenset[str]:
@@ -155,6 +199,7 @@ def services(recipe: Recipe, run_dir: Path, model: str, envs: EnvPool, where: Pl
     starter = EngineStarter("engine", recipe, where.engines, where, model, log_dir, engine_key)
     pool: EnginePool | None = None
     replicas: list[Replica] = []
+    teachers = TeacherEngines(recipe, where, log_dir, engine_key)
     gateway = None
     try:
         if recipe.engine.url is None:
@@ -193,7 +238,8 @@ def services(recipe: Recipe, run_dir: Path, model: str, envs: EnvPool, where: Pl
             adapter_name(recipe),
             recipe.engine.weight_sync,
             fixed_nodes(where),
+            teachers,
         )
     finally:
         engines = pool.actors() if pool is not None else [r.actor for r in replicas]
-        stop_services([*envs.actors(), *engines, gateway])
+        stop_services([*envs.actors(), *engines, gateway, *teachers.actors()])

@@ -311,6 +311,8 @@ class SampleView(Wire):
     leaf_call_id: str | None = None
     call_ids: list[str] = Field(default_factory=list)
     finish_reason: dict[str, Any] = Field(default_factory=dict)
+    teacher_logprobs: list[float] | None = None
+    """None as the gateway sends it: a teacher's scores are the trainer's, added after (`roost.trainer.distill`)."""
 
     @classmethod
     def of(cls, sample: Sample) -> SampleView:
