@@ -1,12 +1,14 @@
-"""Policy losses over per-sample token logprobs: PPO clip (with dual clip), GRPO, GSPO, and
-the negative log-likelihood of supervised fine-tuning (`sft`).
+"""Policy losses over per-sample token logprobs: PPO clip (with dual clip), GRPO, GSPO, CISPO,
+and the negative log-likelihood of supervised fine-tuning (`sft`).
 
 Every loss here is a weighted sum over sampled tokens, with the weights fixed for the
 whole step before microbatching (`token_weights`), so summing microbatch losses gives
 exactly the full-batch loss whatever the packing. Off-policy correction: the ratio is
 taken against `old_logprobs` (the trainer's own logprobs of the rollout policy when
-recomputed, else the engine's rollout logprobs), and truncated importance sampling
-weights each token by min(exp(old - rollout), cap), stopped from the gradient.
+recomputed, else the engine's rollout logprobs), and an off-policy correction
+(`roost.trainer.corrections`: token or sequence TIS, MIS, geometric masking, IcePop, outlier
+masking) weights or masks each token by the gap exp(old - rollout), stopped from the gradient.
+CISPO (MiniMax-M1) keeps every token's gradient: its loss is -sg(clip(ratio)) * A * log p.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from roost.trainer.corrections import Correction, mismatch, weights
 from roost.trainer.recipe import LossSection
 
 # The recipe's loss section is where a default lives; LossConfig reads the fields the recipe has
@@ -39,7 +42,9 @@ class LossConfig:
     gspo_clip_low: float = 3e-4
     gspo_clip_high: float = 4e-4
     tis_cap: float | None = _RECIPE.tis_cap
-    """Truncated importance sampling cap against the rollout logprobs; None disables it."""
+    """Shorthand for `correction=Correction("tis", cap=tis_cap)` when `correction` is None; None: no correction."""
+    correction: Correction | None = None
+    """The off-policy correction (`roost.trainer.corrections`); None: `tis_cap`'s token TIS, if any."""
     kl_coef: float = _RECIPE.kl_coef
     """Weight of the k3 KL estimate to the reference model (needs reference logprobs)."""
     aggregation: str | None = _RECIPE.aggregation
@@ -47,8 +52,10 @@ class LossConfig:
     sample counts equally); None picks token_mean, or seq_mean_token_mean for grpo."""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("ppo", "grpo", "gspo", "sft"):
-            raise ValueError(f"unknown loss kind {self.kind!r}; use ppo, grpo, gspo or sft")
+        if self.kind not in ("ppo", "grpo", "gspo", "cispo", "sft"):
+            raise ValueError(f"unknown loss kind {self.kind!r}; use ppo, grpo, gspo, cispo or sft")
+        if self.correction is None and self.tis_cap is not None:
+            self.correction = Correction("tis", cap=self.tis_cap)
         if self.aggregation is None:
             self.aggregation = "seq_mean_token_mean" if self.kind == "grpo" else "token_mean"
         if self.aggregation not in ("token_mean", "seq_mean_token_mean"):
@@ -99,7 +106,8 @@ def _sample_loss(t: SampleTerms, config: LossConfig, stats: dict[str, float]) ->
 
 def new_stats() -> dict[str, float]:
     """The statistics `policy_loss` sums, all zero."""
-    return dict.fromkeys(("clip_fraction", "tis_mean", "kl", "tokens", "neg_logprob", "rollout_abs_diff"), 0.0)
+    keys = ("clip_fraction", "tis_mean", "masked", "kl", "tokens", "neg_logprob", "rollout_abs_diff")
+    return dict.fromkeys((*keys, *mismatch(torch.zeros(0), torch.zeros(0))), 0.0)
 
 
 def token_losses(t: SampleTerms, config: LossConfig, stats: dict[str, float]) -> torch.Tensor:
@@ -119,15 +127,20 @@ def token_losses(t: SampleTerms, config: LossConfig, stats: dict[str, float]) ->
     else:
         ratio = torch.exp(log_ratio)
         low, high = 1 - config.clip_low, 1 + config.clip_high
-    unclipped = -adv * ratio
-    clipped = -adv * ratio.clamp(low, high)
-    loss = torch.maximum(unclipped, clipped)
-    if config.dual_clip is not None and config.kind != "gspo":
+    if config.kind == "cispo":
+        # the clipped ratio as a weight, stopped: every token keeps its gradient through log p
+        loss = -adv * ratio.clamp(low, high).detach() * t.logprobs
+    else:
+        loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(low, high))
+    if config.dual_clip is not None and config.kind in ("ppo", "grpo"):
         loss = torch.where(adv < 0, torch.minimum(loss, -adv * config.dual_clip), loss)
-    if config.tis_cap is not None:
-        tis = torch.exp(t.old_logprobs - t.rollout_logprobs).clamp(max=config.tis_cap).detach()
-        loss = loss * tis
-        stats["tis_mean"] += float(tis.sum())
+    for key, value in mismatch(t.old_logprobs, t.rollout_logprobs).items():
+        stats[key] += value
+    if config.correction is not None:
+        weight = weights(config.correction, t.old_logprobs, t.rollout_logprobs)
+        loss = loss * weight
+        stats["tis_mean"] += float(weight.sum())
+        stats["masked"] += float((weight == 0).sum())
     if config.kl_coef:
         if t.ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs reference logprobs; configure a reference model")

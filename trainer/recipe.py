@@ -190,15 +190,40 @@ class GatewayConfig(_Section):
     --sglang-sessions`; engine.backend sglang, launched with `--enable-streaming-session`)."""
 
 
+class CorrectionSection(_Section):
+    """An off-policy correction preset (`roost.trainer.corrections`, where each one's formula is)."""
+
+    name: Literal["tis", "seq_tis", "mis", "geo_mask", "icepop", "outlier_mask"] = "tis"
+    cap: float = Field(2.0, ge=1.0)
+    """The most a weight may be (tis, seq_tis, outlier_mask), or a kept sequence's ratio (mis)."""
+    low: float = Field(0.5, ge=0.0, le=1.0)
+    """Below this the token (icepop), the sequence (mis, geo_mask) or the whole sample (outlier_mask) is masked."""
+    high: float = Field(2.0, ge=1.0)
+    """Above this likewise (icepop, geo_mask, outlier_mask)."""
+
+
 class LossSection(_Section):
-    kind: Literal["ppo", "grpo", "gspo"] = "ppo"
+    kind: Literal["ppo", "grpo", "gspo", "cispo"] = "ppo"
+    """cispo: MiniMax-M1's clipped IS weight, stopped from the gradient, on every token's log p."""
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = 3.0
     tis_cap: float | None = 2.0
-    """Truncated importance sampling cap: corrects stale (async) and engine/trainer mismatched tokens."""
+    """Truncated importance sampling cap: corrects stale (async) and engine/trainer mismatched tokens
+    (shorthand for `correction: {name: tis, cap: N}`; null: no correction)."""
+    correction: CorrectionSection | None = None
+    """An off-policy correction preset in place of `tis_cap`'s token TIS."""
     kl_coef: float = 0.0
     aggregation: Literal["token_mean", "seq_mean_token_mean"] | None = None
+
+    @model_validator(mode="after")
+    def _one_correction(self) -> LossSection:
+        if self.correction is not None and "tis_cap" in self.model_fields_set and self.tis_cap is not None:
+            raise ValueError(
+                f"loss.tis_cap ({self.tis_cap}) and loss.correction ({self.correction.name}) both correct the "
+                "off-policy gap: keep one (tis_cap: N is correction: {name: tis, cap: N})"
+            )
+        return self
 
 
 class LoraSection(_Section):

@@ -28,6 +28,7 @@ from roost.tracing import Tracing
 
 from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advantages
 from ..checkpoint import RunState, adapter_dir, checkpoint_dir, load_evals, prune_checkpoints, save_evals
+from ..corrections import ratio_quantiles
 from ..eval_compare import per_task_success
 from ..metrics import MetricsLogger
 from ..recipe import AlgorithmConfig, DistillConfig, Recipe, dump_recipe
@@ -607,6 +608,10 @@ def step_metrics(
         clip_fraction=extra.get("clip_fraction", 0.0) / tokens,
         entropy=extra.get("neg_logprob", 0.0) / tokens,
         tis_mean=extra.get("tis_mean", 0.0) / tokens,
+        masked_fraction=extra.get("masked", 0.0) / tokens,
+        mismatch_kl=extra.get("mismatch_k1", 0.0) / tokens,
+        mismatch_k3=extra.get("mismatch_k3", 0.0) / tokens,
+        **dict(zip(("ratio_p05", "ratio_p50", "ratio_p95"), ratio_quantiles(extra))),
         logprob_mismatch=extra.get("rollout_abs_diff", 0.0) / tokens,
         allowed_mass=extra.get("allowed_mass", tokens) / tokens,
         grammar_replay_failures=int(extra.get("grammar_replay_failures", 0)),

@@ -33,11 +33,14 @@ if TYPE_CHECKING:
 def train_config(
     recipe: Recipe, checkpoint: str, reference: str | None = None, adapter: str | None = None
 ) -> TrainConfig:
+    from ..corrections import Correction
     from ..losses import LossConfig
     from ..megatron.train import TrainConfig
 
     t = recipe.trainer
     loss = t.loss.model_dump()
+    if loss["correction"] is not None:
+        loss["correction"], loss["tis_cap"] = Correction(**loss["correction"]), None
     if reference is None:  # no KL term until RL names its reference (`set_loss`, after any SFT)
         loss["kl_coef"] = 0.0
     return TrainConfig(
