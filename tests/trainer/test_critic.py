@@ -188,3 +188,21 @@ def test_the_value_head_round_trips_its_checkpoint_and_refuses_another_shape(pol
     torch.save(state, tmp_path / "trainer" / "rank-0.pt")
     with pytest.raises(CriticError, match="holds no value head"):
         rank.load(str(tmp_path / "trainer"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.advantage.name=my_credit:split"], "no estimator here is gae"),
+        (["algorithm.advantage.options={critic: my.values:fn}"], "names its own critic option"),
+    ],
+)
+def test_a_critic_the_recipe_cannot_use_is_refused_at_load(overrides, message):
+    from pathlib import Path
+
+    from roost.trainer.recipe import RecipeError, load_recipe
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "alfworld" / "ppo_critic.yaml"
+    assert load_recipe(recipe).algorithm.critic.warmup_steps == 1
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(recipe, overrides)
