@@ -27,7 +27,8 @@ def critic_advantages(
     groups: Sequence[Group], config: AdvantageConfig, values_of: ValuesOf
 ) -> tuple[list[Scored], dict[str, int]]:
     """`compute_advantages` with `values_of`'s values as every gae estimator's critic; each kept
-    sample carries its values and returns."""
+    sample a gae estimator scored carries its values and returns (another estimator's advantages
+    are no returns of these values: its samples carry none, and the critic does not train on them)."""
     samples = [sample for group in groups for sample in group.samples]
     values = values_of(samples)
     by_sample = {id(sample): v for sample, v in zip(samples, values, strict=True)}
@@ -37,6 +38,8 @@ def critic_advantages(
 
     scored, counts = compute_advantages(groups, with_critic(config, critic))
     for item in scored:
+        if config.per_agent.get(item.sample.agent_id, config.default).name != "gae":
+            continue
         item.values = by_sample[id(item.sample)]
         item.returns = returns(item.advantages, item.values, item.sample.loss_mask)
     return scored, counts

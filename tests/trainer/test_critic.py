@@ -170,6 +170,20 @@ def test_a_step_with_the_critic_updates_the_policy_as_a_step_without_one(policy,
     assert float(policy.critic.linear.weight.detach().abs().sum()) > 0  # the head moved as well
 
 
+def test_only_samples_a_gae_estimator_scored_train_the_critic(policy):
+    """A multi-agent group, the planner on gae, the solver on grpo: GRPO's advantages are no
+    returns of the critic's values, so the solver's samples carry none and train no value."""
+    policy.critic = ValueHead(policy.spec.hidden_size, lr=1e-2)
+    samples = agentic_batch()
+    config = AdvantageConfig(EstimatorConfig("grpo"), {"planner": EstimatorConfig("gae")})
+    scored, _ = critic_advantages([Group("agentic", samples)], config, policy.values)
+    planner = [item for item in scored if item.sample.agent_id == "planner"]
+    assert planner and all(item.returns is not None for item in planner)
+    assert all(item.returns is None and item.values is None for item in scored if item not in planner)
+    stats = policy.train_step(scored, update_policy=False)
+    assert stats.extra["value_tokens"] == sum(item.sample.num_sampled for item in planner)
+
+
 def test_the_value_head_round_trips_its_checkpoint_and_refuses_another_shape(policy, tmp_path):
     from roost.trainer.rl.trainer import TrainerRank
 

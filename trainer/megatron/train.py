@@ -269,10 +269,10 @@ class MegatronPolicy:
 
     def train_step(self, scored: list[Scored], tracing: Tracing | None = None, update_policy: bool = True) -> StepStats:
         """One optimizer step on a batch of scored samples (the same list on every rank): the
-        policy's, unless `update_policy` is False, and the value head's where the samples carry
+        policy's, unless `update_policy` is False, and the value head's on the samples that carry
         returns; `tracing`: `train.pack`, `train.forward_backward` and `train.optimizer` spans."""
         tracing = tracing or Tracing()
-        critic = self.critic is not None and all(item.returns is not None for item in scored)
+        critic = self.critic is not None and any(item.returns is not None for item in scored)
         if not (update_policy or critic):
             raise CriticError(
                 "train_step(update_policy=False) trains the value head alone, and there is none to train: "
@@ -331,8 +331,8 @@ class MegatronPolicy:
         self.optimizer.zero_grad()
         total_loss = 0.0
         sums: dict[str, float] = {}
-        # the value loss is a token mean over the batch, as the policy's token_mean
-        value_weight = 1.0 / max(sum(len(p) for p in positions), 1)
+        # the value loss is a token mean over the tokens with returns, as the policy's token_mean
+        value_weight = 1.0 / max(sum(len(p) for p, item in zip(positions, scored) if item.returns is not None), 1)
         for microbatch in mine:
             with torch.set_grad_enabled(update_policy):
                 rows = scored_hidden(self.model, microbatch, self.inv_freq)
@@ -400,6 +400,8 @@ class MegatronPolicy:
         stats = dict.fromkeys(("value_loss", "value_clipped", "value_tokens", "values", "returns"), 0.0)
         for index, values in zip(microbatch.sample_index, microbatch.sample_logprobs(entries)):
             item, pos = scored[index], positions[index]
+            if item.returns is None:
+                continue
             old = torch.tensor([item.values[i] for i in pos], device=values.device)
             returns = torch.tensor([item.returns[i] for i in pos], device=values.device)
             losses, clipped = value_losses(values, old, returns, self.config.critic.value_clip)
