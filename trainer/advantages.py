@@ -92,10 +92,14 @@ class AdvantageConfig:
 
 @dataclass
 class Scored:
-    """A sample with one advantage per token (0 where the loss mask is 0)."""
+    """A sample with one advantage per token (0 where the loss mask is 0); with a trained critic
+    (`algorithm.critic`) also, per token, the values the advantages came from and the critic's
+    targets, the returns (advantage + value; 0 where the loss mask is 0)."""
 
     sample: Sample
     advantages: list[float]
+    values: list[float] | None = None
+    returns: list[float] | None = None
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -5,7 +5,8 @@
       evals.json              evaluation results by label (before, after_sft, step-N, final)
       checkpoints/step-N/     hf/ (Hugging Face weights: the engine loads these; merged with trainer.lora),
                               adapter/ (trainer.lora only: the adapter alone, PEFT's layout) and trainer/
-                              (per-rank optimizer state), written complete before state.json names them
+                              (per-rank optimizer state; with algorithm.critic the value head and its
+                              optimizer too), written complete before state.json names them
       trajectories.sqlite     the gateway's store: finished episodes survive any crash
       metrics.jsonl
 

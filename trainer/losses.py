@@ -1,5 +1,6 @@
 """Policy losses over per-sample token logprobs: PPO clip (with dual clip), GRPO, GSPO, CISPO,
-and the negative log-likelihood of supervised fine-tuning (`sft`).
+and the negative log-likelihood of supervised fine-tuning (`sft`); and PPO's clipped value loss
+for the critic (`value_losses`).
 
 Every loss here is a weighted sum over sampled tokens, with the weights fixed for the
 whole step before microbatching (`token_weights`), so summing microbatch losses gives
@@ -150,3 +151,17 @@ def token_losses(t: SampleTerms, config: LossConfig, stats: dict[str, float]) ->
         stats["kl"] += float(kl.detach().sum())
     stats["clip_fraction"] += float(((ratio < low) | (ratio > high)).float().sum())
     return loss
+
+
+def value_losses(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's value loss per sampled token, max((V - R)^2, (clip(V, V_old - clip, V_old + clip) - R)^2) / 2
+    (the plain (V - R)^2 / 2 with `clip` None), and which tokens the clipped term set. The max keeps
+    a value from earning a smaller loss by moving far from the values the advantages were computed
+    with; the clip does not stop a value moving back towards them."""
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        return unclipped / 2, torch.zeros_like(unclipped, dtype=torch.bool)
+    clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns) ** 2
+    return torch.maximum(unclipped, clipped) / 2, clipped > unclipped

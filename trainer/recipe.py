@@ -324,6 +324,20 @@ class EstimatorSection(_Section):
         return self
 
 
+class CriticSection(_Section):
+    """PPO's trained critic: a value head on the policy's final hidden states (`megatron/critic.py`)
+    whose values feed every `gae` estimator of the run, trained on GAE's returns each step."""
+
+    value_clip: float | None = Field(0.2, gt=0)
+    """PPO's value clip ε: a value moves at most ε from the one the advantages were computed with
+    before its loss stops growing with it; null: the unclipped squared error."""
+    lr: float = Field(1e-3, gt=0)
+    """The value head's own Adam learning rate (it trains apart from the policy's optimizer)."""
+    warmup_steps: int = Field(0, ge=0)
+    """The first RL steps train the critic alone (no policy update), so the policy's first
+    advantages come from values that have seen returns."""
+
+
 class AlgorithmConfig(_Section):
     advantage: EstimatorSection = EstimatorSection()
     per_agent: dict[str, EstimatorSection] = {}
@@ -336,6 +350,26 @@ class AlgorithmConfig(_Section):
     updates_per_batch: int = Field(1, ge=1)
     """Optimizer steps on each rollout batch (PPO epochs); more than one needs
     trainer.old_logprobs: rollout, so the ratio (and its clip) is taken against the rollout policy."""
+    critic: CriticSection | None = None
+    """A value head trained with the policy, its values the `critic` of the gae estimators; null:
+    gae takes a `critic` option (a dotted path) instead."""
+
+    @model_validator(mode="after")
+    def _critic_feeds_gae(self) -> AlgorithmConfig:
+        if self.critic is None:
+            return self
+        estimators = [self.advantage, *self.per_agent.values()]
+        if not any(e.name == "gae" for e in estimators):
+            raise ValueError(
+                "algorithm.critic trains values for the gae estimator, and no estimator here is gae: "
+                "set algorithm.advantage.name: gae, or leave algorithm.critic out"
+            )
+        if any(e.name == "gae" and "critic" in e.options for e in estimators):
+            raise ValueError(
+                "a gae estimator names its own critic option and algorithm.critic is set: the trained "
+                "critic fills that option; drop one of them"
+            )
+        return self
 
 
 class RolloutConfig(_Section):

@@ -130,27 +130,32 @@ def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
     return model
 
 
-def scored_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
+def scored_logprobs(
+    model, microbatch: Microbatch, inv_freq: torch.Tensor, rows: torch.Tensor | None = None
+) -> torch.Tensor:
     """Logprob of each scored token of the microbatch, [num_scored], differentiable: the model's
-    own distribution, whatever grammar held the sampling.
+    own distribution, whatever grammar held the sampling. `rows`: the `scored_hidden` of this
+    forward, when the caller has it (the value head reads the same rows).
 
     Works under tensor parallelism: the output layer yields this rank's vocabulary shard
     and the vocab-parallel cross entropy reduces over the tensor-parallel group.
     """
-    logits = _scored_logits(model, microbatch, inv_freq)
+    logits = _scored_logits(model, microbatch, inv_freq, rows)
     return _logprobs(logits, microbatch.score_targets.to(logits.device))
 
 
-def masked_logprobs(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_logprobs(
+    model, microbatch: Microbatch, inv_freq: torch.Tensor, rows: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprob of each scored token over the tokens its grammar allowed, log of the mass the
     model gave those tokens), each [num_scored] and differentiable; the first is the model's own
     logprob minus the second. Entries of free replies (and microbatches without a grammar) allow
     every token: their mass is 1, their logprob the model's own.
 
     Under tensor parallelism each rank masks its vocabulary shard before the vocab-parallel
-    cross entropy.
+    cross entropy. `rows` as in `scored_logprobs`.
     """
-    logits = _scored_logits(model, microbatch, inv_freq)
+    logits = _scored_logits(model, microbatch, inv_freq, rows)
     targets = microbatch.score_targets.to(logits.device)
     if microbatch.score_allowed is None or logits.shape[0] == 0:
         full = _logprobs(logits, targets)
@@ -173,8 +178,24 @@ def _logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -tensor_parallel.vocab_parallel_cross_entropy(logits.float(), targets[:, None])[:, 0]
 
 
-def _scored_logits(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
+def _scored_logits(
+    model, microbatch: Microbatch, inv_freq: torch.Tensor, rows: torch.Tensor | None = None
+) -> torch.Tensor:
     """The output layer's logits at each scored entry's row, [num_scored, 1, vocab / tp]."""
+    model = getattr(model, "module", model)  # unwrap Megatron DDP
+    rows = scored_hidden(model, microbatch, inv_freq) if rows is None else rows
+    if rows.shape[0] == 0:  # keep the graph connected: every rank runs backward
+        return rows.sum() * 0.0 + torch.zeros(0, 1, 1, device=rows.device)
+    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
+    logits, _ = model.output_layer(rows[:, None, :], weight=weight)  # [m, 1, vocab / tp]
+    return logits
+
+
+def scored_hidden(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torch.Tensor:
+    """The decoder's output at each scored entry's row, [num_scored, hidden]: the row whose
+    next-token distribution scores the entry, after the final layernorm. Under tensor parallelism
+    the hidden state there is whole on every rank (the layers' row-parallel outputs are reduced),
+    so the output layer and the value head read the same rows."""
     from .attention import chain_wise, check_tree_attention
 
     model = getattr(model, "module", model)  # unwrap Megatron DDP
@@ -199,9 +220,4 @@ def _scored_logits(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> tor
         attention_mask=mask,
         rotary_pos_emb=rotary_embedding(inv_freq.to(input_ids.device), position_ids),
     )
-    rows = hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]
-    if rows.shape[0] == 0:  # keep the graph connected: every rank runs backward
-        return hidden.sum() * 0.0 + torch.zeros(0, 1, 1, device=hidden.device)
-    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
-    logits, _ = model.output_layer(rows[:, None, :], weight=weight)  # [m, 1, vocab / tp]
-    return logits
+    return hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]

@@ -14,6 +14,10 @@ Call `parallel.init(tp=...)` in every process before building the policy.
 
 With `TrainConfig.lora` the base weights are frozen and only the adapters (`megatron/lora.py`)
 train; `hf_state` and `export_hf` then give the merged weights (`W + scaling * B @ A`).
+
+With `TrainConfig.critic` a value head (`megatron/critic.py`) rides on the same forward: `values`
+gives every sampled token's value (for GAE), and `train_step` on samples that carry returns also
+takes a step of PPO's clipped value loss; `update_policy=False` trains the head alone.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from roost.tracing import Tracing
 from .. import hf_checkpoint
 from ..advantages import Scored
 from ..allowed_tokens import AllowedTokens, allowed_counts
-from ..losses import LossConfig, SampleTerms, policy_loss, token_weights
+from ..losses import LossConfig, SampleTerms, policy_loss, token_weights, value_losses
 from ..prefix_tree import Microbatch, build_microbatches
-from ..recipe import TrainerConfig
+from ..recipe import CriticSection, TrainerConfig
 from . import convert, lora, parallel
-from .model import build_gpt_model, masked_logprobs, scored_logprobs, transformer_config
+from .critic import CriticError, ValueHead
+from .model import build_gpt_model, masked_logprobs, scored_hidden, scored_logprobs, transformer_config
 
 # The recipe's trainer section is where a default lives; TrainConfig reads the fields the section
 # has from it, so a policy built without a recipe trains as a recipe that leaves them out.
@@ -80,6 +85,8 @@ class TrainConfig:
     """Train LoRA adapters on these targets, the base weights frozen; None trains every weight."""
     adapter: str | None = None
     """A PEFT adapter folder to start the adapters from (resume); None: PEFT's fresh initialisation."""
+    critic: CriticSection | None = None
+    """A value head on the final hidden states, trained on the returns scored samples carry; None: no critic."""
 
 
 @dataclass
@@ -145,6 +152,11 @@ class MegatronPolicy:
         self.inv_freq = inverse_frequencies(self.spec)
         self.reference = self._reference_model() if config.loss.kl_coef else None
         self.allowed = AllowedTokens(self.source, self.spec)
+        self.critic = (
+            ValueHead(self.spec.hidden_size, config.critic.lr, next(model.parameters()).device)
+            if config.critic
+            else None
+        )
         self.steps = 0
 
     def reset_optimizer(self) -> None:
@@ -238,10 +250,34 @@ class MegatronPolicy:
                 out[index] = lp
         return [lp for lp in out if lp is not None]
 
-    def train_step(self, scored: list[Scored], tracing: Tracing | None = None) -> StepStats:
-        """One optimizer step on a batch of scored samples (the same list on every rank); `tracing`:
-        `train.pack`, `train.forward_backward` and `train.optimizer` spans."""
+    @torch.no_grad()
+    def values(self, samples: list[Sample]) -> list[list[float]]:
+        """The value head's value at every token of every sample (all samples, on every rank), in
+        the configured layout: a sampled token's from the row that samples it, 0.0 at the context
+        tokens (no steps of GAE)."""
+        if self.critic is None:
+            raise CriticError("this policy has no value head (TrainConfig.critic is None): set algorithm.critic")
+        out = [[0.0] * len(s.tokens) for s in samples]
+        positions = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+        for microbatch in self.microbatches(samples):
+            entries = self.critic(scored_hidden(self.model, microbatch, self.inv_freq))
+            # the logprobs' per-sample gather serves any per-entry value
+            for index, values in zip(microbatch.sample_index, microbatch.sample_logprobs(entries)):
+                for position, value in zip(positions[index], values.tolist()):
+                    out[index][position] = value
+        return out
+
+    def train_step(self, scored: list[Scored], tracing: Tracing | None = None, update_policy: bool = True) -> StepStats:
+        """One optimizer step on a batch of scored samples (the same list on every rank): the
+        policy's, unless `update_policy` is False, and the value head's on the samples that carry
+        returns; `tracing`: `train.pack`, `train.forward_backward` and `train.optimizer` spans."""
         tracing = tracing or Tracing()
+        critic = self.critic is not None and any(item.returns is not None for item in scored)
+        if not (update_policy or critic):
+            raise CriticError(
+                "train_step(update_policy=False) trains the value head alone, and there is none to train: "
+                "it needs TrainConfig.critic and scored samples with returns (and values)"
+            )
         started = time.perf_counter()
         samples = [item.sample for item in scored]
         with tracing.span("train.pack", {"roost.samples": len(samples)}):
@@ -251,18 +287,17 @@ class MegatronPolicy:
         weights = token_weights([len(p) for p in positions], self.config.loss.aggregation)
         mine = self.my_microbatches(microbatches)
         with tracing.span("train.forward_backward", {"roost.microbatches": len(mine)}):
-            total_loss, sums = self._forward_backward(scored, samples, mine, positions, weights)
+            total_loss, sums = self._forward_backward(scored, samples, mine, positions, weights, update_policy, critic)
         sums["grammar_replay_failures"] = float(len(self.allowed.refused))
         with tracing.span("train.optimizer"):
-            from megatron.core.distributed import finalize_model_grads
-
-            finalize_model_grads([self.model])
-            updated, grad_norm, _ = self.optimizer.step()
+            updated, grad_norm = self._policy_step() if update_policy else (False, 0.0)
+            if critic:
+                self.critic.step()
         self.steps += int(bool(updated))
         return StepStats(
             loss=_dp_sum(total_loss),
-            grad_norm=float(grad_norm or 0.0),
-            updated=bool(updated),
+            grad_norm=grad_norm,
+            updated=updated,
             samples=len(samples),
             sampled_tokens=sum(len(p) for p in positions),
             microbatches=len(microbatches),
@@ -271,6 +306,13 @@ class MegatronPolicy:
             extra=sums,
         )
 
+    def _policy_step(self) -> tuple[bool, float]:
+        from megatron.core.distributed import finalize_model_grads
+
+        finalize_model_grads([self.model])
+        updated, grad_norm, _ = self.optimizer.step()
+        return bool(updated), float(grad_norm or 0.0)
+
     def _forward_backward(
         self,
         scored: list[Scored],
@@ -278,46 +320,98 @@ class MegatronPolicy:
         mine: list[Microbatch],
         positions: list[list[int]],
         weights: list[float],
+        update_policy: bool = True,
+        critic: bool = False,
     ) -> tuple[float, dict[str, float]]:
-        """The loss of this rank's microbatches, its gradients accumulated; (loss, summed statistics)."""
+        """The policy loss of this rank's microbatches, its gradients accumulated (computed, not
+        backpropagated, without `update_policy`), and with `critic` the value loss's on the head;
+        (policy loss, summed statistics)."""
         old = self._old_logprobs(mine) if self.config.old_logprobs == "recompute" else {}
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         total_loss = 0.0
         sums: dict[str, float] = {}
+        # the value loss is a token mean over the tokens with returns, as the policy's token_mean
+        value_weight = 1.0 / max(sum(len(p) for p, item in zip(positions, scored) if item.returns is not None), 1)
         for microbatch in mine:
-            values, masses = masked_logprobs(self.model, microbatch, self.inv_freq)
-            logprobs, allowed_mass = microbatch.sample_logprobs(values), microbatch.sample_logprobs(masses.detach())
-            ref = self._reference_logprobs(microbatch)
-            terms = []
-            for j, index in enumerate(microbatch.sample_index):
-                pos = positions[index]
-                current = logprobs[j]
-                # the engine's logprob over the allowed tokens, renormalised by this policy's mass
-                # (the rollout policy's on a batch's first update)
-                rollout = (
-                    torch.tensor([samples[index].rollout_logprobs[i] for i in pos], device=current.device)
-                    - allowed_mass[j]
-                )
-                terms.append(
-                    SampleTerms(
-                        logprobs=current,
-                        old_logprobs=old.get(
-                            index, rollout if self.config.old_logprobs == "rollout" else current.detach()
-                        ),
-                        rollout_logprobs=rollout,
-                        advantages=torch.tensor([scored[index].advantages[i] for i in pos], device=current.device),
-                        weight=weights[index],
-                        ref_logprobs=None if ref is None else ref[j],
-                    )
-                )
-            loss, stats = policy_loss(terms, self.config.loss)
-            stats["allowed_mass"] = float(sum(mass.exp().sum() for mass in allowed_mass))
-            loss.backward()
+            with torch.set_grad_enabled(update_policy):
+                rows = scored_hidden(self.model, microbatch, self.inv_freq)
+                loss, stats = self._policy_loss(scored, samples, microbatch, rows, positions, weights, old)
+            if update_policy:
+                loss.backward()
+            if critic:
+                value_loss, value_stats = self._value_loss(scored, microbatch, rows, positions, value_weight)
+                value_loss.backward()
+                stats.update(value_stats)
             total_loss += float(loss.detach())
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value
         return total_loss, sums
+
+    def _policy_loss(
+        self,
+        scored: list[Scored],
+        samples: list[Sample],
+        microbatch: Microbatch,
+        rows: torch.Tensor,
+        positions: list[list[int]],
+        weights: list[float],
+        old: dict[int, torch.Tensor],
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The policy loss of one microbatch from its forward's `rows`, and its statistics."""
+        values, masses = masked_logprobs(self.model, microbatch, self.inv_freq, rows)
+        logprobs, allowed_mass = microbatch.sample_logprobs(values), microbatch.sample_logprobs(masses.detach())
+        ref = self._reference_logprobs(microbatch)
+        terms = []
+        for j, index in enumerate(microbatch.sample_index):
+            pos = positions[index]
+            current = logprobs[j]
+            # the engine's logprob over the allowed tokens, renormalised by this policy's mass
+            # (the rollout policy's on a batch's first update)
+            rollout = (
+                torch.tensor([samples[index].rollout_logprobs[i] for i in pos], device=current.device) - allowed_mass[j]
+            )
+            terms.append(
+                SampleTerms(
+                    logprobs=current,
+                    old_logprobs=old.get(index, rollout if self.config.old_logprobs == "rollout" else current.detach()),
+                    rollout_logprobs=rollout,
+                    advantages=torch.tensor([scored[index].advantages[i] for i in pos], device=current.device),
+                    weight=weights[index],
+                    ref_logprobs=None if ref is None else ref[j],
+                )
+            )
+        loss, stats = policy_loss(terms, self.config.loss)
+        stats["allowed_mass"] = float(sum(mass.exp().sum() for mass in allowed_mass))
+        return loss, stats
+
+    def _value_loss(
+        self,
+        scored: list[Scored],
+        microbatch: Microbatch,
+        rows: torch.Tensor,
+        positions: list[list[int]],
+        weight: float,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """PPO's clipped value loss of one microbatch's sampled tokens (their share of the batch
+        mean, on the head only), and its summed statistics."""
+        entries = self.critic(rows)
+        total = entries.sum() * 0.0  # connected to the head even with no entries: every rank steps it
+        stats = dict.fromkeys(("value_loss", "value_clipped", "value_tokens", "values", "returns"), 0.0)
+        for index, values in zip(microbatch.sample_index, microbatch.sample_logprobs(entries)):
+            item, pos = scored[index], positions[index]
+            if item.returns is None:
+                continue
+            old = torch.tensor([item.values[i] for i in pos], device=values.device)
+            returns = torch.tensor([item.returns[i] for i in pos], device=values.device)
+            losses, clipped = value_losses(values, old, returns, self.config.critic.value_clip)
+            total = total + weight * losses.sum()
+            stats["value_loss"] += weight * float(losses.detach().sum())
+            stats["value_clipped"] += float(clipped.sum())
+            stats["value_tokens"] += len(pos)
+            stats["values"] += float(values.detach().sum())
+            stats["returns"] += float(returns.sum())
+        return total, stats
 
     @torch.no_grad()
     def _old_logprobs(self, microbatches: list[Microbatch]) -> dict[int, torch.Tensor]:

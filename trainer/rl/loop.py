@@ -5,8 +5,10 @@
 Read top to bottom: set up (Ray, env server, model, engine, gateway: `setup`; trainer ranks,
 rollout workers: `_handles`), evaluate the starting policy, SFT if the recipe has it, then the
 RL steps (`_rl`): take finished groups (`rollouts`), keep the trainable samples (`batches`, read
-over the gateway's API: the trainer opens no store file), score them (`advantages`), optimizer
-steps, export and load the new weights into the engine, log, checkpoint. Evaluations before, after SFT, every `eval.every` steps and at the end go
+over the gateway's API: the trainer opens no store file), score them (`advantages`; with
+`algorithm.critic`, GAE over the trainer's value head: `critic`), optimizer steps (the first
+`critic.warmup_steps` train the value head alone), export and load the new weights into the
+engine, log, checkpoint. Evaluations before, after SFT, every `eval.every` steps and at the end go
 into the summary (and `evals.json`). Every stage is a function of one `Run`, the run's typed
 handles.
 """
@@ -29,6 +31,7 @@ from roost.tracing import Tracing
 from ..advantages import AdvantageConfig, EstimatorConfig, Scored, compute_advantages
 from ..checkpoint import RunState, adapter_dir, checkpoint_dir, load_evals, prune_checkpoints, save_evals
 from ..corrections import ratio_quantiles
+from ..critic import critic_advantages
 from ..eval_compare import per_task_success
 from ..metrics import MetricsLogger
 from ..recipe import AlgorithmConfig, DistillConfig, Recipe, dump_recipe
@@ -255,13 +258,13 @@ def _rl(run: Run) -> None:
                 with run.tracing.span("train.teachers"):
                     teaching = teach(run.services, recipe, batch)
             with run.tracing.span("train.advantages"):
-                scored, counts = compute_advantages(batch.groups, advantages) if batch.groups else ([], {})
+                scored, counts = _score(run, batch, advantages)
             lr = rl_lr(recipe.trainer.lr, recipe.trainer.warmup_steps, state.step)
             if recipe.trainer.warmup_steps:
                 run.trainer.set_lr(lr)
             run.hooks.batch(state.step + 1, scored)
             trainer_version = state.weight_version
-            stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing)
+            stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing, _policy_trains(algo, state.step))
             state.step += 1
             state.consumed_groups += group_ids
             sync_s, sync_bytes = _publish(run, f"step-{state.step}") if stats else (0.0, 0)
@@ -289,6 +292,21 @@ def _collect(run: Run, group_ids: list[str], max_staleness: int | None) -> Batch
     )
 
 
+def _score(run: Run, batch: Batch, advantages: AdvantageConfig) -> tuple[list[Scored], dict[str, int]]:
+    """The batch's scored samples: with `algorithm.critic`, GAE over the value head's values of them
+    (the trainer's forward, before any update), each sample carrying its values and returns."""
+    if not batch.groups:
+        return [], {}
+    if run.recipe.algorithm.critic is None:
+        return compute_advantages(batch.groups, advantages)
+    return critic_advantages(batch.groups, advantages, run.trainer.values)
+
+
+def _policy_trains(algo: AlgorithmConfig, step: int) -> bool:
+    """Whether RL step `step` (0-based) updates the policy: not during the critic's warm-up."""
+    return algo.critic is None or step >= algo.critic.warmup_steps
+
+
 def _advantage_config(algo: AlgorithmConfig, distill: DistillConfig | None = None) -> AdvantageConfig:
     """The recipe's estimator; with `distill`, the teacher's reverse KL mixed with it."""
     main = EstimatorConfig(algo.advantage.name, algo.advantage.options)
@@ -298,13 +316,16 @@ def _advantage_config(algo: AlgorithmConfig, distill: DistillConfig | None = Non
     return AdvantageConfig(main, {a: EstimatorConfig(e.name, e.options) for a, e in algo.per_agent.items()})
 
 
-def _train(trainer: TrainerGroup, scored: list[Scored], updates: int, tracing: Tracing) -> StepStats | None:
-    """`updates` optimizer steps on the batch (none on an empty one): the first's statistics
-    measure the engine/trainer mismatch, the last's clip fraction how much is clipped."""
+def _train(
+    trainer: TrainerGroup, scored: list[Scored], updates: int, tracing: Tracing, update_policy: bool = True
+) -> StepStats | None:
+    """`updates` optimizer steps on the batch (none on an empty one; the value head's alone
+    without `update_policy`): the first's statistics measure the engine/trainer mismatch, the
+    last's clip fraction how much is clipped."""
     stats = None
     for _ in range(updates if scored else 0):
         with tracing.span("train.update", {"roost.samples": len(scored)}):
-            last = trainer.train_step(scored, tracing.current().traceparent)
+            last = trainer.train_step(scored, tracing.current().traceparent, update_policy)
         stats = (
             last
             if stats is None
@@ -619,4 +640,12 @@ def step_metrics(
         train_tokens_per_s=stats.tree_tokens / max(stats.seconds, 1e-9),
         train_s=stats.seconds,
     )
+    if "value_tokens" in extra:  # the critic trained: its loss (a token mean) and where it stands
+        value_tokens = max(extra["value_tokens"], 1.0)
+        values.update(
+            value_loss=extra["value_loss"],
+            value_clip_fraction=extra["value_clipped"] / value_tokens,
+            value_mean=extra["values"] / value_tokens,
+            return_mean=extra["returns"] / value_tokens,
+        )
     return values

@@ -8,7 +8,9 @@
 Each rank runs `parallel.init` with the group's rendezvous address, builds a
 `MegatronPolicy` from the Hugging Face checkpoint, and trains on the whole scored batch
 (`train_step` picks its own microbatches). SFT and RL share the policy: `set_loss` switches
-the loss (the negative log-likelihood of SFT, or PPO/GRPO/GSPO) and the learning rate.
+the loss (the negative log-likelihood of SFT, or PPO/GRPO/GSPO) and the learning rate. With
+`algorithm.critic` each rank also holds the value head: `values` gives the batch's values for GAE,
+and the head's weights and optimizer go into every rank's checkpoint file.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from ..recipe import Recipe
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
+
+    from roost.rollout.store.samples import Sample
 
     from ..advantages import Scored
     from ..losses import LossConfig
@@ -60,6 +64,7 @@ def train_config(
         loss=LossConfig(**loss),
         lora=t.lora.spec() if t.lora else None,
         adapter=adapter,
+        critic=recipe.algorithm.critic,
     )
 
 
@@ -99,13 +104,18 @@ class TrainerRank:
         self.policy = MegatronPolicy(config)
         return asdict(info)
 
-    def train_step(self, scored: list[Scored], traceparent: str | None = None) -> tuple[StepStats, int]:
+    def train_step(
+        self, scored: list[Scored], traceparent: str | None = None, update_policy: bool = True
+    ) -> tuple[StepStats, int]:
         """The step's statistics, and this rank's tensor-parallel rank; its spans are children of
         `traceparent` (the driver's `train.update`)."""
         with self.tracing.span("trainer.rank_step", {"roost.rank": self.rank}, parent=traceparent):
-            stats = self.policy.train_step(scored, self.tracing)
+            stats = self.policy.train_step(scored, self.tracing, update_policy)
         self.tracing.flush()  # a rank is killed at the end of the run, its queue with it
         return stats, self.policy.info.tp_rank
+
+    def values(self, samples: list[Sample]) -> list[list[float]]:
+        return self.policy.values(samples)
 
     def set_loss(self, loss: LossConfig, lr: float, reference: str | None = None) -> None:
         self.policy.config.loss = loss
@@ -134,17 +144,32 @@ class TrainerRank:
         import torch
 
         Path(folder).mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {"optimizer": self.policy.optimizer.state_dict(), "steps": self.policy.steps},
-            Path(folder) / f"rank-{self.rank}.pt",
-        )
+        state = {"optimizer": self.policy.optimizer.state_dict(), "steps": self.policy.steps}
+        if self.policy.critic is not None:
+            state["critic"] = self.policy.critic.state_dict()
+        torch.save(state, Path(folder) / f"rank-{self.rank}.pt")
 
     def load(self, folder: str) -> None:
         import torch
 
-        state = torch.load(Path(folder) / f"rank-{self.rank}.pt", weights_only=False)
+        path = Path(folder) / f"rank-{self.rank}.pt"
+        state = torch.load(path, weights_only=False)
         self.policy.optimizer.load_state_dict(state["optimizer"])
         self.policy.steps = state["steps"]
+        if self.policy.critic is not None:
+            self._load_critic(state, path)
+
+    def _load_critic(self, state: dict[str, Any], path: Path) -> None:
+        """The value head from the checkpoint; a checkpoint without one is refused, not resumed on
+        a fresh head whose zero values would pass for trained ones."""
+        from ..megatron.critic import CriticError
+
+        if "critic" not in state:
+            raise CriticError(
+                f"{path} holds no value head: it was saved by a run without algorithm.critic; leave "
+                "algorithm.critic out to resume it, or start the critic's run in a new output_dir"
+            )
+        self.policy.critic.load_state_dict(state["critic"], str(path))
 
     def shutdown(self) -> None:
         from ..megatron import parallel
@@ -193,15 +218,20 @@ class TrainerGroup:
         refs = [ray.put(a) if isinstance(a, list) else a for a in args]
         return ray.get([getattr(r, method).remote(*refs) for r in self.ranks])
 
-    def train_step(self, scored: list[Scored], traceparent: str | None = None) -> StepStats:
-        """One optimizer step; `extra` summed over data-parallel ranks (tensor-parallel ranks agree)."""
-        per_rank = self._all("train_step", scored, traceparent)
+    def train_step(self, scored: list[Scored], traceparent: str | None = None, update_policy: bool = True) -> StepStats:
+        """One optimizer step (the value head's alone without `update_policy`); `extra` summed over
+        data-parallel ranks (tensor-parallel ranks agree)."""
+        per_rank = self._all("train_step", scored, traceparent, update_policy)
         extra: dict[str, float] = {}
         for stats, tp_rank in per_rank:
             if tp_rank == 0:
                 for key, value in stats.extra.items():
                     extra[key] = extra.get(key, 0.0) + value
         return replace(per_rank[0][0], extra=extra)
+
+    def values(self, samples: list[Sample]) -> list[list[float]]:
+        """The value head's per-token values of the samples (a forward on every rank; rank 0's)."""
+        return self._all("values", samples)[0]
 
     def set_loss(self, loss: LossConfig, lr: float, reference: str | None = None) -> None:
         self._all("set_loss", loss, lr, reference)
