@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from roost.envs.protocol import Task
 from roost.outcome import EpisodeKind, EpisodeOutcome, EpisodeStatus, RewardSource
@@ -89,19 +89,24 @@ class Rubric(BaseModel):
             raise ValueError("needs a group around the score, e.g. SCORE:\\s*([0-9.]+)")
         return pattern
 
-    @model_validator(mode="after")
-    def _usable(self) -> Rubric:
-        low, high = self.scale
-        if low >= high:
-            raise ValueError(f"scale [{low}, {high}] must go from low to high")
+    @field_validator("scale")
+    @classmethod
+    def _low_to_high(cls, scale: tuple[float, float]) -> tuple[float, float]:
+        if scale[0] >= scale[1]:
+            raise ValueError(f"[{scale[0]:g}, {scale[1]:g}] must go from low to high, e.g. [0, 10]")
+        return scale
+
+    @field_validator("prompt")
+    @classmethod
+    def _known_fields(cls, prompt: str) -> str:
         try:
-            self.render("t", "transcript", 0.0, False)
+            prompt.format(**dict.fromkeys(PROMPT_FIELDS, ""))
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(
-                f"prompt names a field it cannot have ({exc}); it may name {', '.join(PROMPT_FIELDS)} "
+                f"names a field it cannot have ({exc}); it may name {', '.join(PROMPT_FIELDS)} "
                 "in braces, and a literal brace is written twice"
             ) from None
-        return self
+        return prompt
 
     def render(self, task: str, transcript: str, env_reward: float | None, success: bool) -> str:
         low, high = self.scale
