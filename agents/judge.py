@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -215,15 +216,11 @@ class Judge:
             "max_tokens": self.rubric.max_tokens,
         }
         response = await self._http.post(f"{session.base_url}/chat/completions", json=body, headers=headers)
-        if not response.is_success:
-            raise JudgeError(f"its gateway answered {response.status_code}: {response.text[:300]}")
-        return response.json()["choices"][0]["message"].get("content") or ""
+        return _answer(response, "POST /chat/completions", lambda a: a["choices"][0]["message"].get("content") or "")
 
     async def _first_model(self, session: SessionCreated, headers: dict[str, str]) -> str:
         response = await self._http.get(f"{session.base_url}/models", headers=headers)
-        if not response.is_success:
-            raise JudgeError(f"its gateway answered {response.status_code} to GET /models: {response.text[:300]}")
-        self.model = response.json()["data"][0]["id"]
+        self.model = _answer(response, "GET /models", lambda a: str(a["data"][0]["id"]))
         return self.model
 
     async def _finish(self, session: SessionCreated, outcome: EpisodeOutcome) -> None:
@@ -232,6 +229,17 @@ class Judge:
             await self.gateway.finish(session.session_id, judged)
         except ControlPlaneError as exc:  # its outcome is for people; the episode's does not depend on it
             log.warning("could not finish judge session %s: %s", session.session_id, exc)
+
+
+def _answer(response: httpx.Response, request: str, read: Callable[[Any], str]) -> str:
+    """What `read` takes from the judge gateway's OpenAI answer to `request`; `JudgeError` for a
+    refusal or an answer of another shape."""
+    if not response.is_success:
+        raise JudgeError(f"its gateway answered {response.status_code} to {request}: {response.text[:300]}")
+    try:
+        return read(response.json())
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise JudgeError(f"its gateway's answer to {request} is not OpenAI's: {response.text[:300]}") from None
 
 
 def transcript(detail: SessionDetail) -> str:
