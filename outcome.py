@@ -45,6 +45,8 @@ class RewardSource(StrEnum):
     """The harness's own report (a command's reward file), for an episode the env did not end."""
     NONE = "none"
     """Neither: the env did not end the episode and the harness, which reports its own, gave none."""
+    JUDGE = "judge"
+    """A judge model's verdict on the episode's transcript (`roost.agents.judge`), alone or added to the env's."""
 
 
 class EpisodeKind(StrEnum):
@@ -54,6 +56,8 @@ class EpisodeKind(StrEnum):
     EVAL = "eval"
     SFT = "sft"
     """An expert's demonstration, recorded for supervised training."""
+    JUDGE = "judge"
+    """A judge's verdict on another episode (`roost.agents.judge`): the judge's calls, never the policy's."""
 
 
 UNSCORED = tuple(s for s in EpisodeStatus if s is not EpisodeStatus.OK)
@@ -67,7 +71,7 @@ class EpisodeOutcome(BaseModel):
 
     status: EpisodeStatus = EpisodeStatus.OK
     reward: float | None = None
-    """The env's (or the harness's) reward; None for an unscored episode or `reward_source` none."""
+    """The env's (or the harness's, or a judge's) reward; None for an unscored episode or `reward_source` none."""
     reward_source: RewardSource = RewardSource.NONE
     kind: EpisodeKind = EpisodeKind.TRAIN
     reason: str | None = Field(None, max_length=4000)

@@ -33,6 +33,11 @@ class EpisodeResult:
     """A harness command's exit status; None when it ran past its timeout (or no command ran)."""
     output_tail: str = ""
     """The end of a harness command's output."""
+    env_reward: float | None = None
+    """The env's (or the harness's) own reward when a judge's verdict made `reward` (`reward_source`
+    judge); else None, and `reward` is it."""
+    judge_session_id: str | None = None
+    """The judge's session on its gateway, when a judge was asked (its verdict, or why none came)."""
 
     @property
     def scored(self) -> bool:

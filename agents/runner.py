@@ -11,7 +11,9 @@ file): then the harness's, or none (`RewardSource`). An environment fault (env 5
 worker or server, an episode the env server no longer knows because it restarted) or a
 failed model endpoint ends the episode as `infra_error`, a harness that raises `AgentError` with
 that error's status (`agent_error`, or `timeout` for a harness cut off): no reward is posted and
-it is left out of the success rate — never scored 0.
+it is left out of the success rate — never scored 0. With a `Judge` (`roost.agents.judge`), each
+episode that ended `ok` is judged after the env episode is gone: its reward is the judge's verdict
+(or the env's plus it), source `judge`; a judge that gave no verdict makes it `infra_error` too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from roost.agents.episode_slots import EpisodeSlots
+from roost.agents.judge import Judge, JudgedEpisode, JudgeError
 from roost.agents.protocol import Agent, AgentError, AgentOutcome, EpisodeContext, HarnessTimeout, ModelUnavailable
 from roost.agents.results import EpisodeResult
 from roost.envs.errors import CapacityError, EnvFaultError, EpisodeFinishedError, EpisodeNotFoundError
@@ -110,8 +113,12 @@ async def run_episode(
     tools: list[ToolSchema],
     config: RunConfig,
     gateway: GatewayClient | None = None,
+    judge: Judge | None = None,
 ) -> EpisodeResult:
-    """One episode, in an `episode` span: a child of the current span if any, else a trace's root."""
+    """One episode, in an `episode` span: a child of the current span if any, else a trace's root.
+    `judge`: the episode's reward is its verdict on the transcript `gateway` recorded."""
+    if judge is not None and gateway is None:
+        raise ValueError("a judge reads the episode's transcript from the gateway that records it: pass the gateway")
     attributes = {
         "roost.task_id": task.id,
         "roost.split": task.split,
@@ -119,7 +126,7 @@ async def run_episode(
         "roost.agent": agent.name,
     }
     with config.tracing.span("episode", attributes) as span:
-        result = await _run_episode(task, host, agent, tools, config, gateway)
+        result = await _run_episode(task, host, agent, tools, config, gateway, judge)
         if span is not None:
             ended = {
                 "roost.status": result.status.value,
@@ -138,6 +145,7 @@ async def _run_episode(
     tools: list[ToolSchema],
     config: RunConfig,
     gateway: GatewayClient | None,
+    judge: Judge | None,
 ) -> EpisodeResult:
     started = time.perf_counter()
     session: SessionCreated | None = None
@@ -190,6 +198,10 @@ async def _run_episode(
     finally:
         if episode_id is not None:
             await _quietly(host.delete(episode_id))
+    if judge is not None and gateway is not None and session is not None and result.scored:
+        result = await _judged(
+            judge, gateway, JudgedEpisode(session.session_id, task, result.reward, result.success), result, config
+        )
     result = replace(
         result, session_id=session.session_id if session else None, seconds=round(time.perf_counter() - started, 3)
     )
@@ -219,6 +231,25 @@ def _reward(tracker: _Tracker, outcome: AgentOutcome) -> tuple[float | None, Rew
     return outcome.reward, RewardSource.FILE
 
 
+async def _judged(
+    judge: Judge, gateway: GatewayClient, episode: JudgedEpisode, result: EpisodeResult, config: RunConfig
+) -> EpisodeResult:
+    """The result with the judge's reward, or `infra_error` when no verdict came."""
+    try:
+        with config.tracing.span("episode.judge", {"roost.session_id": episode.session_id, "roost.judge": judge.name}):
+            verdict = await judge.verdict(episode, gateway, config.run_id)
+    except JudgeError as exc:
+        log.warning("no verdict on %s: %s", episode.task.id, exc)
+        return replace(result, status=EpisodeStatus.INFRA_ERROR, error=str(exc), judge_session_id=exc.session_id)
+    return replace(
+        result,
+        reward=judge.rubric.combine(result.reward, verdict.reward),
+        reward_source=RewardSource.JUDGE,
+        env_reward=result.reward,
+        judge_session_id=verdict.session_id,
+    )
+
+
 def _failed(task: Task, status: EpisodeStatus, exc: Exception) -> EpisodeResult:
     return EpisodeResult(task.id, task.split, status, error=f"{type(exc).__name__}: {exc}")
 
@@ -230,9 +261,10 @@ async def run_episodes(
     tools: list[ToolSchema],
     config: RunConfig,
     gateway: GatewayClient | None = None,
+    judge: Judge | None = None,
 ) -> list[EpisodeResult]:
     """Run all tasks, `config.concurrency` at a time (fewer while the gateway's admission has no
-    room, with `config.follow_admission`), with a progress bar on stderr."""
+    room, with `config.follow_admission`), with a progress bar on stderr; `judge` as `run_episode`'s."""
     from tqdm.auto import tqdm
 
     limit = EpisodeSlots(config.concurrency, gateway if config.follow_admission else None)
@@ -242,7 +274,7 @@ async def run_episodes(
     async def one(task: Task) -> EpisodeResult:
         nonlocal wins
         async with limit:
-            result = await run_episode(task, host, agent, tools, config, gateway)
+            result = await run_episode(task, host, agent, tools, config, gateway, judge)
         wins += result.success
         bar.update(1)
         bar.set_postfix(success=f"{wins}/{bar.n}")
@@ -293,16 +325,16 @@ async def _report(
         if result.scored and result.reward is not None:
             placed = await _penalise_calls(gateway, session, result, penalty, invalid_calls) if penalty else 0
             shaped = result.reward - penalty * (result.invalid_actions - placed)
-            await gateway.post_reward(
-                session.session_id,
-                shaped,
-                {
-                    "success": result.success,
-                    "env_reward": result.reward,
-                    "invalid_actions": result.invalid_actions,
-                    "source": result.reward_source.value,
-                },
-            )
+            judged = result.reward_source is RewardSource.JUDGE
+            info = {
+                "success": result.success,
+                "env_reward": result.env_reward if judged else result.reward,
+                "invalid_actions": result.invalid_actions,
+                "source": result.reward_source.value,
+            }
+            if judged:  # the verdict itself is the judge session's outcome
+                info["judge_session"] = result.judge_session_id
+            await gateway.post_reward(session.session_id, shaped, info)
         # an unscored episode (infra_error, timeout, agent_error) has no reward: none is stored
         await gateway.finish(
             session.session_id,

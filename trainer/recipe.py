@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from roost.agents.judge import Rubric
 from roost.agents.runner import RunConfig
 from roost.envs.episodes import ManagerConfig
 from roost.key_value import KeyValueError, parse_pair
@@ -140,16 +141,34 @@ class EngineConfig(_Section):
         return self
 
 
-class TeacherConfig(_Section):
-    """An inference service in the teacher role: an engine of its own model that scores the
-    student's recorded tokens (on-policy distillation), started, health-checked and restarted as
-    the rollout engine is, but outside the gateway and never sent new weights."""
+class RoleEngineConfig(_Section):
+    """An inference service in a role other than rollout (`teacher:NAME`, `judge:NAME`): an engine
+    of its own model, started, health-checked and restarted as the rollout engine is, by the same
+    code, and never sent new weights."""
 
     model: str = "student"
-    """A checkpoint folder (or `tiny`, `tiny-vllm`) with the student's tokenizer (another one is
-    refused); `student`: the run's starting model, frozen (a reverse-KL anchor to the start)."""
+    """A checkpoint folder (or `tiny`, `tiny-vllm`); `student`: the run's starting model, frozen."""
     engine: EngineConfig = EngineConfig()
     """Its engine: `backend`, `args`, `dtype`, or `url` of a running one (key in ROOST_ENGINE_KEY)."""
+
+
+class TeacherConfig(RoleEngineConfig):
+    """A teacher: scores the student's recorded tokens (on-policy distillation), outside the
+    gateway; its model must have the student's tokenizer (another one is refused); `student` is a
+    reverse-KL anchor to the start."""
+
+
+class JudgeConfig(RoleEngineConfig):
+    """A judge: gives each training episode its reward (`reward`), behind a gateway of its own that
+    records its calls into the run's store; any tokenizer."""
+
+
+class RewardConfig(Rubric):
+    """A generative reward (`roost.agents.judge`): the judge's verdict on each training episode's
+    transcript, by this rubric; no verdict (unparsed, the judge down or slow) is an infra error."""
+
+    judge: str
+    """The judge (a name in `judges`)."""
 
 
 class DistillRoute(_Section):
@@ -528,6 +547,10 @@ class Recipe(_Section):
     """Teacher engines by name (the `teacher:NAME` role), for `distill`."""
     distill: DistillConfig | None = None
     """On-policy distillation from the teachers; null: the env's reward alone."""
+    judges: dict[str, JudgeConfig] = {}
+    """Judge engines by name (the `judge:NAME` role), for `reward`."""
+    reward: RewardConfig | None = None
+    """Training episodes' rewards from a judge's verdict; null: the env's."""
     eval: EvalConfig = EvalConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     placement: PlacementConfig = PlacementConfig()
@@ -569,6 +592,7 @@ class Recipe(_Section):
                 f"rollout.group_size ({self.rollout.group_size}) so a group plays at once"
             )
         self._check_distill()
+        self._check_reward()
         return self
 
     def _check_distill(self) -> None:
@@ -583,6 +607,13 @@ class Recipe(_Section):
             raise ValueError(
                 "algorithm.advantage is the env reward's estimator (mixed in by distill.env_weight); "
                 "the distill section itself makes the advantages: leave algorithm.advantage at grpo or another"
+            )
+
+    def _check_reward(self) -> None:
+        if self.reward is not None and self.reward.judge not in self.judges:
+            raise ValueError(
+                f"reward.judge names judge {self.reward.judge!r}, which `judges` does not define "
+                f"({sorted(self.judges)}); add it under judges: (model, engine) or name one of those"
             )
 
     @property

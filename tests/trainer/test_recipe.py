@@ -150,3 +150,24 @@ def test_weight_sync_over_http_is_for_the_embedded_engine_only():
     assert validate_recipe({**MINIMAL, "engine": {"weight_sync": "http"}}).engine.weight_sync == "http"
     with pytest.raises(RecipeError, match="http sends tensors to roost's embedded engine only; a vllm engine"):
         validate_recipe({**MINIMAL, "engine": {"backend": "vllm", "weight_sync": "http"}})
+
+
+def test_a_generative_reward_names_a_judge_the_recipe_defines_and_a_rubric_that_reads():
+    judged = {
+        **MINIMAL,
+        "judges": {"critic": {"model": "tiny", "engine": {"backend": "embedded"}}},
+        "reward": {"judge": "critic", "pattern": r"VERDICT=([0-9]+)", "scale": [1, 5], "mode": "add", "weight": 0.5},
+    }
+    recipe = validate_recipe(judged)
+    assert (recipe.judges["critic"].model, recipe.reward.scale, recipe.reward.mode) == ("tiny", (1.0, 5.0), "add")
+    assert validate_recipe({**judged, "judges": {"critic": {}}}).judges["critic"].model == "student"
+    with pytest.raises(
+        RecipeError, match=r"reward.judge names judge 'critc', which `judges` does not define \(\['critic'\]\)"
+    ):
+        validate_recipe({**judged, "reward": {"judge": "critc"}})
+    with pytest.raises(RecipeError, match="reward.scale: .*must go from low to high"):
+        validate_recipe({**judged, "reward": {"judge": "critic", "scale": [5, 1]}})
+    with pytest.raises(RecipeError, match="reward.pattern: .*needs a group around the score"):
+        validate_recipe({**judged, "reward": {"judge": "critic", "pattern": "SCORE"}})
+    with pytest.raises(RecipeError, match="reward.rubric: unknown key; allowed here: .*judge, .*prompt"):
+        validate_recipe({**judged, "reward": {"judge": "critic", "rubric": "be fair"}})

@@ -240,6 +240,8 @@ def _rl(run: Run) -> None:
         run.hooks.echo(f"starting teacher engine(s): {', '.join(recipe.teachers)}")
         run.services.teacher_engines.start(state.reference or state.model)
         check_teachers(run.services, recipe)
+    if recipe.reward is not None and state.step < recipe.schedule.steps:
+        _start_judge(run)
     run.hooks.stage("rl", recipe.schedule.steps)
     while state.step < recipe.schedule.steps:
         started = time.perf_counter()
@@ -282,6 +284,18 @@ def _rl(run: Run) -> None:
         run.hooks.advance("rl", state.step, run.last)
         if recipe.eval.every and state.step % recipe.eval.every == 0:
             _evaluate(run, f"step-{state.step}")
+
+
+def _start_judge(run: Run) -> None:
+    """The reward's judge up (its engine, and its gateway on the run's store), and the rollout
+    workers told to reward training episodes by its verdict."""
+    import ray
+
+    reward, state = run.recipe.reward, run.state
+    run.hooks.echo(f"starting judge engine: {reward.judge}")
+    urls = run.services.judges.start(state.reference or state.model, [reward.judge])
+    rubric = reward.model_dump(mode="json", exclude={"judge"})
+    ray.get([worker.use_judge.remote(reward.judge, urls[reward.judge], rubric) for worker in run.workers])
 
 
 def _collect(run: Run, group_ids: list[str], max_staleness: int | None) -> Batch:

@@ -8,7 +8,8 @@ harness's model calls going through the gateway (so every token is recorded).
 A group is `size` episodes of one task, in the gateway group `GroupSpec.run_id/TASK_ID` (the
 runner's naming). Each episode is cut off after `timeout_s` (labelled `timeout`); env and
 engine faults are the runner's `infra_error`. Either way the session is finished without a
-reward and the trainer leaves it out.
+reward and the trainer leaves it out. With a judge (`use_judge`), each training episode's reward
+is its verdict (`roost.agents.judge`); evaluations keep the env's, comparable with runs without one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roost.agents.episode_slots import EpisodeSlots
 from roost.agents.protocol import Agent
@@ -25,6 +26,9 @@ from roost.agents.results import EpisodeResult
 from roost.envs.protocol import Task
 from roost.outcome import EpisodeKind
 from roost.tracing import Tracing
+
+if TYPE_CHECKING:
+    from roost.agents.judge import Judge
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class RolloutWorker:
         self._done: list[GroupOutcome] = []
         self._tasks: set[asyncio.Task] = set()
         self._agents: dict[str, Agent] = {}
+        self._judge: tuple[str, str, dict[str, Any]] | None = None
+        """(name, gateway URL, rubric) of the judge of training episodes; None: the env's rewards."""
         self.tracing = Tracing.start("runner")  # on with the OTEL_* variables the run hands its actors
 
     def _agent(self, args: dict[str, Any] | None) -> Agent:
@@ -93,6 +99,22 @@ class RolloutWorker:
         """Play later groups against this env server (one that replaced a lost one); groups in
         flight stay on theirs."""
         self.env_url = env_url
+
+    async def use_judge(self, name: str, url: str, rubric: dict[str, Any]) -> None:
+        """Reward later training groups by this judge's verdict (`roost.agents.judge.Rubric` fields),
+        asked through its gateway at `url` (which takes this worker's admin key)."""
+        self._judge = (name, url, rubric)
+
+    def _new_judge(self, kind: EpisodeKind) -> Judge | None:
+        """A judge for a group of this kind, with its own connections (closed with the group)."""
+        if self._judge is None or kind is not EpisodeKind.TRAIN:
+            return None
+        from roost.agents.judge import Judge, Rubric
+        from roost.rollout.gateway.control.client import GatewayClient
+
+        name, url, rubric = self._judge
+        gateway = GatewayClient(url, admin_key=self.admin_key, tracing=self.tracing)
+        return Judge(name, Rubric.model_validate(rubric), gateway)
 
     async def play(self, specs: list[GroupSpec], args: dict[str, Any] | None = None) -> list[GroupOutcome]:
         """Play these groups now and return when all are done."""
@@ -149,15 +171,18 @@ class RolloutWorker:
                 if self.gateway_url
                 else None
             )
+            judge = self._new_judge(spec.kind)
 
             async def one() -> EpisodeResult:
                 async with self._limit:
-                    return await run_episode(spec.task, host, agent, tools, config, gateway)
+                    return await run_episode(spec.task, host, agent, tools, config, gateway, judge)
 
             try:
                 results = await asyncio.gather(*(one() for _ in range(spec.size)))
             finally:
                 if gateway is not None:
                     await gateway.aclose()
+                if judge is not None:
+                    await judge.aclose()
                 await asyncio.to_thread(self.tracing.flush)  # the worker is killed at the end of the run
         return GroupOutcome(spec.group_id, list(results), time.perf_counter() - started)

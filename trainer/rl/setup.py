@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, new_key
 
-from ..recipe import Recipe
+from ..recipe import GatewayConfig, Recipe, RoleEngineConfig
 from .engine_pool import EnginePool, SyncTarget
 from .env_pool import EnvPool
 from .placement import Placement, pinned_node
@@ -86,9 +86,11 @@ class Services:
     """How the weights reach the engine (`engine.weight_sync`): disk or http."""
     fixed_nodes: frozenset[str] = frozenset()
     """The nodes of the roles that do not grow (the trainer's ranks, the gateway)."""
-    teacher_engines: TeacherEngines | None = None
+    teacher_engines: RoleEngines | None = None
     """The teachers' engines (`recipe.teachers`), started when RL starts: scored against directly,
     not through the gateway."""
+    judges: JudgeServices | None = None
+    """The judges' engines and gateways (`recipe.judges`), started when RL starts."""
 
     @property
     def teachers(self) -> dict[str, str]:
@@ -118,38 +120,102 @@ class Services:
 
 
 @dataclass
-class TeacherEngines:
-    """One engine per teacher (`teacher-NAME`), placed and supervised by the code that runs the
-    rollout engine, each from the recipe with its own model and engine section; a teacher the
-    recipe names by `engine.url` is the user's to keep up. Started by the loop when RL starts,
-    since a teacher of model `student` serves the policy RL starts from (after SFT)."""
+class RoleEngines:
+    """One engine per service of a role (`teacher-NAME`, `judge-NAME`), placed and supervised by
+    the code that runs the rollout engine, each from the recipe with its own model and engine
+    section; one the recipe names by `engine.url` is the user's to keep up. Started by the loop
+    when RL starts, since a service of model `student` serves the policy RL starts from (after SFT)."""
 
+    role: str
+    configs: dict[str, RoleEngineConfig]
     recipe: Recipe
     where: Placement
     log_dir: Path
     engine_key: str | None
     started: dict[str, Replica] = field(default_factory=dict)
 
-    def start(self, student: str) -> None:
+    def start(self, student: str, names: list[str] | None = None) -> None:
+        """Start these services (None: all of the role's) that are not up yet."""
+        for name in self.configs if names is None else names:
+            if name not in self.started:
+                self.started[name] = self._start(name, self.configs[name], student)
+
+    def _start(self, name: str, config: RoleEngineConfig, student: str) -> Replica:
+        if config.engine.url is not None:
+            return Replica(0, config.engine.url, None)
+        starter = EngineStarter(
+            f"{self.role}-{name}",
+            self.own(config),
+            self.where.engines[:1],
+            self.where,
+            self.model(config, student),
+            self.log_dir,
+            self.engine_key,
+        )
+        return starter.start([0])[0]
+
+    def own(self, config: RoleEngineConfig) -> Recipe:
+        """The run's recipe with the service's engine section, and never a LoRA adapter."""
+        trainer = self.recipe.trainer.model_copy(update={"lora": None})
+        return self.recipe.model_copy(update={"engine": config.engine, "trainer": trainer})
+
+    @staticmethod
+    def model(config: RoleEngineConfig, student: str) -> str:
         from roost.rollout.engine.tiny_model import resolve_model
 
-        for name, teacher in self.recipe.teachers.items():
-            if name in self.started:
-                continue
-            if teacher.engine.url is not None:
-                self.started[name] = Replica(0, teacher.engine.url, None)
-                continue
-            model = student if teacher.model == "student" else str(resolve_model(teacher.model))
-            own = self.recipe.model_copy(
-                update={"engine": teacher.engine, "trainer": self.recipe.trainer.model_copy(update={"lora": None})}
-            )
-            starter = EngineStarter(
-                f"teacher-{name}", own, self.where.engines[:1], self.where, model, self.log_dir, self.engine_key
-            )
-            self.started[name] = starter.start([0])[0]
+        return student if config.model == "student" else str(resolve_model(config.model))
 
     def actors(self) -> list[ActorHandle[ServiceActor] | None]:
         return [replica.actor for replica in self.started.values()]
+
+
+@dataclass
+class JudgeServices:
+    """Each judge's engine (`RoleEngines` of role judge) and a gateway of its own in front of it
+    (`judge-NAME-gateway`), recording into the run's store: the judge serves another model than
+    the run's gateway does. Its admin key is the run's gateway's."""
+
+    engines: RoleEngines
+    store: Path
+    admin_key: str
+    gateways: dict[str, ActorHandle[ServiceActor]] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
+
+    def start(self, student: str, names: list[str]) -> dict[str, str]:
+        """Start these judges (those not up yet); their gateways' URLs by name."""
+        import ray
+
+        self.engines.start(student, names)
+        for name in names:
+            if name in self.urls:
+                continue
+            self.gateways[name] = self._gateway(name, student)
+            self.urls[name] = ray.get(self.gateways[name].start.remote())
+        return {name: self.urls[name] for name in names}
+
+    def _gateway(self, name: str, student: str) -> ActorHandle[ServiceActor]:
+        engines, config = self.engines, self.engines.configs[name]
+        recipe, where, host = engines.recipe, engines.where, engines.recipe.placement.host
+        # the settings of the run's gateway (admission, workers) are for the policy's episodes
+        own = engines.own(config).model_copy(update={"gateway": GatewayConfig()})
+        model = engines.model(config, student)
+        stage_model(model, where.gateway, where)
+        key_env = {ENGINE_KEY.env: engines.engine_key} if engines.engine_key else {}
+        return service_actor(
+            f"judge-{name}-gateway",
+            server_command("gateway"),
+            host,
+            0,
+            engines.log_dir,
+            {**key_env, ADMIN_KEY.env: self.admin_key},
+            gateway_config(own, [engines.started[name].url], model, self.store, host),
+            **where.gateway,
+            **actor_options(recipe),
+        )
+
+    def actors(self) -> list[ActorHandle[ServiceActor] | None]:
+        """Engines first: `stop_services` stops the gateways in front of them before them."""
+        return [*self.engines.actors(), *self.gateways.values()]
 
 
 def fixed_nodes(where: Placement) -> frozenset[str]:
@@ -199,7 +265,10 @@ def services(recipe: Recipe, run_dir: Path, model: str, envs: EnvPool, where: Pl
     starter = EngineStarter("engine", recipe, where.engines, where, model, log_dir, engine_key)
     pool: EnginePool | None = None
     replicas: list[Replica] = []
-    teachers = TeacherEngines(recipe, where, log_dir, engine_key)
+    teachers = RoleEngines("teacher", dict(recipe.teachers), recipe, where, log_dir, engine_key)
+    judges = JudgeServices(
+        RoleEngines("judge", dict(recipe.judges), recipe, where, log_dir, engine_key), store, admin_key
+    )
     gateway = None
     try:
         if recipe.engine.url is None:
@@ -239,7 +308,8 @@ def services(recipe: Recipe, run_dir: Path, model: str, envs: EnvPool, where: Pl
             recipe.engine.weight_sync,
             fixed_nodes(where),
             teachers,
+            judges,
         )
     finally:
         engines = pool.actors() if pool is not None else [r.actor for r in replicas]
-        stop_services([*envs.actors(), *engines, gateway, *teachers.actors()])
+        stop_services([*envs.actors(), *engines, gateway, *teachers.actors(), *judges.actors()])

@@ -3,7 +3,7 @@ and pause.
 
     POST /sessions                 CreateSession  → SessionCreated (session_id, key, base_url, ...)
     POST /sessions/{sid}/reward    PostReward     → Ack (to the session, or to one call: a step reward)
-    GET  /sessions/{sid}                          → SessionDetail (the session's calls, ...)
+    GET  /sessions/{sid}                          → SessionDetail (the session's calls, each with its request and reply)
     GET  /sessions?group=G                        → SessionList (the trainer's backlog after a resume)
     GET  /samples?group=G&cursor=C                → SamplesPage (the trainer's batch, page by page)
     POST /sessions/{sid}/finish    FinishSession  → SessionSummary ({"outcome": EpisodeOutcome, "info": {...}})
@@ -104,9 +104,13 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
         body = PostReward(reward=reward, info=info or {}, call_id=call_id)
         await self._request("POST", f"/sessions/{session_id}/reward", Ack, body)
 
+    async def session(self, session_id: str) -> SessionDetail:
+        """`GET /sessions/{sid}`: the session with its calls (each call's request and reply)."""
+        return await self._request("GET", f"/sessions/{session_id}", SessionDetail)
+
     async def call_ids(self, session_id: str) -> list[str]:
         """The session's recorded calls, in the order they were made."""
-        view = await self._request("GET", f"/sessions/{session_id}", SessionDetail)
+        view = await self.session(session_id)
         return [c.call_id for c in sorted(view.calls, key=lambda c: c.seq)]
 
     async def sessions(self, group_id: str | None = None) -> list[SessionListItem]:

@@ -121,6 +121,7 @@ def _call_view(c: CallRecord, tokens: bool) -> CallView:
         finish_reason=c.finish_reason,
         weight_version=c.weight_version,
         timings=c.timings,
+        request=c.request,
         response=c.response,
         **ids,
     )

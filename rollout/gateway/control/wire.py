@@ -155,6 +155,8 @@ class CallView(Wire):
     finish_reason: dict[str, Any] | None
     weight_version: str | None
     timings: dict[str, Any]
+    request: dict[str, Any] | None = None
+    """The request as the harness sent it (its messages, tools, ...), for people and judges."""
     response: dict[str, Any] | None
     prompt_ids: list[int] | None = None
     sampled_ids: list[int] | None = None
