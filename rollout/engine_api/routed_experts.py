@@ -40,7 +40,7 @@ class RoutedExperts:
 
     @property
     def tokens(self) -> int:
-        return self.ids.shape[0]
+        return int(self.ids.shape[0])
 
     def per_layer(self, layers: int) -> np.ndarray:
         """[tokens, layers, top_k], for a model of `layers` layers."""
