@@ -88,6 +88,7 @@ demo: install
 
 # The contracts every package shares, type-checked strictly (pyproject's [tool.mypy]).
 TYPED := -m roost.outcome -m roost.rollout.keys -p roost.rollout.store -m roost.rollout.engine_api.wire \
+         -m roost.rollout.engine_api.routed_experts \
          -m roost.rollout.gateway.core.wire_base -m roost.rollout.gateway.openai.wire \
          -m roost.rollout.gateway.anthropic.wire -m roost.rollout.gateway.responses.wire \
          -m roost.rollout.gateway.control.wire -m roost.envs.wire

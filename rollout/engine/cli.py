@@ -42,8 +42,8 @@ def engine(
     ),
     model: str = typer.Option(
         _default("model"),
-        help="'tiny', 'tiny-vllm' (attention heads vLLM can serve on CPU) or a "
-        "local Hugging Face Qwen2/Qwen3/Llama checkpoint folder.",
+        help="'tiny', 'tiny-vllm' (attention heads vLLM can serve on CPU), 'tiny-moe' (Qwen3-MoE) or a "
+        "local Hugging Face Qwen2/Qwen3/Qwen3-MoE/Llama checkpoint folder.",
     ),
     backend: EngineBackend = typer.Option(
         EngineBackend(_default("backend")),

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoTokenizer
 
@@ -62,6 +63,8 @@ class Completion:
     """What held the reply to a grammar (`Grammar.meta`), if anything did."""
     first_token_at: float | None = None
     """When the first sampled token reached the server (`time.perf_counter`): the prefill's end."""
+    routed_experts: np.ndarray | None = None
+    """The routed experts the request asked for, [tokens, layers, top_k] (`RequestPlan.routed_experts_from`)."""
 
     def add(self, outputs: list[StepOutput]) -> list[int]:
         """Take in one event's step outputs; return the token ids it added."""
@@ -71,6 +74,8 @@ class Completion:
         self.output_ids += new_ids
         self.logprobs += [out.logprob for out in outputs if out.token_id >= 0]
         last = outputs[-1]
+        if last.routed_experts is not None:
+            self.routed_experts = last.routed_experts
         self.finish_reason, self.weight_version, self.cached_tokens = (
             last.finish_reason,
             last.weight_version,
@@ -96,6 +101,7 @@ class Engine:
             dtype=self.dtype,
             reuse_prefixes=config.reuse_prefixes,
             budget_tokens=config.kv_budget_tokens,
+            top_k=self.spec.moe.top_k if self.spec.moe is not None else 0,
         )
         self.scheduler = Scheduler(
             self.model, cache, max_running=config.max_running, prefill_tokens=config.max_prefill_tokens
@@ -131,6 +137,24 @@ class Engine:
             raise RequestError(
                 f"the prompt has {len(ids)} tokens; the context length is {self.context_length} "
                 "(prompt plus at least one generated token must fit)"
+            )
+
+    def check_routed_experts(self, start: int, prompt_len: int, max_new_tokens: int) -> None:
+        """A request for routed experts (SGLang's `return_routed_experts`, from position `start`)
+        that this model and request can answer; raises RequestError otherwise."""
+        if self.spec.moe is None:
+            raise RequestError(
+                f"return_routed_experts: the model served here ({self.spec.family}) is dense and routes "
+                "no experts; ask it of a mixture-of-experts model (such as `tiny-moe`), or leave it unset"
+            )
+        if not 0 <= start <= prompt_len:
+            raise RequestError(
+                f"routed_experts_start_len {start} must be between 0 and the prompt's {prompt_len} tokens"
+            )
+        if max_new_tokens < 1:
+            raise RequestError(
+                "return_routed_experts needs max_new_tokens >= 1: the routing is recorded as tokens run "
+                "through the model, and a request that generates nothing runs none"
             )
 
     def plan(

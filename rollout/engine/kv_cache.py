@@ -22,6 +22,11 @@ request finds no free slot, a whole program is evicted: the session predicted to
 slots at once (the gateway finished it). Counters: prompt and cached tokens (the hit rate),
 evicted tokens, and re-prefilled tokens (a session's prompt tokens it held before an eviction
 and had to prefill again).
+
+A mixture-of-experts model's cache (`top_k` set) also keeps each cached token's routed experts
+per layer, beside its keys and values and reused with them: the routing a request's answer
+reports for a reused prefix is the one computed when that prefix ran (SGLang keeps them by
+KV location the same way).
 """
 
 from __future__ import annotations
@@ -75,12 +80,16 @@ class SlotKVCache:
         reuse_prefixes: bool = True,
         budget_tokens: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        top_k: int = 0,
     ):
         """`budget_tokens`: retain sessions' slots between their calls, holding at most this many
-        tokens together (None: no session is retained; every free slot is reused by recency)."""
+        tokens together (None: no session is retained; every free slot is reused by recency).
+        `top_k`: keep each token's `top_k` routed experts per layer (0: a dense model, none)."""
         shape = (layers, slots, kv_heads, max_len, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype)
         self.values = torch.zeros(shape, dtype=dtype)
+        # int16: expert ids below 32,768 (Qwen3-MoE has 128); -1 where a layer is dense
+        self.experts = torch.full((slots, max_len, layers, top_k), -1, dtype=torch.int16) if top_k else None
         self.max_len = max_len
         self.slots = slots
         self.reuse_prefixes = reuse_prefixes
@@ -244,6 +253,17 @@ class SlotKVCache:
 
     def gather(self, layer: int, slots, span: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys[layer, slots, :, :span], self.values[layer, slots, :, :span]
+
+    def write_experts(self, layer: int, slots: torch.Tensor, positions: torch.Tensor, ids: torch.Tensor) -> None:
+        """Token i of the batch (in `slots[i]` at `positions[i]`) went to experts `ids[i]` at `layer`."""
+        if self.experts is not None:
+            self.experts[slots, positions, layer] = ids.to(torch.int16)
+
+    def read_experts(self, slot: int, start: int, end: int) -> np.ndarray:
+        """The routed experts of `slot`'s tokens at positions start..end-1: [end - start, layers, top_k] int32."""
+        if self.experts is None:
+            raise ValueError("this cache keeps no routed experts: the model is dense")
+        return self.experts[slot, start:end].to(torch.int32).numpy()
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:

@@ -1,11 +1,12 @@
-"""A decoder-only transformer (Qwen3, Qwen2, Llama) with a slot KV cache.
+"""A decoder-only transformer (Qwen3, Qwen3-MoE, Qwen2, Llama) with a slot KV cache.
 
 Module names mirror Hugging Face's (`model.layers.0.self_attn.q_proj`, ...), so a
 checkpoint's state dict loads as it is. Two entry points: `prefill` runs the new prompt
 tokens of a batch of requests into their cache slots; `decode_step` advances a batch of
 requests by one token each, every request at its own position, so requests join and leave
 freely between steps (continuous batching). Both take each request's LoRA adapter (or None),
-applied to the projections it adapts (`lora_rows`).
+applied to the projections it adapts (`lora_rows`). A mixture-of-experts model's sparse layers
+(`moe`) also write each token's routed experts into the cache beside its keys and values.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 from roost.rollout.engine.kv_cache import SlotKVCache
 from roost.rollout.engine.lora_rows import NO_LORA, LoadedAdapter, LoraLinear, LoraRows
 from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.moe import SparseMoE
 from roost.rollout.engine.rope import inverse_frequencies
 
 
@@ -137,13 +139,22 @@ class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, layer: int):
         super().__init__()
         self.self_attn = Attention(spec, layer)
-        self.mlp = MLP(spec, layer)
+        self.sparse = spec.moe is not None and layer in spec.moe.layers
+        self.mlp: nn.Module = SparseMoE(spec) if self.sparse else MLP(spec, layer)
         self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
 
-    def finish(self, x: torch.Tensor, attn: torch.Tensor, lora: LoraRows = NO_LORA) -> torch.Tensor:
+    def finish(
+        self, x: torch.Tensor, attn: torch.Tensor, lora: LoraRows = NO_LORA
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer's output, and each row's routed experts ([rows, top_k]; None for a dense MLP,
+        which is the one LoRA adapts)."""
         x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x), lora)
+        normed = self.post_attention_layernorm(x)
+        if self.sparse:
+            out, experts = self.mlp(normed)
+            return x + out, experts
+        return x + self.mlp(normed, lora), None
 
 
 class Body(nn.Module):
@@ -193,9 +204,12 @@ class CausalLM(nn.Module):
         positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lengths)])[None]
         cos, sin = self.rotary(positions, x.dtype)
         spans = list(zip(slots, starts, lengths))
-        for layer in self.model.layers:
+        row_slots = torch.cat([torch.full((n,), slot, dtype=torch.long) for slot, n in zip(slots, lengths)])
+        for index, layer in enumerate(self.model.layers):
             attn = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans, lora)
-            x = layer.finish(x, attn, lora)
+            x, experts = layer.finish(x, attn, lora)
+            if experts is not None:
+                cache.write_experts(index, row_slots, positions[0], experts)
         last = torch.tensor(lengths).cumsum(0) - 1
         return self.logits(x[0, last], LoraRows.of(adapters))
 
@@ -214,7 +228,9 @@ class CausalLM(nn.Module):
         cos, sin = self.rotary(positions[:, None], x.dtype)
         span = int(positions.max()) + 1
         mask = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]
-        for layer in self.model.layers:
+        for index, layer in enumerate(self.model.layers):
             attn = layer.self_attn.decode(layer.input_layernorm(x), cos, sin, cache, slots, positions, mask, lora)
-            x = layer.finish(x, attn, lora)
+            x, experts = layer.finish(x, attn, lora)
+            if experts is not None:
+                cache.write_experts(index, slots, positions, experts)
         return self.logits(x[:, 0], lora)

@@ -14,6 +14,7 @@ from typing import Any
 
 ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
 }
@@ -29,6 +30,21 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
     return json.loads(path.read_text())
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """A mixture-of-experts model's sparse MLPs (Qwen3-MoE's `Qwen3MoeSparseMoeBlock`)."""
+
+    num_experts: int
+    top_k: int
+    """Experts each token goes to (`num_experts_per_tok`)."""
+    intermediate_size: int
+    """Each expert's inner width (`moe_intermediate_size`)."""
+    norm_topk_prob: bool
+    """The top-k routing probabilities are renormalised to sum to 1 (Qwen3-MoE checkpoints ship true)."""
+    layers: tuple[int, ...]
+    """The layers whose MLP is sparse; the others (`mlp_only_layers`, `decoder_sparse_step`) are dense."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,8 @@ class ModelSpec:
     qk_norm: bool
     qkv_bias: bool
     eos_token_ids: tuple[int, ...]
+    moe: MoESpec | None = None
+    """The sparse MLPs of a mixture-of-experts model; None: dense."""
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelSpec:
@@ -77,10 +95,28 @@ class ModelSpec:
             rope_scaling=scaling,
             max_position_embeddings=config.get("max_position_embeddings", 4096),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            qk_norm=family == "qwen3",
-            qkv_bias=family == "qwen2" or (family == "qwen3" and bool(config.get("attention_bias"))),
+            qk_norm=family in QWEN3_FAMILIES,
+            qkv_bias=family == "qwen2" or (family in QWEN3_FAMILIES and bool(config.get("attention_bias"))),
             eos_token_ids=_eos_ids(config.get("eos_token_id"), extra_eos),
+            moe=_moe(config) if family == "qwen3_moe" else None,
         )
+
+
+QWEN3_FAMILIES = ("qwen3", "qwen3_moe")
+
+
+def _moe(config: dict[str, Any]) -> MoESpec:
+    """Qwen3-MoE's sparse layers, as `Qwen3MoeDecoderLayer` picks them."""
+    experts = config.get("num_experts") or config.get("num_local_experts") or 0  # transformers 5 writes the latter
+    step = config.get("decoder_sparse_step", 1)
+    dense = set(config.get("mlp_only_layers") or [])
+    layers = tuple(
+        i for i in range(config["num_hidden_layers"]) if experts > 0 and i not in dense and (i + 1) % step == 0
+    )
+    top_k = config["num_experts_per_tok"]
+    if layers and not 0 < top_k <= experts:
+        raise UnsupportedModel(f"num_experts_per_tok {top_k} must be between 1 and num_experts ({experts})")
+    return MoESpec(experts, top_k, config["moe_intermediate_size"], bool(config.get("norm_topk_prob", False)), layers)
 
 
 def _family(config: dict[str, Any]) -> str:
@@ -92,8 +128,8 @@ def _family(config: dict[str, Any]) -> str:
         family, what = (model_type if model_type in ARCHITECTURES.values() else None), f"model_type {model_type!r}"
     if family is None:
         raise UnsupportedModel(
-            f"{what} is not supported; roost's engine and trainer run {', '.join(ARCHITECTURES)} (dense). "
-            "Serve other models with SGLang instead."
+            f"{what} is not supported; roost's engine runs {', '.join(ARCHITECTURES)} and its trainer the "
+            "dense ones of them. Serve other models with SGLang instead."
         )
     # Llama's attention_bias also puts a bias on o_proj, which neither model has.
     if family == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):

@@ -41,7 +41,7 @@ def prompt_logprobs(
     cos, sin = model.rotary(torch.arange(len(tokens))[None], x.dtype)
     lora, spans = LoraRows.of([adapter], [len(tokens)]), [(0, 0, len(tokens))]
     for layer in model.model.layers:
-        x = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans, lora), lora)
+        x, _ = layer.finish(x, layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, cache, spans, lora), lora)
     every = torch.log_softmax(model.logits(x[0, :-1], LoraRows.of([adapter] * (len(tokens) - 1))), dim=-1)
     logprobs = every.gather(1, ids[1:, None])[:, 0]
     scores = np.concatenate([[math.nan], logprobs.numpy()]).astype(np.float32)

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from roost.rollout.engine.grammar import Grammar, GrammarState
 from roost.rollout.engine.lora_rows import LoadedAdapter
 from roost.rollout.engine.sampling import RowDraw, SamplingConfig, new_seed
@@ -21,6 +23,9 @@ class StepOutput:
     weight_version: str
     cached_tokens: int = 0
     """Prompt tokens whose keys and values were reused from an earlier request."""
+    routed_experts: np.ndarray | None = None
+    """On a finished request's last output, when its plan asks (`routed_experts_from`): the experts
+    each token run through the model went to, [tokens, layers, top_k]."""
 
 
 @dataclass
@@ -40,6 +45,9 @@ class RequestPlan:
     session: str | None = None
     """The program (an agent's episode) it is a call of (`session_params.id`): its slot is retained
     for that session's next call, within the engine's KV budget."""
+    routed_experts_from: int | None = None
+    """Report the routed experts of the tokens at positions from this one (SGLang's
+    `routed_experts_start_len`) to the last one run through the model; None: not asked."""
 
     def constraint_meta(self) -> dict[str, Any] | None:
         """What an answer's meta_info says about the request's grammar (None: unconstrained)."""
@@ -72,6 +80,11 @@ class EngineRequest:
     def draw(self) -> RowDraw:
         """Where this step's random number comes from (the step is the tokens sampled so far)."""
         return RowDraw(self.seed, len(self.output_ids))
+
+    @property
+    def fed_tokens(self) -> int:
+        """Tokens run through the model so far: the prompt and all but the last sampled token."""
+        return len(self.prompt_ids) + max(len(self.output_ids) - 1, 0)
 
     @property
     def position(self) -> int:

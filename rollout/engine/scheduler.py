@@ -9,6 +9,7 @@ together. The asyncio side never blocks on torch: it submits requests and receiv
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -210,6 +211,10 @@ class Scheduler:
 
     def _finish(self, request: EngineRequest, output: StepOutput) -> None:
         request.finished = True
+        start = request.plan.routed_experts_from
+        if start is not None and request.slot is not None:  # read before the slot goes back
+            experts = self.cache.read_experts(request.slot, start, request.fed_tokens)
+            output = dataclasses.replace(output, routed_experts=experts)
         self._release(request)
         request.emit([output])
 

@@ -21,6 +21,7 @@ from roost.rollout.engine.scripted_sampler import Script, ScriptedSampler, Scrip
 from roost.rollout.engine.sessions import SessionTable, Turn
 from roost.rollout.engine.weight_uploads import WeightReceiver
 from roost.rollout.engine.weights import WeightMismatch
+from roost.rollout.engine_api import routed_experts
 from roost.rollout.engine_api.model_identity import config_digest, tokenizer_fingerprint
 from roost.rollout.engine_api.weight_upload import MAX_CHUNK_BYTES, BeginUpload
 from roost.rollout.engine_api.wire import (
@@ -82,6 +83,8 @@ def _meta(
     }
     if done.constraint is not None:
         meta["constraint"] = done.constraint
+    if done.routed_experts is not None:
+        meta["routed_experts"] = routed_experts.encode(done.routed_experts)
     if with_logprobs:
         texts = [engine.decode([t], False) if with_text else None for t in done.output_ids]
         meta["output_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(done.logprobs, done.output_ids, texts)]
@@ -259,6 +262,9 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             )
         plan = await engine.prepare(ids, params, req.lora_path)
         plan.session = req.session_params.id if req.session_params is not None else None
+        if req.return_routed_experts:
+            engine.check_routed_experts(req.routed_experts_start_len, len(ids), plan.max_new_tokens)
+            plan.routed_experts_from = req.routed_experts_start_len
         if req.stream:
             # The stream is sent after this handler returns: its span is parented explicitly.
             chunks = _stream(

@@ -15,8 +15,8 @@ class EngineServerConfig(BaseModel):
 
     model: str = Field(
         "tiny",
-        description="'tiny', 'tiny-vllm' (attention heads vLLM can serve on CPU) or a local Hugging Face "
-        "Qwen2/Qwen3/Llama checkpoint folder",
+        description="'tiny', 'tiny-vllm' (attention heads vLLM can serve on CPU), 'tiny-moe' (Qwen3-MoE) or a "
+        "local Hugging Face Qwen2/Qwen3/Qwen3-MoE/Llama checkpoint folder",
     )
     backend: Literal["embedded", "vllm"] = Field(
         "embedded", description="embedded: roost's engine; vllm: a vLLM server from its own virtualenv, supervised"

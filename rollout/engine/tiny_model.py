@@ -6,6 +6,13 @@ ordinary Hugging Face folder, built once and cached.
 
 `tiny-vllm` is the same model with attention heads of 32 dimensions: vLLM's CPU attention
 supports no head size below 32, so the 16 of `tiny` kills its engine at the first request.
+
+`tiny-moe` is the mixture-of-experts one: Qwen3-MoE architecture (`Qwen3MoeForCausalLM`), the same
+attention and widths, each layer's MLP 8 experts of which every token goes to 2 (top-k
+probabilities renormalised, as Qwen3-MoE checkpoints ship). Its router weights are drawn wider
+than the other weights (std hidden_size^-0.5, router logits of about unit spread) so that routing
+is decisive: with the initialiser's std 0.02 every token's probabilities are nearly uniform and the
+top 2 of 8 are a near tie that rounding could flip.
 """
 
 from __future__ import annotations
@@ -42,7 +49,23 @@ TINY_CONFIG = {
 }
 # Same layers and widths; the queries and keys are twice as wide (4 heads x 32).
 TINY_VLLM_CONFIG = {**TINY_CONFIG, "head_dim": 32}
-TINY_VARIANTS = {"tiny": ("tiny-qwen3", TINY_CONFIG), "tiny-vllm": ("tiny-vllm-qwen3", TINY_VLLM_CONFIG)}
+TINY_MOE_CONFIG = {
+    **TINY_CONFIG,
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+}
+TINY_VARIANTS = {
+    "tiny": ("tiny-qwen3", TINY_CONFIG),
+    "tiny-vllm": ("tiny-vllm-qwen3", TINY_VLLM_CONFIG),
+    "tiny-moe": ("tiny-qwen3-moe", TINY_MOE_CONFIG),
+}
+MOE_ROUTER_STD = "hidden_size^-0.5"
 
 
 def roost_home() -> Path:
@@ -53,12 +76,15 @@ def roost_home() -> Path:
 def _fingerprint(config: dict) -> str:
     import torch
 
-    key = json.dumps({"config": config, "seed": TINY_SEED, "torch": torch.__version__})
+    recipe: dict = {"config": config, "seed": TINY_SEED, "torch": torch.__version__}
+    if config.get("model_type") == "qwen3_moe":  # the dense models' keys stay as they were
+        recipe["router_std"] = MOE_ROUTER_STD
+    key = json.dumps(recipe)
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def tiny_model_dir(root: Path | None = None, *, variant: str = "tiny") -> Path:
-    """Return the folder of the tiny model (or its `tiny-vllm` variant), building it on first use."""
+    """Return the folder of the tiny model (or its `tiny-vllm` or `tiny-moe` variant), building it on first use."""
     prefix, config = TINY_VARIANTS[variant]
     folder = (root or roost_home() / "models") / f"{prefix}-{_fingerprint(config)}"
     if not (folder / "model.safetensors").is_file():
@@ -69,12 +95,11 @@ def tiny_model_dir(root: Path | None = None, *, variant: str = "tiny") -> Path:
 def build_tiny_model(folder: Path, config: dict | None = None) -> Path:
     """Write the tiny model (config, safetensors weights, tokenizer) into `folder`."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".building-"))
     torch.manual_seed(TINY_SEED)
-    model = Qwen3ForCausalLM(Qwen3Config(**(config or TINY_CONFIG))).to(torch.float32)
+    model = _seeded_model(config or TINY_CONFIG)
     model.save_pretrained(staging, safe_serialization=True)
     for item in qwen3_tokenizer_dir().iterdir():
         if item.is_file():
@@ -87,14 +112,29 @@ def build_tiny_model(folder: Path, config: dict | None = None) -> Path:
     return folder
 
 
+def _seeded_model(config: dict):
+    """The model of `config`, its weights drawn from the global generator (seeded by the caller)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    if config.get("model_type") != "qwen3_moe":
+        return Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.float32)
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**config)).to(torch.float32)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer.mlp, "gate"):
+                layer.mlp.gate.weight.normal_(0.0, config["hidden_size"] ** -0.5)
+    return model
+
+
 def resolve_model(name_or_path: str) -> Path:
-    """`tiny` or `tiny-vllm` → that model's folder; anything else must be a local checkpoint folder."""
+    """`tiny`, `tiny-vllm` or `tiny-moe` → that model's folder; anything else must be a local checkpoint folder."""
     if name_or_path in TINY_VARIANTS:
         return tiny_model_dir(variant=name_or_path)
     path = Path(name_or_path).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"{name_or_path!r} is neither 'tiny', 'tiny-vllm' nor a Hugging Face checkpoint folder "
+            f"{name_or_path!r} is neither one of {', '.join(TINY_VARIANTS)} nor a Hugging Face checkpoint folder "
             "(expected a config.json inside); download the model first, roost does not fetch weights"
         )
     return path

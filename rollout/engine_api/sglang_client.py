@@ -22,6 +22,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from roost.rollout.engine_api.capacity import EngineCapacity, sglang_capacity
+from roost.rollout.engine_api.routed_experts import MalformedRoutedExperts, RoutedExperts
 from roost.rollout.engine_api.sglang_sessions import SessionCall, StreamingSessions
 from roost.rollout.engine_api.wire import (
     AbortRequest,
@@ -77,6 +78,9 @@ class Generation:
     prompt_tokens: int
     text: str = ""
     meta_info: dict[str, Any] = field(default_factory=dict)
+    routed_experts: RoutedExperts | None = None
+    """Asked with `routed_experts=True` (a mixture-of-experts model): the experts every token of
+    prompt and output went to, per layer, but the last output token's (never run through the model)."""
 
 
 @dataclass
@@ -87,6 +91,18 @@ class GenerationDelta:
     output_logprobs: list[float]
     finish_reason: dict[str, Any] | None
     weight_version: str
+    routed_experts: RoutedExperts | None = None
+    """On the last chunk, when asked: as `Generation.routed_experts`."""
+
+
+def _routed_experts(data: str | None, rows: int) -> RoutedExperts | None:
+    """SGLang's `meta_info.routed_experts` of an answer that ran `rows` tokens through the model."""
+    if data is None:
+        return None
+    try:
+        return RoutedExperts.decode(data, rows)
+    except MalformedRoutedExperts as exc:
+        raise EngineProtocolError(str(exc)) from exc
 
 
 def _logprob_values(entries: list[Any]) -> list[float]:
@@ -130,6 +146,7 @@ def parse_generation(body: Any) -> Generation:
         prompt_tokens=meta.prompt_tokens,
         text=answer.text,
         meta_info=body["meta_info"],
+        routed_experts=_routed_experts(meta.routed_experts, meta.prompt_tokens + len(answer.output_ids) - 1),
     )
     if len(generation.output_logprobs) != len(answer.output_ids):
         raise EngineProtocolError(f"{len(answer.output_ids)} output ids but {len(generation.output_logprobs)} logprobs")
@@ -280,7 +297,13 @@ class SGLangClient(EngineHTTP):
         return SessionCall(list(input_ids), rid, named)
 
     def generate_payload(
-        self, call: SessionCall, sampling_params: dict[str, Any], *, stream: bool, lora: str | None = None
+        self,
+        call: SessionCall,
+        sampling_params: dict[str, Any],
+        *,
+        stream: bool,
+        lora: str | None = None,
+        routed_experts: bool = False,
     ) -> dict[str, Any]:
         # Not validated: this runs for every model call, and validating a long prompt's ids
         # costs several times what sending them does (the contract tests check the payload
@@ -293,6 +316,8 @@ class SGLangClient(EngineHTTP):
             rid=call.rid,
             lora_path=lora,
             session_params=call.session_params,
+            # SGLang 0.5.3 has no such field: sent only when asked
+            return_routed_experts=True if routed_experts else None,
         )
         return request_body(request)
 
@@ -327,24 +352,28 @@ class SGLangClient(EngineHTTP):
         rid: str | None = None,
         lora: str | None = None,
         session: str | None = None,
+        routed_experts: bool = False,
     ) -> Generation:
         """Generate from the whole prompt `input_ids`. A streaming-session call that the engine
-        refuses, or answers for another prompt, is sent again plain."""
+        refuses, or answers for another prompt, is sent again plain. `routed_experts`: ask for the
+        tokens' routed experts (SGLang's `return_routed_experts`; a mixture-of-experts model only)."""
         call = await self._opened(self.route(input_ids, rid, session), input_ids)
         try:
-            payload = self.generate_payload(call, sampling_params, stream=False, lora=lora)
+            payload = self.generate_payload(
+                call, sampling_params, stream=False, lora=lora, routed_experts=routed_experts
+            )
             generation = parse_generation(await self._request("POST", "/generate", payload))
         except (EngineRejected, EngineProtocolError):
             if call.session is None:
                 raise
             self._streaming.failed(call)
-            return await self.generate(input_ids, sampling_params, rid=rid, lora=lora)
+            return await self.generate(input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts)
         except BaseException:
             self._streaming.failed(call)
             raise
         if self._settled(call, input_ids, generation.output_ids, generation.prompt_tokens, generation.finish_reason):
             return generation
-        return await self.generate(input_ids, sampling_params, rid=rid, lora=lora)
+        return await self.generate(input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts)
 
     async def generate_stream(
         self,
@@ -354,17 +383,20 @@ class SGLangClient(EngineHTTP):
         rid: str | None = None,
         lora: str | None = None,
         session: str | None = None,
+        routed_experts: bool = False,
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
         cumulative `output_token_logprobs`; this yields the new ids with their logprobs. A
         streaming-session call that the engine refuses, or answers for another prompt, is sent
-        again plain before anything is yielded."""
+        again plain before anything is yielded. `routed_experts`: as `generate`'s, on the last delta."""
         call = await self._opened(self.route(input_ids, rid, session), input_ids)
-        chunks = self._chunks(call, sampling_params, lora)
+        chunks = self._chunks(call, sampling_params, lora, routed_experts)
         try:
             first = await self._first_chunk(call, input_ids, chunks)
         except _SendWhole:
-            async for delta in self.generate_stream(input_ids, sampling_params, rid=rid, lora=lora):
+            async for delta in self.generate_stream(
+                input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts
+            ):
                 yield delta
             return
         if first is None:
@@ -385,10 +417,10 @@ class SGLangClient(EngineHTTP):
         self._settled(call, input_ids, output_ids, prompt_tokens, finish or {"type": "unknown"})
 
     async def _chunks(
-        self, call: SessionCall, sampling_params: dict[str, Any], lora: str | None
+        self, call: SessionCall, sampling_params: dict[str, Any], lora: str | None, routed_experts: bool = False
     ) -> AsyncIterator[tuple[GenerationDelta, int]]:
         """The stream's deltas, each with the prompt length the engine reports."""
-        payload = self.generate_payload(call, sampling_params, stream=True, lora=lora)
+        payload = self.generate_payload(call, sampling_params, stream=True, lora=lora, routed_experts=routed_experts)
         seen = 0
         async for chunk in self._stream("/generate", payload):
             answer = _answer(chunk, "stream chunk")
@@ -569,4 +601,5 @@ def _stream_delta(answer: GenerateAnswer, seen: int) -> GenerationDelta:
         output_logprobs=logprobs,
         finish_reason=meta.finish_reason,
         weight_version=meta.weight_version,
+        routed_experts=_routed_experts(meta.routed_experts, meta.prompt_tokens + seen + len(ids) - 1),
     )

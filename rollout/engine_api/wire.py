@@ -42,6 +42,8 @@ GENERATE_FIELDS = {
     "custom_labels",
     "lora_path",
     "session_params",
+    "return_routed_experts",
+    "routed_experts_start_len",
 }
 
 # SamplingParams fields the engine implements, and the unimplemented ones with the only
@@ -223,6 +225,11 @@ class GenerateRequest(BaseModel):
     takes an adapter's name too); unset: the base model."""
     session_params: SessionParams | None = None
     """The program the request is a call of, and the stored request it continues, if any (SGLang's field)."""
+    return_routed_experts: bool = False
+    """Answer each token's routed experts (`meta_info.routed_experts`; a mixture-of-experts model
+    only): SGLang's field, since after 0.5.3 (`roost.rollout.engine_api.routed_experts`)."""
+    routed_experts_start_len: int = 0
+    """The first position whose routed experts are answered (SGLang's field; 0: the whole prompt)."""
 
 
 def parse_generate(body: Any) -> GenerateRequest:
@@ -339,6 +346,9 @@ class GenerateMeta(Answer):
     input_token_logprobs: list[Any] | None = None
     """`[[logprob | None, token_id, text | None], ...]` of the prompt from `logprob_start_len` on,
     when asked (the prompt's first token, with no context, has None)."""
+    routed_experts: str | None = None
+    """With `return_routed_experts`, on the finished answer (a stream's last chunk): the tokens'
+    routed experts, SGLang's base64 encoding (`roost.rollout.engine_api.routed_experts`)."""
 
 
 class GenerateAnswer(Answer):

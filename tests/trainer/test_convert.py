@@ -94,6 +94,13 @@ def test_unsupported_models_say_so():
         ModelSpec.from_config({"model_type": "llama", "attention_bias": True})
 
 
+def test_mixture_of_experts_checkpoints_are_not_trained_yet():
+    from roost.rollout.engine.tiny_model import TINY_MOE_CONFIG
+
+    with pytest.raises(UnsupportedModel, match="MoE training .* is not built yet"):
+        transformer_config(ModelSpec.from_config(TINY_MOE_CONFIG))
+
+
 def test_tensor_parallel_shapes_must_divide(tiny_model_path):
     spec = ModelSpec.from_folder(tiny_model_path)
     hf = hf_checkpoint.read_weights(tiny_model_path)

@@ -27,6 +27,11 @@ def rotary_embedding(inv_freq: torch.Tensor, position_ids: torch.Tensor) -> torc
 
 
 def transformer_config(spec: ModelSpec, *, tp: int = 1, dtype: torch.dtype = torch.float32, **overrides: Any):
+    if spec.moe is not None:
+        raise UnsupportedModel(
+            f"{spec.family} is a mixture-of-experts model: roost's engine serves it, but Megatron MoE "
+            "training (and routing replay) is not built yet; train a dense checkpoint"
+        )
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     on_gpu = torch.cuda.is_available()
