@@ -134,6 +134,7 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
             ("leaf_call_id", text),
             ("call_ids", pa.list_(text)),
             ("finish_reason", text),
+            ("teacher_logprobs", pa.list_(f64)),
             ("format_version", i64),
         ]
     return pa.schema(columns)
