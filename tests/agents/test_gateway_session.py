@@ -99,7 +99,11 @@ def test_the_clients_import_the_wire_modules_and_nothing_else_of_the_servers():
         "roost.rollout.gateway.control",
         "roost.rollout.gateway.core",
     ]
-    client_parts = ["roost.rollout.engine_api.capacity", "roost.rollout.engine_api.sglang_sessions"]
+    client_parts = [
+        "roost.rollout.engine_api.capacity",
+        "roost.rollout.engine_api.routed_experts",
+        "roost.rollout.engine_api.sglang_sessions",
+    ]
     wires = [
         "roost.rollout.engine_api.wire",
         "roost.rollout.gateway.control.wire",

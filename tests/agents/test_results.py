@@ -13,7 +13,7 @@ def test_the_status_values_are_the_strings_stored_sessions_hold():
     # the store keeps each session's finish info as JSON: a renamed value would misread them all
     assert [s.value for s in EpisodeStatus] == ["ok", "infra_error", "timeout", "agent_error"]
     assert EpisodeStatus("timeout") is EpisodeStatus.TIMEOUT
-    assert [s.value for s in RewardSource] == ["env", "file", "none"]
+    assert [s.value for s in RewardSource] == ["env", "file", "none", "judge"]
 
 
 def test_a_result_leaves_as_plain_json():
@@ -35,5 +35,7 @@ def test_a_result_leaves_as_plain_json():
         "seconds": 5.2,
         "exit_code": None,
         "output_tail": "",
+        "env_reward": None,
+        "judge_session_id": None,
     }
     assert not result.scored and EpisodeResult("t0", "train").scored
