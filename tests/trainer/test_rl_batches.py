@@ -142,7 +142,7 @@ async def test_only_ok_sessions_are_trained_and_the_rest_are_counted(recording):
     assert batch.staleness == [0, 0] and batch.versions == [[version], [version]]
 
     later = await recording.batch(["g0/t"], current_version=version + 2, max_staleness=1)
-    assert later.groups == [] and later.counts["dropped_stale"] == 2
+    assert later.groups == [] and later.counts["dropped_stale"] == 2 and later.rewards == []
     kept = await recording.batch(["g0/t"], current_version=version + 1, max_staleness=1)
     assert kept.staleness == [1, 1]
 

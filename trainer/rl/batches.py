@@ -124,10 +124,12 @@ class _Collector:
     def add_session(self, session: SessionSamples) -> None:
         if not _trainable(session.outcome, self.counts):
             return
-        self.rewards.append(float(session.outcome.reward))
         self.refused.extend(session.refused)
+        before = len(self.samples)
         for sample in with_sampled_tokens(session.samples):
             self.add_sample(sample)
+        if len(self.samples) > before:  # a session whose samples were all dropped (stale) is not kept
+            self.rewards.append(float(session.outcome.reward))
 
     def add_sample(self, sample: Sample) -> None:
         versions = sampled_versions(sample)
