@@ -88,7 +88,7 @@ demo: install
 
 # The contracts every package shares, type-checked strictly (pyproject's [tool.mypy]).
 TYPED := -m roost.outcome -m roost.rollout.keys -p roost.rollout.store -m roost.rollout.engine_api.wire \
-         -m roost.rollout.engine_api.routed_experts \
+         -m roost.rollout.engine_api.routed_experts -m roost.rollout.vision.images -m roost.rollout.vision.placeholders \
          -m roost.rollout.gateway.core.wire_base -m roost.rollout.gateway.openai.wire \
          -m roost.rollout.gateway.anthropic.wire -m roost.rollout.gateway.responses.wire \
          -m roost.rollout.gateway.control.wire -m roost.envs.wire
@@ -104,8 +104,10 @@ lint: install
 # --durations: the slowest tests, printed at the end, so their cost stays visible.
 # -n 2 --dist loadfile: two workers, each taking whole modules (a module's servers start once);
 # many tests wait on servers, containers and desktops rather than compute, so two overlap well.
+# --no-loadscope-reorder: files go out in collection order, which tests/file_order.py makes
+# longest first (xdist's own order, by test count, left the slowest files for last).
 test: install harnesses vllm phoenix lint
-	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile --no-loadscope-reorder
 
 # One JSON line per check; without a GPU one line saying so, exit 0. SGLang's check needs SGLang
 # with its dependencies (`make install` puts in only its protocol classes).

@@ -13,4 +13,7 @@ packages = ["roost"] + [
     for name in find_packages(include=[f"{top}" for top in TOP_LEVEL] + [f"{top}.*" for top in TOP_LEVEL])
 ]
 
-setup(packages=packages, package_data={"roost": ["py.typed"], "": ["*.json", "*.yaml", "Dockerfile", "*.txt"]})
+setup(
+    packages=packages,
+    package_data={"roost": ["py.typed"], "": ["*.json", "*.yaml", "Dockerfile", "*.txt", "*.jsonl.gz"]},
+)

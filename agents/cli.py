@@ -124,6 +124,11 @@ def run_command(
     concurrency: int = typer.Option(1, help="Episodes at once."),
     timeout_s: float = typer.Option(3600.0, help="Per-episode limit on the command."),
     submit: bool = typer.Option(True, help="Submit for the command if it exits with the episode open."),
+    workspace: bool = typer.Option(
+        False,
+        help="Run the command in a copy of the episode's working tree (SWE's repository; ROOST_WORKSPACE) "
+        "and submit its diff as the patch.",
+    ),
     env_arg: list[str] = typer.Option([], "--env-arg", help="KEY=VALUE for the env, when it runs here."),
     as_json: bool = typer.Option(False, "--json", help="Print per-episode results as JSON."),
 ) -> None:
@@ -138,6 +143,7 @@ def run_command(
         env,
         timeout_s=timeout_s,
         submit=submit,
+        workspace=workspace,
         concurrency=concurrency,
         episodes=episodes,
         env_url=env_url,

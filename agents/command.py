@@ -14,6 +14,8 @@ through the environment:
                                       "text": ...} or {"type": "tool_call", "name": ..., "arguments": ...});
                                       the answer is the step (observation, reward, terminated, ...)
     ROOST_REWARD_FILE                 where the command may write {"reward": <float>, ...}
+    ROOST_WORKSPACE                   with `workspace`: the copy of the episode's working tree the
+                                      command runs in (its diff is submitted as the patch)
 
 The reward is the env's verdict when the episode ended (if the command exits first and the env
 offers a `submit` tool, the adapter submits for it), else the command's reward file, else none
@@ -40,7 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from roost.agents.evaluate import EvalConfig
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext
-from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError, InvalidActionError
+from roost.agents.workspace import Checkout, checkout, diff_since_start
+from roost.envs.errors import EnvError, EnvFaultError, EpisodeFinishedError, InvalidActionError, NoWorkspaceError
 from roost.envs.protocol import Step, ToolCall
 from roost.lifetime import die_with_parent
 from roost.outcome import RewardSource
@@ -62,6 +65,9 @@ class CommandConfig(BaseModel):
     """Called when the command exits and the episode is still open (if the env offers it)."""
     output_chars: int = Field(20_000, gt=0)
     """How much of the command's output (its tail) is kept in the outcome."""
+    workspace: bool = False
+    """Run the command in a copy of the episode's working tree (envs that hand one out: SWE; its
+    path is also ROOST_WORKSPACE), and submit that copy's diff as the `patch`."""
 
 
 class CommandAgent:
@@ -78,11 +84,13 @@ class CommandAgent:
         proxy = StepProxy(ctx)
         with tempfile.TemporaryDirectory(prefix="roost-command-") as tmp:
             reward_file = Path(tmp) / "reward.json"
+            work = await self._checkout(ctx, Path(tmp))
             async with proxy:
-                code, output = await self._run_command(ctx, proxy.url, reward_file, tmp)
+                code, output = await self._run_command(ctx, proxy.url, reward_file, work)
             if not proxy.finished and self.config.submit_tool in {t["function"]["name"] for t in ctx.tools}:
+                arguments = {"patch": await diff_since_start(work)} if isinstance(work, Checkout) else {}
                 try:
-                    proxy.record(await ctx.step(ToolCall(self.config.submit_tool, {})))
+                    proxy.record(await ctx.step(ToolCall(self.config.submit_tool, arguments)))
                 except EpisodeFinishedError:
                     pass
             file_reward = _read_reward(reward_file)
@@ -99,10 +107,26 @@ class CommandAgent:
             output_tail=output,
         )
 
+    async def _checkout(self, ctx: EpisodeContext, tmp: Path) -> Checkout | Path:
+        """Where the command runs: a copy of the episode's working tree (`workspace`), else `tmp`."""
+        if not self.config.workspace:
+            return tmp
+        if ctx.workspace is None:
+            raise AgentError("workspace=true needs an episode whose env hands out its working tree")
+        try:
+            archive = await ctx.workspace()
+        except NoWorkspaceError as exc:
+            raise AgentError(f"workspace=true, but {exc}") from exc
+        return await checkout(archive, tmp / "workspace")
+
     async def _run_command(
-        self, ctx: EpisodeContext, step_url: str, reward_file: Path, cwd: str
+        self, ctx: EpisodeContext, step_url: str, reward_file: Path, work: Checkout | Path
     ) -> tuple[int | None, str]:
+        cwd = work.folder if isinstance(work, Checkout) else work
         env = {**without_server_keys(os.environ), **command_environment(ctx, step_url, reward_file)}
+        if isinstance(work, Checkout):
+            # no __pycache__ in the diff: the SWE env's sandboxes set the same
+            env.update(ROOST_WORKSPACE=str(cwd), PYTHONDONTWRITEBYTECODE="1")
         proc = await asyncio.create_subprocess_shell(
             self.config.command,
             cwd=cwd,
@@ -257,13 +281,19 @@ def command_eval(
     *,
     timeout_s: float = 3600.0,
     submit: bool = True,
+    workspace: bool = False,
     concurrency: int = 1,
     episodes: int | None = None,
     **fields: Any,
 ) -> EvalConfig:
     """`roost run`'s evaluation: `command` as the harness, each task once (or `episodes`, the
     tasks in turn), no progress bar; `fields` are the other `EvalConfig` fields."""
-    agent_kwargs = {"command": command, "timeout_s": timeout_s, "submit_tool": "submit" if submit else None}
+    agent_kwargs = {
+        "command": command,
+        "timeout_s": timeout_s,
+        "submit_tool": "submit" if submit else None,
+        "workspace": workspace,
+    }
     # The command's own limit ends it first (killed, its output kept); the runner's is the backstop.
     return EvalConfig(
         env,

@@ -58,6 +58,7 @@ class PlannerExecutor:
             ctx.api_key,
             ctx.model,
             ctx.max_turns,
+            ctx.workspace,
         )
         outcome = await executor.run(executor_ctx)
         outcome.extra["plan"] = plan

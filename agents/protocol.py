@@ -46,6 +46,9 @@ class EpisodeContext:
     api_key: str | None = None
     model: str | None = None
     max_turns: int = 50
+    workspace: Callable[[], Awaitable[bytes]] | None = None
+    """The episode's working tree as a gzip'd tar, from envs that have one (SWE); else it raises
+    `NoWorkspaceError`."""
 
 
 @dataclass

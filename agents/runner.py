@@ -58,6 +58,8 @@ class EpisodeHost(Protocol):
 
     async def tasks(self, split: str) -> list[Task]: ...
 
+    async def workspace(self, episode_id: str) -> bytes: ...
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -104,6 +106,9 @@ class _Tracker:
         self.reward += step.reward
         self.terminated, self.done = step.terminated, step.done
         return step
+
+    async def workspace(self) -> bytes:
+        return await self.host.workspace(self.episode_id)
 
 
 async def run_episode(
@@ -170,6 +175,7 @@ async def _run_episode(
             session.key if session else config.api_key,
             config.model,
             config.max_turns,
+            tracker.workspace,
         )
         outcome = await _played(agent, ctx, config.timeout_s)
         invalid_calls = outcome.invalid_calls

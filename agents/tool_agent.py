@@ -13,6 +13,12 @@ the engine then samples only one of those strings, sent as a text action (never 
 The recorded logprobs stay the model's own; the call's record keeps the list, so the trainer
 (`trainer.grammar_mask`, on by default) trains the policy the engine sampled from: the model's
 distribution renormalised over the tokens the list allowed.
+
+With `screenshots`, each observation's screenshot (`Observation.image`, OSWorld's under
+`observation_type: screenshot` or `screenshot_a11y_tree`) goes with its text as an `image_url`
+part: in the user message that carries the observation, or, after tool calls (whose messages
+take text only), in a user message of its own. Every screenshot stays in the history, so each
+request extends the one before (the gateway records one growing sample, each image once).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 
 from roost.agents.protocol import AgentError, AgentOutcome, EpisodeContext, ModelUnavailable
 from roost.envs.errors import InvalidActionError
-from roost.envs.protocol import Step, TextAction, ToolCall
+from roost.envs.protocol import Observation, Step, TextAction, ToolCall
 
 SYSTEM_PROMPT = (
     "You are an agent acting in a text environment. Read the observation, then act by calling "
@@ -44,6 +50,7 @@ class ToolAgent:
         timeout_s: float = 600.0,
         seed: int | None = None,
         allowed_replies_from: str | None = None,
+        screenshots: bool = False,
     ) -> None:
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -57,6 +64,8 @@ class ToolAgent:
         # replies. Needs a roost gateway on the embedded engine or SGLang (an OpenAI upstream
         # refuses `allowed_replies`).
         self.allowed_replies_from = allowed_replies_from
+        # Send observations' screenshots to the model (a vision model behind the endpoint).
+        self.screenshots = screenshots
         # one TLS context for all episodes: building one loads the CA store, and a client per
         # episode spent a fifth of a rollout worker's time there (profiled)
         self._tls = ssl.create_default_context()
@@ -84,7 +93,7 @@ class ToolAgent:
     async def _play(self, client: Any, model: str, ctx: EpisodeContext) -> AgentOutcome:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": ctx.reset.observation.text},
+            {"role": "user", "content": self._content(ctx.reset.observation.text, ctx.reset.observation)},
         ]
         outcome = AgentOutcome()
         allowed = self._allowed_replies(ctx.reset.info, "reset")
@@ -158,6 +167,8 @@ class ToolAgent:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                 if step is not None and step.done:
                     break
+            if self.screenshots and step is not None and not step.done and step.observation.image:
+                messages.append({"role": "user", "content": self._content("The screen now:", step.observation)})
             return step
         command = (reply.content or "").strip()
         if not command:
@@ -166,8 +177,15 @@ class ToolAgent:
             outcome.invalid_calls.append(outcome.turns - 1)
             return None
         step, text = await self._step(TextAction(command), outcome, ctx)
-        messages.append({"role": "user", "content": text})
+        messages.append({"role": "user", "content": self._content(text, step.observation if step else None)})
         return step
+
+    def _content(self, text: str, observation: Observation | None) -> str | list[dict[str, Any]]:
+        """`text`, with the observation's screenshot as an image part when screenshots are on."""
+        if not (self.screenshots and observation is not None and observation.image):
+            return text
+        url = f"data:image/png;base64,{observation.image}"
+        return [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
 
     @staticmethod
     async def _step(

@@ -81,6 +81,13 @@ class EnvClient:
         r = wire.StepResponse.model_validate(await self._request("POST", f"/episodes/{episode_id}/step", json=body))
         return Step(r.observation.to_protocol(), r.reward, r.terminated, r.truncated, r.info, r.tools)
 
+    async def workspace(self, episode_id: str) -> bytes:
+        """The episode's working tree as a gzip'd tar (`GET /episodes/{id}/workspace`)."""
+        response = await self._send("GET", f"/episodes/{episode_id}/workspace")
+        if response.is_success:
+            return response.content
+        raise _error_of(response)
+
     async def status(self, episode_id: str) -> wire.EpisodeView:
         return wire.EpisodeView.model_validate(await self._request("GET", f"/episodes/{episode_id}"))
 

@@ -161,6 +161,8 @@ class EnvContainer:
             "--port",
             str(CONTAINER_PORT),
         ]
+        for value in self.config.spec.container.env_args:
+            command += ["--env-arg", value]
         volumes = {}
         if self.config.data_dir is not None:
             volumes[str(Path(self.config.data_dir).resolve())] = {"bind": CONTAINER_DATA, "mode": "ro"}

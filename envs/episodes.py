@@ -195,6 +195,15 @@ class EpisodeManager:
                 await self._close(record, "terminated" if step.terminated else "truncated")
             return step
 
+    async def workspace(self, episode_id: str) -> bytes:
+        """The running episode's working tree, a gzip'd tar (`HasWorkspace`); renews its lease."""
+        record = self.get(episode_id)
+        async with record.lock:
+            self._check_running(record)
+            archive = await self._call(record, "workspace", None)
+            record.last_active_at = time.time()
+            return archive
+
     async def refuse(self, episode_id: str, error: InvalidActionError) -> NoReturn:
         """Answer an action that could not even be read (past `roost.serving.json_bounds`) as an invalid
         one: counted, the episode's lease renewed, the episode unchanged."""

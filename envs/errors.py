@@ -47,6 +47,13 @@ class EpisodeFinishedError(EnvError):
     code = "episode_finished"
 
 
+class NoWorkspaceError(EnvError):
+    """The env's episodes have no working tree to hand out (`GET /episodes/{id}/workspace`):
+    only envs that act on files (SWE) have one."""
+
+    code = "no_workspace"
+
+
 class CapacityError(EnvError):
     """The server already runs `max_episodes` episodes; retry after `retry_after` seconds."""
 
@@ -73,6 +80,7 @@ ERRORS_BY_CODE: dict[str, type[EnvError]] = {
         UnknownTaskError,
         InvalidActionError,
         EpisodeNotFoundError,
+        NoWorkspaceError,
         EpisodeFinishedError,
         CapacityError,
         EnvFaultError,

@@ -28,6 +28,7 @@ STATUS = {
     errors.BadRequestError: 400,
     errors.UnknownTaskError: 404,
     errors.EpisodeNotFoundError: 404,
+    errors.NoWorkspaceError: 404,
     errors.EpisodeFinishedError: 409,
     errors.InvalidActionError: 422,
     errors.CapacityError: 429,
@@ -177,6 +178,15 @@ def _add_routes(app: FastAPI, manager: EpisodeManager, tracing: Tracing) -> None
             info=step.info,
             tools=step.tools,
         )
+
+    @app.get(
+        "/episodes/{episode_id}/workspace",
+        response_class=Response,
+        responses={200: {"content": {"application/gzip": {}}}, **_errors(404, 409, 500)},
+    )
+    async def get_workspace(episode_id: str) -> Response:
+        """The episode's working tree as a gzip'd tar; 404 `no_workspace` for envs without one."""
+        return Response(await manager.workspace(episode_id), media_type="application/gzip")
 
     @app.get("/episodes/{episode_id}", response_model=wire.EpisodeView, responses=_errors(404))
     async def get_episode(episode_id: str) -> wire.EpisodeView:

@@ -146,5 +146,15 @@ class Env(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class HasWorkspace(Protocol):
+    """An env whose episodes act on a working tree (SWE's repository) hands a copy of it out, so
+    a harness acting on a host folder of its own (`roost run --workspace`) starts from it."""
+
+    async def workspace(self) -> bytes:
+        """The running episode's working tree as a gzip'd tar (its `.git` included)."""
+        ...
+
+
 EnvFactory = Callable[[], Env]
 """Makes a fresh env; envs made by one factory may share read-only state (a task index)."""

@@ -31,6 +31,9 @@ class ContainerNeeds:
     """Size of /dev/shm (Docker's default is 64 MB; Chromium wants more)."""
     init: bool = False
     """Docker's init as PID 1, reaping the processes the server's children leave behind."""
+    env_args: tuple[str, ...] = ()
+    """`--env-arg` values the server in the container always gets (the image's own CMD is
+    replaced when roost starts it, so what the env needs there is said here)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ ENVS: dict[str, EnvSpec] = {
         "roost.envs.swe.env:make_factory",
         "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
         call_timeout_s=1800.0,
+        # In its container the episodes' sandboxes are local ones (envs/swe/Dockerfile says why).
+        container=ContainerNeeds(env_args=('sandbox={"backend": "local"}', "host_python=false")),
         check="roost.envs.swe.prepare:check_config",
         cli="roost.envs.swe.cli:register",
     ),

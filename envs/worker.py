@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from roost.envs.errors import ERRORS_BY_CODE, EnvError, EnvFaultError
-from roost.envs.protocol import Env
+from roost.envs.errors import ERRORS_BY_CODE, EnvError, EnvFaultError, NoWorkspaceError
+from roost.envs.protocol import Env, HasWorkspace
 from roost.lifetime import die_with_parent, stop_on_sigterm, stop_process
 
 CLOSE_TIMEOUT_S = 30
@@ -139,6 +139,11 @@ async def _handle(op: str, episode_id: str, payload: Any, factory, probe: Env, e
         return None
     if op == "tasks":
         return await probe.tasks(payload)
+    if op == "workspace":
+        env = episodes[episode_id]
+        if not isinstance(env, HasWorkspace):
+            raise NoWorkspaceError(f"the {probe.info.name} env's episodes have no workspace to hand out")
+        return await env.workspace()
     raise ValueError(f"unknown worker op {op!r}")
 
 

@@ -11,6 +11,12 @@ import pytest
 from roost.rollout.engine.launch import EngineProcess
 from roost.rollout.engine.tiny_model import tiny_model_dir
 from roost.rollout.engine_api.vllm_launch import VLLMLaunchError, vllm_python
+from roost.tests.file_order import load_durations, order_by_duration
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Longest files first (tests/file_order.py): both xdist workers finish close together."""
+    items[:] = order_by_duration(items, load_durations())
 
 
 @pytest.fixture(scope="session")

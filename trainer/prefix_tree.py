@@ -18,7 +18,7 @@ layout the tree must match.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -63,6 +63,27 @@ class TreeLayout:
         return ~may_attend[None, None]
 
 
+@dataclass(frozen=True)
+class ImagePixels:
+    """One image as the checkpoint's image processor gives it."""
+
+    pixel_values: torch.Tensor
+    """[t * h * w, patch values], as the image processor flattens them."""
+    grid: tuple[int, int, int]
+    """(t, h, w) patch grid (`image_grid_thw`)."""
+
+
+@dataclass(frozen=True)
+class MicrobatchImages:
+    """A microbatch's images, each distinct one (by content address) once, and the hidden rows
+    their features fill: `rows[sha][0]` are rows of the flattened [b * s] hidden states, and
+    `rows[sha][1]` the index of the image's feature (its merged patch) each row takes. Several
+    paths through one image share its rows in a tree; the image is encoded once either way."""
+
+    pixels: dict[str, ImagePixels]
+    rows: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+
 @dataclass
 class Microbatch:
     """One forward pass worth of samples, in tree or flat layout.
@@ -73,7 +94,11 @@ class Microbatch:
     `score_targets[k]`. Sample `sample_index[i]` finds its sampled tokens' logprobs, in
     token order, at `sample_scores[i]` (indices into the scored entries). `score_allowed[k]`
     (a bitmask, `allowed_tokens`) holds the tokens the sampling grammar allowed at entry k, where
-    some sample of the microbatch was constrained; None where none was.
+    some sample of the microbatch was constrained; None where none was. `routed_experts[r]` (R3)
+    holds the experts the engine routed the token at hidden row r to, layers x top_k ids, a row of
+    -1 where none was recorded (the router then routes it itself); None when no sample carried
+    any. `images` (a vision-language batch) holds its images and the rows their features fill;
+    None without images.
     """
 
     input_ids: torch.Tensor
@@ -86,6 +111,8 @@ class Microbatch:
     num_tokens: int
     layout: str
     score_allowed: torch.Tensor | None = None
+    routed_experts: torch.Tensor | None = None
+    images: MicrobatchImages | None = None
 
     def to(self, device: torch.device) -> Microbatch:
         """This microbatch with its tensors on `device` (gather maps stay where they are)."""
@@ -102,6 +129,8 @@ class Microbatch:
             num_tokens=self.num_tokens,
             layout=self.layout,
             score_allowed=None if self.score_allowed is None else self.score_allowed.to(device),
+            routed_experts=None if self.routed_experts is None else self.routed_experts.to(device),
+            images=self.images,
         )
 
     @property
@@ -118,25 +147,28 @@ class Microbatch:
 class _Trie:
     tokens: list[int]
     parent: list[int]
-    children: list[dict[int, int]]
+    children: list[dict[Hashable, int]]
 
     @classmethod
     def empty(cls) -> _Trie:
         return cls(tokens=[], parent=[], children=[])
 
-    def insert(self, sequence: Sequence[int], roots: dict[int, int]) -> list[int]:
-        """Add a sequence; return the node of each of its tokens."""
+    def insert(
+        self, sequence: Sequence[int], roots: dict[Hashable, int], keys: Sequence[Hashable] | None = None
+    ) -> list[int]:
+        """Add a sequence; return the node of each of its tokens. Two tokens share a node where
+        their prefixes' keys match (`keys[i]`, the token itself when None)."""
         path = []
         level = roots
         parent = -1
-        for token in sequence:
-            node = level.get(token)
+        for token, key in zip(sequence, sequence if keys is None else keys, strict=True):
+            node = level.get(key)
             if node is None:
                 node = len(self.tokens)
                 self.tokens.append(token)
                 self.parent.append(parent)
                 self.children.append({})
-                level[token] = node
+                level[key] = node
             path.append(node)
             parent = node
             level = self.children[node]
@@ -146,13 +178,13 @@ class _Trie:
 def trie_size(sequences: Sequence[Sequence[int]]) -> int:
     """Number of unique prefixes (= tree tokens) over the sequences."""
     trie = _Trie.empty()
-    roots: dict[int, int] = {}
+    roots: dict[Hashable, int] = {}
     for sequence in sequences:
         trie.insert(sequence, roots)
     return len(trie.tokens)
 
 
-def _depth_first(trie: _Trie, roots: dict[int, int]) -> tuple[list[int], list[int]]:
+def _depth_first(trie: _Trie, roots: dict[Hashable, int]) -> tuple[list[int], list[int]]:
     """Depth-first order of the nodes and each node's subtree end in that order."""
     order: list[int] = []
     end = [0] * len(trie.tokens)
@@ -173,17 +205,33 @@ def tree_microbatch(
     scored: Sequence[Sequence[int]],
     sample_index: Sequence[int],
     allowed: Sequence[torch.Tensor | None] | None = None,
+    keys: Sequence[Sequence[Hashable]] | None = None,
+    mrope_positions: Sequence[torch.Tensor] | None = None,
+    routing: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    images: Mapping[str, ImagePixels] | None = None,
 ) -> Microbatch:
     """Pack sequences into one depth-first token trie.
+
+    A vision-language batch gives `keys[i]`, a key per token of sequence i that tells image
+    tokens apart (their ids are one placeholder id whatever the image: key them by the image's
+    content hash and the token's index in it), and `mrope_positions[i]` ([3, len]), its
+    multimodal RoPE positions; a node's positions depend only on its prefix, so they are the
+    same on every path through it, and the microbatch's `position_ids` are [3, 1, n]. An image
+    token's key is the pair (image sha256, index of the token in the image's run); `images` maps
+    each sha256 that keys name to its pixels (`MicrobatchImages`).
 
     `scored[i]` lists the token positions of sequence i whose logprob is needed (its
     sampled tokens; never position 0); `allowed[i]`, when given, the bitmask of the tokens its
     grammar allowed at each (a row per position; None: a free reply). Two samples share a scored
     node only where they also share its allowed tokens.
+
+    `routing[i]`, when given, is sequence i's recorded experts (`Sample.routed_experts`; None: none
+    recorded). A shared node takes the first recorded row of the sequences through it: a prefix
+    the engine ran for several calls routes alike in each, up to rounding in its batches.
     """
     trie = _Trie.empty()
-    roots: dict[int, int] = {}
-    paths = [trie.insert(sequence, roots) for sequence in sequences]
+    roots: dict[Hashable, int] = {}
+    paths = [trie.insert(sequence, roots, None if keys is None else keys[i]) for i, sequence in enumerate(sequences)]
     order, end = _depth_first(trie, roots)
     slot = [0] * len(order)
     for position, node in enumerate(order):
@@ -214,9 +262,10 @@ def tree_microbatch(
             entries.append(score_slot[key])
         sample_scores.append(torch.tensor(entries, dtype=torch.long))
     scored_nodes = torch.tensor([node for node, _ in score_slot], dtype=torch.long)
+    rows = [[slot[node] for node in path] for path in paths]
     return Microbatch(
         input_ids=tokens[None, :],
-        position_ids=depth[None, :],
+        position_ids=depth[None, :] if mrope_positions is None else _tree_positions(mrope_positions, paths, slot, n),
         tree=TreeLayout(subtree_end, _segments(parent.tolist())),
         score_rows=parent[scored_nodes] if len(scored_nodes) else scored_nodes,
         score_targets=tokens[scored_nodes] if len(scored_nodes) else scored_nodes,
@@ -225,7 +274,78 @@ def tree_microbatch(
         num_tokens=n,
         layout="tree",
         score_allowed=_stack(mask_rows, masks),
+        routed_experts=_routing_rows(routing, rows, n),
+        images=_image_rows(keys, rows, images),
     )
+
+
+def _image_rows(
+    keys: Sequence[Sequence[Hashable]] | None, rows: list[list[int]], images: Mapping[str, ImagePixels] | None
+) -> MicrobatchImages | None:
+    """The microbatch's images and the rows each fills (`rows[i][p]`: the hidden row of sequence i's
+    token p), read from the image tokens' (sha256, index) keys; None when no key names an image or
+    no pixels are given (a packing that needs only the layout)."""
+    if images is None:
+        return None
+    found: dict[str, dict[int, int]] = defaultdict(dict)
+    for own_keys, where in zip(keys or [], rows):
+        for key, row in zip(own_keys, where):
+            if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str):
+                found[key[0]][row] = int(key[1])
+    if not found:
+        return None
+    missing = sorted(set(found) - set(images))
+    if missing:
+        raise PackingError(
+            f"image tokens key image(s) {[sha[:12] for sha in missing]} whose pixels were not given: pass each "
+            "image the keys name in `images`, by its sha256"
+        )
+    return MicrobatchImages(
+        pixels={sha: images[sha] for sha in found},
+        rows={
+            sha: (torch.tensor(list(at), dtype=torch.long), torch.tensor(list(at.values()), dtype=torch.long))
+            for sha, at in found.items()
+        },
+    )
+
+
+def _routing_rows(
+    routing: Sequence[Sequence[Sequence[int]] | None] | None, rows: list[list[int]], n: int
+) -> torch.Tensor | None:
+    """[n, layers x top_k] recorded expert ids by hidden row (`rows[i][p]`: the row of sequence i's
+    token p), -1 where none was recorded; the first recorded row of a row wins. None when no
+    sequence carries any."""
+    given = [(r, own) for r, own in zip(rows, routing or []) if own is not None]
+    width = next((len(row) for _, own in given for row in own if len(row)), 0)
+    if not width:
+        return None
+    out = torch.full((n, width), -1, dtype=torch.long)
+    filled = torch.zeros(n, dtype=torch.bool)
+    for where, own in given:
+        if len(own) != len(where):
+            raise PackingError(f"{len(own)} routed-expert rows for a sequence of {len(where)} tokens")
+        for row, ids in zip(where, own):
+            if len(ids) and not filled[row]:
+                if len(ids) != width:
+                    raise PackingError(f"a token's routed experts hold {len(ids)} ids, another's {width}")
+                out[row] = torch.tensor(ids, dtype=torch.long)
+                filled[row] = True
+    return out
+
+
+def _tree_positions(
+    mrope_positions: Sequence[torch.Tensor], paths: list[list[int]], slot: list[int], n: int
+) -> torch.Tensor:
+    """Each tree slot's 3-D positions, [3, 1, n], from any sequence through it; a sequence
+    that disagrees with another on a shared node is a packing error (its keys were too coarse)."""
+    positions = torch.full((3, n), -1, dtype=torch.long)
+    for path, own in zip(paths, mrope_positions, strict=True):
+        where = torch.tensor([slot[node] for node in path], dtype=torch.long)
+        seen = positions[:, where]
+        if ((seen >= 0) & (seen != own)).any():
+            raise PackingError("two sequences give a shared token different multimodal RoPE positions")
+        positions[:, where] = own.long()
+    return positions[:, None, :]
 
 
 def _masks(scored: Sequence[Sequence[int]], allowed: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor | None]:
@@ -278,8 +398,14 @@ def flat_microbatch(
     sample_index: Sequence[int],
     allowed: Sequence[torch.Tensor | None] | None = None,
     pad_id: int = 0,
+    routing: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    keys: Sequence[Sequence[Hashable]] | None = None,
+    mrope_positions: Sequence[torch.Tensor] | None = None,
+    images: Mapping[str, ImagePixels] | None = None,
 ) -> Microbatch:
-    """Lay sequences out one per row (right-padded), causal attention: the reference layout."""
+    """Lay sequences out one per row (right-padded), causal attention: the reference layout;
+    `routing`, `keys`, `mrope_positions` and `images` as in `tree_microbatch` (`position_ids` are
+    then [3, b, width], padding at 0)."""
     masks = _masks(scored, allowed)
     width = max(len(sequence) for sequence in sequences)
     rows = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -295,9 +421,10 @@ def flat_microbatch(
             score_rows.append(row * width + position - 1)
             score_targets.append(sequence[position])
         sample_scores.append(torch.arange(start, len(score_rows)))
+    hidden_rows = [[row * width + p for p in range(len(sequence))] for row, sequence in enumerate(sequences)]
     return Microbatch(
         input_ids=rows,
-        position_ids=torch.arange(width).expand(len(sequences), width).contiguous(),
+        position_ids=_flat_positions(mrope_positions, len(sequences), width),
         tree=None,
         score_rows=torch.tensor(score_rows, dtype=torch.long),
         score_targets=torch.tensor(score_targets, dtype=torch.long),
@@ -313,7 +440,19 @@ def flat_microbatch(
             ],
             masks,
         ),
+        routed_experts=_routing_rows(routing, hidden_rows, len(sequences) * width),
+        images=_image_rows(keys, hidden_rows, images),
     )
+
+
+def _flat_positions(mrope_positions: Sequence[torch.Tensor] | None, b: int, width: int) -> torch.Tensor:
+    """[b, width] token indices, or each row's 3-D positions [3, b, width] (padding at 0)."""
+    if mrope_positions is None:
+        return torch.arange(width).expand(b, width).contiguous()
+    out = torch.zeros(3, b, width, dtype=torch.long)
+    for row, own in enumerate(mrope_positions):
+        out[:, row, : own.shape[1]] = own.long()
+    return out
 
 
 def plan_microbatches(sequences: Sequence[Sequence[int]], groups: Sequence[str], token_budget: int) -> list[list[int]]:
@@ -378,9 +517,13 @@ def build_microbatches(
     token_budget: int,
     layout: str = "tree",
     allowed: Sequence[torch.Tensor | None] | None = None,
+    routing: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    keys: Sequence[Sequence[Hashable]] | None = None,
+    mrope_positions: Sequence[torch.Tensor] | None = None,
+    images: Mapping[str, ImagePixels] | None = None,
 ) -> list[Microbatch]:
-    """Plan and pack microbatches in the `tree` or `flat` layout (same token budget); `allowed`
-    as in `tree_microbatch`."""
+    """Plan and pack microbatches in the `tree` or `flat` layout (same token budget); `allowed`,
+    `routing`, `keys`, `mrope_positions` and `images` as in `tree_microbatch`."""
     if layout == "tree":
         plan = plan_microbatches(sequences, groups, token_budget)
         make = tree_microbatch
@@ -390,7 +533,20 @@ def build_microbatches(
     else:
         raise ValueError(f"unknown layout {layout!r}; use 'tree' or 'flat'")
     masks = _masks(scored, allowed)
-    return [make([sequences[i] for i in ids], [scored[i] for i in ids], ids, [masks[i] for i in ids]) for ids in plan]
+    routes = list(routing) if routing is not None else [None] * len(sequences)
+    return [
+        make(
+            [sequences[i] for i in ids],
+            [scored[i] for i in ids],
+            ids,
+            [masks[i] for i in ids],
+            routing=[routes[i] for i in ids],
+            keys=None if keys is None else [keys[i] for i in ids],
+            mrope_positions=None if mrope_positions is None else [mrope_positions[i] for i in ids],
+            images=images,
+        )
+        for ids in plan
+    ]
 
 
 def _plan_flat(sequences: Sequence[Sequence[int]], token_budget: int) -> list[list[int]]:

@@ -100,7 +100,7 @@ class SmallVocabConfig(_Section):
 
 class ModelConfig(_Section):
     path: str | None = "tiny"
-    """`tiny` (the test model with the real Qwen3 tokenizer) or a Hugging Face checkpoint folder."""
+    """`tiny` (the test model with the real Qwen3 tokenizer), `tiny-moe` (its Qwen3-MoE variant) or a Hugging Face checkpoint folder."""
     small_vocab: SmallVocabConfig | None = None
     """Instead of `path`: build the small-vocabulary model, its tokenizer trained on the SFT data."""
 
@@ -207,6 +207,9 @@ class GatewayConfig(_Section):
     sglang_sessions: bool = _GATEWAY["sglang_sessions"].default
     """SGLang's streaming sessions hold each episode's cache between its calls (`roost gateway
     --sglang-sessions`; engine.backend sglang, launched with `--enable-streaming-session`)."""
+    record_routing: bool = _GATEWAY["record_routing"].default
+    """A mixture-of-experts model on the embedded or sglang engine: record each token's routed
+    experts beside its logprob (the gateway config's record_routing), for trainer.routing_replay (R3)."""
 
 
 class CorrectionSection(_Section):
@@ -300,6 +303,13 @@ class TrainerConfig(_Section):
     """Train a call held to a grammar (a JSON schema, a regex, allowed replies, an enforced tool
     choice) on what the engine sampled it from: each token's logprob over the tokens the grammar
     allowed, tokens it forced left out. false: the model's own, unmasked, distribution."""
+    routing_replay: bool = False
+    """Mixture-of-experts models (R3): route each token through the experts the engine recorded for
+    it (the gateway's record_routing), gating weights from the trainer's router; tokens with nothing
+    recorded route as usual. false: the trainer's routers choose."""
+    moe_aux_loss_coeff: float = Field(0.0, ge=0)
+    """Mixture-of-experts models: the weight of Megatron's load-balancing loss; 0 (the default) adds
+    none. Above 0 its scale against the policy loss is Megatron's, not checked here (docs/trainer-internals.md)."""
     use_distributed_optimizer: bool = False
     threads: int | None = None
     """torch threads per rank; null: the CPUs Ray gives the rank."""
@@ -372,6 +382,10 @@ class AlgorithmConfig(_Section):
     critic: CriticSection | None = None
     """A value head trained with the policy, its values the `critic` of the gae estimators; null:
     gae takes a `critic` option (a dotted path) instead."""
+    step_wise: bool = False
+    """Train one sample per turn (`roost.trainer.step_wise`): each turn's reply with the tokens
+    before it, its own advantages; false: one sample per episode path. The same under
+    `loss.aggregation: token_mean`; under `seq_mean_token_mean` every turn weighs the same."""
 
     @model_validator(mode="after")
     def _critic_feeds_gae(self) -> AlgorithmConfig:
@@ -566,6 +580,10 @@ class Recipe(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
+        if self.trainer.routing_replay and self.gateway.url is None and not self.gateway.record_routing:
+            raise ValueError(
+                "trainer.routing_replay replays the experts the gateway records: set gateway.record_routing: true"
+            )
         if self.model.small_vocab is not None and (self.sft is None or self.sft.data.source != "expert"):
             raise ValueError(
                 "model.small_vocab trains its tokenizer on expert transcripts: it needs sft.data.source: expert"

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from roost.rollout.engine.model_spec import read_config
+from roost.rollout.engine.model_spec import config_vocab_size, read_config
 from roost.rollout.engine_api.sglang_client import EngineError, SGLangClient
 from roost.rollout.engine_api.weight_upload import DEFAULT_CHUNK_BYTES, AdapterUpload
 from roost.rollout.engine_api.wire import UpdateWeightsAnswer
@@ -74,11 +74,11 @@ def folder_bytes(folder: str | Path) -> int:
 
 def check_compatible(folder: str | Path, model_info: dict[str, Any]) -> None:
     """Raise `CheckpointMismatch` if the checkpoint cannot replace the engine's weights."""
-    config = read_config(folder)
+    vocab_size = config_vocab_size(read_config(folder))
     engine_vocab = model_info.get("vocab_size")
-    if engine_vocab is not None and int(engine_vocab) != int(config["vocab_size"]):
+    if engine_vocab is not None and int(engine_vocab) != vocab_size:
         raise CheckpointMismatch(
-            f"checkpoint {folder} has vocab_size {config['vocab_size']} but the engine serves {engine_vocab}; "
+            f"checkpoint {folder} has vocab_size {vocab_size} but the engine serves {engine_vocab}; "
             "train from the checkpoint the engine was started with"
         )
     tokenizer_path = model_info.get("tokenizer_path")

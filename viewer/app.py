@@ -3,7 +3,8 @@
     app = build_app(ViewerConfig(run_dir=Path("runs/demo")))
 
 Pages: `/` (the run: evals, curves, steps), `/groups`, `/group?id=`, `/sessions/{id}`,
-`/calls/{id}`, `/files/{path}` (a file of the run folder, as text). Bad input gets an HTML
+`/calls/{id}` (with the images its messages carry), `/images/{sha256}` (an image the store keeps),
+`/files/{path}` (a file of the run folder, as text). Bad input gets an HTML
 page with a 400 or 404 and what to do; the store is opened per request, read-only, so the
 viewer keeps serving while a run writes it, and before the store exists.
 """
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from roost.rollout.store.browse_rows import Page
@@ -167,6 +169,14 @@ def _routes(app: FastAPI, viewer: Viewer) -> None:
         call_id: str, start: int = _offset(), colour: Literal["logprob", "advantage", "reward"] = "logprob"
     ) -> str:
         return await asyncio.to_thread(_call_page, viewer, call_id, start, colour)
+
+    @app.get("/images/{sha256}", response_class=Response)
+    async def image(sha256: str = PathParam(..., pattern="^[0-9a-f]{64}$")) -> Response:
+        """An image a call sent, by its content address (the store keeps each once)."""
+        record = await asyncio.to_thread(viewer.queries().image, sha256)
+        if record is None:
+            raise PageError(404, f"no image {sha256} in {viewer.store_path}")
+        return Response(record.data, media_type=record.media_type, headers={"cache-control": "max-age=86400"})
 
     @app.get("/files/{relative:path}", response_class=PlainTextResponse)
     async def run_file(relative: str) -> str:

@@ -6,6 +6,7 @@ call with a huge prompt renders a page of bounded size (its tokens page separate
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,8 @@ from roost.rollout.store.program_times import ProgramTimes
 from .templates import TEMPLATES
 
 TEXT_LIMIT = 4000
+IMAGE_ADDRESS = re.compile(r"sha256:([0-9a-f]{64})")
+IMAGE_DATA_URL = re.compile(r"data:image/(png|jpeg|gif|webp);base64,")
 MESSAGE_LIMIT = 200
 SHOWN_WAIT_MS = 1.0  # a call held or paused less than this went at once: its line says nothing of it
 
@@ -35,6 +38,9 @@ class MessageView:
     name: str | None = None
     reasoning: str = ""
     tool_calls: list[ToolCallView] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    """Where each image of the message shows from: `/images/{sha256}` (the store keeps its bytes),
+    or the data URL a pass-through call recorded as sent."""
 
 
 @dataclass
@@ -68,6 +74,9 @@ class Renderer:
 def messages(request: dict[str, Any]) -> tuple[list[MessageView], list[str]]:
     """The request's messages (or its prompt, for a completions call), and notes on what was cut."""
     raw = request.get("messages")
+    if not isinstance(raw, list) and isinstance(request.get("input"), (list, str)):  # a Responses call
+        given = request["input"]
+        raw = [{"role": "user", "content": given}] if isinstance(given, str) else [i for i in given if "role" in i]
     if not isinstance(raw, list):
         prompt = request.get("prompt")
         return (
@@ -86,7 +95,23 @@ def message_view(m: dict[str, Any]) -> MessageView:
         m.get("name"),
         _cut(str(m.get("reasoning_content") or "")),
         _tool_calls(m.get("tool_calls")),
+        image_sources(m.get("content")),
     )
+
+
+def image_sources(value: Any) -> list[str]:
+    """The images in recorded content, in order. A token engine's call stores each image part with
+    its data replaced by `sha256:<hex>` on every wire (chat `image_url`, Messages `image`,
+    Responses `input_image`); a pass-through call keeps the data URL it sent."""
+    if isinstance(value, str):
+        if match := IMAGE_ADDRESS.fullmatch(value):
+            return [f"/images/{match.group(1)}"]
+        return [value] if IMAGE_DATA_URL.match(value) else []
+    if isinstance(value, dict):
+        return [src for v in value.values() for src in image_sources(v)]
+    if isinstance(value, list):
+        return [src for v in value for src in image_sources(v)]
+    return []
 
 
 def reply_view(response: dict[str, Any]) -> MessageView:

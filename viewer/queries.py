@@ -19,6 +19,7 @@ from roost.rollout.store.browse_rows import (
     StepRow,
     TokenWindow,
 )
+from roost.rollout.store.records import ImageRecord
 
 REWARD_LIMIT = 1000  # rewards listed on a session's page
 
@@ -70,6 +71,10 @@ class StoreQueries:
     def call_detail(self, call_id: str) -> CallDetail | None:
         with self.browser() as store:
             return store.call_detail(call_id)
+
+    def image(self, sha256: str) -> ImageRecord | None:
+        with self.browser() as store:
+            return store.image(sha256)
 
     def call_tokens(self, call_id: str, start: int, limit: int) -> TokenWindow | None:
         with self.browser() as store:

@@ -18,6 +18,7 @@ th{background:#f4f4f4}.num{text-align:right;font-variant-numeric:tabular-nums}.m
 .tree ul{margin:0;padding-left:1.4em}.kind{font-size:11px;padding:0 4px;border-radius:3px;background:#e8eefc}
 .kind.fork{background:#ffd8a8;font-weight:600}.kind.root{background:#d3f0d3}
 .msg{border-left:3px solid #ccc;margin:.4em 0;padding:.2em .6em;white-space:pre-wrap;word-break:break-word}
+.msg img.image{display:block;max-width:480px;max-height:360px;margin:.3em 0;border:1px solid #ddd}
 .msg.assistant{border-color:#2a6fdb}.msg.tool{border-color:#8a5}.msg.system{border-color:#999}
 .tokens{font:12px/1.9 ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}
 .tok{border-radius:2px}.tok.p{color:#888}.tok.p.shared{color:#aaa;background:#f3f3f3}
@@ -102,7 +103,7 @@ CALL = """{% extends "base.html" %}{% block crumbs %}<a href="/sessions/{{ c.row
 {% if c.row.reward is not none %} · reward {{ fmt(c.row.reward) }}{% endif %}</p>
 {% if c.trace %}<p id="trace">trace {% if trace_link %}<a href="{{ trace_link }}"><code>{{ c.trace.get('trace_id', '') }}</code></a>{% else %}<code>{{ c.trace.get('trace_id', '') }}</code>{% endif %} span <code>{{ c.trace.get('span_id', '') }}</code></p>{% endif %}
 <h2>Messages</h2>{% for m in messages %}<div class="msg {{ m.role }}"><b>{{ m.role }}</b>{% if m.name %} ({{ m.name }}){% endif %}
-{{ m.text }}{% for t in m.tool_calls %}<div class="toolcall">→ <b>{{ t.name }}</b> <code>{{ t.arguments }}</code></div>{% endfor %}</div>{% endfor %}
+{{ m.text }}{% for src in m.images %}<img class="image" src="{{ src }}" alt="image {{ loop.index }} of the message">{% endfor %}{% for t in m.tool_calls %}<div class="toolcall">→ <b>{{ t.name }}</b> <code>{{ t.arguments }}</code></div>{% endfor %}</div>{% endfor %}
 <h2>Reply</h2><div class="msg assistant" id="reply">{% if reply.reasoning %}<i>{{ reply.reasoning }}</i>
 {% endif %}{{ reply.text }}{% for t in reply.tool_calls %}<div class="toolcall">→ <b>{{ t.name }}</b> <code>{{ t.arguments }}</code></div>{% endfor %}</div>
 <h2>Tokens {{ w.start }}–{{ w.start + w.ids|length }} of {{ w.total }}</h2>

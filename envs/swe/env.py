@@ -7,6 +7,10 @@ step    a bash command or a file tool runs in that sandbox; `submit` (or mini-sw
         terminates with reward 1.0 (resolved) or 0.0
 close   frees the sandbox
 
+`workspace()` hands out the sandbox's working tree (a gzip'd tar, `.git` included), and `submit`
+takes an optional `patch` to grade instead of the sandbox's diff: a harness that edits a host
+copy (`roost run --workspace`) submits that copy's diff.
+
 A sandbox that cannot start or a grading run that breaks is an environment fault
 (EnvFaultError → the runner's `infra_error`), never a reward of 0.
 """
@@ -26,7 +30,7 @@ from roost.sandboxes import Sandbox, SandboxBackend, SandboxConfig, SandboxError
 
 from .grading import Verdict, grade
 from .task import SWETask
-from .task_sandbox import start_task_sandbox, with_host_python
+from .task_sandbox import start_task_sandbox, tree_archive, with_host_python
 from .tools import TOOLS, Command, clip, looks_like_patch, parse_action, submitted_text
 
 INSTRUCTIONS = """Fix the issue below in the repository at {workdir} (your working directory).
@@ -45,11 +49,13 @@ class SWEEnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: str | None = None
-    """A JSONL file or a dataset folder of SWE tasks; None: roost's offline fixtures."""
+    """A JSONL file or a dataset folder of SWE tasks; `pypi`: the set roost made from real projects
+    and ships (`task_making/shipped.py`); None: roost's offline fixtures."""
     fixtures_dir: str | None = None
     """Where the fixtures live (built on first use); None: $ROOST_HOME/swe-fixtures."""
     split: str = "test"
-    """The split the tasks belong to."""
+    """The split of tasks that name none (SWE-bench rows, the fixtures); rows with a `split` of
+    their own (the shipped set's train and test) are served in theirs."""
     sandbox: SandboxConfig = SandboxConfig()
     max_steps: int = Field(50, gt=0)
     """Actions per episode; past it the episode is truncated (and graded if grade_on_truncation)."""
@@ -71,7 +77,12 @@ class SWETasks:
 
     config: SWEEnvConfig
     tasks: dict[str, SWETask]
+    """By instance id, each with its split."""
     backend: SandboxBackend | None = None
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(sorted({t.split for t in self.tasks.values() if t.split} | {self.config.split}))
 
     async def sandbox_backend(self) -> SandboxBackend:
         if self.backend is None:
@@ -98,12 +109,20 @@ def load_swe_tasks(config: SWEEnvConfig) -> list[SWETask]:
         return fixture_tasks(Path(config.fixtures_dir) if config.fixtures_dir else None)
     from .loaders import load_tasks
 
-    return load_tasks(Path(config.tasks).expanduser(), config.split)
+    return load_tasks(task_source(config.tasks), config.split, every_split=True)
+
+
+def task_source(tasks: str) -> Path:
+    """Where `tasks=` points: the shipped set for its name (`pypi`), else the path given."""
+    from .task_making import shipped
+
+    return shipped.TASKS if tasks == shipped.NAME else Path(tasks).expanduser()
 
 
 def make_factory(**kwargs: Any):
     config = SWEEnvConfig(**kwargs)
-    shared = SWETasks(config, {t.instance_id: t for t in load_swe_tasks(config)})
+    tasks = [t if t.split else t.model_copy(update={"split": config.split}) for t in load_swe_tasks(config)]
+    shared = SWETasks(config, {t.instance_id: t for t in tasks})
     return lambda: SWEEnv(shared)
 
 
@@ -153,16 +172,15 @@ class SWEEnv:
             "swe",
             f"roost-swe-1+swebench-{version('swebench')}",
             TOOLS,
-            (self._shared.config.split,),
+            self._shared.splits,
             "Repository tasks in SWE-bench's format: bash and file tools in a sandbox, graded by swebench.",
         )
 
     async def tasks(self, split: str) -> list[Task]:
-        if split != self._shared.config.split:
-            return []
         return [
             Task(t.instance_id, split, {"repo": t.repo, "base_commit": t.base_commit})
             for t in self._shared.tasks.values()
+            if t.split == split
         ]
 
     async def reset(
@@ -208,28 +226,39 @@ class SWEEnv:
             episode.done = True
             raise EnvFaultError(f"the sandbox of {episode.task.instance_id} failed: {exc}") from exc
 
+    async def workspace(self) -> bytes:
+        episode = self._episode
+        if episode is None or episode.done:
+            raise EpisodeFinishedError("no episode is running; call reset first")
+        try:
+            return await tree_archive(episode.sandbox)
+        except SandboxError as exc:
+            raise EnvFaultError(f"the sandbox of {episode.task.instance_id} failed to pack its tree: {exc}") from exc
+
     async def close(self) -> None:
         episode, self._episode = self._episode, None
         if episode is not None:
             await episode.sandbox.close()
 
     def _choose(self, task_id: str | None, seed: int | None, split: str | None) -> SWETask:
-        config, tasks = self._shared.config, self._shared.tasks
-        if split is not None and split != config.split:
-            raise UnknownTaskError(f"split {split!r}: this SWE env serves the split {config.split!r}")
+        shared = self._shared
+        if split is not None and split not in shared.splits:
+            raise UnknownTaskError(f"split {split!r}: this SWE env serves the splits {list(shared.splits)}")
+        split = split or shared.config.split
+        tasks = {task_id: t for task_id, t in shared.tasks.items() if t.split == split}
         if task_id is not None:
             if task_id not in tasks:
                 raise UnknownTaskError(
-                    f"no task {task_id!r} in split {config.split!r}; list them with GET /tasks?split={config.split}"
+                    f"no task {task_id!r} in split {split!r}; list them with GET /tasks?split={split}"
                 )
             return tasks[task_id]
         if not tasks:
-            raise BadRequestError("this SWE env has no tasks")
+            raise BadRequestError(f"this SWE env has no tasks in split {split!r}")
         return random.Random(seed).choice(sorted(tasks.values(), key=lambda t: t.instance_id))
 
     async def _run(self, episode: _Episode, command: Command) -> Step:
         if command.tool == "submit":
-            return await self._finish(episode, None, "submitted", "")
+            return await self._finish(episode, command.args.get("patch") or None, "submitted", "", given=True)
         text, info = await self._tool(episode.sandbox, command)
         if command.tool == "bash":
             submission = submitted_text(info["output"], info["returncode"])
@@ -278,10 +307,18 @@ class SWEEnv:
         return await _replace(sandbox, args), {"output": "", "returncode": 0}
 
     async def _finish(
-        self, episode: _Episode, submission: str | None, reason: str, text: str, truncated: bool = False
+        self,
+        episode: _Episode,
+        submission: str | None,
+        reason: str,
+        text: str,
+        truncated: bool = False,
+        given: bool = False,
     ) -> Step:
+        """Grade `submission` (a patch given to `submit`, or a submitting command's output when it
+        looks like one), else the sandbox's diff."""
         episode.done = True
-        source = "submission" if submission and looks_like_patch(submission) else "sandbox_diff"
+        source = "submission" if submission and (given or looks_like_patch(submission)) else "sandbox_diff"
         patch = submission if source == "submission" else await episode.sandbox.diff()
         await episode.sandbox.close()  # the episode is over: free it before grading starts another
         backend = await self._shared.sandbox_backend()

@@ -67,20 +67,20 @@ def make_fixtures(out: Path) -> list[SWETask]:
 def _build(spec: FixtureRepo, repo: Path, final: Path) -> SWETask:
     repo.mkdir(parents=True)
     _write(repo, {".gitignore": GITIGNORE, **spec.files})
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", f"{spec.name}: initial version")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"{spec.name}: initial version")
+    base = git(repo, "rev-parse", "HEAD").strip()
     _write(repo, spec.hidden_tests)
-    test_patch = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    test_patch = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", ".")
     for path, (old, new) in spec.fix.items():
         text = (repo / path).read_text()
         if text.count(old) != 1:
             raise RuntimeError(f"fixture {spec.name}: the fix of {path} must match exactly once")
         (repo / path).write_text(text.replace(old, new))
-    patch = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    patch = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", ".")
     test_files = " ".join(sorted(spec.hidden_tests))
     return SWETask(
         instance_id=f"roost-fixtures__{spec.name}-1",
@@ -104,7 +104,8 @@ def _write(root: Path, files: dict[str, str]) -> None:
         (root / name).write_text(text)
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
+    """`git args` in `repo` with fixed names and dates; its stdout, or RuntimeError with its stderr."""
     result = subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {result.stderr.strip()}")

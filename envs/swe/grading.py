@@ -55,13 +55,18 @@ class Verdict:
         }
 
 
-async def grade(backend: SandboxBackend, task: SWETask, patch: str, *, timeout_s: float = 1800.0) -> Verdict:
-    """Grade `patch` against `task` in a sandbox of its own."""
+async def grade(
+    backend: SandboxBackend, task: SWETask, patch: str, *, timeout_s: float = 1800.0, run_empty: bool = False
+) -> Verdict:
+    """Grade `patch` against `task` in a sandbox of its own. An empty patch scores 0 without a
+    test run, unless `run_empty` (the do-nothing check runs the tests on the untouched tree)."""
     start = time.monotonic()
-    if not patch.strip():
+    if not patch.strip() and not run_empty:
         return Verdict(False, "empty_patch", False, log_tail="the patch is empty: nothing was changed")
     sandbox = await start_task_sandbox(backend, task)
     try:
+        if not patch.strip():
+            return await run_tests(sandbox, task, timeout_s, start)
         applied, log = await apply_patch(sandbox, patch)
         if not applied:
             return Verdict(False, "patch_failed", False, log_tail=log[-LOG_TAIL:], duration_s=time.monotonic() - start)

@@ -1,4 +1,4 @@
-"""Tasks from files: SWE-bench / SWE-Gym / R2E-Gym JSONL, or a Hugging Face dataset folder.
+"""Tasks from files: SWE-bench / SWE-Gym / R2E-Gym / SWE-smith JSONL, or a Hugging Face dataset folder.
 
 A row's format is recognised by its fields. Fields roost does not use (created_at,
 FAIL_TO_FAIL, ...) are dropped; a row missing a required field raises TaskFormatError
@@ -7,6 +7,7 @@ naming the file, the row and the field.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .patches import reverse_patch
 from .task import SWETask
 
 # R2E-Gym names tests 'Class.test' (pytest ids without the file); its rows ship the tests in
@@ -37,13 +39,13 @@ def swebench_image(instance_id: str) -> str:
 def task_from_row(row: dict[str, Any], where: str = "row") -> SWETask:
     if not isinstance(row, dict):
         raise TaskFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    fields = _r2e_fields(row) if _is_r2e(row) else dict(row)
+    fields = _r2e_fields(row) if _is_r2e(row) else _swe_smith_fields(row) if _is_swe_smith(row) else dict(row)
     if "docker_image" in fields and "image" not in fields:
         fields["image"] = fields["docker_image"]
     if "image_name" in fields and "image" not in fields:
         fields["image"] = fields["image_name"]
     known = {k: v for k, v in fields.items() if k in SWETask.model_fields and v is not None}
-    if not known.get("image") and not known.get("repo_dir") and known.get("instance_id"):
+    if not any(known.get(k) for k in ("image", "repo_dir", "source")) and known.get("instance_id"):
         known["image"] = swebench_image(str(known["instance_id"]))
     try:
         return SWETask.model_validate(known)
@@ -56,8 +58,9 @@ def task_from_row(row: dict[str, Any], where: str = "row") -> SWETask:
 
 
 def load_jsonl(path: Path) -> list[SWETask]:
+    """Every row of a `.jsonl` (or gzipped `.jsonl.gz`) file."""
     tasks = []
-    with open(path, encoding="utf-8") as f:
+    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -78,9 +81,11 @@ def load_hf_folder(path: Path, split: str) -> list[SWETask]:
     return _unique([task_from_row(row, f"{path} [{split}] row {i}") for i, row in enumerate(rows)], path)
 
 
-def load_tasks(source: Path, split: str) -> list[SWETask]:
+def load_tasks(source: Path, split: str, every_split: bool = False) -> list[SWETask]:
+    """The tasks of `split`: a file's rows whose `split` is that one or unset (`every_split`: a
+    file's every row), or a dataset's split."""
     if source.is_file():
-        return load_jsonl(source)
+        return [task for task in load_jsonl(source) if every_split or task.split in (None, split)]
     if source.is_dir():
         return load_hf_folder(source, split)
     raise TaskFormatError(
@@ -127,6 +132,31 @@ def _r2e_fields(row: dict) -> dict:
         "image": image,
         "eval_script": f"cd /testbed\n: '>>>>> Start Test Output'\n{R2E_EVAL}\n: '>>>>> End Test Output'",
         "log_parser": "parse_log_pytest",
+    }
+
+
+def _is_swe_smith(row: dict) -> bool:
+    # SWE-smith rows: instance_id, repo ('swesmith/owner__name.commit'), patch, FAIL_TO_PASS,
+    # PASS_TO_PASS, image_name, problem_statement; no base_commit.
+    return "image_name" in row and "base_commit" not in row and "patch" in row
+
+
+def _swe_smith_fields(row: dict) -> dict:
+    """SWE-smith's `patch` introduces the bug into the image's clean repository: the setup
+    script applies and commits it (offline, where SWE-smith's harness checks out the instance's
+    branch from its GitHub mirror), and the gold fix is its inverse."""
+    bug = row.get("patch") or ""
+    marker = "ROOST_SWE_SMITH_BUG"
+    setup = (
+        f"git apply <<'{marker}'\n{bug if bug.endswith(chr(10)) else bug + chr(10)}{marker}\n"
+        "git -c user.name=roost -c user.email=roost@localhost commit -qam 'SWE-smith bug'"
+    )
+    return {
+        **{k: v for k, v in row.items() if k != "patch"},
+        "base_commit": row.get("instance_id"),  # SWE-smith's branch of the bug
+        "image": row.get("image_name"),
+        "patch": reverse_patch(bug) if bug.strip() else "",
+        "setup_script": setup if bug.strip() else "",
     }
 
 

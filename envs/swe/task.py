@@ -2,7 +2,8 @@
 
 SWE-bench and SWE-Gym rows carry the same fields; SWE-bench 5 rows add `image`,
 `eval_script`, `log_parser` and `eval_type`. roost adds `repo_dir` (a local git repository
-at `base_commit`, for sandboxes that start from a folder), `test_cmd` and `setup_script`.
+at `base_commit`, for sandboxes that start from a folder), `source` (a PyPI sdist plus the
+bug's diff, from which that repository is made), `split`, `test_cmd` and `setup_script`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ REPO_PARSERS = {
     "scikit-learn/scikit-learn": "parse_log_scikit",
 }
 DEFAULT_TEST_CMD = "pytest --no-header -rA --tb=no -p no:cacheprovider"
+
+
+class SdistSource(BaseModel):
+    """A repository made from a PyPI source distribution: unpacked, committed, then the bug committed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """Of the sdist file; a download with another digest is refused."""
+    bug_patch: str = Field(min_length=1)
+    """The diff that turns the unpacked sdist into `base_commit` (the inverse of the task's `patch`)."""
 
 
 class SWETask(BaseModel):
@@ -53,6 +67,10 @@ class SWETask(BaseModel):
     """A container image with the repository at `base_commit` in `workdir` (docker backend)."""
     repo_dir: str | None = None
     """A local git repository at `base_commit`; copied copy-on-write into each sandbox."""
+    source: SdistSource | None = None
+    """Where `repo_dir` comes from when it is absent: prepared under $ROOST_HOME on first use."""
+    split: str | None = None
+    """The split this task belongs to; None: any split the env serves."""
     workdir: str = "/testbed"
     setup_script: str = ""
     """Environment setup: shell run in the sandbox before the agent starts (and before grading)."""
@@ -77,10 +95,10 @@ class SWETask(BaseModel):
 
     @model_validator(mode="after")
     def _has_a_repository(self) -> SWETask:
-        if not self.image and not self.repo_dir:
+        if not self.image and not self.repo_dir and not self.source:
             raise ValueError(
                 f"task {self.instance_id!r} names neither an `image` (with the repository in "
-                f"{self.workdir}) nor a `repo_dir`; give one"
+                f"{self.workdir}), a `repo_dir` nor a `source`; give one"
             )
         return self
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import shlex
 import sys
+import uuid
 from pathlib import Path
 
 from roost.sandboxes import Sandbox, SandboxBackend, SandboxConfig, SandboxSpec
@@ -47,7 +50,13 @@ def task_spec(task: SWETask, backend_name: str) -> SandboxSpec:
 
 
 async def start_task_sandbox(backend: SandboxBackend, task: SWETask) -> Sandbox:
-    """A sandbox of `task` with its setup script run; raises SandboxError if setup fails."""
+    """A sandbox of `task` with its setup script run; raises SandboxError if setup fails.
+
+    A task with a `source` and no `repo_dir` gets its repository made from its sdist first
+    (under $ROOST_HOME, once).
+    """
+    if task.repo_dir is None and task.source is not None:
+        task = await prepared(task)
     sandbox = await backend.start(task_spec(task, backend.name))
     try:
         if task.setup_script.strip():
@@ -62,3 +71,26 @@ async def start_task_sandbox(backend: SandboxBackend, task: SWETask) -> Sandbox:
         await sandbox.close()
         raise
     return sandbox
+
+
+async def prepared(task: SWETask) -> SWETask:
+    """`task` with `repo_dir` set to its repository, made from its `source` sdist if need be."""
+    from .task_making.sdist import SdistError, task_repo
+
+    try:
+        repo = await asyncio.to_thread(task_repo, task)
+    except (SdistError, RuntimeError) as exc:
+        raise SandboxError(f"could not prepare the repository of {task.instance_id}: {exc}") from exc
+    return task.model_copy(update={"repo_dir": str(repo)})
+
+
+async def tree_archive(sandbox: Sandbox) -> bytes:
+    """The sandbox's working tree as a gzip'd tar (`.git` included), packed inside the sandbox."""
+    archive = f"/tmp/roost-workspace-{uuid.uuid4().hex}.tgz"
+    packed = await sandbox.exec(f"tar -czf {archive} -C {shlex.quote(sandbox.workdir)} .", timeout_s=600)
+    if not packed.ok:
+        raise SandboxError(f"tar exited {packed.exit_code}: {packed.output[-500:]}")
+    try:
+        return await sandbox.read_file(archive)
+    finally:
+        await sandbox.exec(f"rm -f {archive}", timeout_s=60)

@@ -61,7 +61,12 @@ TOOLS: list[ToolSchema] = [
         {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
         ["path", "old", "new"],
     ),
-    _tool("submit", "Finish: your changes to the repository are graded by its tests.", {}, []),
+    _tool(
+        "submit",
+        "Finish: your changes to the repository are graded by its tests.",
+        {"patch": {"type": "string", "description": "Optional: a unified diff to grade instead of your changes."}},
+        [],
+    ),
 ]
 TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
 

@@ -19,12 +19,16 @@ from roost.rollout.engine.kv_cache import SlotKVCache
 from roost.rollout.engine.lora_rows import LoadedAdapter, LoraLinear
 from roost.rollout.engine.model import CausalLM, Rotary
 from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.prompt_images import PromptImages, read_prompt_images
 from roost.rollout.engine.request import EngineRequest, RequestPlan, StepOutput
 from roost.rollout.engine.sampling import SamplingConfig
 from roost.rollout.engine.scheduler import Scheduler
 from roost.rollout.engine.scripted_sampler import ScriptedSampler, ScriptError
+from roost.rollout.engine.vision_tower import engine_names
 from roost.rollout.engine.weights import check_fits, read_checkpoint
 from roost.rollout.engine_api.wire import RequestError, SamplingParams
+from roost.rollout.vision.placeholders import image_pad_runs
+from roost.rollout.vision.processor import load_image_processor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -109,6 +113,7 @@ class Engine:
         self.scripted = config.scripted
         self.grammars = Grammars(self.tokenizer, self.spec.vocab_size, list(self.spec.eos_token_ids))
         self.adapters = AdapterSet(_adaptable_shapes(self.model), self.spec.num_layers, self.dtype, config.lora)
+        self.image_processor = load_image_processor(config.model_path) if self.spec.vision is not None else None
         self.started_at = time.time()
 
     @property
@@ -196,14 +201,39 @@ class Engine:
             raise RequestError(f"the scripted reply {reply!r} does not match the request's {grammar.kind}")
         return forced
 
-    async def prepare(self, prompt_ids: list[int], params: SamplingParams, lora: str | None = None) -> RequestPlan:
-        """Validate a request, find its LoRA adapter (`lora`: a loaded adapter's name), compile its
-        grammar and fix its plan; raises RequestError before anything runs."""
+    async def prepare(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        lora: str | None = None,
+        image_data: list[str] | None = None,
+    ) -> RequestPlan:
+        """Validate a request, find its LoRA adapter (`lora`: a loaded adapter's name), read its
+        images (`image_data`: data URLs, one per placeholder run), compile its grammar and fix its
+        plan; raises RequestError before anything runs."""
         self.check_prompt(prompt_ids)
         adapter = None if lora is None else self.adapters.get(lora)
+        images = await self.read_images(prompt_ids, image_data or [])
         constraint = params.constraint()
         grammar = None if constraint is None else await self.grammars.compile(*constraint)
-        return self.plan(prompt_ids, params, grammar, adapter)
+        plan = self.plan(prompt_ids, params, grammar, adapter)
+        plan.images = images
+        return plan
+
+    async def read_images(self, prompt_ids: list[int], image_data: list[str]) -> PromptImages | None:
+        """The prompt's images, decoded and processed off the event loop (None: a prompt without
+        any); raises RequestError for images a text model is sent, or ones the prompt does not fit."""
+        vision = self.spec.vision
+        if vision is None:
+            if image_data:
+                raise RequestError(
+                    f"image_data: the model served here ({self.spec.family}) is text only; serve a "
+                    "vision-language checkpoint (such as `tiny-vl`) to send images"
+                )
+            return None
+        if not image_data and not image_pad_runs(prompt_ids, vision.image_token_id):
+            return None
+        return await asyncio.to_thread(read_prompt_images, image_data, prompt_ids, self.image_processor, vision)
 
     async def stream(
         self, prompt_ids: list[int], plan: RequestPlan, *, skip_special_tokens: bool = True, rid: str | None = None
@@ -254,10 +284,12 @@ class Engine:
         return await self.swap_weights(tensors, weight_version)
 
     async def swap_weights(self, tensors: dict[str, torch.Tensor], weight_version: str | None) -> str:
-        """Check `tensors` against the model (WeightMismatch), then swap them in between steps,
-        dropping the prefix cache; returns the version now served."""
+        """Check `tensors` (under the checkpoint's names, mapped as a load maps them) against the
+        model (WeightMismatch), then swap them in between steps, dropping the prefix cache; returns
+        the version now served."""
         expected = dict(self.model.state_dict())
-        fitted = await asyncio.to_thread(check_fits, expected, tensors, tied_embeddings=self.spec.tie_word_embeddings)
+        tied = self.spec.tie_word_embeddings
+        fitted = await asyncio.to_thread(check_fits, expected, engine_names(tensors), tied_embeddings=tied)
 
         def swap() -> str:
             self.model.load_state_dict(fitted, strict=True)
@@ -320,9 +352,11 @@ def _load_model(spec: ModelSpec, folder: Path, dtype: torch.dtype) -> CausalLM:
         model = CausalLM(spec)
     model = model.to_empty(device="cpu").to(dtype)
     model.rotary = Rotary(spec)  # not in checkpoints: rebuild off meta
+    if model.visual is not None:
+        model.visual.rebuild_buffers()
     tensors = check_fits(
         {k: v for k, v in model.state_dict().items()},
-        {k: v.to(dtype) for k, v in read_checkpoint(folder).items()},
+        {k: v.to(dtype) for k, v in engine_names(read_checkpoint(folder)).items()},
         tied_embeddings=spec.tie_word_embeddings,
     )
     model.load_state_dict(tensors, strict=True)

@@ -14,6 +14,7 @@ pay for it.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -120,13 +121,39 @@ def compile_grammar(compiler: xgrammar.GrammarCompiler, field: str, value: str |
     if field == "json_schema":
         # json.dumps's layout, no free whitespace (SGLang's --constrained-json-disable-any-whitespace):
         # with it, the tiny model padded every reply with whitespace up to its token limit
-        schema = "{}" if value == ANY_JSON else value
+        schema = "{}" if value == ANY_JSON else bounded_strings_as_patterns(value)
         return compiler.compile_json_schema(schema, any_whitespace=False)
     if field == "regex":
         return compiler.compile_regex(value)
     if field == "ebnf":
         return compiler.compile_grammar(value)
     return compiler.compile_regex(choice_regex(list(value)))
+
+
+def bounded_strings_as_patterns(schema: str) -> str:
+    """`schema` with each string's `minLength`/`maxLength` said as a `pattern` of the same bounds
+    over characters that need no escape. xgrammar 0.2.9 compiles a length-bounded string to the
+    class `[^"\\\r\n]`, which lets control characters through unescaped: the tiny model wrote
+    `"//\x05ości"`, which no strict JSON parser reads. Its unbounded strings and its patterns
+    exclude them. A string that already has a pattern, format, enum or const is left as it is."""
+    try:
+        tree = json.loads(schema)
+    except ValueError:
+        return schema  # xgrammar's compile says what is wrong with it
+    return json.dumps(_with_patterns(tree))
+
+
+def _with_patterns(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_with_patterns(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _with_patterns(value) for key, value in node.items()}
+    bounded = "minLength" in node or "maxLength" in node
+    if node.get("type") == "string" and bounded and not {"pattern", "format", "enum", "const"} & node.keys():
+        low, high = node.pop("minLength", 0), node.pop("maxLength", "")
+        node["pattern"] = f'^[^\\x00-\\x1f"\\\\]{{{low},{high}}}$'
+    return node
 
 
 def _reason(exc: Exception) -> str:

@@ -7,6 +7,12 @@ requests by one token each, every request at its own position, so requests join 
 freely between steps (continuous batching). Both take each request's LoRA adapter (or None),
 applied to the projections it adapts (`lora_rows`). A mixture-of-experts model's sparse layers
 (`moe`) also write each token's routed experts into the cache beside its keys and values.
+
+A Qwen3-VL checkpoint adds its vision tower (`visual`, `vision_tower`): a prefill chunk's image
+features replace the embeddings of its placeholder rows, its deepstack features are added to
+those rows after the first decoder layers, and its tokens turn with interleaved 3-D mrope
+positions (`roost.rollout.vision.mrope`); a decode step's token is text, whose three positions
+are equal: its index plus the request's `rope_delta`, through plain RoPE.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from roost.rollout.engine.kv_cache import SlotKVCache
 from roost.rollout.engine.lora_rows import NO_LORA, LoadedAdapter, LoraLinear, LoraRows
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.moe import SparseMoE
+from roost.rollout.engine.prompt_images import ChunkImages, text_positions
 from roost.rollout.engine.rope import inverse_frequencies
+from roost.rollout.engine.vision_tower import VisionTower
+from roost.rollout.vision.mrope import mrope_freqs
 
 
 class RMSNorm(nn.Module):
@@ -46,11 +55,20 @@ class Rotary(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.register_buffer("inv_freq", inverse_frequencies(spec), persistent=False)
+        self.mrope_section = spec.vision.mrope_section if spec.vision is not None else None
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.to(torch.float32)[..., None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        return _cos_sin(freqs, dtype)
+
+    def mrope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of 3-D positions [3, ...] (temporal, height, width), interleaved by section."""
+        return _cos_sin(mrope_freqs(self.inv_freq, positions, self.mrope_section), dtype)
+
+
+def _cos_sin(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -175,6 +193,7 @@ class CausalLM(nn.Module):
         self.rotary = Rotary(spec)
         if not spec.tie_word_embeddings:
             self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        self.visual = VisionTower(spec.vision) if spec.vision is not None else None
 
     def logits(self, hidden: torch.Tensor, lora: LoraRows = NO_LORA) -> torch.Tensor:
         """[B, hidden] -> [B, vocab]; `lora`'s rows are the B rows (the unembedding may be adapted
@@ -191,18 +210,23 @@ class CausalLM(nn.Module):
         slots: list[int],
         cache: SlotKVCache,
         adapters: list[LoadedAdapter | None] | None = None,
+        images: list[ChunkImages | None] | None = None,
     ) -> torch.Tensor:
         """Run request b's new tokens `chunks[b]` (1-D) at positions starts[b].. into slot
-        slots[b], through its adapter `adapters[b]` (None: the base model); return each request's
-        last-position logits, [B, vocab]. The requests go through the layers packed into one
-        sequence (one call per weight matrix, however many requests); only attention runs request
-        by request."""
+        slots[b], through its adapter `adapters[b]` (None: the base model), with its image
+        features `images[b]` (None: text only); return each request's last-position logits,
+        [B, vocab]. The requests go through the layers packed into one sequence (one call per
+        weight matrix, however many requests); only attention runs request by request."""
         lengths = [len(chunk) for chunk in chunks]
         adapters = adapters or [None] * len(chunks)
         lora = LoraRows.of(adapters, lengths)
         x = self.model.embed_tokens(torch.cat(chunks))[None]
         positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lengths)])[None]
-        cos, sin = self.rotary(positions, x.dtype)
+        if self.spec.vision is None:
+            cos, sin = self.rotary(positions, x.dtype)
+            deepstack = None
+        else:
+            x, cos, sin, deepstack = self._with_images(x, starts, lengths, images or [None] * len(chunks))
         spans = list(zip(slots, starts, lengths))
         row_slots = torch.cat([torch.full((n,), slot, dtype=torch.long) for slot, n in zip(slots, lengths)])
         for index, layer in enumerate(self.model.layers):
@@ -210,8 +234,28 @@ class CausalLM(nn.Module):
             x, experts = layer.finish(x, attn, lora)
             if experts is not None:
                 cache.write_experts(index, row_slots, positions[0], experts)
+            if deepstack is not None and index < len(deepstack[1]):
+                x[0, deepstack[0]] += deepstack[1][index].to(x.dtype)
         last = torch.tensor(lengths).cumsum(0) - 1
         return self.logits(x[0, last], LoraRows.of(adapters))
+
+    def _with_images(
+        self, x: torch.Tensor, starts: list[int], lengths: list[int], images: list[ChunkImages | None]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, list[torch.Tensor]] | None]:
+        """A vision model's packed prefill input: image features in place of their placeholder
+        rows, mrope cos and sin, and (rows, per-layer features) of the deepstack additions."""
+        parts = [
+            text_positions(s, n) if chunk is None else chunk.positions for s, n, chunk in zip(starts, lengths, images)
+        ]
+        cos, sin = self.rotary.mrope(torch.cat(parts, dim=1)[:, None], x.dtype)
+        given = [chunk for chunk in images if chunk is not None and bool(chunk.mask.any())]
+        if not given:
+            return x, cos, sin, None
+        rows = torch.cat([torch.zeros(n, dtype=torch.bool) if c is None else c.mask for n, c in zip(lengths, images)])
+        x = x.clone()
+        x[0, rows] = torch.cat([chunk.embeds for chunk in given]).to(x.dtype)
+        layers = [torch.cat([chunk.deepstack[i] for chunk in given]) for i in range(len(given[0].deepstack))]
+        return x, cos, sin, (rows, layers)
 
     @torch.inference_mode()
     def decode_step(
@@ -221,11 +265,15 @@ class CausalLM(nn.Module):
         slots: torch.Tensor,
         cache: SlotKVCache,
         adapters: list[LoadedAdapter | None] | None = None,
+        rope_deltas: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One token for each of B requests; `positions[b]` is where request b's token goes."""
+        """One token for each of B requests; `positions[b]` is where request b's token goes, and
+        it turns at `positions[b] + rope_deltas[b]` (a vision model's prompt with images: its
+        `rope_delta`; None: at its position)."""
         lora = LoraRows.of(adapters or [])
         x = self.model.embed_tokens(ids)[:, None]
-        cos, sin = self.rotary(positions[:, None], x.dtype)
+        turns = positions if rope_deltas is None else positions + rope_deltas
+        cos, sin = self.rotary(turns[:, None], x.dtype)
         span = int(positions.max()) + 1
         mask = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]
         for index, layer in enumerate(self.model.layers):

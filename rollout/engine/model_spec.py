@@ -2,13 +2,15 @@
 
 The one reader for the embedded engine and the Megatron trainer: the trainer's logprobs
 equal the engine's only while both build their models from the same shapes, norms and
-RoPE, so both take them from here (RoPE's frequencies from `rope.py`).
+RoPE, so both take them from here (RoPE's frequencies from `rope.py`). A Qwen3-VL checkpoint
+is its language model (a Qwen3, read from `text_config`) with a `VisionSpec` beside it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
 }
+VISION_ARCHITECTURES = {"Qwen3VLForConditionalGeneration": "Qwen3ForCausalLM"}
+"""Vision-language architectures → the architecture of their language model."""
 
 
 class UnsupportedModel(ValueError):
@@ -30,6 +34,11 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
     return json.loads(path.read_text())
+
+
+def config_vocab_size(config: dict[str, Any]) -> int:
+    """A checkpoint config's vocabulary size: a vision-language model keeps it in `text_config`."""
+    return int(config["vocab_size"] if "vocab_size" in config else config["text_config"]["vocab_size"])
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,21 @@ class MoESpec:
     """The top-k routing probabilities are renormalised to sum to 1 (Qwen3-MoE checkpoints ship true)."""
     layers: tuple[int, ...]
     """The layers whose MLP is sparse; the others (`mlp_only_layers`, `decoder_sparse_step`) are dense."""
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A Qwen3-VL checkpoint's vision side: its tower's config and how images enter the language model."""
+
+    image_token_id: int
+    """The placeholder id each image's features replace, one per merged patch."""
+    mrope_section: tuple[int, int, int]
+    """How many rotary frequencies turn with the temporal, height and width positions (interleaved)."""
+    spatial_merge_size: int
+    deepstack_layers: int
+    """The first this many decoder layers add one of the tower's deepstack features at the image tokens."""
+    config: dict[str, Any] = field(hash=False, compare=False)
+    """The checkpoint's `vision_config`, which builds the tower."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +93,8 @@ class ModelSpec:
     eos_token_ids: tuple[int, ...]
     moe: MoESpec | None = None
     """The sparse MLPs of a mixture-of-experts model; None: dense."""
+    vision: VisionSpec | None = None
+    """A vision-language model's vision side; None: text only."""
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelSpec:
@@ -78,6 +104,11 @@ class ModelSpec:
 
     @classmethod
     def from_config(cls, config: dict[str, Any], extra_eos: int | list[int] | None = None) -> ModelSpec:
+        architecture = (config.get("architectures") or [None])[0]
+        if architecture in VISION_ARCHITECTURES:
+            text = {**config["text_config"], "architectures": [VISION_ARCHITECTURES[architecture]]}
+            text["tie_word_embeddings"] = config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+            return dataclasses.replace(cls.from_config(text, extra_eos), vision=_vision(config))
         family = _family(config)
         heads = config["num_attention_heads"]
         theta, scaling = _rope(config)
@@ -119,6 +150,22 @@ def _moe(config: dict[str, Any]) -> MoESpec:
     return MoESpec(experts, top_k, config["moe_intermediate_size"], bool(config.get("norm_topk_prob", False)), layers)
 
 
+def _vision(config: dict[str, Any]) -> VisionSpec:
+    """Qwen3-VL's vision side, as `Qwen3VLModel` wires it."""
+    rope = config["text_config"].get("rope_parameters") or config["text_config"].get("rope_scaling") or {}
+    vision = config["vision_config"]
+    section = tuple(rope.get("mrope_section") or (24, 20, 20))  # transformers' default
+    if len(section) != 3:
+        raise UnsupportedModel(f"mrope_section {list(section)} must have three parts (temporal, height, width)")
+    return VisionSpec(
+        image_token_id=int(config["image_token_id"]),
+        mrope_section=(int(section[0]), int(section[1]), int(section[2])),
+        spatial_merge_size=int(vision.get("spatial_merge_size", 2)),
+        deepstack_layers=len(vision.get("deepstack_visual_indexes") or []),
+        config=dict(vision),
+    )
+
+
 def _family(config: dict[str, Any]) -> str:
     architectures = config.get("architectures")
     if architectures:
@@ -128,8 +175,8 @@ def _family(config: dict[str, Any]) -> str:
         family, what = (model_type if model_type in ARCHITECTURES.values() else None), f"model_type {model_type!r}"
     if family is None:
         raise UnsupportedModel(
-            f"{what} is not supported; roost's engine runs {', '.join(ARCHITECTURES)} and its trainer the "
-            "dense ones of them. Serve other models with SGLang instead."
+            f"{what} is not supported; roost's engine runs {', '.join([*ARCHITECTURES, *VISION_ARCHITECTURES])} and "
+            "its trainer the dense text ones of them. Serve other models with SGLang instead."
         )
     # Llama's attention_bias also puts a bias on o_proj, which neither model has.
     if family == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):

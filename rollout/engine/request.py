@@ -10,6 +10,7 @@ import numpy as np
 
 from roost.rollout.engine.grammar import Grammar, GrammarState
 from roost.rollout.engine.lora_rows import LoadedAdapter
+from roost.rollout.engine.prompt_images import PromptImages
 from roost.rollout.engine.sampling import RowDraw, SamplingConfig, new_seed
 
 
@@ -48,6 +49,8 @@ class RequestPlan:
     routed_experts_from: int | None = None
     """Report the routed experts of the tokens at positions from this one (SGLang's
     `routed_experts_start_len`) to the last one run through the model; None: not asked."""
+    images: PromptImages | None = None
+    """The prompt's images (a vision model's request with `image_data`); None: text only."""
 
     def constraint_meta(self) -> dict[str, Any] | None:
         """What an answer's meta_info says about the request's grammar (None: unconstrained)."""
@@ -80,6 +83,18 @@ class EngineRequest:
     def draw(self) -> RowDraw:
         """Where this step's random number comes from (the step is the tokens sampled so far)."""
         return RowDraw(self.seed, len(self.output_ids))
+
+    @property
+    def cache_key(self) -> np.ndarray:
+        """The prompt as the slot cache compares it: its ids, each image's run as its content address."""
+        if self.plan.images is None:
+            return np.asarray(self.prompt_ids, dtype=np.int64)
+        return self.plan.images.cache_key(self.prompt_ids)
+
+    @property
+    def rope_delta(self) -> int:
+        """How far past its index a reply token turns (nonzero after images: `rope_delta`)."""
+        return 0 if self.plan.images is None else self.plan.images.delta
 
     @property
     def fed_tokens(self) -> int:

@@ -18,11 +18,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
 import torch
 
 from roost.rollout.engine.constrained_sampling import GrammarSampler
 from roost.rollout.engine.kv_cache import SlotKVCache
 from roost.rollout.engine.model import CausalLM
+from roost.rollout.engine.prompt_images import ChunkImages, chunk_images
 from roost.rollout.engine.request import EngineRequest, StepOutput
 
 log = logging.getLogger(__name__)
@@ -117,9 +119,12 @@ class Scheduler:
                 self._wake.clear()
                 continue
             try:
-                self._admit()
-                if self._running:
-                    self._decode()
+                # The model's logits are inference tensors, and a step writes into them (the
+                # stop-token mask of `_choose`): outside inference mode that write raises.
+                with torch.inference_mode():
+                    self._admit()
+                    if self._running:
+                        self._decode()
             except Exception:  # a bug must not kill the engine thread silently
                 log.exception("engine step failed; aborting the running batch")
                 self.abort_all()
@@ -161,7 +166,7 @@ class Scheduler:
         ):
             request = self._waiting.popleft()
             request.slot, request.cached_tokens = self.cache.acquire(
-                request.prompt_ids, _cache_owner(request), request.plan.session
+                request.cache_key, _cache_owner(request), request.plan.session
             )
             tokens += len(request.prompt_ids) - request.cached_tokens
             batch.append(request)
@@ -170,16 +175,28 @@ class Scheduler:
         self.prefill_batches += 1
         chunks = [torch.tensor(r.prompt_ids[r.cached_tokens :], dtype=torch.long) for r in batch]
         starts, slots = [r.cached_tokens for r in batch], [r.slot for r in batch]
-        logits = self.model.prefill(chunks, starts, slots, self.cache, [r.plan.adapter for r in batch])
+        images = [self._chunk_images(r) for r in batch]
+        logits = self.model.prefill(chunks, starts, slots, self.cache, [r.plan.adapter for r in batch], images)
         self._running.extend(batch)
         self._advance(batch, logits)
+
+    def _chunk_images(self, request: EngineRequest) -> ChunkImages | None:
+        """The features and positions of a request's prompt past its reused prefix (None: no images)."""
+        images = request.plan.images
+        if images is None:
+            return None
+        return chunk_images(images, request.cached_tokens, len(request.prompt_ids), self.model.visual)
 
     def _decode(self) -> None:
         batch = self._running
         ids = torch.tensor([r.output_ids[-1] for r in batch], dtype=torch.long)
         positions = torch.tensor([r.position for r in batch], dtype=torch.long)
         slots = torch.tensor([r.slot for r in batch], dtype=torch.long)
-        logits = self.model.decode_step(ids, positions, slots, self.cache, [r.plan.adapter for r in batch])
+        deltas = (
+            torch.tensor([r.rope_delta for r in batch], dtype=torch.long) if self.model.visual is not None else None
+        )
+        adapters = [r.plan.adapter for r in batch]
+        logits = self.model.decode_step(ids, positions, slots, self.cache, adapters, deltas)
         self.steps += 1
         self._advance(batch, logits)
 
@@ -221,7 +238,8 @@ class Scheduler:
     def _release(self, request: EngineRequest) -> None:
         if request.slot is not None:
             # the last sampled token was never fed through the model: its K/V are not there
-            self.cache.release(request.slot, request.prompt_ids + request.output_ids[:-1], request.plan.session)
+            held = np.concatenate([request.cache_key, np.asarray(request.output_ids[:-1], dtype=np.int64)])
+            self.cache.release(request.slot, held, request.plan.session)
             request.slot = None
 
     def requests(self) -> list[EngineRequest]:

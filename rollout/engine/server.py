@@ -245,6 +245,11 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
         started = time.perf_counter()
         req = parse_generate(await read_json(request))
         params = parse_sampling_params(req.sampling_params)
+        if req.image_data and req.session_params is not None and req.session_params.rid is not None:
+            raise RequestError(
+                "image_data with session_params.rid: a continued request's images are not kept; send the whole "
+                "prompt with all its images (session_params.id alone)"
+            )
         sent = req.input_ids if req.input_ids is not None else engine.encode(req.text or "")
         turn = sessions.begin(req.session_params, sent, req.rid or uuid.uuid4().hex)
         try:
@@ -260,7 +265,9 @@ def create_app(engine: Engine, api_key: str, tracing: Tracing | None = None) -> 
             raise RequestError(
                 "the prompt's logprobs (logprob_start_len >= 0) come with a request that is not streamed"
             )
-        plan = await engine.prepare(ids, params, req.lora_path)
+        if req.image_data and _wants_input_logprobs(req):
+            raise RequestError("the prompt's logprobs (logprob_start_len >= 0) are not served for prompts with images")
+        plan = await engine.prepare(ids, params, req.lora_path, req.image_data)
         plan.session = req.session_params.id if req.session_params is not None else None
         if req.return_routed_experts:
             engine.check_routed_experts(req.routed_experts_start_len, len(ids), plan.max_new_tokens)

@@ -4,7 +4,8 @@ has the wire and the routes).
 One update is open at a time: a new `begin` drops an open one (its sender died or gave up), and
 chunks naming the dropped id are refused. Every chunk is checked against the update's declared
 tensors before anything of it is kept, and nothing reaches the model before the commit, which
-checks that every declared tensor came.
+checks that every declared tensor came. Base weights travel under their checkpoint names (a
+Qwen3-VL's `model.language_model.*` and `model.visual.*`), mapped to the engine's as a load maps them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from roost.rollout.engine.vision_tower import engine_names
 from roost.rollout.engine.weights import Meta, WeightMismatch, all_finite, check_manifest, meta_of
 from roost.rollout.engine_api.weight_upload import (
     DTYPES,
@@ -143,7 +145,7 @@ class WeightReceiver:
             expected = meta_of(dict(self.engine.model.state_dict()))
             tied = self.engine.spec.tie_word_embeddings
             try:
-                check_manifest(expected, declared_meta(begin), tied_embeddings=tied)
+                check_manifest(expected, engine_names(declared_meta(begin)), tied_embeddings=tied)
             except WeightMismatch as exc:
                 raise RequestError(f"{exc}; declare every tensor of the model, as the engine holds it") from exc
         else:

@@ -41,11 +41,15 @@ class EngineClient(Protocol):
         rid: str | None = None,
         lora: str | None = None,
         session: str | None = None,
+        image_data: list[str] | None = None,
+        routed_experts: bool = False,
     ) -> Generation:
-        """`lora`: the name of a loaded LoRA adapter to generate with (None: the base model).
+        """`routed_experts`: ask for every token's routed experts (a mixture-of-experts model; an
+        engine that cannot answer them refuses). `lora`: the name of a loaded LoRA adapter to generate with (None: the base model).
         `session`: the program the call is part of, where the engine keeps one's cache between
         calls (roost's embedded engine; SGLang's streaming sessions when the gateway uses them);
-        others ignore it. The answer is for the whole `input_ids` however the call was sent."""
+        others ignore it. `image_data`: the prompt's images as data URLs, one per run of image
+        placeholder ids, in order. The answer is for the whole `input_ids` however the call was sent."""
         ...
 
     def generate_stream(
@@ -56,6 +60,7 @@ class EngineClient(Protocol):
         rid: str | None = None,
         lora: str | None = None,
         session: str | None = None,
+        image_data: list[str] | None = None,
     ) -> AsyncIterator[GenerationDelta]: ...
 
     async def close_session(self, session: str) -> None:

@@ -304,6 +304,7 @@ class SGLangClient(EngineHTTP):
         stream: bool,
         lora: str | None = None,
         routed_experts: bool = False,
+        image_data: list[str] | None = None,
     ) -> dict[str, Any]:
         # Not validated: this runs for every model call, and validating a long prompt's ids
         # costs several times what sending them does (the contract tests check the payload
@@ -318,6 +319,7 @@ class SGLangClient(EngineHTTP):
             session_params=call.session_params,
             # SGLang 0.5.3 has no such field: sent only when asked
             return_routed_experts=True if routed_experts else None,
+            image_data=image_data,
         )
         return request_body(request)
 
@@ -353,27 +355,30 @@ class SGLangClient(EngineHTTP):
         lora: str | None = None,
         session: str | None = None,
         routed_experts: bool = False,
+        image_data: list[str] | None = None,
     ) -> Generation:
         """Generate from the whole prompt `input_ids`. A streaming-session call that the engine
         refuses, or answers for another prompt, is sent again plain. `routed_experts`: ask for the
-        tokens' routed experts (SGLang's `return_routed_experts`; a mixture-of-experts model only)."""
-        call = await self._opened(self.route(input_ids, rid, session), input_ids)
+        tokens' routed experts (SGLang's `return_routed_experts`; a mixture-of-experts model only).
+        `image_data`: the prompt's images as data URLs, one per image placeholder run, in order."""
+        call = await self._opened(self.route(input_ids, rid, _session(self, session, image_data)), input_ids)
+        again = {"rid": rid, "lora": lora, "routed_experts": routed_experts, "image_data": image_data}
         try:
             payload = self.generate_payload(
-                call, sampling_params, stream=False, lora=lora, routed_experts=routed_experts
+                call, sampling_params, stream=False, lora=lora, routed_experts=routed_experts, image_data=image_data
             )
             generation = parse_generation(await self._request("POST", "/generate", payload))
         except (EngineRejected, EngineProtocolError):
             if call.session is None:
                 raise
             self._streaming.failed(call)
-            return await self.generate(input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts)
+            return await self.generate(input_ids, sampling_params, **again)
         except BaseException:
             self._streaming.failed(call)
             raise
         if self._settled(call, input_ids, generation.output_ids, generation.prompt_tokens, generation.finish_reason):
             return generation
-        return await self.generate(input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts)
+        return await self.generate(input_ids, sampling_params, **again)
 
     async def generate_stream(
         self,
@@ -384,18 +389,19 @@ class SGLangClient(EngineHTTP):
         lora: str | None = None,
         session: str | None = None,
         routed_experts: bool = False,
+        image_data: list[str] | None = None,
     ) -> AsyncIterator[GenerationDelta]:
         """Stream a generation. SGLang sends incremental `output_ids` per chunk and
         cumulative `output_token_logprobs`; this yields the new ids with their logprobs. A
         streaming-session call that the engine refuses, or answers for another prompt, is sent
-        again plain before anything is yielded. `routed_experts`: as `generate`'s, on the last delta."""
-        call = await self._opened(self.route(input_ids, rid, session), input_ids)
-        chunks = self._chunks(call, sampling_params, lora, routed_experts)
+        again plain before anything is yielded. `routed_experts`, `image_data`: as `generate`'s."""
+        call = await self._opened(self.route(input_ids, rid, _session(self, session, image_data)), input_ids)
+        chunks = self._chunks(call, sampling_params, lora, routed_experts, image_data)
         try:
             first = await self._first_chunk(call, input_ids, chunks)
         except _SendWhole:
             async for delta in self.generate_stream(
-                input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts
+                input_ids, sampling_params, rid=rid, lora=lora, routed_experts=routed_experts, image_data=image_data
             ):
                 yield delta
             return
@@ -417,10 +423,17 @@ class SGLangClient(EngineHTTP):
         self._settled(call, input_ids, output_ids, prompt_tokens, finish or {"type": "unknown"})
 
     async def _chunks(
-        self, call: SessionCall, sampling_params: dict[str, Any], lora: str | None, routed_experts: bool = False
+        self,
+        call: SessionCall,
+        sampling_params: dict[str, Any],
+        lora: str | None,
+        routed_experts: bool = False,
+        image_data: list[str] | None = None,
     ) -> AsyncIterator[tuple[GenerationDelta, int]]:
         """The stream's deltas, each with the prompt length the engine reports."""
-        payload = self.generate_payload(call, sampling_params, stream=True, lora=lora, routed_experts=routed_experts)
+        payload = self.generate_payload(
+            call, sampling_params, stream=True, lora=lora, routed_experts=routed_experts, image_data=image_data
+        )
         seen = 0
         async for chunk in self._stream("/generate", payload):
             answer = _answer(chunk, "stream chunk")
@@ -543,6 +556,12 @@ class SGLangClient(EngineHTTP):
 
     async def continue_generation(self) -> Any:
         return await self._request("POST", "/continue_generation", {})
+
+
+def _session(client: SGLangClient, session: str | None, image_data: list[str] | None) -> str | None:
+    """The session a call goes in: a call with images goes plain past SGLang's streaming sessions,
+    which send only a call's new tokens and so could not tell the engine which images it holds."""
+    return None if image_data and client.sessions is SessionMode.STREAMING else session
 
 
 def _decode_json(raw: bytes, url: str) -> Any:

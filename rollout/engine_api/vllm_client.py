@@ -10,6 +10,12 @@ RL routes, and new weights are loaded from disk by the workers' `reload_weights`
 a tied model's output head is added to the folder first: `roost.rollout.engine_api.vllm_weights`). The
 RL and dev routes exist only on a server started with `VLLM_SERVER_DEV_MODE=1`.
 
+A call with images goes to the same route with the images as `content_parts` (data URLs). vLLM's
+multimodal processor always expands each image's ONE placeholder id into the image's run (its
+Qwen-VL prompt update targets the single `<|image_pad|>`, so an already expanded run would be
+expanded again), so each run the gateway rendered is sent as one placeholder id, and the prompt
+ids vLLM answers with (`return_token_ids`) must equal the gateway's: the record is what vLLM saw.
+
 Wire models mirror vLLM's own request and answer classes
 (`vllm.entrypoints.scale_out.token_in_token_out.protocol`: `GenerateRequest`,
 `GenerateTokensResponse`, `GenerateTokensStreamResponse`); the contract tests validate the
@@ -19,6 +25,7 @@ requests with those classes.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -76,6 +83,10 @@ class VLLMGenerateRequest(BaseModel):
     output_mode: str = "tokens"
     model: str | None = None
     """A loaded LoRA adapter's name (vLLM resolves adapters by the request's model); unset: the base."""
+    content_parts: list[dict[str, str]] | None = None
+    """The prompt's images, `{"type": "image_url", "url": <data URL>}` each, in placeholder order."""
+    return_token_ids: bool | None = None
+    """Ask for the prompt ids after vLLM's placeholder expansion (set with images)."""
 
 
 class VLLMLogProb(BaseModel):
@@ -122,6 +133,24 @@ class VLLMGenerateAnswer(BaseModel):
 
     request_id: str | None = None
     choices: list[VLLMChoice]
+    prompt_token_ids: list[int] | None = None
+
+
+def collapse_image_runs(input_ids: list[int], image_token_id: int, images: int) -> list[int]:
+    """`input_ids` with each run of `image_token_id` as one id, as vLLM's processor wants them;
+    refused unless there is one run per image."""
+    out: list[int] = []
+    runs = 0
+    for i, token in enumerate(input_ids):
+        if token == image_token_id and i > 0 and input_ids[i - 1] == image_token_id:
+            continue
+        runs += token == image_token_id
+        out.append(token)
+    if runs != images:
+        raise EngineRejected(
+            f"the prompt has {runs} runs of image placeholder id {image_token_id} but {images} images came with it", 400
+        )
+    return out
 
 
 def vllm_sampling_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -172,11 +201,28 @@ def vllm_prompt_scores(answer: Any, input_ids: list[int], url: str) -> list[floa
     return scores
 
 
-def _choice(body: Any, what: str) -> VLLMChoice:
+def _answer(body: Any, what: str) -> VLLMGenerateAnswer:
     try:
-        answer = VLLMGenerateAnswer.model_validate(body)
+        return VLLMGenerateAnswer.model_validate(body)
     except ValidationError as exc:
         raise EngineProtocolError(f"not a vLLM {what}: {str(body)[:200]}") from exc
+
+
+def check_prompt_seen(answer: VLLMGenerateAnswer, input_ids: list[int]) -> None:
+    """vLLM's expanded prompt must be the gateway's ids, token for token."""
+    seen = answer.prompt_token_ids
+    if seen != input_ids:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(seen or [], input_ids)) if a != b), min(len(seen or []), len(input_ids))
+        )
+        raise EngineProtocolError(
+            f"vLLM expanded the images into {len(seen or [])} prompt ids, the gateway rendered {len(input_ids)} "
+            f"(first difference at {at}): the image placeholder counts disagree"
+        )
+
+
+def _choice(body: Any, what: str) -> VLLMChoice:
+    answer = _answer(body, what)
     if len(answer.choices) != 1:
         raise EngineProtocolError(f"vLLM {what} has {len(answer.choices)} choices, expected 1")
     return answer.choices[0]
@@ -190,6 +236,20 @@ class VLLMClient(EngineHTTP):
         # The version the next tokens come from, until an answer says otherwise: vLLM names
         # it only on a stream's last chunk.
         self.weight_version = "default"
+        self._image_token_id: int | None = None
+
+    async def image_token_id(self) -> int:
+        """The served model's image placeholder id, from its checkpoint's config.json (the folder
+        vLLM names as the model's root: roost starts vLLM on a local checkpoint)."""
+        if self._image_token_id is None:
+            path = Path((await self.model_info())["model_path"]) / "config.json"
+            try:
+                self._image_token_id = int(json.loads(path.read_text())["image_token_id"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise EngineRejected(
+                    f"vLLM's model at {path.parent} names no image_token_id in its config.json: {exc}", 400
+                ) from exc
+        return self._image_token_id
 
     def generate_payload(
         self,
@@ -199,14 +259,27 @@ class VLLMClient(EngineHTTP):
         stream: bool,
         rid: str | None,
         lora: str | None = None,
+        image_data: list[str] | None = None,
+        image_token_id: int | None = None,
     ) -> dict[str, Any]:
+        """With `image_data`, each run of `image_token_id` in `input_ids` goes as one id and the
+        images as content parts (vLLM expands them again)."""
+        ids = list(input_ids)
+        parts = None
+        if image_data:
+            if image_token_id is None:
+                raise EngineRejected("a call with images needs the model's image placeholder id", 400)
+            ids = collapse_image_runs(ids, image_token_id, len(image_data))
+            parts = [{"type": "image_url", "url": url} for url in image_data]
         request = VLLMGenerateRequest.model_construct(
             request_id=rid,
-            token_ids=list(input_ids),
+            token_ids=ids,
             sampling_params=vllm_sampling_params(sampling_params),
             stream=stream,
             output_mode="tokens",
             model=lora,
+            content_parts=parts,
+            return_token_ids=True if parts else None,
         )
         return {name: value for name, value in request.__dict__.items() if value is not None}
 
@@ -223,10 +296,21 @@ class VLLMClient(EngineHTTP):
         rid: str | None = None,
         lora: str | None = None,
         session: str | None = None,
+        image_data: list[str] | None = None,
+        routed_experts: bool = False,
     ) -> Generation:
-        """`session` is not vLLM's to use: its prefix cache is by content (admission only)."""
-        payload = self.generate_payload(input_ids, sampling_params, stream=False, rid=rid, lora=lora)
-        choice = _choice(await self._request("POST", GENERATE_PATH, payload), "/inference/v1/generate answer")
+        """`session` is not vLLM's to use: its prefix cache is by content (admission only).
+        `image_data`: the prompt's images as data URLs, one per run of image placeholder ids."""
+        if routed_experts:
+            raise ValueError("vLLM's generate API reports no routed experts (the gateway's record_routing is sglang's)")
+        image_id = await self.image_token_id() if image_data else None
+        payload = self.generate_payload(
+            input_ids, sampling_params, stream=False, rid=rid, lora=lora, image_data=image_data, image_token_id=image_id
+        )
+        body = await self._request("POST", GENERATE_PATH, payload)
+        if image_data:
+            check_prompt_seen(_answer(body, "/inference/v1/generate answer"), list(input_ids))
+        choice = _choice(body, "/inference/v1/generate answer")
         ids = choice.token_ids or []
         return Generation(
             output_ids=ids,
@@ -257,10 +341,19 @@ class VLLMClient(EngineHTTP):
         rid: str | None = None,
         lora: str | None = None,
         session: str | None = None,
+        image_data: list[str] | None = None,
     ) -> AsyncIterator[GenerationDelta]:
-        """Stream a generation; each vLLM chunk carries the new ids and their logprobs."""
-        payload = self.generate_payload(input_ids, sampling_params, stream=True, rid=rid, lora=lora)
+        """Stream a generation; each vLLM chunk carries the new ids and their logprobs (with
+        images, the first also vLLM's expanded prompt ids, checked as `generate` checks them)."""
+        image_id = await self.image_token_id() if image_data else None
+        payload = self.generate_payload(
+            input_ids, sampling_params, stream=True, rid=rid, lora=lora, image_data=image_data, image_token_id=image_id
+        )
+        first = True
         async for chunk in self._stream(GENERATE_PATH, payload):
+            if image_data and first:
+                check_prompt_seen(_answer(chunk, "stream chunk"), list(input_ids))
+            first = False
             yield self._delta(_choice(chunk, "stream chunk"))
 
     async def close_session(self, session: str) -> None:

@@ -44,6 +44,7 @@ GENERATE_FIELDS = {
     "session_params",
     "return_routed_experts",
     "routed_experts_start_len",
+    "image_data",
 }
 
 # SamplingParams fields the engine implements, and the unimplemented ones with the only
@@ -230,6 +231,8 @@ class GenerateRequest(BaseModel):
     only): SGLang's field, since after 0.5.3 (`roost.rollout.engine_api.routed_experts`)."""
     routed_experts_start_len: int = 0
     """The first position whose routed experts are answered (SGLang's field; 0: the whole prompt)."""
+    image_data: list[str] | None = None
+    """The prompt's images (data URLs), one per run of image placeholder ids, in order (SGLang's field)."""
 
 
 def parse_generate(body: Any) -> GenerateRequest:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from roost.logging_setup import LogLevel, configure_logging, json_option, level_option
-from roost.rollout.gateway.config import DEFAULT_MAX_TOKENS
+from roost.rollout.gateway.config import DEFAULT_MAX_IMAGES, DEFAULT_MAX_TOKENS
 from roost.rollout.keys import ADMIN_KEY, ENGINE_KEY, KeysRequired, serving_key
 from roost.serving.config_file import ConfigFileError, given_flags, read_config
 from roost.serving.listen import PORT_FILE_HELP
@@ -109,6 +109,9 @@ def gateway(
         help="Most tokens a reply may take when its request sets no max_tokens or "
         "max_output_tokens (Codex sets none); 0: the rest of the context.",
     ),
+    max_images_per_call: int = typer.Option(
+        DEFAULT_MAX_IMAGES, min=1, help="A vision model: the most images one call may carry."
+    ),
     public_url: str = typer.Option(None, help="URL harnesses reach the gateway at (for session base_urls)."),
     sessionless: Sessionless = typer.Option(
         Sessionless.record, help="Plain /v1 calls without a session key: record or reject."
@@ -181,6 +184,7 @@ def gateway(
         "context_length": ("context_length", context_length),
         "trace": ("trace", trace),
         "default_max_tokens": ("default_max_tokens", default_max_tokens or None),
+        "max_images_per_call": ("max_images_per_call", max_images_per_call),
     }
     given = given_flags(ctx, flags) if config_file else {name: value for name, (_, value) in flags.items()}
     try:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from roost.rollout.keys import ADMIN_KEY, new_key
 
 DEFAULT_MAX_TOKENS = 4096
+DEFAULT_MAX_IMAGES = 16
 
 
 class GatewayConfig(BaseModel):
@@ -93,9 +94,19 @@ class GatewayConfig(BaseModel):
         "its KV between calls and a call that extends the last sends only its new tokens (launch SGLang "
         "with --enable-streaming-session; an SGLang without them refuses, and the calls go plain)",
     )
+    record_routing: bool = Field(
+        False,
+        description="embedded/sglang backends on a mixture-of-experts model: ask the engine for each token's routed "
+        "experts (return_routed_experts) and store them beside the call's logprobs, for routing replay (R3)",
+    )
     engine_timeout_s: float = Field(600.0, gt=0, description="Longest a single engine request may take")
     retry_after_s: int = Field(2, ge=0, description="Retry-After sent with 503s")
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted")
+    max_images_per_call: int = Field(
+        DEFAULT_MAX_IMAGES,
+        ge=1,
+        description="A vision model: the most images one call may carry (more is a 400 naming the first past it)",
+    )
     max_nodes_per_agent: int = Field(4096, ge=1, description="Calls per agent kept in memory for prefix reuse")
     max_sessions_in_memory: int = Field(20000, ge=1, description="Sessions whose token trees stay in memory")
     default_max_tokens: int | None = Field(
@@ -123,6 +134,15 @@ class GatewayConfig(BaseModel):
             raise ValueError(
                 f"sglang_sessions is for the sglang backend, not {self.backend}: roost's engine keeps its "
                 "sessions without them, vLLM has no session API (its prefix cache works by content)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _record_routing_needs_sglang(self) -> GatewayConfig:
+        if self.record_routing and self.backend not in ("embedded", "sglang"):
+            raise ValueError(
+                f"record_routing is for the embedded and sglang backends, not {self.backend}: "
+                "only SGLang's generate API answers routed experts"
             )
         return self
 

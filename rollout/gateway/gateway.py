@@ -22,6 +22,7 @@ from roost.rollout.gateway.core.admission_budget import EngineBudget, FixedBudge
 from roost.rollout.gateway.core.backend import Backend
 from roost.rollout.gateway.core.call_pipeline import TokenBackend
 from roost.rollout.gateway.core.engine_context import EngineContext
+from roost.rollout.gateway.core.image_parts import VisionModel
 from roost.rollout.gateway.core.metrics import GatewayMetrics
 from roost.rollout.gateway.core.passthrough import PassthroughBackend
 from roost.rollout.gateway.core.pause import PauseGate
@@ -30,6 +31,7 @@ from roost.rollout.gateway.core.recording import node_from_call
 from roost.rollout.gateway.core.router import EngineMismatch, EngineSlot, Router, identity_of
 from roost.rollout.gateway.core.sessions import SessionRegistry
 from roost.rollout.store.trajectory_store import TrajectoryStore
+from roost.rollout.vision.placeholders import ImagePlaceholders
 from roost.tracing import Tracing
 
 log = logging.getLogger("roost.gateway")
@@ -190,7 +192,9 @@ class Gateway:
                 "start the engine first or pass --model (the tokenizer and chat template to use)"
             )
         folder = await asyncio.to_thread(_resolve, model)
-        builder = await asyncio.to_thread(PromptBuilder.from_pretrained, folder)
+        placeholders = await asyncio.to_thread(ImagePlaceholders.from_pretrained, folder)  # None: text only
+        image_token = placeholders.image_token if placeholders is not None else None
+        builder = await asyncio.to_thread(PromptBuilder.from_pretrained, folder, image_token)
         context_length = config.context_length or info.get("max_context_length") or _config_context(folder)
         served = config.served_model_name or ("tiny" if model == "tiny" else Path(str(model)).name)
         return EngineContext(
@@ -205,6 +209,7 @@ class Gateway:
             reply_format=HERMES,
             tracing=self.tracing,
             preparers=ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="roost-prepare"),
+            vision=VisionModel(placeholders, config.max_images_per_call) if placeholders is not None else None,
         )
 
     async def _model_info(self, client: EngineClient, url: str, *, wait: bool) -> dict[str, Any]:

@@ -30,7 +30,8 @@ class Operation:
     path: str
     summary: str
     answer: type[BaseModel] | str | None
-    """The 2xx body's model, `"text"` for plain text, None for no documented body."""
+    """The 2xx body's model, `"text"` for plain text, `"image"` for an image's bytes, None for no
+    documented body."""
     body: type[BaseModel] | None = None
     body_optional: bool = False
     status: int = 200
@@ -277,6 +278,14 @@ def _control_ops() -> list[Operation]:
             errors=(400, 401, 413),
         ),
         Operation("post", "/admin/resume", "Admit calls again", control_wire.PauseState, auth="admin", errors=(401,)),
+        Operation(
+            "get",
+            "/images/{sha256}",
+            "An image calls carried, by the sha256 of its bytes (as stored: once)",
+            "image",
+            auth="admin",
+            errors=(400, 401, 404),
+        ),
         *_engine_ops(),
         Operation(
             "get",
@@ -338,6 +347,8 @@ def _answer(op: Operation, schemas: _Schemas) -> dict[str, Any]:
         return {"description": "OK"}
     if op.answer == "text":
         return {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    if op.answer == "image":
+        return {"description": "OK", "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}
     content = _json(schemas.ref(op.answer))
     if op.streams:
         content["text/event-stream"] = {"schema": _NAMED_EVENT if op.named_events else _EVENT}
@@ -348,7 +359,7 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}:{op.path}"}
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in ("sid", "agent", "model", "engine_id")
+        for name in ("sid", "agent", "model", "engine_id", "sha256")
         if f"{{{name}}}" in op.path
     ]
     if params:

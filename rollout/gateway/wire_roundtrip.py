@@ -17,6 +17,7 @@ from typing import Any
 from roost.rollout.gateway.anthropic import calls as anthropic_calls
 from roost.rollout.gateway.anthropic.messages import ThinkingSigner
 from roost.rollout.gateway.anthropic.wire import PromptFields
+from roost.rollout.gateway.core.image_parts import ImageParts
 from roost.rollout.gateway.core.template_messages import TemplateCall
 from roost.rollout.gateway.openai import chat_calls
 from roost.rollout.gateway.openai.wire import ChatCompletionRequest
@@ -33,7 +34,7 @@ def via_chat(conversation: Dicts, tools: Dicts, template_kwargs: dict[str, Any] 
     req = ChatCompletionRequest.model_validate(
         {"model": MODEL, "messages": conversation, "tools": tools or None, "chat_template_kwargs": template_kwargs}
     )
-    return chat_calls.template_call(req, MODEL)
+    return chat_calls.template_call(req, ImageParts(None, MODEL))
 
 
 def _anthropic_assistant(m: dict[str, Any], signer: ThinkingSigner) -> list[dict[str, Any]]:
@@ -91,7 +92,7 @@ def via_messages(signer: ThinkingSigner) -> WireRoundTrip:
                 ],
             }
         )
-        return anthropic_calls.template_call(req, MODEL, signer)
+        return anthropic_calls.template_call(req, ImageParts(None, MODEL), signer)
 
     return run
 
@@ -134,7 +135,7 @@ def via_responses(signer: ThinkingSigner) -> WireRoundTrip:
         req = ResponsesRequest.model_validate(
             {"model": MODEL, "input": items, "tools": [{"type": "function", **t["function"]} for t in tools]}
         )
-        return responses_calls.template_call(req, input_items(req), 0, MODEL, signer)
+        return responses_calls.template_call(req, input_items(req), 0, ImageParts(None, MODEL), signer)
 
     return run
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from roost.rollout.store import routing_blob
 from roost.rollout.store.paths import session_samples
 from roost.rollout.store.reader import TrajectoryReader
 from roost.rollout.store.records import FORMAT_VERSION, CallRecord
@@ -29,6 +30,8 @@ def call_dict(call: CallRecord, session_group: str | None) -> dict[str, Any]:
     row["prompt_ids"] = list(call.prompt_ids)
     row["sampled_ids"] = list(call.sampled_ids)
     row["sampled_logprobs"] = list(call.sampled_logprobs)
+    routing = routing_blob.unpack(call.routed_experts)
+    row["routed_experts"] = routing.tolist() if routing is not None else None  # [path_len - 1][layers x top_k]
     row["group_id"] = session_group
     row["untrainable"] = call.untrainable
     row["format_version"] = FORMAT_VERSION
@@ -102,6 +105,7 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
             ("prompt_ids", pa.list_(pa.int32())),
             ("sampled_ids", pa.list_(pa.int32())),
             ("sampled_logprobs", pa.list_(f64)),
+            ("routed_experts", pa.list_(pa.list_(pa.int16()))),
             ("finish_reason", text),
             ("sampling_params", text),
             ("weight_version", text),
@@ -114,6 +118,7 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
             ("render_len", i64),
             ("render_digest", text),
             ("turns_before", i64),
+            ("images", text),
             ("untrainable", text),
             ("format_version", i64),
         ]
@@ -134,6 +139,8 @@ def _parquet_schema(pa: Any, kind: str) -> Any:
             ("leaf_call_id", text),
             ("call_ids", pa.list_(text)),
             ("finish_reason", text),
+            ("images", pa.list_(text)),
+            ("routed_experts", pa.list_(pa.list_(pa.int16()))),  # [tokens][layers x top_k], R3
             ("teacher_logprobs", pa.list_(f64)),
             ("format_version", i64),
         ]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from roost.outcome import SessionStatus
 from roost.rollout.engine_api.wire import constraint_of
+from roost.rollout.store import routing_blob
 from roost.rollout.store.reader import TrajectoryReader
 from roost.rollout.store.records import AdvantageRecord, CallRecord, IdArray, RewardRecord, SessionRecord
 from roost.rollout.store.samples import CallRef, Refused, Sample, SampledSpan, SessionSamples, build_sample
@@ -174,7 +175,26 @@ def _path_sample(
         leaf_call_id=leaf.call_id,
         call_ids=[c.call_id for c, _ in path],
         finish_reason=leaf.finish_reason,
+        images=[image.sha256 for image in leaf.images],  # the leaf's prompt holds its ancestors' images
+        routed_experts=_routed_experts(path, len(tokens)),
     )
+
+
+def _routed_experts(path: list[tuple[CallRecord, int]], n: int) -> list[list[int]] | None:
+    """Each of the path's `n` tokens' recorded experts (`Sample.routed_experts`): a call's row i
+    is the token at path position i, up to where the call's path leaves this one (`_ancestors`'
+    limit); a later call's rows replace an earlier one's (the leaf's, run last, are the routing
+    its own tokens were sampled under). None when no call on the path recorded any."""
+    rows: list[list[int]] = [[] for _ in range(n)]
+    recorded = False
+    for call, limit in path:  # root first
+        ids = routing_blob.unpack(call.routed_experts)
+        if ids is None:
+            continue
+        recorded = True
+        for i, row in enumerate(ids[: min(limit, n)].tolist()):
+            rows[i] = row
+    return rows if recorded else None
 
 
 def _posted(record: AdvantageRecord | None, n: int) -> list[float | None] | None:

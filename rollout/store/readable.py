@@ -3,7 +3,7 @@
 A store written by another roost (an older schema without some columns, a newer one) or a file
 that is not a store at all gives `StoreUnreadable` with what is wrong and what to do, instead of a
 query failing halfway through a read. Columns that later schema versions added (trace ids, the
-outcome) are not needed: a reader reads them as defaults in an older store it leaves as it is.
+outcome, the images) are not needed: a reader reads them as defaults in an older store it leaves as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from pathlib import Path
 from roost.rollout.store import schema
 from roost.rollout.store.rows import CALL_COLUMNS, SESSION_COLUMNS
 
-ADDED_LATER = {"calls": ("trace_id", "span_id", "adapter", "engine"), "sessions": schema.OUTCOME_COLUMNS}
+ADDED_LATER = {
+    "calls": ("trace_id", "span_id", "adapter", "engine", "images", "routed_experts"),
+    "sessions": schema.OUTCOME_COLUMNS,
+}
 NEEDED = {
     "sessions": tuple(c for c in SESSION_COLUMNS if c not in ADDED_LATER["sessions"]),
     "agents": ("session_id", "agent_id", "parent_agent", "created_at"),

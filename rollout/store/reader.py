@@ -14,13 +14,21 @@ from pathlib import Path
 from roost.outcome import SessionStatus
 from roost.rollout.store import readable, schema
 from roost.rollout.store.readable import StoreUnreadable
-from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+from roost.rollout.store.records import (
+    AdvantageRecord,
+    AgentRecord,
+    CallRecord,
+    ImageRecord,
+    RewardRecord,
+    SessionRecord,
+)
 from roost.rollout.store.rows import (
     CALL_COLUMNS,
     SESSION_COLUMNS,
     advantage_from_row,
     agent_from_row,
     call_from_row,
+    image_from_row,
     reward_from_row,
     session_from_row,
 )
@@ -54,6 +62,7 @@ class TrajectoryReader:
         # an older store (a reader does not migrate it): its columns as it has them
         self._calls = schema.select_columns(self._conn, "calls", CALL_COLUMNS)
         self._sessions = schema.select_columns(self._conn, "sessions", SESSION_COLUMNS, default="NULL")
+        self._has_images = schema.has_table(self._conn, "images")
 
     def __enter__(self) -> TrajectoryReader:
         return self
@@ -111,6 +120,18 @@ class TrajectoryReader:
     def call(self, call_id: str) -> CallRecord | None:
         row = self._conn.execute(f"SELECT {self._calls} FROM calls WHERE call_id=?", (call_id,)).fetchone()
         return call_from_row(row) if row else None
+
+    def image(self, sha256: str) -> ImageRecord | None:
+        """An image's bytes by content address (None: not in this store, or a store before schema 6)."""
+        if not self._has_images:
+            return None
+        row = self._conn.execute(
+            "SELECT sha256, media_type, data, width, height FROM images WHERE sha256=?", (sha256,)
+        ).fetchone()
+        return image_from_row(row) if row else None
+
+    def image_count(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM images").fetchone()[0]) if self._has_images else 0
 
     def call_count(self, session_id: str | None = None) -> int:
         if session_id is None:

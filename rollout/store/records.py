@@ -32,6 +32,27 @@ def logprob_array(values: Any = ()) -> FloatArray:
     return values if isinstance(values, array) and values.typecode == "d" else array("d", values)
 
 
+@dataclass(frozen=True)
+class ImageSpan:
+    """One image a call's prompt carried: its content address and the placeholder ids it became
+    (`count` ids from `offset` in the prompt)."""
+
+    sha256: str
+    offset: int
+    count: int
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """An image's bytes as the harness sent them, stored once under their sha256."""
+
+    sha256: str
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+
+
 @dataclass
 class SessionRecord:
     """One episode's worth of calls, addressed by `session_id` and authenticated by its key."""
@@ -110,6 +131,12 @@ class CallRecord:
     engine: str = ""
     """The base URL of the engine that sampled the call (the gateway's router chose it); "": a
     pass-through call, or a store older than schema 5."""
+    images: list[ImageSpan] = field(default_factory=list)
+    """The images the prompt carried, in token order (their bytes: the store's `images` table)."""
+    routed_experts: bytes = b""
+    """A mixture-of-experts call's routed experts (R3), recorded with the gateway's record_routing:
+    `roost.rollout.store.routing_blob`'s packing of [path_len - 1, layers x top_k] ids, row i the
+    token at path position i (the last sampled token never ran through the model); b"": not recorded."""
 
     @property
     def path_len(self) -> int:

@@ -15,6 +15,8 @@ from roost.rollout.store.records import (
     CallRecord,
     FloatArray,
     IdArray,
+    ImageRecord,
+    ImageSpan,
     RewardRecord,
     SessionRecord,
 )
@@ -52,6 +54,8 @@ CALL_COLUMNS = (
     "span_id",
     "adapter",
     "engine",
+    "images",
+    "routed_experts",
 )
 SESSION_COLUMNS = (
     "session_id",
@@ -67,6 +71,7 @@ SESSION_COLUMNS = (
     *OUTCOME_COLUMNS,
 )
 INSERT_CALL = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+INSERT_IMAGE = "INSERT OR IGNORE INTO images (sha256, media_type, data, width, height, created_at) VALUES (?,?,?,?,?,?)"
 INSERT_SESSION = f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})"
 
 
@@ -119,6 +124,8 @@ def call_row(c: CallRecord) -> tuple[Any, ...]:
         c.span_id,
         c.adapter,
         c.engine,
+        _json([[i.sha256, i.offset, i.count] for i in c.images]),
+        c.routed_experts,
     )
 
 
@@ -129,6 +136,8 @@ def call_from_row(row: sqlite3.Row | tuple[Any, ...]) -> CallRecord:
     v["prompt_ids"] = ids_from_blob(v["prompt_ids"])
     v["sampled_ids"] = ids_from_blob(v["sampled_ids"])
     v["sampled_logprobs"] = floats_from_blob(v["sampled_logprobs"])
+    v["images"] = [ImageSpan(*span) for span in orjson.loads(v["images"] or "[]")]  # '': a store before schema 6
+    v["routed_experts"] = v["routed_experts"] or b""  # a store older than the column reads it as ''
     return CallRecord(**v)
 
 
@@ -213,3 +222,11 @@ def reward_from_row(row: tuple[Any, ...]) -> RewardRecord:
 def advantage_from_row(row: tuple[Any, ...]) -> AdvantageRecord:
     per_token = list(floats_from_blob(row[3])) if row[3] is not None else None
     return AdvantageRecord(call_id=row[0], session_id=row[1], value=row[2], per_token=per_token, created_at=row[4])
+
+
+def image_row(image: ImageRecord, created_at: float) -> tuple[Any, ...]:
+    return image.sha256, image.media_type, image.data, image.width, image.height, created_at
+
+
+def image_from_row(row: tuple[Any, ...]) -> ImageRecord:
+    return ImageRecord(sha256=row[0], media_type=row[1], data=row[2], width=row[3], height=row[4])

@@ -93,6 +93,16 @@ class Sample:
     rewrote (so not all of them are in `calls`)."""
     finish_reason: dict[str, Any] = field(default_factory=dict)
     """The leaf call's finish reason (SGLang's {"type": stop|length|abort, ...})."""
+    images: list[str] = field(default_factory=list)
+    """The sha256 of each image in `tokens`, in token order (each one's placeholder ids are a run
+    of the model's image token): the trainer fetches their bytes (`GET /images/{sha256}`) to
+    rebuild the pixel values."""
+    routed_experts: list[list[int]] | None = None
+    """Each token's experts as the engine routed it (R3, recorded with the gateway's
+    record_routing): a row of layers x top_k expert ids per token, layer by layer; an empty row
+    where nothing was recorded (the last token, never run through the model; a call recorded
+    without routing). A position that several calls of the path ran takes the latest call's row.
+    None: a dense model, or nothing recorded."""
     teacher_logprobs: list[float] | None = None
     """A teacher's logprob of each token given the ones before it (NaN for the first), set by
     on-policy distillation (`roost.trainer.distill`) before advantages; None elsewhere."""
@@ -130,6 +140,8 @@ class Sample:
                 raise SampleError(f"{where}: {name} has {len(getattr(self, name))} entries for {n} tokens")
         if self.advantages is not None and len(self.advantages) != n:
             raise SampleError(f"{where}: advantages has {len(self.advantages)} entries for {n} tokens")
+        if self.routed_experts is not None and len(self.routed_experts) != n:
+            raise SampleError(f"{where}: routed_experts has {len(self.routed_experts)} rows for {n} tokens")
         if n == 0:
             raise SampleError(f"{where}: no tokens")
         if any(m not in (0, 1) for m in self.loss_mask):
@@ -218,6 +230,8 @@ def build_sample(
     leaf_call_id: str | None = None,
     call_ids: list[str] | None = None,
     finish_reason: dict[str, Any] | None = None,
+    images: list[str] | None = None,
+    routed_experts: list[list[int]] | None = None,
 ) -> Sample:
     """The one way a `Sample` is made from its parts: the path's tokens and the spans its calls
     sampled (loss mask 1 there, 0 elsewhere), root to leaf; each span's call is one of `calls`,
@@ -246,4 +260,6 @@ def build_sample(
         leaf_call_id=leaf_call_id,
         call_ids=call_ids or [],
         finish_reason=finish_reason or {},
+        images=images or [],
+        routed_experts=routed_experts,
     )

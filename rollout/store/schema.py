@@ -10,7 +10,7 @@ import sqlite3
 import sys
 from collections.abc import Callable
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 7
 OUTCOME_COLUMNS = ("outcome_status", "outcome_reward", "outcome_reward_source", "outcome_kind", "outcome_reason")
 """A finished session's `EpisodeOutcome`, one column a field (NULL while the session is open)."""
 
@@ -41,6 +41,9 @@ MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = 
     ),
     4: ("ALTER TABLE calls ADD COLUMN adapter TEXT NOT NULL DEFAULT ''",),  # the LoRA adapter; '': the base
     5: ("ALTER TABLE calls ADD COLUMN engine TEXT NOT NULL DEFAULT ''",),  # the engine's URL; '': not recorded
+    # the images a call carried ([[sha256, offset, count], ...]); their bytes in `images`, created by DDL
+    6: ("ALTER TABLE calls ADD COLUMN images TEXT NOT NULL DEFAULT '[]'",),
+    7: ("ALTER TABLE calls ADD COLUMN routed_experts BLOB NOT NULL DEFAULT x''",),  # R3; x'': not recorded
 }
 
 if sys.byteorder != "little":  # blobs are written in native order; say so instead of corrupting
@@ -105,7 +108,9 @@ CREATE TABLE IF NOT EXISTS calls (
     trace_id TEXT NOT NULL DEFAULT '',
     span_id TEXT NOT NULL DEFAULT '',
     adapter TEXT NOT NULL DEFAULT '',
-    engine TEXT NOT NULL DEFAULT ''
+    engine TEXT NOT NULL DEFAULT '',
+    images TEXT NOT NULL DEFAULT '[]',
+    routed_experts BLOB NOT NULL DEFAULT x''
 );
 CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (
@@ -126,6 +131,15 @@ CREATE TABLE IF NOT EXISTS advantages (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS advantages_by_session ON advantages(session_id);
+-- Each image once, however many calls carried it (content-addressed).
+CREATE TABLE IF NOT EXISTS images (
+    sha256 TEXT PRIMARY KEY,
+    media_type TEXT NOT NULL,
+    data BLOB NOT NULL,
+    width INTEGER NOT NULL,
+    height INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
 -- The viewer's steps: the sessions each weight version played, from the index alone.
 CREATE INDEX IF NOT EXISTS calls_by_version ON calls(weight_version, session_id);
 """
@@ -163,8 +177,7 @@ def create(conn: sqlite3.Connection) -> None:
 
 def stored_version(conn: sqlite3.Connection) -> int | None:
     """The schema version a store says it has; None for a new file (or one that says nothing)."""
-    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-    if not has_meta:
+    if not has_table(conn, "meta"):
         return None
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     return int(row[0]) if row and str(row[0]).isdigit() else None
@@ -188,3 +201,8 @@ def select_columns(conn: sqlite3.Connection, table: str, wanted: tuple[str, ...]
     reader opened without migrating it) reads as `default`."""
     present = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
     return ", ".join(c if c in present else f"{default} AS {c}" for c in wanted)
+
+
+def has_table(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether this store has `table` (an older one a reader opened without migrating may not)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() is not None

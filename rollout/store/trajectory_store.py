@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,8 +19,23 @@ import orjson
 from roost.outcome import EpisodeOutcome, SessionStatus
 from roost.rollout.store import schema
 from roost.rollout.store.reader import TrajectoryReader
-from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
-from roost.rollout.store.rows import INSERT_CALL, INSERT_SESSION, call_row, outcome_row, session_row
+from roost.rollout.store.records import (
+    AdvantageRecord,
+    AgentRecord,
+    CallRecord,
+    ImageRecord,
+    RewardRecord,
+    SessionRecord,
+)
+from roost.rollout.store.rows import (
+    INSERT_CALL,
+    INSERT_IMAGE,
+    INSERT_SESSION,
+    call_row,
+    image_row,
+    outcome_row,
+    session_row,
+)
 from roost.rollout.store.schema import OUTCOME_COLUMNS
 from roost.rollout.store.writer import GroupCommitWriter
 
@@ -61,9 +76,19 @@ class TrajectoryStore:
         value: T = await self.writer.submit(op)
         return value
 
-    async def record_call(self, call: CallRecord) -> None:
+    async def record_call(self, call: CallRecord, images: Sequence[ImageRecord] = ()) -> None:
+        """The call, and the bytes of each image it carried that the store lacks, in one
+        transaction: an image is stored once however many calls carry it, and a call is never
+        stored without its images."""
         row = call_row(call)
-        await self._write(lambda conn: conn.execute(INSERT_CALL, row))
+        image_rows = [image_row(image, call.created_at) for image in images]
+
+        def write(conn: sqlite3.Connection) -> None:
+            if image_rows:
+                conn.executemany(INSERT_IMAGE, image_rows)
+            conn.execute(INSERT_CALL, row)
+
+        await self._write(write)
 
     async def create_session(self, session: SessionRecord) -> None:
         row = session_row(session)

@@ -153,6 +153,34 @@ async def test_a_hanging_command_is_killed_and_graded(fixtures_dir):
     assert result.reward == 0.0 and result.reward_source == "env"
 
 
+@pytest.mark.parametrize(
+    "replacement,reward", [("len(values)", 1.0), ("(len(values) + 1)", 0.0)], ids=["right-fix", "wrong-fix"]
+)
+async def test_a_workspace_command_edits_its_own_copy_and_that_diff_is_graded(fixtures_dir, replacement, reward):
+    """A harness that edits files where it runs (Claude Code, Codex) gets the repository as its
+    working directory; what it changed there (a new file too) is the submitted patch."""
+    command = (
+        f"sed -i 's/(len(values) - 1)/{replacement}/' calc/stats.py && echo note > NOTES.md && "
+        'git log --oneline | wc -l && echo "$ROOST_WORKSPACE" && pwd'
+    )
+    [result] = await run_command(config(fixtures_dir, command, workspace=True))
+    assert result.status == "ok" and result.exit_code == 0, (result.error, result.output_tail)
+    commits, workspace, cwd = result.output_tail.split()
+    assert int(commits) >= 1 and workspace == cwd  # the repository, its history with it
+    assert result.reward == reward and result.reward_source == "env"
+    # the fixture repository and the sandbox's tree are untouched
+    assert "(len(values) - 1)" in (fixtures_dir / "repos" / "calc" / "calc" / "stats.py").read_text()
+
+
+async def test_a_workspace_command_on_an_env_without_one_is_an_agent_error():
+    [result] = await run_command(
+        command_eval(
+            "true", "roost.tests.agents.faulty_envs:make_factory", split="train", task_ids=("t0",), workspace=True
+        )
+    )
+    assert result.status == "agent_error" and "no workspace" in result.error, result.error
+
+
 async def test_a_broken_reward_file_is_an_agent_error(fixtures_dir):
     command = 'echo not-json > "$ROOST_REWARD_FILE"'
     [result] = await run_command(config(fixtures_dir, command, submit=False))

@@ -29,6 +29,7 @@ OPERATIONS = [
     "POST /episodes/{episode_id}/step",
     "GET /episodes/{episode_id}",
     "DELETE /episodes/{episode_id}",
+    "GET /episodes/{episode_id}/workspace",
     "GET /tasks",
     "GET /info",
     "GET /health",

@@ -1,5 +1,7 @@
 """roost's offline OSWorld task set: its files and format, the expert's plan, and the expert
-(and an agent that does nothing) over the whole set through the env server on local desktops."""
+(and an agent that does nothing) through the env server on local desktops, over two tasks of each
+application. The whole set, expert-solved (about 8 min here):
+`roost eval osworld --agent expert --split all --episodes 47 --json`."""
 
 from __future__ import annotations
 
@@ -134,33 +136,45 @@ async def env_url(fixture_dir: Path):
         yield url
 
 
+def two_tasks_of_each_application(tasks: list[dict]) -> list[str]:
+    """The first two task ids (in id order) of each application: what CI plays of the set."""
+    by_app: dict[str, list[str]] = {}
+    for task in sorted(tasks, key=lambda t: t["id"]):
+        by_app.setdefault(OSWORLD_APPS.get(task["snapshot"], task["snapshot"]), []).append(task["id"])
+    return [task_id for ids in by_app.values() for task_id in ids[:2]]
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # 47 episodes, two at a time: ~5 min on 2 cores, LibreOffice's ~30 s each the most
-async def test_the_expert_solves_the_set_through_the_env_server(env_url: str, fixture_dir: Path):
+@pytest.mark.timeout(600)  # 10 episodes, two at a time: ~2 min on 2 cores, LibreOffice's ~30 s each the most
+async def test_the_expert_solves_two_tasks_of_each_application_through_the_env_server(env_url: str, fixture_dir: Path):
     async with EnvClient(env_url) as client:
         versions = (await client.info()).versions
-    count = len(TaskSet.load(fixture_dir).splits["all"])
+    tasks = _tasks(fixture_dir)
+    task_ids = two_tasks_of_each_application(tasks)
+    assert len(task_ids) == 2 * len({OSWORLD_APPS.get(t["snapshot"], t["snapshot"]) for t in tasks})
     report = await evaluate(
         EvalConfig(
             "osworld",
             agent="expert",
             env_url=env_url,
-            episodes=count,
+            episodes=len(task_ids),
             split="all",
+            task_ids=tuple(task_ids),
             concurrency=2,
             max_turns=15,
             progress=False,
         )
     )
-    failed = _failures_by_application(report["results"], {t["id"]: t for t in _tasks(fixture_dir)}, versions)
-    # One failed task is a flake on a loaded machine; two of one application's tasks are that
-    # application changing under the expert (Chromium 155 did: its new-tab page kept the focus).
+    assert sorted(r["task_id"] for r in report["results"]) == sorted(task_ids)
+    failed = _failures_by_application(report["results"], {t["id"]: t for t in tasks}, versions)
+    # Both of an application's tasks failing is that application changing under the expert
+    # (Chromium 155 did: its new-tab page kept the focus); one is a flake on a loaded machine.
     broken = [summary for summary, scored_failures in failed.values() if scored_failures >= 2]
     assert not broken, "the expert's tasks broke with these applications:\n" + "\n".join(broken)
-    # a desktop that fails to start is an env fault (infra_error, not scored): a few are
-    # tolerated here, on a CI machine shared with other tests
-    assert report["infra_errors"] <= count // 10, [summary for summary, _ in failed.values()]
-    assert report["success_rate"] >= 0.95, [summary for summary, _ in failed.values()]
+    # a desktop that fails to start is an env fault (infra_error, not scored): one is tolerated
+    # here, on a CI machine shared with other tests
+    assert report["infra_errors"] <= 1, [summary for summary, _ in failed.values()]
+    assert report["success_rate"] >= 0.9, [summary for summary, _ in failed.values()]
 
 
 def _failures_by_application(
@@ -191,19 +205,28 @@ def _failures_by_application(
 
 
 @pytest.mark.slow
-async def test_an_agent_that_does_nothing_scores_0(env_url: str):
+async def test_an_agent_that_does_nothing_scores_0(env_url: str, fixture_dir: Path):
+    """On a test task of each evaluator kind (an infeasible one among them), LibreOffice's but for
+    their slow starts (the gold-files test shows its untouched inputs score below 1)."""
+    test_ids = set(TaskSet.load(fixture_dir).splits["test"])
+    first_of_kind: dict[str, str] = {}
+    for task in sorted(_tasks(fixture_dir), key=lambda t: t["id"]):
+        if task["id"] in test_ids and not task["snapshot"].startswith("libreoffice"):
+            first_of_kind.setdefault(task["evaluator"]["func"], task["id"])
+    assert "infeasible" in first_of_kind and len(first_of_kind) >= 4, first_of_kind
     report = await evaluate(
         EvalConfig(
             "osworld",
             agent=f"{__name__}:DoNothingAgent",
             env_url=env_url,
-            episodes=8,
+            episodes=len(first_of_kind),
             split="test",
+            task_ids=tuple(first_of_kind.values()),
             concurrency=2,
             progress=False,
         )
     )
-    assert report["scored"] == 8 and report["mean_reward"] == 0.0, report["results"]
+    assert report["scored"] == len(first_of_kind) and report["mean_reward"] == 0.0, report["results"]
 
 
 async def test_a_reset_observes_the_page_its_config_opened(fixture_dir: Path):

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
+import tarfile
 import time
 
 import pytest
 
 from roost.envs.client import EnvClient
 from roost.envs.episodes import ManagerConfig
-from roost.envs.errors import EpisodeFinishedError, InvalidActionError, UnknownTaskError
+from roost.envs.errors import EpisodeFinishedError, InvalidActionError, NoWorkspaceError, UnknownTaskError
 from roost.envs.protocol import TextAction, ToolCall
 from roost.envs.serve import ServerConfig, serving
 from roost.envs.swe.env import make_factory
@@ -88,6 +90,33 @@ async def test_submitted_patch_text_is_graded(client, fixtures_dir):
     await client.step(episode, ToolCall("write_file", {"path": "patch.txt", "content": reference}))
     step = await client.step(episode, bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt"))
     assert step.info["patch_source"] == "submission" and step.reward == 1.0
+
+
+async def test_the_workspace_is_the_sandboxs_tree_and_a_submitted_patch_is_graded(client, fixtures_dir):
+    episode, _ = await client.create(task_id=CALC)
+    await client.step(episode, bash("echo scratch > notes.txt"))
+    with tarfile.open(fileobj=io.BytesIO(await client.workspace(episode)), mode="r:gz") as tar:
+        names = set(tar.getnames())
+        assert tar.extractfile("./notes.txt").read() == b"scratch\n"  # the tree as it is now
+    assert {"./calc/stats.py", "./.git/HEAD"} <= names
+    reference = json.loads((fixtures_dir / "tasks.jsonl").read_text().splitlines()[0])["patch"]
+    step = await client.step(episode, ToolCall("submit", {"patch": reference}))
+    assert step.info["patch_source"] == "submission" and step.reward == 1.0
+    with pytest.raises(EpisodeFinishedError):
+        await client.workspace(episode)
+    # a given patch is graded as given, even one that is not a patch (it does not apply)
+    episode, _ = await client.create(task_id=CALC)
+    step = await client.step(episode, ToolCall("submit", {"patch": "not a diff"}))
+    assert step.info["patch_source"] == "submission" and step.reward == 0.0, step.info
+
+
+async def test_an_env_without_a_workspace_says_so(tmp_path):
+    config = ServerConfig("roost.tests.agents.faulty_envs:make_factory", {}, port=0)
+    async with serving(config) as url, EnvClient(url) as env_client:
+        episode, _ = await env_client.create(task_id="t0")
+        with pytest.raises(NoWorkspaceError, match="no workspace"):
+            await env_client.workspace(episode)
+        await env_client.step(episode, TextAction("ok"))  # the episode goes on
 
 
 async def test_bad_commands_end_bounded_and_leave_the_host_alone(client, fixtures_dir):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
+from roost.envs.swe.cli import register
 from roost.envs.swe.fixtures import make_fixtures
 from roost.envs.swe.grading import grade
 from roost.envs.swe.task_sandbox import with_host_python
@@ -86,3 +91,25 @@ async def test_docker_sandbox_grades_the_same(tasks):
     calc = tasks["calc"]
     assert (await grade(backend, calc, calc.patch)).reward == 1.0
     assert (await grade(backend, calc, calc.patch.replace("/ len(values)", "/ len(values) + 1"))).reward == 0.0
+
+
+def test_check_tasks_grades_gold_and_empty_patches(tasks, tmp_path):
+    """`roost envs swe check-tasks`: a fixture's gold solves it and an empty patch does not; a
+    task whose 'failing' tests already pass at base_commit shows as solved by the empty patch.
+    (Two tasks, four gradings, to keep it cheap; every fixture's gold is checked above.)"""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    calc = tasks["calc"]
+    trivial = calc.model_copy(update={"instance_id": "calc-trivial", "FAIL_TO_PASS": calc.PASS_TO_PASS[:1]})
+    rows = [calc, trivial]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(t.model_dump_json() + "\n" for t in rows))
+    app, envs = typer.Typer(), typer.Typer()
+    app.add_typer(envs, name="envs")
+    register(envs)
+    result = CliRunner().invoke(app, ["envs", "swe", "check-tasks", str(source), "--backend", "bubblewrap", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{") :])
+    assert report["tasks"] == len(rows) and report["gold_solved"] == 1.0
+    assert report["empty_resolved"] == ["calc-trivial"] and report["gold_failures"] == {}
+    assert report["empty_solved"] == round(1 / len(rows), 4)

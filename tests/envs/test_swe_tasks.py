@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -102,3 +103,62 @@ def test_fixtures_are_reproducible_git_repositories(tmp_path):
         assert task.FAIL_TO_PASS and task.PASS_TO_PASS and task.patch and task.test_patch
         assert (tmp_path / "a" / "repos" / task.repo.split("/")[1] / ".git").is_dir()
     assert fixture_tasks(tmp_path / "a") == first
+
+
+def test_swe_smith_row_sets_up_the_bug_and_reverses_it_as_gold(tmp_path):
+    """A row in SWE-smith's published shape (no base_commit; `patch` introduces the bug): the
+    setup script applies and commits the bug, and the task's gold patch undoes it, with real git."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    clean = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef last(values):\n    return values[-1]\n"
+    (repo / "stats.py").write_text(clean)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "clean"], cwd=repo, check=True)
+    (repo / "stats.py").write_text(clean.replace("/ len(values)", "/ (len(values) + 1)").replace("[-1]", "[0]"))
+    bug = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+    row = {
+        "instance_id": "owner__stats.a1b2c3d4.func_pm_op_swap__x1y2z3",
+        "repo": "swesmith/owner__stats.a1b2c3d4",
+        "patch": bug,
+        "FAIL_TO_PASS": ["tests/test_stats.py::test_mean"],
+        "PASS_TO_PASS": ["tests/test_stats.py::test_sum"],
+        "image_name": "jyangballin/swesmith.x86_64.owner_1776_stats.a1b2c3d4",
+        "problem_statement": "mean() is off",
+        "created_at": "2025-03-14T00:00:00",
+    }
+    task = task_from_row(row)
+    assert task.image == row["image_name"] and task.base_commit == row["instance_id"]
+    assert task.FAIL_TO_PASS == row["FAIL_TO_PASS"] and task.patch != bug
+    subprocess.run(["bash", "-e", "-c", task.setup_script], cwd=repo, check=True)
+    assert "len(values) + 1" in (repo / "stats.py").read_text()
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+    subprocess.run(["git", "apply", "-"], cwd=repo, input=task.patch, text=True, check=True)
+    assert (repo / "stats.py").read_text() == clean
+
+
+async def test_rows_with_their_own_splits_are_served_in_them(tmp_path):
+    """One env serves a file's train and test rows (the shipped set's), rows without a split in
+    the env's `split`; a split's tasks are drawn and listed apart."""
+    from roost.envs.errors import UnknownTaskError
+    from roost.envs.swe.env import make_factory
+
+    rows = [
+        {**SWEBENCH_ROW, "instance_id": "a__a-1", "split": "train"},
+        {**SWEBENCH_ROW, "instance_id": "b__b-1", "split": "test"},
+        {**SWEBENCH_ROW, "instance_id": "c__c-1"},
+    ]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = make_factory(tasks=str(source), split="dev")()
+    assert env.info.splits == ("dev", "test", "train")
+    assert [t.id for t in await env.tasks("train")] == ["a__a-1"]
+    assert [t.id for t in await env.tasks("dev")] == ["c__c-1"]
+    assert env._choose(None, 0, "test").instance_id == "b__b-1"
+    assert env._choose(None, 0, None).instance_id == "c__c-1"  # no split asked: the env's own
+    with pytest.raises(UnknownTaskError, match="no task 'a__a-1' in split 'test'"):
+        env._choose("a__a-1", None, "test")
+    with pytest.raises(UnknownTaskError, match="serves the splits"):
+        env._choose(None, 0, "valid")

@@ -40,6 +40,8 @@ def say(text: str) -> dict:
 class Seen:
     input_ids: list[int]
     output_ids: list[int] = field(default_factory=list)
+    image_data: list[str] = field(default_factory=list)
+    """The images the call carried (SGLang's `image_data`, vLLM's `content_parts` URLs)."""
 
 
 class EngineSpy:
@@ -96,7 +98,8 @@ class EngineSpy:
                 misbehaved = await _misbehave(mode)
                 if misbehaved is not None:
                     return misbehaved
-            seen = Seen(list(payload.get("input_ids") or payload.get("token_ids") or []))
+            images = payload.get("image_data") or [p.get("url") for p in payload.get("content_parts") or []]
+            seen = Seen(list(payload.get("input_ids") or payload.get("token_ids") or []), image_data=images)
             self.seen[payload.get("rid") or payload.get("request_id") or ""] = seen
         headers = {"content-type": "application/json"}
         if "Authorization" in request.headers:

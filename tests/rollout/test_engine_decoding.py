@@ -159,6 +159,26 @@ async def test_stop_token_id_ends_generation(scripted_engine_url, tiny_model_pat
     assert whole["text"] == forced
 
 
+async def test_min_new_tokens_holds_off_the_stop_tokens(engine_url):
+    # min_new_tokens masks the stop tokens in the model's logits in place (the inference tensors
+    # the model returns): the reply must come, greedy or sampled, not an aborted request.
+    async with httpx.AsyncClient() as client:
+        first = await generate(
+            client, engine_url, text="Once upon a time", sampling_params={"max_new_tokens": 1, "temperature": 0}
+        )
+        stop = first["output_ids"][0]
+        bodies = [
+            {"max_new_tokens": 6, "min_new_tokens": 3, "stop_token_ids": [stop], "temperature": temperature}
+            for temperature in (0, 1.0)
+        ]
+        held = await asyncio.gather(
+            *(generate(client, engine_url, text="Once upon a time", sampling_params=params) for params in bodies)
+        )
+    for answer in held:
+        assert answer["meta_info"]["finish_reason"]["type"] in ("stop", "length"), answer
+        assert len(answer["output_ids"]) >= 3 and stop not in answer["output_ids"][:3], answer
+
+
 async def test_max_new_tokens_bounds_the_reply(engine_url):
     async with httpx.AsyncClient() as client:
         short = await generate(

@@ -182,3 +182,24 @@ async def test_scripted_reply_must_match_the_grammar(scripted_engine_url):
     assert good.status_code == 200 and good.json()["text"] == fits
     assert bad.status_code == 400
     assert "does not match the request's json_schema" in bad.json()["error"]["message"]
+
+
+def test_a_length_bounded_string_takes_no_raw_control_character():
+    """xgrammar 0.2.9 compiles `maxLength` to a class that lets U+0000–U+001F through unescaped;
+    the tiny model then wrote `{"name": "//\\x05ości潤", ...}` (a suite run here), which
+    `json.loads` refuses. The engine says the bounds as a pattern that excludes them."""
+    import xgrammar
+    from transformers import AutoTokenizer
+
+    from roost.rollout.engine.grammar import compile_grammar, new_compiler
+    from roost.rollout.engine.tiny_model import tiny_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
+    compiler = new_compiler(tokenizer, len(tokenizer), [tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    grammar = compile_grammar(compiler, "json_schema", json.dumps(SCHEMA))
+    sampled = [90, 31486, 1, 25, 35574]  # {"name": "//   (the ids of that reply)
+    assert tokenizer.decode(193) == "\x05"  # its next id
+    matcher = xgrammar.GrammarMatcher(grammar)
+    assert all(matcher.accept_token(t) for t in sampled) and not matcher.accept_token(193)
+    for text, fits in [('{"name": "ości潤', True), ('{"name": "abcdefghi"', False), ('{"name": "a\\u0005', False)]:
+        assert xgrammar.GrammarMatcher(grammar).accept_string(text) == fits, text

@@ -65,7 +65,19 @@ BAD_REQUESTS = [
     (b'{"model": "tiny", "messages": [{"role": "user"}]}', 400, None, "has no content"),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temprature": 1}', 400, None, "temprature"),
     (b'{"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found", "'tiny'"),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400, None, "text parts"),
+    (
+        b'{"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}',
+        400,
+        None,
+        "without a URL",
+    ),
+    (
+        b'{"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
+        b'{"url": "data:image/png;base64,iVBORw0KGgo="}}]}]}',
+        400,
+        "image_not_supported",
+        "reads text only",
+    ),
     (
         b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}',
         400,

@@ -144,3 +144,11 @@ async def test_the_client_pages_through_and_says_what_the_gateway_refused(served
         assert got == group_training_sessions(store, GROUPS)
         with pytest.raises(ControlPlaneError, match="400.*from 1 to 256"):
             await client.samples_page(GROUPS, limit=1000)
+
+
+def test_recorded_routing_crosses_the_wire():
+    """R3: each token's recorded experts travel with the sample (an empty row: none recorded)."""
+    sample = Sample.from_turns([([1, 2], [3, 4], [-0.5, -1.5])], session_id="s", group_id="g")
+    sample.routed_experts = [[0, 5, 2, 7], [1, 1, 3, 4], [6, 0, 2, 2], []]
+    back = SampleView.model_validate_json(SampleView.of(sample).model_dump_json()).sample()
+    assert back == sample

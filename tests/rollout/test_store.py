@@ -15,7 +15,14 @@ from roost.outcome import EpisodeOutcome, EpisodeStatus, RewardSource, SessionSt
 from roost.rollout.store.export import export
 from roost.rollout.store.paths import iter_training_samples
 from roost.rollout.store.reader import StoreMissing, StoreUnreadable, TrajectoryReader
-from roost.rollout.store.records import AdvantageRecord, CallRecord, RewardRecord, SessionRecord
+from roost.rollout.store.records import (
+    AdvantageRecord,
+    CallRecord,
+    ImageRecord,
+    ImageSpan,
+    RewardRecord,
+    SessionRecord,
+)
 from roost.rollout.store.schema import OUTCOME_COLUMNS, SCHEMA_VERSION
 from roost.rollout.store.trajectory_store import TrajectoryStore
 
@@ -168,6 +175,35 @@ def test_export_jsonl_and_parquet(store, tmp_path, kind):
         assert json.loads(table[0]["finish_reason"]) == {"type": "stop", "matched": 2}
     else:
         assert {tuple(r["loss_mask"]) for r in table} == {tuple(r["loss_mask"]) for r in rows}
+        assert set(table[0]) == set(rows[0])  # the Parquet schema holds every Sample field
+
+
+def test_an_image_is_stored_once_and_its_calls_and_samples_name_it(store, tmp_path):
+    """Two calls carrying one image store its bytes once; each call says where its images are,
+    and the leaf's sample carries the hashes of its path's images in token order."""
+    pixel, other = (
+        ImageRecord("a" * 64, "image/png", b"png-a", 1, 1),
+        ImageRecord("b" * 64, "image/png", b"png-b", 2, 2),
+    )
+    first = dataclasses.replace(call("a", 0, [1, 9, 9, 2], [3]), images=[ImageSpan(pixel.sha256, 1, 2)])
+    second = dataclasses.replace(
+        call("b", 1, [1, 9, 9, 2, 3, 9, 4], [5], parent="a", shared=5, kind="extend"),
+        images=[ImageSpan(pixel.sha256, 1, 2), ImageSpan(other.sha256, 5, 1)],
+    )
+
+    async def go():
+        await store.create_session(SessionRecord("s1", "k", status=SessionStatus.OPEN))
+        await store.record_call(first, [pixel])
+        await store.record_call(second, [pixel, other])
+
+    asyncio.run(go())
+    with TrajectoryReader(store.path) as reader:
+        assert reader.image_count() == 2 and reader.image(pixel.sha256) == pixel
+        assert reader.call("b").images == second.images
+    [sample] = iter_training_samples(store.path, status=None)
+    assert sample.images == [pixel.sha256, other.sha256]
+    export(store.path, tmp_path / "s.parquet", fmt="parquet", kind="samples")
+    assert pq.read_table(tmp_path / "s.parquet").to_pylist()[0]["images"] == sample.images
 
 
 def test_missing_store_says_what_to_do(tmp_path):
@@ -282,9 +318,12 @@ def test_reading_an_old_samples_export_says_to_export_again(tmp_path):
 
 
 def _as_version_1(path) -> None:
-    """Turn a store into one an older roost wrote: schema version 1, no trace, adapter or engine
-    columns, the episode's outcome in the free finish info."""
+    """Turn a store into one an older roost wrote: schema version 1, no trace, adapter, engine,
+    images or routed_experts columns, no images table, the episode's outcome in the free finish info."""
     conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE calls DROP COLUMN routed_experts")
+    conn.execute("ALTER TABLE calls DROP COLUMN images")
+    conn.execute("DROP TABLE images")
     conn.execute("ALTER TABLE calls DROP COLUMN engine")
     conn.execute("ALTER TABLE calls DROP COLUMN adapter")
     conn.execute("ALTER TABLE calls DROP COLUMN trace_id")
@@ -307,12 +346,15 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_migrated_when_written(tmp_path
     old.close()
     _as_version_1(path)
     with TrajectoryReader(path) as reader:  # read-only: left as it is
-        assert [(c.call_id, c.trace_id, c.span_id, c.adapter, c.engine) for c in reader.calls("s1")] == [
-            ("a", "", "", "", ""),
-            ("b", "", "", "", ""),
-            ("c", "", "", "", ""),
+        assert [
+            (c.call_id, c.trace_id, c.span_id, c.adapter, c.engine, c.routed_experts) for c in reader.calls("s1")
+        ] == [
+            ("a", "", "", "", "", b""),
+            ("b", "", "", "", "", b""),
+            ("c", "", "", "", "", b""),
         ]
         assert reader.session("s1").outcome == TIMED_OUT
+        assert reader.image("0" * 64) is None and all(c.images == [] for c in reader.calls("s1"))
     store = TrajectoryStore(path).open()
     traced = dataclasses.replace(
         call("d", 3, [1], [2]), trace_id="ab" * 16, span_id="cd" * 8, adapter="lora-x", engine="http://e:1"

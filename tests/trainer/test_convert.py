@@ -94,11 +94,13 @@ def test_unsupported_models_say_so():
         ModelSpec.from_config({"model_type": "llama", "attention_bias": True})
 
 
-def test_mixture_of_experts_checkpoints_are_not_trained_yet():
+def test_mixture_of_experts_checkpoints_with_dense_layers_are_refused():
+    """Qwen3-MoE trains on Megatron's MoE layer (test_moe.py) when every layer is sparse."""
     from roost.rollout.engine.tiny_model import TINY_MOE_CONFIG
 
-    with pytest.raises(UnsupportedModel, match="MoE training .* is not built yet"):
-        transformer_config(ModelSpec.from_config(TINY_MOE_CONFIG))
+    assert transformer_config(ModelSpec.from_config(TINY_MOE_CONFIG)).num_moe_experts == 8
+    with pytest.raises(UnsupportedModel, match=r"layers \[1\] .* dense MLPs"):
+        transformer_config(ModelSpec.from_config({**TINY_MOE_CONFIG, "mlp_only_layers": [1]}))
 
 
 def test_tensor_parallel_shapes_must_divide(tiny_model_path):

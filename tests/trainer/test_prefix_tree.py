@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from roost.tests.trainer.trainer_fixtures import agentic_batch, grpo_batch
-from roost.trainer.prefix_tree import PackingError, build_microbatches, plan_microbatches, tree_microbatch, trie_size
+from roost.trainer.prefix_tree import (
+    PackingError,
+    build_microbatches,
+    flat_microbatch,
+    plan_microbatches,
+    tree_microbatch,
+    trie_size,
+)
 
 
 def test_shared_prefixes_are_stored_once_in_depth_first_order():
@@ -93,3 +100,16 @@ def test_chains_attend_to_exactly_what_the_dense_mask_allows(batch):
             assert sorted(segment.keys[mask[row]].tolist()) == allowed[slot].nonzero().flatten().tolist()
             covered.append(slot)
     assert covered == list(range(mb.num_tokens))
+
+
+def test_recorded_routing_rides_on_each_tree_slot_and_flat_row():
+    """R3: a token's recorded experts land on its hidden row; a shared node takes the first
+    sequence's row; tokens without a record (an empty row, a sequence without routing) get -1."""
+    a, b = [1, 2, 3, 4], [1, 2, 5]
+    routing = [[[0, 1], [2, 3], [4, 5], []], [[7, 7], [6, 6], []]]
+    tree = tree_microbatch([a, b], [[3], [2]], [0, 1], routing=routing)
+    assert tree.input_ids[0].tolist() == [1, 2, 3, 4, 5]
+    assert tree.routed_experts.tolist() == [[0, 1], [2, 3], [4, 5], [-1, -1], [-1, -1]]
+    flat = flat_microbatch([a, b], [[3], [2]], [0, 1], routing=[None, routing[1]])
+    assert flat.routed_experts.tolist() == [[-1, -1]] * 4 + [[7, 7], [6, 6], [-1, -1], [-1, -1]]
+    assert tree_microbatch([a], [[3]], [0]).routed_experts is None

@@ -171,3 +171,10 @@ def test_a_generative_reward_names_a_judge_the_recipe_defines_and_a_rubric_that_
         validate_recipe({**judged, "reward": {"judge": "critic", "pattern": "SCORE"}})
     with pytest.raises(RecipeError, match="reward.rubric: unknown key; allowed here: .*judge, .*prompt"):
         validate_recipe({**judged, "reward": {"judge": "critic", "rubric": "be fair"}})
+
+
+def test_routing_replay_needs_the_gateway_to_record_routing():
+    recipe = load_recipe(RECIPES / "webshop" / "grpo" / "moe.yaml")
+    assert recipe.gateway.record_routing and recipe.trainer.routing_replay and recipe.model.path == "tiny-moe"
+    with pytest.raises(RecipeError, match="set gateway.record_routing: true"):
+        load_recipe(RECIPES / "webshop" / "grpo" / "moe.yaml", ["gateway.record_routing=false"])

@@ -3,7 +3,9 @@
 Megatron-core 0.16 hard-codes CUDA in places a CPU run reaches: `torch.cuda.current_device()`
 as a device for buffers, `device="cuda"` literals in the optimizer and grad clipping, CUDA
 streams in DDP, the CUDA RNG tracker and `param.type() == "torch.cuda.FloatTensor"` checks in
-the optimizers. Rather than patch torch for the whole process, `activate()` gives each loaded
+the optimizers; without Transformer Engine its MoE router's gating (`router_gating_linear`)
+reads a `te_general_gemm` its failed import never bound (NameError), and the MoE all-to-all
+dispatcher turns only CUDA tensors of split sizes into numpy. Rather than patch torch for the whole process, `activate()` gives each loaded
 `megatron.core` module its own `torch` that answers those calls for the CPU and forwards
 everything else. Nothing outside this module touches Megatron's internals for the CPU.
 
@@ -61,6 +63,10 @@ class _NullStream:
 
     def synchronize(self) -> None:
         return None
+
+    def record_event(self, *args: Any) -> _NullStream:
+        # the MoE all-to-all dispatcher records an event on its side stream and synchronizes it
+        return self
 
 
 class _CpuCuda:
@@ -141,6 +147,8 @@ def activate() -> None:
         if name.startswith("megatron.core") and getattr(module, "torch", None) is torch:
             module.torch = _CPU_TORCH
     _wrap_type_checks()
+    _bind_missing_te_gemm()
+    _split_sizes_as_numpy()
     from megatron.core import parallel_state, tensor_parallel
 
     parallel_state._GLOBAL_MEMORY_BUFFER = _CpuMemoryBuffer()
@@ -157,7 +165,39 @@ def _import_megatron_modules() -> None:
     import megatron.core.optimizer.clip_grads  # noqa: F401
     import megatron.core.optimizer.distrib_optimizer  # noqa: F401
     import megatron.core.tensor_parallel  # noqa: F401
+    import megatron.core.transformer.moe.moe_utils  # noqa: F401
+    import megatron.core.transformer.moe.router  # noqa: F401
+    import megatron.core.transformer.moe.token_dispatcher  # noqa: F401
     import megatron.core.transformer.utils  # noqa: F401
+
+
+def _split_sizes_as_numpy() -> None:
+    """The MoE all-to-all dispatcher hands its split sizes to `all_to_all_single` through
+    `maybe_move_tensor_to_cpu(..., as_numpy=True)`, which converts only CUDA tensors; a CPU tensor
+    stays one, and torch's binding refuses tensors as split sizes (TypeError): give it numpy."""
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+    original = moe_utils.maybe_move_tensor_to_cpu
+    if getattr(token_dispatcher.maybe_move_tensor_to_cpu, "_roost_cpu_shim", False):
+        return
+
+    def to_cpu(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+        if as_numpy and torch.is_tensor(tensor) and not tensor.is_cuda:
+            return tensor.numpy()
+        return original(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    to_cpu._roost_cpu_shim = True  # type: ignore[attr-defined]
+    token_dispatcher.maybe_move_tensor_to_cpu = to_cpu
+
+
+def _bind_missing_te_gemm() -> None:
+    """`moe_utils` imports `te_general_gemm` from Transformer Engine and, when that fails, leaves
+    the name unbound, yet `router_gating_linear` tests it against None: bind it to None (the
+    plain matmul path) where the import failed."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
 
 
 def _wrap_type_checks() -> None:

@@ -129,6 +129,13 @@ def _add_delta(module, args, kwargs, output):
 
 def hosts_for(lora: LoraSpec, spec: ModelSpec) -> dict[str, tuple[str, ...]]:
     """Megatron module name -> the spec's targets it hosts, in its fused order."""
+    mlp = sorted(set(lora.targets) & {"gate_proj", "up_proj", "down_proj"})
+    if spec.moe is not None and mlp:
+        raise AdapterError(
+            f"LoRA targets {mlp} are MLP projections, and this {spec.family} model's MLPs are experts, which "
+            "roost's adapters do not adapt (nor does its engine): keep trainer.lora.targets to attention "
+            "(q_proj, k_proj, v_proj, o_proj) and lm_head"
+        )
     hosts = {}
     for i in range(spec.num_layers):
         for name, fused in _HOSTS.items():

@@ -1,11 +1,22 @@
-"""Megatron-core GPTModel for Qwen3, Qwen2 and Llama dense checkpoints, and its forward on
-a packed microbatch down to the logprobs of the scored tokens.
+"""Megatron-core GPTModel for Qwen3, Qwen2 and Llama dense checkpoints and Qwen3-MoE ones, and
+its forward on a packed microbatch down to the logprobs of the scored tokens.
 
 The forward runs GPTModel's own embedding, decoder and output layer, but drives RoPE from
 the caller's position ids (GPTModel's forward ignores them for RoPE, and tree packing
 needs depth positions) and applies the vocabulary projection only to the rows whose
 next-token logprob is needed. The architecture is the engine's reading of the checkpoint
 (`ModelSpec`, RoPE from `rollout/engine/rope.py`), so the two compute the same logprobs.
+
+A Qwen3-MoE checkpoint runs on Megatron's own MoE layer (`MoELayer`: `TopKRouter`, the experts as
+a `SequentialMLP`), routed as Qwen3-MoE routes: softmax over the router's logits, top-k, and with
+`norm_topk_prob` the top-k probabilities renormalised, which is Megatron's softmax over the top-k
+logits (`moe_router_pre_softmax` off); without it, the top-k of the full softmax (pre-softmax on).
+No load-balancing loss unless asked (`moe_aux_loss_coeff`). Every layer must be sparse (a
+checkpoint with `mlp_only_layers` is refused). Routing replay (R3) hooks into the routers:
+`routing_replay.py`.
+
+A Qwen3-VL checkpoint's language model is a GPTModel as above, with the checkpoint's frozen vision
+tower beside it: its features, deepstack features and interleaved mrope are `vision.py`'s.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from typing import Any
 import torch
 
 from roost.rollout.engine.model_spec import ModelSpec, UnsupportedModel
+from roost.rollout.vision.mrope import mrope_freqs
 
 from ..allowed_tokens import shard_mask
 from ..prefix_tree import Microbatch
@@ -26,14 +38,60 @@ def rotary_embedding(inv_freq: torch.Tensor, position_ids: torch.Tensor) -> torc
     return torch.cat((freqs, freqs), dim=-1).transpose(0, 1).unsqueeze(2)
 
 
-def transformer_config(spec: ModelSpec, *, tp: int = 1, dtype: torch.dtype = torch.float32, **overrides: Any):
-    if spec.moe is not None:
+def mrope_rotary_embedding(
+    inv_freq: torch.Tensor, position_ids: torch.Tensor, mrope_section: tuple[int, int, int]
+) -> torch.Tensor:
+    """Rotary angles for interleaved multimodal RoPE (Qwen3-VL) from 3-D position ids
+    [3, b, s] (temporal, height, width): [s, b, 1, head_dim], interleaved as the engine does
+    (`roost.rollout.vision.mrope`)."""
+    freqs = mrope_freqs(inv_freq, position_ids, mrope_section)  # [b, s, head_dim / 2]
+    return torch.cat((freqs, freqs), dim=-1).transpose(0, 1).unsqueeze(2)
+
+
+def moe_fields(spec: ModelSpec, aux_loss_coeff: float = 0.0) -> dict[str, Any]:
+    """TransformerConfig's MoE fields for a Qwen3-MoE spec (none for a dense one): Megatron's
+    MoE layer in every layer, routed as `Qwen3MoeSparseMoeBlock` routes; `aux_loss_coeff` > 0 adds
+    the load-balancing loss (off by default: RL trains the policy the engine sampled)."""
+    moe = spec.moe
+    if moe is None:
+        return {}
+    if len(moe.layers) != spec.num_layers:
+        dense = sorted(set(range(spec.num_layers)) - set(moe.layers))
         raise UnsupportedModel(
-            f"{spec.family} is a mixture-of-experts model: roost's engine serves it, but Megatron MoE "
-            "training (and routing replay) is not built yet; train a dense checkpoint"
+            f"layers {dense} of this {spec.family} checkpoint have dense MLPs (mlp_only_layers or "
+            "decoder_sparse_step): roost's Megatron trainer builds MoE models whose every layer is sparse"
         )
+    return dict(
+        num_moe_experts=moe.num_experts,
+        moe_router_topk=moe.top_k,
+        moe_ffn_hidden_size=moe.intermediate_size,
+        moe_router_pre_softmax=not moe.norm_topk_prob,
+        moe_router_score_function="softmax",
+        moe_router_load_balancing_type="aux_loss" if aux_loss_coeff > 0 else "none",
+        moe_aux_loss_coeff=aux_loss_coeff,
+        moe_token_dispatcher_type="alltoall",
+        moe_grouped_gemm=False,
+    )
+
+
+def transformer_config(
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    dtype: torch.dtype = torch.float32,
+    moe_aux_loss_coeff: float = 0.0,
+    **overrides: Any,
+):
+    """Megatron's TransformerConfig for `spec` (dense, Qwen3-MoE, or Qwen3-VL's language model),
+    tensor-parallel over `tp` ranks."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    if spec.moe is not None and tp > 1:
+        raise UnsupportedModel(
+            f"tensor-parallel size {tp} on a mixture-of-experts model: Megatron's MoE layer refuses tensor "
+            "parallelism in training without sequence parallelism, which roost's tree-packed forward does not "
+            "run; train it with trainer.tp 1 and more data-parallel ranks (trainer.dp)"
+        )
     on_gpu = torch.cuda.is_available()
     fields: dict[str, Any] = dict(
         num_layers=spec.num_layers,
@@ -63,6 +121,7 @@ def transformer_config(spec: ModelSpec, *, tp: int = 1, dtype: torch.dtype = tor
         bias_dropout_fusion=False,
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
+        **moe_fields(spec, moe_aux_loss_coeff),
     )
     fields.update(overrides)
     return TransformerConfig(**fields)
@@ -92,6 +151,10 @@ def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
     from megatron.core.transformer.enums import AttnMaskType
 
     if attention == "te":
+        if spec.moe is not None:
+            raise UnsupportedModel(
+                "roost builds mixture-of-experts models on the local layer spec only: set trainer.attention to sdpa or local"
+            )
         if not transformer_engine_available():
             raise ValueError(
                 "trainer.attention te needs Transformer Engine and a CUDA device; use sdpa (the default) or local"
@@ -102,7 +165,10 @@ def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
             "attn_mask_type": AttnMaskType.arbitrary,
         }
         return te
-    local = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
+    experts = spec.moe.num_experts if spec.moe else None
+    local = gpt_layer_specs.get_gpt_layer_local_spec(
+        num_experts=experts, moe_grouped_gemm=False, qk_layernorm=spec.qk_norm, normalization="RMSNorm"
+    )
     if attention == "sdpa":
         from .attention import SDPAttention
 
@@ -114,7 +180,8 @@ def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
 
 def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
     """A GPTModel for `spec` (weights uninitialised: load them with `convert`); `attention`
-    None is `sdpa`, the one that never materialises an [n, n] matrix."""
+    None is `sdpa`, the one that never materialises an [n, n] matrix. A Qwen3-VL spec's model
+    carries its frozen vision tower as `model.vision` (`vision.py`)."""
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     attention = attention or "sdpa"
@@ -132,6 +199,10 @@ def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
         share_embeddings_and_output_weights=spec.tie_word_embeddings,
     )
     model.roost_attention = attention
+    if spec.vision is not None:
+        from .vision import attach_vision
+
+        attach_vision(model, spec.vision)
     return model
 
 
@@ -200,13 +271,21 @@ def scored_hidden(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torc
     """The decoder's output at each scored entry's row, [num_scored, hidden]: the row whose
     next-token distribution scores the entry, after the final layernorm. Under tensor parallelism
     the hidden state there is whole on every rank (the layers' row-parallel outputs are reduced),
-    so the output layer and the value head read the same rows."""
+    so the output layer and the value head read the same rows. A microbatch that carries routed
+    experts is routed by them (R3, `routing_replay.py`); one that carries images (Qwen3-VL) has
+    their features at its placeholder rows and deepstack features after the first layers, and
+    turns by its 3-D positions (`vision.py`)."""
     from .attention import chain_wise, check_tree_attention
+    from .routing_replay import replaying
+    from .vision import deepstack, microbatch_features, scatter_rows
 
     model = getattr(model, "module", model)  # unwrap Megatron DDP
     microbatch = microbatch.to(next(model.parameters()).device)
     input_ids, position_ids = microbatch.input_ids, microbatch.position_ids
-    hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # [s, b, h]
+    hidden = model.embedding(input_ids=input_ids, position_ids=None)  # [s, b, h]; RoPE is applied below
+    placed = microbatch_features(model, microbatch)
+    if placed is not None:
+        hidden = scatter_rows(hidden, placed.rows, placed.embeds, add=False)
     sparse = chain_wise(model)
     if microbatch.tree is not None:
         check_tree_attention(model)
@@ -220,9 +299,22 @@ def scored_hidden(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torc
             .triu(1)[None, None]
             .expand(input_ids.shape[0], 1, n, n)
         )
-    hidden = model.decoder(
-        hidden_states=hidden,
-        attention_mask=mask,
-        rotary_pos_emb=rotary_embedding(inv_freq.to(input_ids.device), position_ids),
-    )
+    with replaying(model, microbatch.routed_experts, input_ids.shape[0]), deepstack(model, placed):
+        hidden = model.decoder(
+            hidden_states=hidden, attention_mask=mask, rotary_pos_emb=_rotary(model, inv_freq, position_ids)
+        )
     return hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]
+
+
+def _rotary(model, inv_freq: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """The decoder's rotary angles: interleaved mrope for 3-D position ids, plain RoPE otherwise."""
+    inv_freq = inv_freq.to(position_ids.device)
+    if position_ids.dim() == 2:
+        return rotary_embedding(inv_freq, position_ids)
+    section = getattr(model, "roost_mrope_section", None)
+    if section is None:
+        raise ValueError(
+            "the microbatch has 3-D (multimodal) position ids but the model is not a vision-language one: "
+            "pack text samples without mrope_positions"
+        )
+    return mrope_rotary_embedding(inv_freq, position_ids, section)

@@ -31,9 +31,17 @@ class ParallelInfo:
 
 
 def init(
-    tp: int = 1, *, rank: int | None = None, world_size: int | None = None, store: Any = None, seed: int = 1234
+    tp: int = 1,
+    *,
+    ep: int = 1,
+    rank: int | None = None,
+    world_size: int | None = None,
+    store: Any = None,
+    seed: int = 1234,
 ) -> ParallelInfo:
-    """Join (or create) the process group and set up Megatron's model parallelism.
+    """Join (or create) the process group and set up Megatron's model parallelism: `tp`-way tensor
+    parallelism and `ep`-way expert parallelism (a mixture-of-experts model's forward; the
+    `MegatronPolicy` trains with ep 1).
 
     The rendezvous is `store` (a `torch.distributed.TCPStore`), else the `MASTER_ADDR`
     environment (torchrun's); without either this makes a one-process world on a store whose
@@ -58,7 +66,7 @@ def init(
     if world % tp:
         raise ValueError(f"world size {world} is not divisible by tensor-parallel size {tp}")
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, expert_model_parallel_size=ep)
     cpu_shims.activate()
     if torch.cuda.is_available():
         from megatron.core import tensor_parallel

@@ -23,6 +23,7 @@ takes a step of PPO's clipped value loss; `update_policy=False` trains the head 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from ..allowed_tokens import AllowedTokens, allowed_counts
 from ..losses import LossConfig, SampleTerms, policy_loss, token_weights, value_losses
 from ..prefix_tree import Microbatch, build_microbatches
 from ..recipe import CriticSection, TrainerConfig
+from ..sample_images import PackingImages, SampleImages
 from . import convert, lora, parallel
 from .critic import CriticError, ValueHead
 from .model import build_gpt_model, masked_logprobs, scored_hidden, scored_logprobs, transformer_config
@@ -57,7 +59,7 @@ class TrainConfig:
     """The trainer's settings, grouped: model, optimizer, packing, loss."""
 
     checkpoint: str
-    """Hugging Face checkpoint folder to start from (Qwen3, Qwen2 or Llama dense)."""
+    """Hugging Face checkpoint folder to start from (Qwen3, Qwen2 or Llama dense, Qwen3-MoE, or Qwen3-VL)."""
     reference: str | None = None
     """Checkpoint of the reference model for the KL term (needed when loss.kl_coef > 0)."""
     dtype: str = _RECIPE.dtype
@@ -80,6 +82,12 @@ class TrainConfig:
     """Train a call held to a grammar on the distribution the engine sampled it from: each
     token's logprob over the tokens the grammar allowed (`allowed_tokens`), tokens it forced
     left out. False trains the model's own, unmasked, distribution."""
+    routing_replay: bool = _RECIPE.routing_replay
+    """Mixture-of-experts models (R3): each token goes through the experts the engine recorded
+    (`Sample.routed_experts`; `megatron/routing_replay.py`); a token with none recorded, and every
+    token when False, through the trainer router's own top-k."""
+    moe_aux_loss_coeff: float = _RECIPE.moe_aux_loss_coeff
+    """Mixture-of-experts models: Megatron's load-balancing loss weight (0: none)."""
     loss: LossConfig = field(default_factory=LossConfig)
     lora: LoraSpec | None = None
     """Train LoRA adapters on these targets, the base weights frozen; None trains every weight."""
@@ -117,8 +125,25 @@ class MegatronPolicy:
         self.spec = ModelSpec.from_folder(self.source)
         hf_checkpoint.check_tokenizer(self.source, self.spec.vocab_size)
         dtype = _DTYPES[config.dtype]
+        from megatron.core import parallel_state
+
+        if parallel_state.get_expert_model_parallel_world_size() > 1:
+            raise ValueError(
+                "MegatronPolicy trains with expert-parallel size 1 (every rank holds every expert): its export "
+                "gathers no experts across ranks and its data-parallel ranks may run different numbers of "
+                "microbatches, which the experts' all-to-all cannot; call parallel.init without ep"
+            )
+        if config.routing_replay and self.spec.moe is None:
+            raise ValueError(
+                f"trainer.routing_replay replays a mixture-of-experts model's routing; {config.checkpoint} is a "
+                f"dense {self.spec.family} checkpoint: turn routing_replay off"
+            )
         self.mcore_config = transformer_config(
-            self.spec, tp=self.info.tp_size, dtype=dtype, calculate_per_token_loss=True
+            self.spec,
+            tp=self.info.tp_size,
+            dtype=dtype,
+            moe_aux_loss_coeff=config.moe_aux_loss_coeff,
+            calculate_per_token_loss=True,
         )
         model = build_gpt_model(self.spec, self.mcore_config, config.attention)
         if config.layout == "tree":
@@ -150,6 +175,7 @@ class MegatronPolicy:
             [self.model],
         )
         self.inv_freq = inverse_frequencies(self.spec)
+        self.images = SampleImages(self.source, self.spec.vision) if self.spec.vision is not None else None
         self.reference = self._reference_model() if config.loss.kl_coef else None
         self.allowed = AllowedTokens(self.source, self.spec)
         self.critic = (
@@ -210,8 +236,11 @@ class MegatronPolicy:
         scored: tuple[list[list[int]], list[torch.Tensor | None]] | None = None,
     ) -> list[Microbatch]:
         """The whole batch's microbatches (same plan on every rank), scoring every sampled token,
-        or the positions and allowed tokens of `scored` (`scored_positions`)."""
+        or the positions and allowed tokens of `scored` (`scored_positions`); with `routing_replay`, each
+        token's recorded experts ride along; a vision-language policy's samples carry their images
+        (`use_images`)."""
         positions, masks = scored or ([[i for i, m in enumerate(s.loss_mask) if m] for s in samples], None)
+        images = self.images.pack_inputs(samples) if self.images is not None else PackingImages(None, None, {})
         return build_microbatches(
             [s.tokens for s in samples],
             positions,
@@ -219,7 +248,18 @@ class MegatronPolicy:
             self.config.token_budget,
             layout or self.config.layout,
             masks,
+            routing=[s.routed_experts for s in samples] if self.config.routing_replay else None,
+            keys=images.keys,
+            mrope_positions=images.positions,
+            images=images.pixels,
         )
+
+    def use_images(self, images: Mapping[str, bytes]) -> None:
+        """The bytes (by sha256, as the store holds them) of the images the next samples name, in
+        place of the last ones: a vision-language policy packs each sample's image tokens with them."""
+        if self.images is None:
+            raise ValueError(f"{self.source} is a text checkpoint: its samples carry no images")
+        self.images.use(images)
 
     def scored_positions(self, samples: list[Sample]) -> tuple[list[list[int]], list[torch.Tensor | None]]:
         """Each sample's positions to train on and, with `grammar_mask`, the tokens its grammar
@@ -289,6 +329,10 @@ class MegatronPolicy:
         with tracing.span("train.forward_backward", {"roost.microbatches": len(mine)}):
             total_loss, sums = self._forward_backward(scored, samples, mine, positions, weights, update_policy, critic)
         sums["grammar_replay_failures"] = float(len(self.allowed.refused))
+        # R3: this rank's tree tokens routed by recorded experts (summed over data-parallel ranks)
+        sums["replayed_tokens"] = float(
+            sum(int((mb.routed_experts >= 0).all(-1).sum()) for mb in mine if mb.routed_experts is not None)
+        )
         with tracing.span("train.optimizer"):
             updated, grad_norm = self._policy_step() if update_policy else (False, 0.0)
             if critic:

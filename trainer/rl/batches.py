@@ -52,6 +52,8 @@ class Batch:
     versions: list[list[int]] = field(default_factory=list)
     """The engine weight versions each kept sample's sampled tokens came from, oldest first
     (two or more: its episode ran on while new weights were loaded)."""
+    images: dict[str, bytes] = field(default_factory=dict)
+    """The file bytes of every image the kept samples name (`Sample.images`), by sha256."""
 
 
 def sampled_versions(sample: Sample) -> list[int]:
@@ -95,9 +97,13 @@ async def collect_batch(
     page_size: int | None = None,
 ) -> Batch:
     """The batch of the groups' sessions, read page by page (`page_size` sessions; None: the
-    gateway's default) from the gateway's `GET /samples`."""
+    gateway's default) from the gateway's `GET /samples`, with the bytes of the images its samples
+    name (`GET /images/{sha256}`, each image once)."""
     sessions = [s async for s in gateway.training_sessions(group_ids, page_size)]
-    return batch_of(sessions, current_version=current_version, max_staleness=max_staleness)
+    batch = batch_of(sessions, current_version=current_version, max_staleness=max_staleness)
+    named = sorted({sha for group in batch.groups for sample in group.samples for sha in sample.images})
+    batch.images = {sha: await gateway.image(sha) for sha in named}
+    return batch
 
 
 def batch_of(sessions: Iterable[SessionSamples], *, current_version: int, max_staleness: int | None) -> Batch:

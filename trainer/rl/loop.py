@@ -36,6 +36,7 @@ from ..eval_compare import per_task_success
 from ..metrics import MetricsLogger
 from ..recipe import AlgorithmConfig, DistillConfig, Recipe, dump_recipe
 from ..sft.data import Transcript
+from ..step_wise import per_turn
 from .batches import Batch, collect_batch
 from .placement import Placement
 from .rollouts import EVAL_PREFIX, RolloutInfo, Rollouts
@@ -125,6 +126,7 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
             transcripts, tools = _sft_transcripts(recipe, envs.url, run_dir)
             state.model = state.model or _model(recipe, run_dir, transcripts, tools)
             check_lora_model(recipe, state.model)
+            check_step_wise_model(recipe, state.model)
             hooks.stage("engine, gateway, trainer", 0)
             with (
                 services(recipe, run_dir, state.model, envs, where) as svc,
@@ -161,6 +163,24 @@ def check_lora_model(recipe: Recipe, model: str) -> None:
             f"trainer.lora.targets has lm_head, but {model} ties its embeddings and engine.backend {backend} "
             "is not known to serve an lm_head adapter on tied embeddings; leave lm_head out of the targets, "
             "start from a model with its own lm_head, or use engine.backend embedded or vllm"
+        )
+
+
+def check_step_wise_model(recipe: Recipe, model: str) -> None:
+    """Refuse, before any service starts, step-wise training of a vision-language model the agent
+    sends screenshots to: its samples carry images, which step-wise training does not cut into
+    turns (`roost.trainer.step_wise` would refuse the first batch, after its rollouts)."""
+    from roost.rollout.engine.model_spec import ModelSpec
+
+    from ..recipe import RecipeError
+
+    if not (recipe.algorithm.step_wise and recipe.agent.args.get("screenshots")):
+        return
+    if ModelSpec.from_folder(model).vision is not None:
+        raise RecipeError(
+            f"algorithm.step_wise cuts samples into turns, but {model} is a vision-language model and "
+            "agent.args.screenshots sends it images, which step-wise training does not cut into turns yet; "
+            "set algorithm.step_wise: false (or agent.args.screenshots: false)"
         )
 
 
@@ -250,6 +270,8 @@ def _rl(run: Run) -> None:
                 run.services.ensure_serving(run.hooks.echo)
                 group_ids, rollout = run.rollouts.next_groups()
                 batch = _collect(run, group_ids, max_staleness)
+                if batch.images:  # a vision-language policy packs its samples' image tokens with them
+                    run.trainer.use_images(batch.images)
             if batch.refused:
                 run.hooks.echo(
                     f"step {state.step + 1}: {len(batch.refused)} calls left out of training; "
@@ -266,7 +288,9 @@ def _rl(run: Run) -> None:
                 run.trainer.set_lr(lr)
             run.hooks.batch(state.step + 1, scored)
             trainer_version = state.weight_version
-            stats = _train(run.trainer, scored, algo.updates_per_batch, run.tracing, _policy_trains(algo, state.step))
+            # step-wise: the trainer takes a sample per turn; the step's metrics stay per episode path
+            trained = per_turn(scored) if algo.step_wise else scored
+            stats = _train(run.trainer, trained, algo.updates_per_batch, run.tracing, _policy_trains(algo, state.step))
             state.step += 1
             state.consumed_groups += group_ids
             sync_s, sync_bytes = _publish(run, f"step-{state.step}") if stats else (0.0, 0)
@@ -626,6 +650,7 @@ def step_metrics(
         "mixed_version_samples": sum(len(v) > 1 for v in batch.versions),
         "rollout_s": rollout.seconds,
         "trained_samples": len(scored),
+        "trained_images": len({sha for s in scored for sha in s.sample.images}),
     }
     sampled = sum(s.sample.num_sampled for s in scored)
     values["rollout_tokens_per_s"] = sampled / rollout.seconds if rollout.seconds else None
@@ -650,6 +675,7 @@ def step_metrics(
         logprob_mismatch=extra.get("rollout_abs_diff", 0.0) / tokens,
         allowed_mass=extra.get("allowed_mass", tokens) / tokens,
         grammar_replay_failures=int(extra.get("grammar_replay_failures", 0)),
+        replayed_tokens=int(extra.get("replayed_tokens", 0)),
         tree_saving=1 - stats.tree_tokens / flat if flat else 0.0,
         train_tokens_per_s=stats.tree_tokens / max(stats.seconds, 1e-9),
         train_s=stats.seconds,

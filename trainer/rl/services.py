@@ -183,6 +183,7 @@ def gateway_config(recipe: Recipe, engine_urls: list[str], model: str, store: Pa
         workers=recipe.gateway.workers,
         admission_programs=recipe.gateway.admission_programs,
         sglang_sessions=recipe.gateway.sglang_sessions,
+        record_routing=recipe.gateway.record_routing,
     )
 
 

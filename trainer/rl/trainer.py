@@ -61,6 +61,8 @@ def train_config(
         attention=t.attention,
         old_logprobs=t.old_logprobs,
         grammar_mask=t.grammar_mask,
+        routing_replay=t.routing_replay,
+        moe_aux_loss_coeff=t.moe_aux_loss_coeff,
         loss=LossConfig(**loss),
         lora=t.lora.spec() if t.lora else None,
         adapter=adapter,
@@ -116,6 +118,9 @@ class TrainerRank:
 
     def values(self, samples: list[Sample]) -> list[list[float]]:
         return self.policy.values(samples)
+
+    def use_images(self, images: dict[str, bytes]) -> None:
+        self.policy.use_images(images)
 
     def set_loss(self, loss: LossConfig, lr: float, reference: str | None = None) -> None:
         self.policy.config.loss = loss
@@ -228,6 +233,12 @@ class TrainerGroup:
                 for key, value in stats.extra.items():
                     extra[key] = extra.get(key, 0.0) + value
         return replace(per_rank[0][0], extra=extra)
+
+    def use_images(self, images: dict[str, bytes]) -> None:
+        """Every rank holds these images' bytes (by sha256) for the next samples that name them."""
+        import ray
+
+        self._all("use_images", ray.put(images))  # once in the object store, not once per rank
 
     def values(self, samples: list[Sample]) -> list[list[float]]:
         """The value head's per-token values of the samples (a forward on every rank; rank 0's)."""

@@ -20,6 +20,7 @@ from roost.rollout.gateway.anthropic.wire import MessagesRequest, PromptFields
 from roost.rollout.gateway.core.call_pipeline import Outcome, Prepared
 from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import GatewayError, anthropic_body
+from roost.rollout.gateway.core.image_parts import ImageInput, ImageParts
 from roost.rollout.gateway.core.prompt_builder import PromptPlan
 from roost.rollout.gateway.core.recording import CallTarget, new_id
 from roost.rollout.gateway.core.sampling_params import max_new_tokens, prompt_limit, prompt_too_long
@@ -49,10 +50,12 @@ def _sampling(req: MessagesRequest, max_tokens: int) -> dict[str, Any]:
     return params
 
 
-def template_call(req: PromptFields, model: str, signer: ThinkingSigner) -> TemplateCall:
+def template_call(req: PromptFields, images: ImageParts, signer: ThinkingSigner) -> TemplateCall:
     """A Messages request's prompt in the template's terms: the thinking its clear_thinking edit
-    clears taken out, `thinking: disabled` as the template's `enable_thinking=False`."""
-    return TemplateCall(clear_thinking(req, to_template(req, model, signer)), tool_dicts(req), template_kwargs(req))
+    clears taken out, `thinking: disabled` as the template's `enable_thinking=False`, its images
+    collected in `images`."""
+    messages = clear_thinking(req, to_template(req, images, signer))
+    return TemplateCall(messages, tool_dicts(req), template_kwargs(req), images.images)
 
 
 def stop_reason(o: Outcome) -> tuple[str, str | None]:
@@ -85,22 +88,17 @@ class MessagesFront:
         limit: int,
         raw_body: bytes,
         too_long: Callable[[int], GatewayError],
-    ) -> tuple[PromptPlan, bytes]:
+    ) -> tuple[PromptPlan, bytes, list[ImageInput]]:
         ctx.check_model(req.model)
-        return await plan_call(
-            ctx,
-            target,
-            template_call(req, ctx.served_model, self.signer),
-            limit,
-            len(raw_body),
-            too_long,
-            reasoning_policy(req, target.session.record.reasoning_policy),
-        )
+        call = template_call(req, ctx.image_parts(), self.signer)
+        policy = reasoning_policy(req, target.session.record.reasoning_policy)
+        plan, chain_end = await plan_call(ctx, target, call, limit, len(raw_body), too_long, policy)
+        return plan, chain_end, call.images
 
     async def prepare(
         self, ctx: EngineContext, target: CallTarget, req: MessagesRequest, raw_body: bytes, received: float
     ) -> Prepared:
-        plan, chain_end = await self._plan(
+        plan, chain_end, images = await self._plan(
             ctx,
             target,
             req,
@@ -131,11 +129,12 @@ class MessagesFront:
             constraint=constraint.record() if constraint else None,
             argument_defaults=argument_defaults(tools),
             notes=option_notes(req),
+            images=images,
         )
 
     async def count(self, ctx: EngineContext, target: CallTarget, req: PromptFields, raw_body: bytes) -> int:
         """The prompt tokens a Messages call with this prompt would send the engine."""
-        plan, _ = await self._plan(
+        plan, _, _ = await self._plan(
             ctx,
             target,
             req,

@@ -27,6 +27,7 @@ from roost.rollout.gateway.anthropic.wire import (
     ToolUseBlock,
 )
 from roost.rollout.gateway.core.errors import InvalidRequest
+from roost.rollout.gateway.core.image_parts import ImageParts
 from roost.rollout.gateway.core.template_messages import function_tool
 
 
@@ -60,7 +61,7 @@ def template_kwargs(req: PromptFields) -> dict[str, Any] | None:
     return None
 
 
-def to_template(req: PromptFields, model: str, signer: ThinkingSigner) -> list[dict[str, Any]]:
+def to_template(req: PromptFields, images: ImageParts, signer: ThinkingSigner) -> list[dict[str, Any]]:
     """The request's system prompt and messages as template dicts; a 400 naming the block for
     anything that cannot be rendered or was not this gateway's."""
     if not req.messages:
@@ -72,12 +73,12 @@ def to_template(req: PromptFields, model: str, signer: ThinkingSigner) -> list[d
     for i, message in enumerate(req.messages):
         where = f"messages.{i}"
         if message.role == "assistant":
-            out.append(_assistant(message, where, model, signer))
+            out.append(_assistant(message, where, signer))
             open_calls = {c["id"] for c in out[-1].get("tool_calls", ())}
         elif message.role == "system":
             out.append({"role": "system", "content": _system_text(message.content, f"{where}.content")})
         else:
-            out.extend(_user(message, where, model, open_calls))
+            out.extend(_user(message, where, images, open_calls))
             open_calls = set()
     return out
 
@@ -96,14 +97,36 @@ def _system_text(content: str | list, where: str) -> str:
     return "\n".join(block.text for block in content)
 
 
-def _image(where: str, model: str) -> InvalidRequest:
+def _image_in_reply(where: str) -> InvalidRequest:
     return InvalidRequest(
-        f"{where} is an image block, but model {model!r} reads text only; send text, or serve a vision model",
+        f"{where} is an image block in an assistant turn, which holds text, thinking and tool_use only; "
+        "send images in user turns or tool results",
         param=where,
     )
 
 
-def _assistant(message: MessageParam, where: str, model: str, signer: ThinkingSigner) -> dict[str, Any]:
+def _image_part(block: ImageBlock, where: str, images: ImageParts) -> dict[str, Any]:
+    """An image block as the template's image part: a `base64` source only (nothing is fetched)."""
+    source = block.source
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return images.base64(str(source.get("media_type", "")), source["data"], where, "image")
+    images.refuse(
+        where,
+        "image",
+        f"with a {source.get('type')!r} source; this gateway fetches nothing from the network: send "
+        "{'type': 'base64', 'media_type': 'image/png', 'data': ...}",
+    )
+
+
+def _parts(text: list[str], parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A user or tool message's content: its text blocks one a line, or, where it holds images,
+    the template's parts in order."""
+    if any(p["type"] == "image" for p in parts):
+        return parts
+    return "\n".join(text)
+
+
+def _assistant(message: MessageParam, where: str, signer: ThinkingSigner) -> dict[str, Any]:
     if isinstance(message.content, str):
         return {"role": "assistant", "content": message.content}
     text: list[str] = []
@@ -125,7 +148,7 @@ def _assistant(message: MessageParam, where: str, model: str, signer: ThinkingSi
             arguments = json.dumps(block.input, ensure_ascii=False)
             calls.append({"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}})
         elif isinstance(block, ImageBlock):
-            raise _image(at, model)
+            raise _image_in_reply(at)
         else:
             raise InvalidRequest(
                 f"{at} is a {block.type} block, which an assistant turn cannot hold here "
@@ -140,17 +163,19 @@ def _assistant(message: MessageParam, where: str, model: str, signer: ThinkingSi
     return out
 
 
-def _user(message: MessageParam, where: str, model: str, open_calls: set[str]) -> list[dict[str, Any]]:
+def _user(message: MessageParam, where: str, images: ImageParts, open_calls: set[str]) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": "user", "content": message.content}]
     if not message.content:
         raise InvalidRequest(f"{where}.content is empty; send a string or at least one block", param=f"{where}.content")
     out: list[dict[str, Any]] = []
     text: list[str] = []
+    parts: list[dict[str, Any]] = []
     for j, block in enumerate(message.content):
         at = f"{where}.content.{j}"
         if isinstance(block, TextBlock):
             text.append(block.text)
+            parts.append({"type": "text", "text": block.text})
         elif isinstance(block, ToolResultBlock):
             if block.tool_use_id not in open_calls:
                 raise InvalidRequest(
@@ -159,26 +184,29 @@ def _user(message: MessageParam, where: str, model: str, open_calls: set[str]) -
                     "assistant message, by its id",
                     param=at,
                 )
-            if text:
-                out.append({"role": "user", "content": "\n".join(text)})
-                text = []
-            out.append({"role": "tool", "content": _result_text(block, at, model), "tool_call_id": block.tool_use_id})
+            if parts:
+                out.append({"role": "user", "content": _parts(text, parts)})
+                text, parts = [], []
+            out.append({"role": "tool", "content": _result(block, at, images), "tool_call_id": block.tool_use_id})
         elif isinstance(block, ImageBlock):
-            raise _image(at, model)
+            parts.append(_image_part(block, at, images))
         else:
             kind = "redacted_thinking" if isinstance(block, RedactedThinkingBlock) else block.type
             raise InvalidRequest(f"{at} is a {kind} block, which only an assistant turn may hold", param=at)
-    if text:
-        out.append({"role": "user", "content": "\n".join(text)})
+    if parts:
+        out.append({"role": "user", "content": _parts(text, parts)})
     return out
 
 
-def _result_text(block: ToolResultBlock, where: str, model: str) -> str:
+def _result(block: ToolResultBlock, where: str, images: ImageParts) -> str | list[dict[str, Any]]:
     if block.content is None or isinstance(block.content, str):
         return block.content or ""
-    parts = []
+    text: list[str] = []
+    parts: list[dict[str, Any]] = []
     for k, part in enumerate(block.content):
         if isinstance(part, ImageBlock):
-            raise _image(f"{where}.content.{k}", model)
-        parts.append(part.text)
-    return "\n".join(parts)
+            parts.append(_image_part(part, f"{where}.content.{k}", images))
+        else:
+            text.append(part.text)
+            parts.append({"type": "text", "text": part.text})
+    return _parts(text, parts)

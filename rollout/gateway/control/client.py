@@ -149,6 +149,18 @@ class GatewayClient(AbstractAsyncContextManager["GatewayClient"]):
                 await asyncio.sleep(0.5 * attempt)
         return await self.samples_page(groups, cursor, page_size)  # the last try raises what it meets
 
+    async def image(self, sha256: str) -> bytes:
+        """An image's file bytes from the gateway's store, by content address (`GET /images/{sha256}`)."""
+        try:
+            response = await self._http.get(f"/images/{sha256}")
+        except httpx.HTTPError as exc:
+            raise GatewayUnreachable(f"gateway {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        if not response.is_success:
+            raise ControlPlaneError(
+                f"GET {self.url}/images/{sha256} answered {response.status_code}: {response.text[:500]}"
+            )
+        return response.content
+
     async def finish(self, session_id: str, outcome: EpisodeOutcome, **info: Any) -> None:
         """`info`: anything else about the episode, for people (task id, steps, stop reason)."""
         body = FinishSession(outcome=outcome, info=info)

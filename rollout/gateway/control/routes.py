@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ from roost.rollout.gateway.control.wire import (
     CreateSession,
     FinishSession,
     GatewayHealth,
+    ImageView,
     PauseRequest,
     PauseState,
     PostAdvantages,
@@ -42,6 +44,8 @@ from roost.rollout.gateway.core.http_util import guarded, parse, read_body
 from roost.rollout.gateway.gateway import Gateway
 from roost.rollout.store.program_times import program_times
 from roost.rollout.store.records import AdvantageRecord, AgentRecord, CallRecord, RewardRecord, SessionRecord
+
+_SHA256 = re.compile("[0-9a-f]{64}")
 
 
 def _json(answer: BaseModel, status: int = 200) -> Response:
@@ -123,6 +127,7 @@ def _call_view(c: CallRecord, tokens: bool) -> CallView:
         timings=c.timings,
         request=c.request,
         response=c.response,
+        images=[ImageView(sha256=i.sha256, offset=i.offset, count=i.count) for i in c.images],
         **ids,
     )
 
@@ -257,6 +262,19 @@ def routes(gw: Gateway) -> list[Route]:
             200 if up else 503,
         )
 
+    async def image(request: Request) -> Response:
+        sha256 = request.path_params["sha256"].lower()
+        if not _SHA256.fullmatch(sha256):
+            raise InvalidRequest(
+                f"{sha256[:80]!r} is not a sha256 (64 hex digits); use a hash from a call's images", param="sha256"
+            )
+        found = await gw.store.read(lambda reader: reader.image(sha256))
+        if found is None:
+            raise NotFound(f"no image with sha256 {sha256} in this gateway's store")
+        return Response(
+            found.data, media_type=found.media_type, headers={"Cache-Control": "max-age=31536000, immutable"}
+        )
+
     async def metrics(request: Request) -> Response:
         return metrics_response(gw.metrics.registry, request)
 
@@ -275,6 +293,7 @@ def routes(gw: Gateway) -> list[Route]:
         Route("/sessions/{sid}/finish", admin("finish", finish_session), methods=["POST"]),
         Route("/admin/pause", admin("pause", pause), methods=["POST"]),
         Route("/admin/resume", admin("resume", resume), methods=["POST"]),
+        Route("/images/{sha256}", admin("image", image), methods=["GET"]),
         Route("/health", guarded("health", m, health), methods=["GET"]),
         Route("/metrics", guarded("metrics", m, metrics), methods=["GET"]),
     ]

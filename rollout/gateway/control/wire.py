@@ -140,6 +140,15 @@ class AgentView(Wire):
     parent_agent: str | None
 
 
+class ImageView(Wire):
+    """An image a call's prompt carried: `count` placeholder ids from `offset`; its bytes at
+    `GET /images/{sha256}`."""
+
+    sha256: str
+    offset: int
+    count: int
+
+
 class CallView(Wire):
     call_id: str
     agent_id: str
@@ -161,6 +170,7 @@ class CallView(Wire):
     prompt_ids: list[int] | None = None
     sampled_ids: list[int] | None = None
     sampled_logprobs: list[float] | None = None
+    images: list[ImageView] = []
 
 
 class RewardView(Wire):
@@ -315,6 +325,10 @@ class SampleView(Wire):
     finish_reason: dict[str, Any] = Field(default_factory=dict)
     teacher_logprobs: list[float] | None = None
     """None as the gateway sends it: a teacher's scores are the trainer's, added after (`roost.trainer.distill`)."""
+    images: list[str] = Field(default_factory=list)
+    """The sha256 of each image of the path, in token order (bytes: `GET /images/{sha256}`)."""
+    routed_experts: list[list[int]] | None = None
+    """Each token's recorded experts (R3; `Sample.routed_experts`), with the gateway's record_routing."""
 
     @classmethod
     def of(cls, sample: Sample) -> SampleView:

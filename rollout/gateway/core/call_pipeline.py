@@ -27,6 +27,7 @@ from roost.rollout.gateway.core.admission import Admission
 from roost.rollout.gateway.core.backend import Counting, Front
 from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import BackendUnavailable, engine_failure
+from roost.rollout.gateway.core.image_parts import ImageInput, recorded_request
 from roost.rollout.gateway.core.pause import PauseGate
 from roost.rollout.gateway.core.prompt_builder import PromptPlan
 from roost.rollout.gateway.core.recording import (
@@ -83,6 +84,13 @@ class Prepared:
     """How long program-aware admission held the call before it ran (0: it went at once)."""
     paused_s: float = 0.0
     """How long the call waited at the pause gate (a weight update's pause; 0: not paused)."""
+    images: list[ImageInput] = field(default_factory=list)
+    """The prompt's images in order (`plan.images` says where their placeholder ids are)."""
+
+    @property
+    def image_data(self) -> list[str] | None:
+        """The images as the engine is sent them (SGLang's `image_data`); None: a text call."""
+        return [image.data_url for image in self.images] or None
 
 
 @dataclass
@@ -256,7 +264,7 @@ class TokenBackend:
             plan=p.plan,
             sampled=sampled,
             sampling_params=p.params,
-            request=orjson.Fragment(p.raw_body),
+            request=recorded_request(p.raw_body, p.images),
             response=recorded_response(front, p, outcome),
             timings=timings(
                 p.received,
@@ -274,7 +282,7 @@ class TokenBackend:
         )
         # A stream records after its call span ended: its record span is still that span's child.
         with ctx.tracing.span("gateway.record", {"roost.call_id": call_id}, parent=p.trace.traceparent):
-            await ctx.record(record)
+            await ctx.record(record, [image.record for image in p.images])
         p.target.session.tree(p.target.agent).add(node_for(call_id, p.plan, sampled, ctx.tokenizer, key))
         ctx.count_call(front.endpoint, p.plan, sampled)
         if self.admission is not None:
@@ -335,7 +343,9 @@ class TokenBackend:
     ) -> list[Generation]:
         p.engine = engine.url
         session = p.target.session.session_id
-        return await self.ctx.generate(engine, endpoint, prompt, p.params, call_ids, receive, p.lora, session)
+        return await self.ctx.generate(
+            engine, endpoint, prompt, p.params, call_ids, receive, p.lora, session, p.image_data
+        )
 
     def _failed(self, engine: EngineSlot, exc: EngineUnavailable) -> None:
         """An engine that did not answer at all (refused, timed out) leaves rotation until a probe
@@ -389,7 +399,12 @@ class TokenBackend:
     async def _stream_on(self, engine: EngineSlot, p: Prepared, call_id: str) -> tuple[EngineSlot, AsyncIterator, Any]:
         p.engine = engine.url
         stream = engine.client.generate_stream(
-            p.plan.prompt_ids.tolist(), p.params, rid=call_id, lora=p.lora, session=p.target.session.session_id
+            p.plan.prompt_ids.tolist(),
+            p.params,
+            rid=call_id,
+            lora=p.lora,
+            session=p.target.session.session_id,
+            image_data=p.image_data,
         )
         self.router.begin(engine)
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,13 +19,15 @@ from roost.rollout.chat.tokenizer import ChatTokenizer
 from roost.rollout.engine_api.sglang_client import EngineError, Generation
 from roost.rollout.gateway.config import GatewayConfig
 from roost.rollout.gateway.core.errors import ClientDisconnected, ModelNotFound, StoreUnavailable
+from roost.rollout.gateway.core.image_parts import ImageParts, VisionModel
 from roost.rollout.gateway.core.metrics import GatewayMetrics
 from roost.rollout.gateway.core.prompt_builder import PromptBuilder, PromptPlan
 from roost.rollout.gateway.core.recording import CallTarget, Sampled
 from roost.rollout.gateway.core.request_notes import NoteLog
 from roost.rollout.gateway.core.router import EngineSlot, Router
 from roost.rollout.hangup import ClientGone, cancelled_on_hangup
-from roost.rollout.store.records import CallRecord, ids_array, logprob_array
+from roost.rollout.store import routing_blob
+from roost.rollout.store.records import CallRecord, ImageRecord, ids_array, logprob_array
 from roost.rollout.store.trajectory_store import TrajectoryStore
 from roost.rollout.store.writer import StoreClosed
 from roost.tracing import Tracing
@@ -53,6 +55,12 @@ class EngineContext:
     notes: NoteLog = field(default_factory=NoteLog)
     adapters: frozenset[str] = frozenset()
     """The LoRA adapters the engine listed when last asked: a harness names one as its `model`."""
+    vision: VisionModel | None = None
+    """How the model reads images; None: it reads text only."""
+
+    def image_parts(self) -> ImageParts:
+        """A collector for one request's images (refusing them for a text model)."""
+        return ImageParts(self.vision, self.served_model)
 
     async def off_loop(self, body_bytes: int, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (rendering, tokenizing), on a prepare thread when the request is big, so
@@ -107,17 +115,36 @@ class EngineContext:
         receive: Receive,
         lora: str | None = None,
         session: str | None = None,
+        images: list[str] | None = None,
     ) -> list[Generation]:
-        """One request to `engine` per choice, the call id as SGLang's rid; n=1 is awaited directly
+        """One request to `engine` per choice, the call id as SGLang's rid (`images`: the prompt's
+        images as data URLs, in order, SGLang's `image_data`); n=1 is awaited directly
         (a task per call would cost a loop iteration on the hot path). When the client
         disconnects first, the engine requests are closed and aborted and nothing is recorded."""
         try:
             async with cancelled_on_hangup(receive):
                 client = engine.client
                 with self.router.serving(engine):
+                    images = images or None
+                    routing = self.config.record_routing
                     if len(call_ids) == 1:
-                        return [await client.generate(prompt, params, rid=call_ids[0], lora=lora, session=session)]
-                    calls = (client.generate(prompt, params, rid=c, lora=lora, session=session) for c in call_ids)
+                        return [
+                            await client.generate(
+                                prompt,
+                                params,
+                                rid=call_ids[0],
+                                lora=lora,
+                                session=session,
+                                image_data=images,
+                                routed_experts=routing,
+                            )
+                        ]
+                    calls = (
+                        client.generate(
+                            prompt, params, rid=c, lora=lora, session=session, image_data=images, routed_experts=routing
+                        )
+                        for c in call_ids
+                    )
                     return list(await asyncio.gather(*calls))
         except ClientGone:
             self.metrics.calls_aborted.labels(endpoint).inc()
@@ -142,14 +169,15 @@ class EngineContext:
             gen.finish_reason,
             gen.weight_version,
             float(prefill) if isinstance(prefill, (int, float)) else None,
+            routing_blob.pack(gen.routed_experts.ids) if gen.routed_experts is not None else b"",
         )
 
     def token_strings(self, ids: Any) -> list[str]:
         return [self.tokenizer.decode([t]) for t in ids]
 
-    async def record(self, record: CallRecord) -> None:
+    async def record(self, record: CallRecord, images: Sequence[ImageRecord] = ()) -> None:
         try:
-            await self.store.record_call(record)
+            await self.store.record_call(record, images)
         except StoreClosed as exc:
             raise StoreUnavailable(f"the trajectory store is closed ({exc}); the gateway is shutting down") from exc
         except Exception as exc:  # sqlite3 errors: disk full, I/O error, locked

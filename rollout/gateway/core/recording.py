@@ -43,6 +43,9 @@ class Sampled:
     prefill_s: float | None = None
     """The time to the first token (streamed: the first chunk's arrival; else the engine's
     `prefill_latency`); None when the engine does not say, as SGLang's answers do not."""
+    routing: bytes = b""
+    """The routed experts of every token run through the model, prompt from its first and
+    sampled but the last (`roost.rollout.store.routing_blob`); b"": none asked or answered."""
 
 
 def node_for(
@@ -61,6 +64,7 @@ def node_for(
         render_len=plan.render_len,
         render_digest=plan.render_digest,
         turns_before=plan.turns_before,
+        images=plan.images,
     )
 
 
@@ -79,6 +83,7 @@ def node_from_call(call: CallRecord, tokenizer: ChatTokenizer) -> Node:
         render_len=call.render_len,
         render_digest=bytes.fromhex(call.render_digest) if call.render_digest else b"",
         turns_before=call.turns_before,
+        images=tuple(call.images),
     )
 
 
@@ -116,6 +121,7 @@ def call_record(
         prompt_ids=plan.prompt_ids,
         sampled_ids=sampled.ids,
         sampled_logprobs=sampled.logprobs,
+        routed_experts=sampled.routing,
         finish_reason=sampled.finish_reason,
         sampling_params=sampling_params,
         weight_version=sampled.weight_version,
@@ -132,6 +138,7 @@ def call_record(
         turns_before=plan.turns_before,
         trace_id=trace.trace_id,
         span_id=trace.span_id,
+        images=list(plan.images),
     )
 
 

@@ -11,12 +11,13 @@ reply then re-renders exactly is the prompt builder's check, not the key's.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from roost.rollout.gateway.core.errors import InvalidRequest
+from roost.rollout.gateway.core.image_parts import ImageInput, ImageParts
 from roost.rollout.gateway.openai.wire import ChatMessage, OtherTool, Tool
 from roost.serving.json_bounds import MAX_DEPTH, nesting
 
@@ -24,26 +25,43 @@ _SORTED = orjson.OPT_SORT_KEYS
 
 
 def _text(
-    content: str | list[dict[str, Any]] | None, where: str, model: str | None
+    content: str | list[dict[str, Any]] | None, where: str, model: str | None, images: ImageParts | None
 ) -> str | list[dict[str, Any]] | None:
-    """The content as text; with `model` None, content with non-text parts is kept as sent
-    (the pass-through forwards it unchanged, and keys it so)."""
+    """The content as text, or, where it holds images, as the template's parts (text and image
+    parts in order); with `model` None, content with non-text parts is kept as sent (the
+    pass-through forwards it unchanged, and keys it so)."""
     if content is None or isinstance(content, str):
         return content
-    parts = []
+    parts: list[dict[str, Any]] = []
     for i, part in enumerate(content):
         kind = part.get("type")
+        at = f"{where}.content[{i}]"
         if kind in ("text", "input_text") and isinstance(part.get("text"), str):
-            parts.append(part["text"])
+            parts.append({"type": "text", "text": part["text"]})
         elif model is None:
             return content
+        elif kind == "image_url" and images is not None:
+            parts.append(images.data_url(_image_url(part, at), at, "image_url"))
         else:
             raise InvalidRequest(
-                f"{where}.content[{i}] is a {kind!r} part, but model {model!r} reads text only; send text parts, "
-                "or serve a vision model",
+                f"{at} is a {kind!r} part, but model {model!r} reads text only; send text parts, or serve a vision model",
                 param=f"{where}.content",
             )
-    return "\n".join(parts)
+    if any(p["type"] == "image" for p in parts):
+        return parts
+    return "\n".join(p["text"] for p in parts)
+
+
+def _image_url(part: dict[str, Any], where: str) -> str:
+    image_url = part.get("image_url")
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    if not isinstance(url, str):
+        raise InvalidRequest(
+            f"{where} is an image_url part without a URL; send {{'type': 'image_url', 'image_url': "
+            "{'url': 'data:image/png;base64,...'}}",
+            param=where,
+        )
+    return url
 
 
 def _arguments(arguments: str | dict[str, Any]) -> str | dict[str, Any]:
@@ -62,6 +80,8 @@ class TemplateCall:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     template_kwargs: dict[str, Any] | None = None
+    images: list[ImageInput] = field(default_factory=list)
+    """The messages' images, in the order the template renders them."""
 
 
 def argument_defaults(tools: list[dict[str, Any]] | None) -> ArgumentDefaults:
@@ -99,16 +119,19 @@ def _canonical_arguments(arguments: str | dict[str, Any], defaults: dict[str, An
     return value
 
 
-def to_template(messages: list[ChatMessage], model: str | None = "the served model") -> list[dict[str, Any]]:
+def to_template(
+    messages: list[ChatMessage], model: str | None = "the served model", images: ImageParts | None = None
+) -> list[dict[str, Any]]:
     """Template dicts: no None values (templates test for presence), `developer` → `system`.
-    A non-text part (an image) is a 400 naming `model`, or with `model` None kept as sent."""
+    Image parts go to `images` (which refuses them for a text model); without it a non-text part
+    is a 400 naming `model`, or with `model` None kept as sent."""
     if not messages:
         raise InvalidRequest("messages is empty; send at least one message", param="messages")
     out = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         role = "system" if m.role == "developer" else m.role
-        content = _text(m.content, where, model)
+        content = _text(m.content, where, model, images if role != "assistant" else None)
         d: dict[str, Any] = {"role": role}
         if role == "assistant":
             d["content"] = content or ""
@@ -134,6 +157,13 @@ def to_template(messages: list[ChatMessage], model: str | None = "the served mod
                 d["tool_call_id"] = m.tool_call_id
         out.append(d)
     return out
+
+
+def text_chars(content: str | list[dict[str, Any]]) -> int:
+    """The characters of a template message's text (its image parts render as placeholders)."""
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(part["text"]) for part in content if part["type"] == "text")
 
 
 def _reply_text(content: str | None) -> str:

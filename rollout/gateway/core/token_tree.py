@@ -2,7 +2,8 @@
 
 A node is one recorded call: its token path (prompt ids + sampled ids) and the keys of the
 messages that produced it. Nodes are found by key (exact continuation of a conversation) or
-by longest common token prefix (forks). Memory is bounded: the oldest nodes of an agent
+by longest common token prefix (forks). Two different images become the same placeholder ids,
+so a token prefix is shared only up to the first image the two paths carry differently. Memory is bounded: the oldest nodes of an agent
 are forgotten past `max_nodes` (they stay in the store; a call continuing one of them is
 then recorded as a fork of a newer node or as a root).
 """
@@ -12,10 +13,13 @@ from __future__ import annotations
 import threading
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
+
+from roost.rollout.store.records import ImageSpan
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Node:
     render_len: int = 0  # length of the template rendering of its prompt
     render_digest: bytes = b""
     turns_before: int = 0  # end-of-turn markers in that rendering
+    images: tuple[ImageSpan, ...] = ()  # the images of its prompt, in token order
 
     @property
     def path_len(self) -> int:
@@ -44,6 +49,18 @@ def common_prefix(a: array, b: array) -> int:
     y = np.frombuffer(b, dtype=np.int32, count=n)
     diff = np.flatnonzero(x != y)
     return int(diff[0]) if diff.size else n
+
+
+def shared_prefix(ids: array, images: Sequence[ImageSpan], node: Node) -> int:
+    """How many leading tokens `ids` shares with `node`'s path: equal ids, and up to the first
+    image where the two differ (a different image has the same placeholder ids)."""
+    n = common_prefix(ids, node.path)
+    for mine, theirs in zip(images, node.images):
+        if mine.offset >= n:
+            break
+        if mine != theirs:
+            return min(mine.offset, theirs.offset)
+    return n
 
 
 class AgentTree:
@@ -104,10 +121,11 @@ class AgentTree:
             return list(islice(reversed(self.nodes.values()), self.recent))
 
     @staticmethod
-    def best_prefix(ids: array, candidates: list[Node]) -> tuple[Node | None, int]:
+    def best_prefix(ids: array, candidates: list[Node], images: Sequence[ImageSpan] = ()) -> tuple[Node | None, int]:
+        """The candidate sharing the longest prefix with `ids` (whose images are `images`)."""
         best, best_len = None, 0
         for node in candidates:
-            n = common_prefix(ids, node.path)
+            n = shared_prefix(ids, images, node)
             if n > best_len:
                 best, best_len = node, n
         return best, best_len

@@ -7,7 +7,7 @@ OpenAI chat completion or its stream chunks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -18,8 +18,9 @@ from roost.rollout.chat.tokenizer import TooManyTokens
 from roost.rollout.gateway.core.call_pipeline import Outcome, Prepared
 from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import GatewayError, InvalidRequest
+from roost.rollout.gateway.core.image_parts import ImageInput, ImageParts
 from roost.rollout.gateway.core.passthrough import template_messages
-from roost.rollout.gateway.core.prompt_builder import PromptBuilder, PromptPlan
+from roost.rollout.gateway.core.prompt_builder import ImagesNotRendered, PromptBuilder, PromptPlan
 from roost.rollout.gateway.core.recording import CallTarget, new_id
 from roost.rollout.gateway.core.sampling_params import (
     max_new_tokens,
@@ -36,6 +37,7 @@ from roost.rollout.gateway.core.template_messages import (
     extend_chain,
     header_key,
     message_key,
+    text_chars,
     to_template,
     tool_dicts,
     tool_notes,
@@ -56,19 +58,21 @@ def plan_template(
     template_kwargs: dict[str, Any] | None,
     policy: str,
     limit: int | None = None,
+    images: Sequence[ImageInput] = (),
 ) -> tuple[PromptPlan, bytes, str]:
     """Render template messages (every wire maps onto them) and plan the prompt ids on `tree`;
     answers the plan, the messages' chain key and the rendered text. Raises TooManyTokens as soon
     as the prompt is known to pass `limit` tokens: before rendering when the contents alone are
-    too long, else while tokenizing."""
+    too long, else while tokenizing; `images`: the messages' images, in order."""
     if limit is not None:
         # Templates render user, system and tool contents whole (assistant turns they may trim).
-        chars = sum(len(m["content"]) for m in dicts if m["role"] != "assistant")
+        chars = sum(text_chars(m["content"]) for m in dicts if m["role"] != "assistant")
         at_least = builder.tokenizer.tokens_at_least(chars)
         if at_least > limit:
             raise TooManyTokens(at_least, limit)
     chain, text = render_chat(builder, dicts, tools, template_kwargs or None)
-    return builder.build_chat(tree, chain, text, policy, limit), chain[-1], text
+    plan = builder.build_chat(tree, chain, text, policy, limit, [image.prompt for image in images])
+    return plan, chain[-1], text
 
 
 def render_chat(
@@ -106,18 +110,30 @@ async def plan_call(
     tree = target.session.tree(target.agent)
     try:
         plan, chain_end, _ = await ctx.off_loop(
-            body_bytes, plan_template, ctx.builder, tree, call.messages, call.tools, call.template_kwargs, policy, limit
+            body_bytes,
+            plan_template,
+            ctx.builder,
+            tree,
+            call.messages,
+            call.tools,
+            call.template_kwargs,
+            policy,
+            limit,
+            call.images,
         )
     except TooManyTokens as exc:
         raise too_long(exc.at_least) from None
+    except ImagesNotRendered as exc:
+        raise InvalidRequest(f"the images cannot be placed in the prompt: {exc}", param="messages") from None
     if plan.mismatch is not None:
         ctx.metrics.reasoning_mismatches.labels(policy).inc()
     return plan, chain_end
 
 
-def template_call(req: ChatCompletionRequest, model: str) -> TemplateCall:
+def template_call(req: ChatCompletionRequest, images: ImageParts) -> TemplateCall:
     """A chat completion request in the template's terms."""
-    return TemplateCall(to_template(req.messages, model), tool_dicts(req.tools), req.chat_template_kwargs)
+    messages = to_template(req.messages, images.model, images)
+    return TemplateCall(messages, tool_dicts(req.tools), req.chat_template_kwargs, images.images)
 
 
 def prompt_tail(ctx: EngineContext, plan: PromptPlan) -> str:
@@ -140,7 +156,7 @@ class ChatFront(OpenAIFront):
     async def plan(
         self, ctx: EngineContext, target: CallTarget, req: ChatCompletionRequest, raw_body: bytes, received: float
     ) -> Prepared:
-        call = template_call(req, ctx.served_model)
+        call = template_call(req, ctx.image_parts())
         tools = call.tools
         plan, chain_end = await plan_call(
             ctx,
@@ -168,6 +184,7 @@ class ChatFront(OpenAIFront):
             constraint=constraint.record() if constraint else None,
             argument_defaults=argument_defaults(tools),
             notes=tool_notes(req.tools),
+            images=call.images,
         )
 
     def tool_id(self) -> str:

@@ -19,6 +19,7 @@ from roost.rollout.gateway.anthropic.messages import ThinkingSigner
 from roost.rollout.gateway.core.call_pipeline import Outcome, Prepared
 from roost.rollout.gateway.core.engine_context import EngineContext
 from roost.rollout.gateway.core.errors import GatewayError, InvalidRequest
+from roost.rollout.gateway.core.image_parts import ImageParts
 from roost.rollout.gateway.core.recording import CallTarget
 from roost.rollout.gateway.core.request_notes import unknown_fields
 from roost.rollout.gateway.core.sampling_params import max_new_tokens, prompt_limit, prompt_too_long
@@ -94,11 +95,13 @@ def _sampling(req: ResponsesRequest, max_tokens: int) -> dict[str, Any]:
 
 
 def template_call(
-    req: ResponsesRequest, items: list[InputItem], from_chain: int, model: str, signer: ThinkingSigner
+    req: ResponsesRequest, items: list[InputItem], from_chain: int, images: ImageParts, signer: ThinkingSigner
 ) -> TemplateCall:
     """A Responses request in the template's terms: `items`, the first `from_chain` of them from
-    its previous responses, after its instructions. Responses has no template arguments."""
-    return TemplateCall(to_template(items, from_chain, req.instructions, model, signer), tool_dicts(req.tools))
+    its previous responses, after its instructions, its images collected in `images`. Responses
+    has no template arguments."""
+    messages = to_template(items, from_chain, req.instructions, images, signer)
+    return TemplateCall(messages, tool_dicts(req.tools), images=images.images)
 
 
 class ResponsesFront:
@@ -116,12 +119,12 @@ class ResponsesFront:
         ctx.check_model(req.model)
         history = await chain_items(ctx, target, req.previous_response_id)
         items: list[InputItem] = stored_items(history, "previous_response_id") + input_items(req)
-        call = template_call(req, items, len(history), ctx.served_model, self.signer)
-        tools = call.tools
+        template = template_call(req, items, len(history), ctx.image_parts(), self.signer)
+        tools = template.tools
         plan, chain_end = await plan_call(
             ctx,
             target,
-            call,
+            template,
             prompt_limit(req, ctx.context_length),
             len(raw_body),
             lambda at_least: prompt_too_long(req, at_least, ctx.context_length, "input"),
@@ -152,6 +155,7 @@ class ResponsesFront:
             constraint=constraint.record() if constraint else None,
             argument_defaults=argument_defaults(tools),
             notes=self._notes(req, items, len(history)),
+            images=template.images,
         )
 
     @staticmethod

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from roost.rollout.gateway.anthropic.messages import ThinkingSigner
 from roost.rollout.gateway.core.errors import InvalidRequest
 from roost.rollout.gateway.core.http_util import validation_error
+from roost.rollout.gateway.core.image_parts import ImageParts
 from roost.rollout.gateway.core.template_messages import function_tool
 from roost.rollout.gateway.responses.wire import (
     FunctionCallItem,
@@ -110,29 +111,45 @@ def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _image(where: str, model: str) -> InvalidRequest:
-    return InvalidRequest(
-        f"{where} is an input_image part, but model {model!r} reads text only; send text, or serve a vision model",
-        param=where,
-    )
-
-
-def _text(content: str | list, where: str, model: str) -> str:
+def _text(content: str | list, where: str, images: ImageParts | None) -> str | list[dict[str, Any]]:
+    """A message's content as text (its parts joined), or, where it holds images, as the
+    template's parts in order; `images` None: an assistant message, which holds no image."""
     if isinstance(content, str):
         return content
-    parts = []
+    parts: list[dict[str, Any]] = []
     for k, part in enumerate(content):
+        at = f"{where}.{k}"
         if isinstance(part, InputImage):
-            raise _image(f"{where}.{k}", model)
-        parts.append(part.refusal if isinstance(part, Refusal) else part.text)
-    return "".join(parts)
+            parts.append(_image(part, at, images))
+        else:
+            parts.append({"type": "text", "text": part.refusal if isinstance(part, Refusal) else part.text})
+    if any(p["type"] == "image" for p in parts):
+        return parts
+    return "".join(p["text"] for p in parts)
+
+
+def _image(part: InputImage, where: str, images: ImageParts | None) -> dict[str, Any]:
+    if images is None:
+        raise InvalidRequest(
+            f"{where} is an input_image part in an assistant message, which holds text only; send images in "
+            "user messages or function_call_output items",
+            param=where,
+        )
+    if part.image_url is None:
+        images.refuse(
+            where,
+            "input_image",
+            "without an image_url (a file_id names a file this gateway does not hold); send image_url "
+            "'data:image/png;base64,...'",
+        )
+    return images.data_url(part.image_url, where, "input_image")
 
 
 class _Turns:
     """The template dicts being built, with the assistant turn still open."""
 
-    def __init__(self, model: str, signer: ThinkingSigner):
-        self.model, self.signer = model, signer
+    def __init__(self, images: ImageParts, signer: ThinkingSigner):
+        self.images, self.signer = images, signer
         self.out: list[dict[str, Any]] = []
         self.turn: dict[str, Any] | None = None
         self.open_calls: set[str] = set()  # the call ids of the assistant turn just before
@@ -161,14 +178,14 @@ class _Turns:
             }
             self.assistant().setdefault("tool_calls", []).append(call)
         elif isinstance(item, MessageItem) and item.role == "assistant":
-            self.assistant()["content"] += _text(item.content, f"{at}.content", self.model)
+            self.assistant()["content"] += _text(item.content, f"{at}.content", None)
         elif isinstance(item, FunctionCallOutputItem):
             self._output(item, at)
         else:
             self.close()
             self.open_calls = set()
             role = "user" if item.role == "user" else "system"
-            self.out.append({"role": role, "content": _text(item.content, f"{at}.content", self.model)})
+            self.out.append({"role": role, "content": _text(item.content, f"{at}.content", self.images)})
 
     def _reasoning(self, item: ReasoningItem, at: str) -> None:
         text = "".join(part.text for part in (item.content or item.summary))
@@ -193,12 +210,12 @@ class _Turns:
                 param=at,
             )
         self.out.append(
-            {"role": "tool", "content": _text(item.output, f"{at}.output", self.model), "tool_call_id": item.call_id}
+            {"role": "tool", "content": _text(item.output, f"{at}.output", self.images), "tool_call_id": item.call_id}
         )
 
 
 def to_template(
-    items: list[InputItem], from_chain: int, instructions: str | None, model: str, signer: ThinkingSigner
+    items: list[InputItem], from_chain: int, instructions: str | None, images: ImageParts, signer: ThinkingSigner
 ) -> list[dict[str, Any]]:
     """The instructions, then the items (the first `from_chain` from the previous_response_id
     chain, then the request's input), as template dicts; a 400 naming the item for anything
@@ -212,7 +229,7 @@ def to_template(
             "send at least one message, function_call_output or reasoning item",
             param="input",
         )
-    turns = _Turns(model, signer)
+    turns = _Turns(images, signer)
     if instructions:
         turns.out.append({"role": "system", "content": instructions})
     for i, item in enumerate(items):
