@@ -18,7 +18,7 @@ from .cookbook_runs import read_metrics
 
 pytestmark = pytest.mark.slow
 
-STEPS = 8
+STEPS = 10
 
 
 def rewarded_tokens(model_path: str) -> frozenset[int]:
@@ -26,7 +26,8 @@ def rewarded_tokens(model_path: str) -> frozenset[int]:
     vocabulary. The tiny model samples nearly uniformly, so a set of a few tokens would never be hit;
     this one is, and turning the last hidden state towards the direction raises all of it at once,
     which a few policy-gradient steps can do (checked: with cross_entropy weighted by the advantages,
-    the on-policy gradient of importance_sampling, the mean reward goes from about 0.51 to 0.67)."""
+    the on-policy gradient of importance_sampling, the mean reward goes from about 0.51 to 0.67;
+    the cookbook's loop here, 10 steps of 8 groups of 8, goes from ~0.51 to 0.75-1.0)."""
     import torch
     from safetensors.torch import load_file
 
@@ -81,7 +82,7 @@ class LeaningTokensDataset(RLDataset):
 @chz.chz
 class LeaningTokensDatasetBuilder(RLDatasetBuilder):
     model_path: str
-    groups: int = 4
+    groups: int = 8
     group_size: int = 8
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
@@ -123,5 +124,7 @@ def test_the_cookbook_rl_loop_runs_and_its_reward_rises(model_url, tiny_model_pa
 
     rewards = [row["env/all/reward/total"] for row in read_metrics(log_path) if "env/all/reward/total" in row]
     assert len(rewards) == STEPS
-    # Means of three steps: a single step's mean over 32 samples is noisy.
-    assert sum(rewards[-3:]) > sum(rewards[:3]), rewards
+    # Means of three steps: a single step's mean over 64 samples still moves by ~0.03. Seen here,
+    # three runs: the first three steps' mean ~0.51, the last three's 0.70 to 0.97. With 4 groups
+    # and 8 steps the rise was within the noise (CI saw 0.53 falling to 0.49 once).
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.05, rewards
