@@ -466,6 +466,10 @@ class EvalConfig(_Section):
 class ScheduleConfig(_Section):
     steps: int = Field(10, ge=0)
     """RL steps (optimizer steps, each followed by a weight update in the engine)."""
+    max_minutes: float | None = Field(None, gt=0)
+    """A wall-clock budget for this invocation's RL steps: the step that ends past it is the last
+    (checkpointed and evaluated as the run's end), however many of `steps` are left; a resume
+    continues toward `steps` with a fresh budget. null: `steps` alone ends the run."""
     checkpoint_every: int = Field(5, ge=0)
     """Save trainer state and HF weights every this many steps (0: only at the end)."""
     keep_checkpoints: int = Field(2, ge=1)

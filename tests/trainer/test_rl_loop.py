@@ -122,7 +122,11 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
         validate_recipe(
             tiny_recipe(
                 run_dir,
-                schedule__steps=3,
+                # a budget spent within the first step: step 3 ends the run (5 not reached), and is
+                # checkpointed as its last though checkpoint_every would skip it
+                schedule__steps=5,
+                schedule__max_minutes=1e-6,
+                schedule__checkpoint_every=2,
                 algorithm__mode="async",
                 algorithm__max_staleness=1,
                 eval__split=None,
@@ -138,4 +142,6 @@ def test_sft_then_grpo_through_the_whole_stack_then_resume_async(tmp_path, local
     assert [m["step"] for m in rl] == [1, 2, 3] and rl[-1]["weight_version"] == 4
     assert 0.0 < rl[-1]["allowed_mass"] < 0.5 and rl[-1]["grammar_replay_failures"] == 0  # a random model's mass
     assert rl[-1]["lr"] == pytest.approx(1e-3)  # a resumed run continues after its warmup
+    assert json.loads((run_dir / "state.json").read_text())["checkpoint"].endswith("checkpoints/step-3")
+    assert (run_dir / "checkpoints" / "step-3" / "hf" / "model.safetensors").is_file()
     assert json.loads((run_dir / "state.json").read_text())["step"] == 3

@@ -263,6 +263,8 @@ def _rl(run: Run) -> None:
     if recipe.reward is not None and state.step < recipe.schedule.steps:
         _start_judge(run)
     run.hooks.stage("rl", recipe.schedule.steps)
+    budget = recipe.schedule.max_minutes
+    deadline = None if budget is None else time.monotonic() + 60.0 * budget
     while state.step < recipe.schedule.steps:
         started = time.perf_counter()
         with run.tracing.span("train.step", {"roost.step": state.step + 1}):
@@ -293,7 +295,8 @@ def _rl(run: Run) -> None:
             stats = _train(run.trainer, trained, algo.updates_per_batch, run.tracing, _policy_trains(algo, state.step))
             state.step += 1
             state.consumed_groups += group_ids
-            sync_s, sync_bytes = _publish(run, f"step-{state.step}") if stats else (0.0, 0)
+            last = state.step >= recipe.schedule.steps or (deadline is not None and time.monotonic() >= deadline)
+            sync_s, sync_bytes = _publish(run, f"step-{state.step}", last) if stats else (0.0, 0)
         run.last = {
             **step_metrics(batch, rollout, stats, counts, scored),
             **teaching,
@@ -308,6 +311,10 @@ def _rl(run: Run) -> None:
         run.hooks.advance("rl", state.step, run.last)
         if recipe.eval.every and state.step % recipe.eval.every == 0:
             _evaluate(run, f"step-{state.step}")
+        if last:
+            if state.step < recipe.schedule.steps:
+                run.hooks.echo(f"schedule.max_minutes ({budget}) spent after step {state.step}: the run ends here")
+            break
 
 
 def _start_judge(run: Run) -> None:
@@ -410,12 +417,13 @@ def _sft(run: Run, transcripts: list[Transcript], tools: list[ToolSchema]) -> No
     _checkpoint(run, "sft")
 
 
-def _publish(run: Run, label: str) -> tuple[float, int]:
-    """Export the weights, load them into the engine (next version), checkpoint when due; the
-    seconds the weight update took and the bytes the engine loaded. A LoRA run sends the engine the adapter alone, and writes the
-    merged weights only into checkpoints."""
+def _publish(run: Run, label: str, last: bool) -> tuple[float, int]:
+    """Export the weights, load them into the engine (next version), checkpoint when due (every
+    `checkpoint_every` steps and at the `last` step); the seconds the weight update took and the
+    bytes the engine loaded. A LoRA run sends the engine the adapter alone, and writes the merged
+    weights only into checkpoints."""
     state, schedule = run.state, run.recipe.schedule
-    due = state.step >= schedule.steps or (schedule.checkpoint_every and state.step % schedule.checkpoint_every == 0)
+    due = last or bool(schedule.checkpoint_every and state.step % schedule.checkpoint_every == 0)
     folder = (
         checkpoint_dir(run.run_dir, label) / "hf" if due else run.run_dir / "weights" / f"v{state.weight_version % 2}"
     )
