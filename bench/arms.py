@@ -52,7 +52,7 @@ class ArmsConfig:
 
 def gigpo_recipe(config: ArmsConfig, cache: Path) -> Recipe:
     """The demo's recipe with the time budget; the SFT checkpoint kept beside the final one."""
-    data = _as_dict(demo_recipe(config.demo(), config.out / "gigpo", cache))
+    data = recipe_dict(demo_recipe(config.demo(), config.out / "gigpo", cache))
     data["name"] = "arms-gigpo"
     data["schedule"].update(max_minutes=config.minutes, keep_checkpoints=2)
     return validate_recipe(data, "roost bench arms")
@@ -60,7 +60,7 @@ def gigpo_recipe(config: ArmsConfig, cache: Path) -> Recipe:
 
 def arm_recipe(arm: str, config: ArmsConfig, cache: Path, sft: Path, teacher: Path) -> Recipe:
     """Arm `arm` (ppo_critic or distill) from the SFT checkpoint's weights, the demo's settings otherwise."""
-    data = _as_dict(demo_recipe(config.demo(), config.out / arm, cache))
+    data = recipe_dict(demo_recipe(config.demo(), config.out / arm, cache))
     data["name"] = f"arms-{arm}"
     data["model"] = {"path": str(sft)}
     data["sft"] = None
@@ -76,7 +76,8 @@ def arm_recipe(arm: str, config: ArmsConfig, cache: Path, sft: Path, teacher: Pa
     return validate_recipe(data, "roost bench arms")
 
 
-def _as_dict(recipe: Recipe) -> dict[str, Any]:
+def recipe_dict(recipe: Recipe) -> dict[str, Any]:
+    """A validated recipe as the plain dict it came from (to change and validate again)."""
     return json.loads(recipe.model_dump_json(exclude_none=True))
 
 
@@ -90,16 +91,17 @@ def run_bench(config: ArmsConfig, console: Any) -> dict[str, Any]:
     summaries = {}
     with progress_hooks(console) as hooks:
         console.print(f"[bold]arm 1/3: gigpo[/] (SFT, then {config.minutes} min of RL)")
-        summaries["gigpo"] = train(_fresh(gigpo_recipe(config, cache)), hooks)
+        summaries["gigpo"] = train(fresh(gigpo_recipe(config, cache)), hooks)
         first = summaries["gigpo"].run_dir
         sft, teacher = first / "checkpoints" / "sft" / "hf", _final_weights(first)
         for number, arm in enumerate(ARMS[1:], start=2):
             console.print(f"[bold]arm {number}/3: {arm}[/] ({config.minutes} min of RL)")
-            summaries[arm] = train(_fresh(arm_recipe(arm, config, cache, sft, teacher)), hooks)
+            summaries[arm] = train(fresh(arm_recipe(arm, config, cache, sft, teacher)), hooks)
     return report(config, {arm: (s.run_dir, s.evals) for arm, s in summaries.items()})
 
 
-def _fresh(recipe: Recipe) -> Recipe:
+def fresh(recipe: Recipe) -> Recipe:
+    """The recipe, its output folder emptied first (each bench run starts over)."""
     import shutil
 
     shutil.rmtree(recipe.output_dir, ignore_errors=True)
@@ -120,7 +122,7 @@ def report(config: ArmsConfig, runs: dict[str, tuple[Path, dict[str, Any]]]) -> 
     sft_eval = runs["gigpo"][1]["after_sft"]
     arms = []
     for arm, (run_dir, evals) in runs.items():
-        steps = [m for m in _metrics(run_dir) if m.get("stage") == "rl"]
+        steps = rl_steps(run_dir)
         arms.append(
             {
                 "arm": arm,
@@ -128,13 +130,13 @@ def report(config: ArmsConfig, runs: dict[str, tuple[Path, dict[str, Any]]]) -> 
                 "rl_s": round(sum(m["step_s"] for m in steps), 1),
                 "success_rate": evals["final"]["success_rate"],
                 "games": evals["final"]["scored"],
-                "gain_over_sft": _gain(paired_gain(sft_eval, evals["final"])),
+                "gain_over_sft": gain_json(paired_gain(sft_eval, evals["final"])),
                 # arm 1's SFT row is the reference itself
                 "start_matches_sft": None if arm == "gigpo" else _agrees(evals.get("before") or {}, sft_eval),
             }
         )
     pairs = [
-        {"a": a, "b": b, "b_minus_a": _gain(paired_gain(runs[a][1]["final"], runs[b][1]["final"]))}
+        {"a": a, "b": b, "b_minus_a": gain_json(paired_gain(runs[a][1]["final"], runs[b][1]["final"]))}
         for i, a in enumerate(runs)
         for b in list(runs)[i + 1 :]
     ]
@@ -147,13 +149,20 @@ def report(config: ArmsConfig, runs: dict[str, tuple[Path, dict[str, Any]]]) -> 
     }
 
 
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+def rl_steps(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's RL step metrics (metrics.jsonl's `rl` rows)."""
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    return [row for row in rows if row.get("stage") == "rl"]
 
 
-def _gain(gain: Any) -> dict[str, Any] | None:
-    return None if gain is None else {"points": round(gain.points, 2), "stderr": round(gain.stderr, 2), "games": gain.games}
+def gain_json(gain: Any) -> dict[str, Any] | None:
+    """A `PairedGain` as JSON, rounded to hundredths of a point."""
+    return (
+        None
+        if gain is None
+        else {"points": round(gain.points, 2), "stderr": round(gain.stderr, 2), "games": gain.games}
+    )
 
 
 def _agrees(start: dict[str, Any], sft_eval: dict[str, Any]) -> bool:

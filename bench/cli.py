@@ -119,16 +119,27 @@ def bench_sandbox(
 
 
 def bench_prefix_tree(
-    case: list[str] = typer.Option(["grpo", "agentic"], help="Cases to run: grpo, agentic (repeat the option)."),
+    case: list[str] = typer.Option(
+        [], help="Cases to run: grpo, agentic, vision (repeat the option; default grpo and agentic)."
+    ),
+    vision: bool = typer.Option(
+        False, "--vision", help="The vision case: a GRPO group sharing a screenshot prompt on a Qwen3-VL model."
+    ),
     vocab_size: int = typer.Option(4096, help="Vocabulary of the benchmark model (151936 = Qwen3's)."),
     repeats: int = typer.Option(2, help="Timed steps per layout (alternating); the fastest is reported."),
     threads: int = typer.Option(2, help="torch threads per layout run."),
     as_json: bool = typer.Option(True, "--json/--no-json", help="Print one JSON object per case."),
 ) -> None:
     """A training step on flat vs prefix-tree packed batches: time, peak memory, logprob equality."""
-    from roost.bench.prefix_tree import run_bench
+    from roost.bench.prefix_tree import CASES, run_bench
 
-    for row in run_bench(case, vocab=vocab_size, repeats=repeats, threads=threads):
+    cases = list(case) or ([] if vision else ["grpo", "agentic"])
+    if vision and "vision" not in cases:
+        cases.append("vision")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise typer.BadParameter(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}", param_hint="--case")
+    for row in run_bench(cases, vocab=vocab_size, repeats=repeats, threads=threads):
         typer.echo(json.dumps(row) if as_json else "  ".join(f"{k}={v}" for k, v in row.items()))
 
 
@@ -244,7 +255,9 @@ def bench_rollout(
 def bench_arms(
     minutes: float = typer.Option(6.0, min=0.01, help="RL wall time per arm, in minutes."),
     out: str = typer.Option("runs/arms", help="Folder of the three runs (each replaced)."),
-    quick: bool = typer.Option(False, "--quick", help="The demo's cut-down sizes: checks the pipeline, measures nothing."),
+    quick: bool = typer.Option(
+        False, "--quick", help="The demo's cut-down sizes: checks the pipeline, measures nothing."
+    ),
 ) -> None:
     """GiGPO, PPO with a trained critic and on-policy distillation from GiGPO's checkpoint, each
     given the same RL wall time from one SFT checkpoint on the demo's ALFWorld setting: held-out
@@ -259,8 +272,40 @@ def bench_arms(
     typer.echo(json.dumps(result, indent=1))
 
 
+def bench_staleness(
+    from_run: str = typer.Option(..., help="A `roost bench arms` run's gigpo folder: its SFT checkpoint and eval."),
+    staleness: str = typer.Option("0,1,3,6", help="Comma-separated algorithm.max_staleness bounds."),
+    corrections: str = typer.Option(
+        "none,tis", help="Comma-separated: none, tis, seq_tis, mis, geo_mask, icepop, outlier_mask."
+    ),
+    minutes: float = typer.Option(4.0, min=0.01, help="RL wall time per run, in minutes."),
+    out: str = typer.Option("runs/staleness", help="Folder of the runs (each replaced)."),
+) -> None:
+    """Async RL from one SFT checkpoint at each staleness bound with each off-policy correction,
+    the same minutes each: held-out success paired with the checkpoint's, and whether training
+    collapsed, as JSON (progress goes to stderr)."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from roost.bench.staleness import StalenessConfig, run_bench
+
+    try:
+        config = StalenessConfig(
+            Path(from_run).resolve(),
+            tuple(int(k) for k in staleness.split(",")),
+            tuple(c.strip() for c in corrections.split(",")),
+            minutes,
+            Path(out).resolve(),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(json.dumps(run_bench(config, Console(stderr=True)), indent=1))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("arms")(bench_arms)
+    bench.command("staleness")(bench_staleness)
     bench.command("engine")(bench_engine)
     bench.command("gateway")(bench_gateway)
     bench.command("env")(bench_env)
