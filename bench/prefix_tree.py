@@ -8,7 +8,12 @@ loaded) is its own. Cases:
 
 - `grpo`: one GRPO group of 8 rollouts, a 1,024-token prompt, 128-token answers;
 - `agentic`: one 8-turn session (256-token task, then 64 sampled + 64 observation tokens
-  per turn) whose history branches 4 ways after turn 4 (4 root-to-leaf samples).
+  per turn) whose history branches 4 ways after turn 4 (4 root-to-leaf samples);
+- `vision` (`--vision`): one GRPO group of 8 rollouts sharing a screenshot prompt on a
+  Qwen3-VL model (the same language model under a 4-block vision tower, frozen as the trainer
+  keeps it): a 512x512 screenshot (256 image tokens after the 2x2 merge) and 766 text tokens,
+  then 128-token answers. Each layout encodes the image once per microbatch; the tree also
+  runs the image's tokens through the language model once instead of 8 times.
 
 A step is forward, per-token logprobs, a policy-gradient loss and backward. The two
 layouts' steps alternate, so load from elsewhere on the machine hits both alike; the
@@ -92,7 +97,72 @@ def agentic_case(
     return out
 
 
-CASES = {"grpo": grpo_case, "agentic": agentic_case}
+# The vision case's tower: Qwen3-VL's layout (16-pixel patches, 2x2 merge, two-frame temporal
+# patches, deepstack), small enough for a CPU; its output feeds the language model's width.
+BENCH_VISION = {
+    "depth": 4,
+    "hidden_size": 256,
+    "num_heads": 4,
+    "intermediate_size": 768,
+    "hidden_act": "gelu_pytorch_tanh",
+    "in_channels": 3,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "out_hidden_size": BENCH_CONFIG["hidden_size"],
+    "num_position_embeddings": 2304,
+    "deepstack_visual_indexes": [1],
+}
+SCREENSHOT_GRID = (1, 32, 32)
+"""A 512x512 screenshot in 16-pixel patches: 1,024 patches, 256 image tokens after the merge."""
+
+
+@dataclass(frozen=True)
+class VisionInputs:
+    """What packing needs besides the ids: per-token keys (image tokens by image and index),
+    3-D rope positions, and the image's pixels by content address."""
+
+    keys: list[list[object]]
+    positions: list
+    images: dict
+
+
+def vision_case(rng: random.Random, vocab: int, rollouts: int = 8, text: int = 766, answer: int = 128):
+    """A GRPO group on one screenshot: <vision_start> image pads <vision_end>, text, answers (the
+    three special ids are the vocabulary's last three, as `bench_vlm_checkpoint` declares them)."""
+    image_token, start, end = vocab - 3, vocab - 2, vocab - 1
+    t, h, w = SCREENSHOT_GRID
+    pads = t * h * w // BENCH_VISION["spatial_merge_size"] ** 2
+    head = [start] + [image_token] * pads + [end] + [rng.randrange(vocab - 3) for _ in range(text)]
+    return [
+        (head + [rng.randrange(vocab - 3) for _ in range(answer)], [0] * len(head) + [1] * answer)
+        for _ in range(rollouts)
+    ]
+
+
+def vision_inputs(data, vocab: int, seed: int) -> VisionInputs:
+    import torch
+
+    from roost.rollout.vision.mrope import mrope_positions
+    from roost.trainer.prefix_tree import ImagePixels
+
+    image_token = vocab - 3
+    t, h, w = SCREENSHOT_GRID
+    patch = BENCH_VISION["in_channels"] * BENCH_VISION["temporal_patch_size"] * BENCH_VISION["patch_size"] ** 2
+    pixels = torch.randn(t * h * w, patch, generator=torch.Generator().manual_seed(seed))
+    keys, positions = [], []
+    for tokens, _ in data:
+        count = 0
+        own: list[object] = []
+        for token in tokens:
+            own.append(("screenshot", count) if token == image_token else token)
+            count += token == image_token
+        keys.append(own)
+        positions.append(mrope_positions(tokens, image_token, [SCREENSHOT_GRID], BENCH_VISION["spatial_merge_size"]))
+    return VisionInputs(keys, positions, {"screenshot": ImagePixels(pixels, SCREENSHOT_GRID)})
+
+
+CASES = {"grpo": grpo_case, "agentic": agentic_case, "vision": vision_case}
 
 
 def _rss_mb() -> float:
@@ -134,7 +204,11 @@ def _serve_layout(checkpoint: str, case: str, layout: str, vocab: int, threads: 
     sequences = [tokens for tokens, _ in data]
     scored = [[i for i, m in enumerate(mask) if m] for _, mask in data]
     budget = max(sum(len(s) for s in sequences), 1)
-    microbatches = build_microbatches(sequences, scored, ["group"] * len(data), budget, layout)
+    extra = {}
+    if case == "vision":
+        inputs = vision_inputs(data, vocab, seed)
+        extra = {"keys": inputs.keys, "mrope_positions": inputs.positions, "images": inputs.images}
+    microbatches = build_microbatches(sequences, scored, ["group"] * len(data), budget, layout, **extra)
     inv_freq = inverse_frequencies(spec)
 
     def step() -> list[torch.Tensor]:
@@ -176,6 +250,30 @@ def bench_checkpoint(folder: Path, vocab: int, seed: int = 0) -> Path:
     # comparison across layouts means something
     config = Qwen3Config(**{**TINY_CONFIG, **BENCH_CONFIG, "vocab_size": vocab, "initializer_range": 0.1})
     Qwen3ForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def bench_vlm_checkpoint(folder: Path, vocab: int, seed: int = 0) -> Path:
+    """The vision case's Qwen3-VL model: `bench_checkpoint`'s language model (interleaved mrope
+    over head_dim 64) under `BENCH_VISION`'s tower; the image and vision start/end ids are the
+    vocabulary's last three."""
+    import torch
+
+    from roost.rollout.engine.tiny_model import TINY_VL_CONFIG
+    from roost.rollout.engine.tiny_vlm import seeded_vlm
+
+    torch.manual_seed(seed)
+    text = {**TINY_VL_CONFIG["text_config"], **BENCH_CONFIG, "vocab_size": vocab, "initializer_range": 0.1}
+    text["rope_parameters"] = {**text["rope_parameters"], "mrope_section": [12, 10, 10]}  # sums to head_dim / 2
+    config = {
+        **TINY_VL_CONFIG,
+        "image_token_id": vocab - 3,
+        "vision_start_token_id": vocab - 2,
+        "vision_end_token_id": vocab - 1,
+        "text_config": text,
+        "vision_config": BENCH_VISION,
+    }
+    seeded_vlm(config).save_pretrained(folder, safe_serialization=True)
     return folder
 
 
@@ -242,5 +340,6 @@ def run_bench(cases: list[str], vocab: int = 4096, repeats: int = 2, threads: in
     root = Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")) / "models"
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        checkpoint = bench_checkpoint(Path(tmp) / "bench-qwen3", vocab)
-        return [asdict(run_case(checkpoint, case, vocab, repeats, threads)) for case in cases]
+        text = bench_checkpoint(Path(tmp) / "bench-qwen3", vocab) if set(cases) - {"vision"} else None
+        vision = bench_vlm_checkpoint(Path(tmp) / "bench-qwen3-vl", vocab) if "vision" in cases else None
+        return [asdict(run_case(vision if case == "vision" else text, case, vocab, repeats, threads)) for case in cases]
