@@ -280,6 +280,11 @@ def bench_staleness(
     ),
     minutes: float = typer.Option(4.0, min=0.01, help="RL wall time per run, in minutes."),
     out: str = typer.Option("runs/staleness", help="Folder of the runs (each replaced)."),
+    old_logprobs: str = typer.Option(
+        "recompute",
+        help="recompute: the trainer's old logprobs before one update a step (the corrections see the "
+        "staleness); rollout: the demo's two PPO epochs against the rollout policy (every correction a no-op).",
+    ),
 ) -> None:
     """Async RL from one SFT checkpoint at each staleness bound with each off-policy correction,
     the same minutes each: held-out success paired with the checkpoint's, and whether training
@@ -297,6 +302,7 @@ def bench_staleness(
             tuple(c.strip() for c in corrections.split(",")),
             minutes,
             Path(out).resolve(),
+            old_logprobs,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -7,9 +7,14 @@ which keeps it) with the demo's RL settings (`cli/demo_pipeline.py`: GiGPO, PPO'
 the rollout policy, two epochs a batch), in `algorithm.mode: async` with
 `algorithm.max_staleness` set to each bound: rollouts never stop, weights are swapped in while
 episodes run, and a sample is trained on while its oldest token is at most that many weight
-versions old. Each correction is a `trainer.loss` setting: `none` (no weight on the PPO ratio's
-clipped loss), `tis` (the demo's token TIS, cap 2) or any preset of `roost.trainer.corrections`
-(`icepop`, `mis`, `geo_mask`, `seq_tis`, `outlier_mask`) at its default thresholds. Each run gets
+versions old. The step's old logprobs are recomputed by the trainer before its one update
+(`--old-logprobs recompute`, the default), so each token's gap to the stale rollout policy,
+ρ = exp(old − rollout), is what the correction sees: `none` (no weight: the plain policy gradient
+on stale samples), `tis` (the demo's token TIS, cap 2) or any preset of
+`roost.trainer.corrections` (`icepop`, `mis`, `geo_mask`, `seq_tis`, `outlier_mask`) at its
+default thresholds. `--old-logprobs rollout` keeps the demo's loss instead (two PPO epochs, the
+ratio and its clip against the rollout policy): there ρ is 1 by construction and every
+correction is a no-op. Each run gets
 `--minutes` of RL wall time, then the demo's seeded eval on the held-out games, paired game by
 game with the SFT checkpoint's own eval in `--from-run`. `collapsed` marks a run whose
 held-out success fell below the SFT checkpoint's by more than two standard errors.
@@ -36,8 +41,14 @@ class StalenessConfig:
     corrections: tuple[str, ...] = ("none", "tis")
     minutes: float = 4.0
     out: Path = Path("runs/staleness")
+    old_logprobs: str = "recompute"
 
     def __post_init__(self) -> None:
+        if self.old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"old_logprobs is recompute or rollout; got {self.old_logprobs!r}")
+        self._check()
+
+    def _check(self) -> None:
         unknown = [c for c in self.corrections if c not in CORRECTIONS]
         if unknown:
             raise ValueError(f"unknown correction {unknown[0]!r}; choose from {', '.join(CORRECTIONS)}")
@@ -71,6 +82,9 @@ def run_recipe(config: StalenessConfig, staleness: int, correction: str) -> Reci
     data["sft"] = None
     data["schedule"].update(max_minutes=config.minutes)
     data["algorithm"].update(mode="async", max_staleness=staleness)
+    if config.old_logprobs == "recompute":  # one update a batch: PPO's ratio starts at 1, ρ carries the staleness
+        data["trainer"]["old_logprobs"] = "recompute"
+        data["algorithm"]["updates_per_batch"] = 1
     data["trainer"]["loss"] = {**data["trainer"]["loss"], **loss_correction(correction)}
     return validate_recipe(data, "roost bench staleness")
 
@@ -106,6 +120,7 @@ def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
             )
     return {
         "minutes": config.minutes,
+        "old_logprobs": config.old_logprobs,
         "from_run": str(config.from_run),
         "sft": {"success_rate": sft_eval["success_rate"], "games": sft_eval["scored"]},
         "rows": rows,

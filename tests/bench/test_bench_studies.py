@@ -78,6 +78,16 @@ def test_a_staleness_run_is_the_demo_in_async_mode_with_its_bound_and_correction
     assert (tis.trainer.loss.tis_cap, tis.trainer.loss.correction) == (2.0, None)
     assert icepop.trainer.loss.tis_cap is None and icepop.trainer.loss.correction.name == "icepop"
     assert run_recipe(config, 0, "none").algorithm.max_staleness == 0
+    # recomputed old logprobs, one update a step: ρ = exp(old - rollout) carries the staleness
+    assert (tis.trainer.old_logprobs, tis.algorithm.updates_per_batch) == ("recompute", 1)
+    demo = StalenessConfig(config.from_run, (1,), ("tis",), 3.0, tmp_path / "out", old_logprobs="rollout")
+    assert (
+        run_recipe(demo, 1, "tis").trainer.old_logprobs,
+        run_recipe(demo, 1, "tis").algorithm.updates_per_batch,
+    ) == (
+        "rollout",
+        2,
+    )
 
 
 def test_the_staleness_bench_refuses_what_it_cannot_run(tmp_path):
