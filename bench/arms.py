@@ -24,7 +24,6 @@ evaluate their start on the first games, which must equal arm 1's after-SFT resu
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -83,11 +82,11 @@ def recipe_dict(recipe: Recipe) -> dict[str, Any]:
 
 def run_bench(config: ArmsConfig, console: Any) -> dict[str, Any]:
     """Run the three arms one after another (progress on `console`, a rich Console); the JSON result."""
+    from roost.rollout.engine.tiny_model import roost_home
     from roost.trainer.progress import progress_hooks
     from roost.trainer.rl.loop import train
 
-    home = Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()
-    cache = home / "demo"
+    cache = roost_home().expanduser() / "demo"
     summaries = {}
     with progress_hooks(console) as hooks:
         console.print(f"[bold]arm 1/3: gigpo[/] (SFT, then {config.minutes} min of RL)")
@@ -109,9 +108,12 @@ def fresh(recipe: Recipe) -> Recipe:
 
 
 def _final_weights(run_dir: Path) -> Path:
-    state = json.loads((run_dir / "state.json").read_text())
-    folder = Path(state["checkpoint"])
-    return (folder if folder.is_absolute() else run_dir / folder) / "hf"
+    from roost.trainer.checkpoint import RunState
+
+    state = RunState.load(run_dir)
+    if state is None or state.checkpoint is None:
+        raise RuntimeError(f"{run_dir} saved no checkpoint: the distillation arm has no teacher")
+    return Path(state.hf_weights or "")
 
 
 def report(config: ArmsConfig, runs: dict[str, tuple[Path, dict[str, Any]]]) -> dict[str, Any]:

@@ -22,7 +22,6 @@ held-out success fell below the SFT checkpoint's by more than two standard error
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +45,6 @@ class StalenessConfig:
     def __post_init__(self) -> None:
         if self.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs is recompute or rollout; got {self.old_logprobs!r}")
-        self._check()
-
-    def _check(self) -> None:
         unknown = [c for c in self.corrections if c not in CORRECTIONS]
         if unknown:
             raise ValueError(f"unknown correction {unknown[0]!r}; choose from {', '.join(CORRECTIONS)}")
@@ -91,11 +87,12 @@ def run_recipe(config: StalenessConfig, staleness: int, correction: str) -> Reci
 
 def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
     """Every (staleness, correction) run in turn, progress on `console`; the JSON result."""
+    from roost.trainer.checkpoint import load_evals
     from roost.trainer.eval_compare import paired_gain
     from roost.trainer.progress import progress_hooks
     from roost.trainer.rl.loop import train
 
-    sft_eval = json.loads((config.from_run / "evals.json").read_text())["after_sft"]
+    sft_eval = load_evals(config.from_run)["after_sft"]
     rows = []
     runs = [(k, c) for k in config.staleness for c in config.corrections]
     with progress_hooks(console) as hooks:
