@@ -154,6 +154,16 @@ class SimulatedCluster:
         _kill_in_namespaces({namespace})
         process.wait(timeout=10)
 
+    def freeze_node(self, index: int, frozen: bool = True) -> None:
+        """Stop (or, `frozen=False`, continue) every process of node `index`, as a machine that
+        hangs: its servers keep their connections but answer nothing until it is thawed."""
+        sig = signal.SIGSTOP if frozen else signal.SIGCONT
+        for pid in _in_namespaces({mount_namespace(self.nodes[index].pid)}):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
     def command(self, index: int, argv: list[str]) -> list[str]:
         """`argv` run inside node `index`'s mount namespace (so it sees that node's run folder),
         as a process on that machine: a driver started there attaches to that node."""

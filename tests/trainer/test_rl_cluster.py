@@ -23,6 +23,7 @@ import yaml
 
 from roost.outcome import EpisodeStatus
 from roost.rollout.store.reader import TrajectoryReader
+from roost.tests.prometheus_samples import sample
 from roost.tests.ray_cluster import NodeSpec, SimulatedCluster, unavailable
 from roost.tests.trainer.test_rl_loop import tiny_recipe
 
@@ -30,9 +31,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 HEAD, ROLLOUT, ENV = 0, 1, 2
 STEPS = 5
-"""The engines' node is lost in step 1 or 2 (whichever the test sees calls of first), the env
-server's in the step after: a clean step follows, and a step that starts after the last node
-joined (the run grows there)."""
+"""The engines' node is lost in step 1, 2 or 3 (whichever the test holds calls of first), the env
+server's in a later step but the last: a clean step follows, and a step that starts after the
+last node joined (the run grows there)."""
 LAYOUT = {
     "mode": "split",
     "trainer": {"node": "trainer", "cpus": 1},
@@ -84,27 +85,57 @@ def said(log: Path) -> str:
     return " ".join(log.read_text().split())  # the console wraps long lines
 
 
-def wait_for_calls_in_flight(
-    cluster: SimulatedCluster, run_dir: Path, driver: subprocess.Popen, log: Path, *, before_step: int, then: str = ""
-) -> None:
-    """Return once the run's gateway (on the head) has a call in flight while fewer than
-    `before_step` steps are done (and the run has said `then`): the gateway's port from the run
-    folder as the head sees it, its open /health."""
+def lose_mid_step(
+    cluster: SimulatedCluster,
+    run_dir: Path,
+    driver: subprocess.Popen,
+    log: Path,
+    *,
+    lose: int,
+    engines: int,
+    steps_done: range,
+    then: str = "",
+) -> int:
+    """Kill node `lose` while a step's episodes are in flight; the steps done then, one of
+    `steps_done`. A step's calls are short (a tiny model, 8 tokens), so seeing one in flight
+    proves nothing by the time a node is killed: once the run's gateway (on the head) has calls
+    in flight (and the run has said `then`), the engines' node is frozen; calls still in flight
+    after a while are held there, each an episode that calls again or acts in the env after its
+    reply. Then `lose` is killed and the engines' node thawed. Without held calls (the step's
+    last ones had just ended) it is thawed and the next step's are waited for."""
     port_file = cluster.path_on(HEAD, run_dir / "logs" / "gateway.port")
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        assert driver.poll() is None, log.read_text()[-4000:]
-        done = len(rl_steps(cluster.path_on(HEAD, run_dir)))
-        assert done < before_step, f"{done} steps done already:\n{said(log)[-4000:]}"
-        if then in said(log) and port_file.is_file() and port_file.read_text().strip():
+    with httpx.Client(timeout=5) as http:
+
+        def in_flight() -> int:
+            """The gateway's calls in flight, from /metrics (/health asks the engines too)."""
+            if not (port_file.is_file() and (port := port_file.read_text().strip())):
+                return 0
             try:
-                health = httpx.get(f"http://127.0.0.1:{port_file.read_text().strip()}/health", timeout=2).json()
+                text = http.get(f"http://127.0.0.1:{port}/metrics").text
             except httpx.HTTPError:
-                health = {}
-            if health.get("in_flight", 0) > 0:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"no call reached the gateway in 600s:\n{log.read_text()[-4000:]}")
+                return 0
+            return int(sample(text, "roost_gateway_in_flight") or 0)
+
+        while time.monotonic() < deadline:
+            assert driver.poll() is None, log.read_text()[-4000:]
+            if not in_flight():
+                time.sleep(0.005)  # a step's calls last a fraction of a second
+                continue
+            done = len(rl_steps(cluster.path_on(HEAD, run_dir)))
+            assert done <= steps_done[-1], f"{done} steps done already:\n{said(log)[-4000:]}"
+            if done not in steps_done or then not in said(log):
+                continue
+            cluster.freeze_node(engines)
+            try:
+                time.sleep(0.5)
+                if in_flight():
+                    cluster.kill_node(lose)
+                    return done
+            finally:
+                if engines in cluster.nodes:  # not the node killed
+                    cluster.freeze_node(engines, frozen=False)
+    raise AssertionError(f"no call held in 600s:\n{log.read_text()[-4000:]}")
 
 
 def copied_store(run_dir: Path, to: Path) -> Path:
@@ -128,12 +159,21 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_
             env=cluster.env(),
         )
     try:
-        wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=2)
-        cluster.kill_node(ROLLOUT)  # both engines, mid-step
+        # both engines, mid-step (in step 1, 2 or 3)
+        first = lose_mid_step(cluster, run_dir, driver, log, lose=ROLLOUT, engines=ROLLOUT, steps_done=range(3))
         rollouts = [cluster.add_node(NodeSpec("rollout", cpus=1))]  # where both engines start again
-        # once both engines serve again, the env server's node, mid-step
-        wait_for_calls_in_flight(cluster, run_dir, driver, log, before_step=3, then="engine 1 serves again")
-        cluster.kill_node(ENV)
+        # once both engines serve again, the env server's node, mid-step in a later step (at most
+        # the fourth: a clean step follows)
+        second = lose_mid_step(
+            cluster,
+            run_dir,
+            driver,
+            log,
+            lose=ENV,
+            engines=rollouts[0],
+            steps_done=range(first + 1, STEPS - 1),
+            then="engine 1 serves again",
+        )
         env = cluster.add_node(NodeSpec("env", cpus=1))
         rollouts.append(cluster.add_node(NodeSpec("rollout", cpus=1)))  # a node to grow on
         assert driver.wait(timeout=900) == 0, log.read_text()[-6000:]
@@ -160,7 +200,7 @@ def test_a_run_across_three_nodes_survives_losing_its_engines_node_then_its_env_
     rl = rl_steps(head_run)
     assert [m["step"] for m in rl] == list(range(1, STEPS + 1))
     hits = [i for i, m in enumerate(rl) if m["infra_error"]]  # the steps a node was lost in
-    assert len(hits) == 2 and hits[1] == hits[0] + 1 and hits[1] < STEPS - 1, rl
+    assert hits == [first, second], rl
     with TrajectoryReader(copied_store(head_run, cluster.root / "store")) as store:
         sessions = [s for s in store.sessions() if s.outcome is not None and s.outcome.kind.value == "train"]
         lost = [s for s in sessions if s.outcome.status is EpisodeStatus.INFRA_ERROR]
