@@ -8,24 +8,18 @@ with samples that name their images by sha256, given the images' bytes (`use_ima
 
 from __future__ import annotations
 
-import io
-
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from roost.rollout.engine.model_spec import ModelSpec
 from roost.rollout.engine.rope import inverse_frequencies
 from roost.rollout.engine.tiny_model import tiny_model_dir
-from roost.rollout.vision.mrope import mrope_positions
-from roost.rollout.vision.placeholders import expand_image_pads, image_token_counts
-from roost.rollout.vision.processor import load_processor
-from roost.tests.vision_helpers import IMAGE_PAD, transformers_logprobs
+from roost.tests.trainer.vision_batch import image_group, policy_samples
+from roost.tests.vision_helpers import transformers_logprobs
 from roost.trainer import hf_checkpoint
 from roost.trainer.megatron import convert
 from roost.trainer.megatron.model import build_gpt_model, scored_logprobs, transformer_config
-from roost.trainer.prefix_tree import ImagePixels, flat_microbatch, tree_microbatch
+from roost.trainer.prefix_tree import flat_microbatch, tree_microbatch
 
 
 @pytest.fixture(scope="module")
@@ -51,40 +45,9 @@ def load_policy(spec, folder):
     return model
 
 
-def noise_image(seed: int) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (96, 128, 3), dtype=np.uint8))
-
-
 @pytest.fixture(scope="module")
-def group(vl_path, spec):
-    """Three replies to one image question, and a fourth sample asking about another image with
-    the same ids: (sequences, scored positions, keys, mrope positions, images by sha, each sample's
-    image)."""
-    processor = load_processor(vl_path)
-    pictures = {f"sha-{seed}": noise_image(seed) for seed in (1, 2)}
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}]
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    counts = image_token_counts(processor, [pictures["sha-1"]])
-    prompt = expand_image_pads(processor.tokenizer(text)["input_ids"], IMAGE_PAD, counts)
-    replies = [[785, 2168, 374, 13], [785, 2168, 5868], [32, 6802, 13, 151645], [785, 2168, 374, 13]]
-    seen = ["sha-1", "sha-1", "sha-1", "sha-2"]
-    images = {}
-    for sha, picture in pictures.items():
-        out = processor.image_processor(images=[picture], return_tensors="pt")
-        images[sha] = ImagePixels(out["pixel_values"], tuple(int(v) for v in out["image_grid_thw"][0]))
-    sequences, keys, positions = [], [], []
-    for reply, sha in zip(replies, seen):
-        ids = prompt + reply
-        k = 0
-        own_keys: list[object] = []
-        for token in ids:
-            own_keys.append((sha, k) if token == IMAGE_PAD else token)
-            k += token == IMAGE_PAD
-        sequences.append(ids)
-        keys.append(own_keys)
-        positions.append(mrope_positions(ids, IMAGE_PAD, [images[sha].grid], spec.vision.spatial_merge_size))
-    scored = [list(range(len(prompt), len(s))) for s in sequences]
-    return sequences, scored, keys, positions, images, [pictures[sha] for sha in seen]
+def group(vl_path):
+    return image_group(vl_path)
 
 
 def layouts(group):
@@ -160,37 +123,21 @@ def test_a_train_step_moves_the_language_model_and_exports_qwen3_vl(megatron_wor
         assert (lp - transformers_logprobs(exported, folder, sequence, positions, picture)).abs().max() <= 1e-4
 
 
-def png_bytes(picture: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    picture.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def test_megatron_policy_trains_samples_with_their_images(megatron_world, spec, vl_path, reference, group, tmp_path):
     """The RL trainer's policy: samples name their images by sha256, the images' bytes (as the store
     holds them) are handed to it, and its tree logprobs, step and export work as above."""
     from transformers import Qwen3VLForConditionalGeneration
 
-    from roost.rollout.store.samples import Sample
-    from roost.rollout.vision.images import content_address
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
     from roost.trainer.prefix_tree import PackingError
 
     sequences, scored, *_, pictures = group
-    data = [png_bytes(picture) for picture in pictures]
-    samples = []
-    for k, (sequence, positions, raw) in enumerate(zip(sequences, scored, data)):
-        prompt, reply = sequence[: positions[0]], sequence[positions[0] :]
-        sample = Sample.from_turns(
-            [(prompt, reply, [-1.0] * len(reply))], session_id=f"s{k}", group_id="g", reward=float(k % 2)
-        )
-        sample.images = [content_address(raw)]
-        samples.append(sample)
+    samples, images = policy_samples(group)
     policy = MegatronPolicy(TrainConfig(checkpoint=str(vl_path), token_budget=1024, lr=1e-2))
     with pytest.raises(PackingError, match="was not given to the trainer"):
         policy.logprobs(samples)
-    policy.use_images({content_address(raw): raw for raw in data})
+    policy.use_images(images)
     ours = policy.logprobs(samples)
     for lp, sequence, positions, picture in zip(ours, sequences, scored, pictures):
         assert (lp - transformers_logprobs(reference, vl_path, sequence, positions, picture)).abs().max() <= 1e-4
