@@ -10,7 +10,9 @@ turn samples into the tokens of the path itself, so the forward costs the same; 
 what counts as a sample: under `seq_mean_token_mean` each turn's reply is averaged on its own
 (every turn weighs the same, however long), while `token_mean` trains exactly as whole episodes
 do (the same tokens, the same weights: `tests/trainer/test_step_wise.py` checks the gradients).
-SkyRL calls this step-wise trajectories; verl-agent trains per step the same way.
+SkyRL calls this step-wise trajectories; verl-agent trains per step the same way. A
+vision-language model's sample names its images in the order of their placeholder runs; each
+turn keeps those whose runs lie in its tokens (`per_turn(scored, image_token_id)`).
 """
 
 from __future__ import annotations
@@ -18,42 +20,48 @@ from __future__ import annotations
 from dataclasses import replace
 
 from roost.rollout.store.samples import Sample
+from roost.rollout.vision.placeholders import image_pad_runs
 
 from .advantages import Scored
 
 
-def per_turn(scored: list[Scored]) -> list[Scored]:
+def per_turn(scored: list[Scored], image_token_id: int | None = None) -> list[Scored]:
     """Each scored sample split into one scored sample per call that sampled tokens in it, in
-    token order; a sample of one turn comes back as it was."""
-    return [turn for item in scored for turn in turns_of(item)]
+    token order; a sample of one turn comes back as it was. A vision-language model's samples
+    need its `image_token_id`: each turn keeps the images whose placeholder runs lie in its tokens."""
+    return [turn for item in scored for turn in turns_of(item, image_token_id)]
 
 
 class StepWiseError(ValueError):
     """A sample step-wise training cannot cut into turns."""
 
 
-def turns_of(item: Scored) -> list[Scored]:
+def turns_of(item: Scored, image_token_id: int | None = None) -> list[Scored]:
     sample = item.sample
-    if sample.images:
-        # a Sample names its images but not where each sits, so a turn's share is unknown
+    if sample.images and image_token_id is None:
+        # a Sample names its images in the order of their placeholder runs: the id finds the runs
         raise StepWiseError(
-            f"session {sample.session_id!r}, agent {sample.agent_id!r}: step-wise training does not cut samples "
-            "with images into turns yet; set algorithm.step_wise: false for a vision model"
+            f"session {sample.session_id!r}, agent {sample.agent_id!r}: the sample has images, and cutting it "
+            "into turns needs the model's image token id (per_turn(scored, image_token_id))"
         )
     ends: dict[int, int] = {}
     for call, _, end in sample.spans():
         ends[call] = end  # a call's last run of sampled tokens ends its turn
     if len(ends) <= 1:
         return [item]
-    return [_turn(item, call, end) for call, end in sorted(ends.items(), key=lambda kv: kv[1])]
+    return [_turn(item, call, end, image_token_id) for call, end in sorted(ends.items(), key=lambda kv: kv[1])]
 
 
-def _turn(item: Scored, call: int, end: int) -> Scored:
+def _turn(item: Scored, call: int, end: int, image_token_id: int | None) -> Scored:
     sample = item.sample
     keep = [int(m == 1 and c == call) for m, c in zip(sample.loss_mask[:end], sample.token_call[:end])]
+    images = sample.images
+    if images and image_token_id is not None:  # a turn's images: those of the runs in its tokens
+        images = images[: len(image_pad_runs(sample.tokens[:end], image_token_id))]
     turn = replace(
         sample,
         tokens=sample.tokens[:end],
+        images=images,
         loss_mask=keep,
         rollout_logprobs=sample.rollout_logprobs[:end],
         token_call=[call if k else -1 for k in keep],

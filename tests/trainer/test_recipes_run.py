@@ -69,12 +69,14 @@ SHORT = {
         "rollout.group_size=2",
     ],
     "osworld": ["env.kwargs.max_steps=2", "agent.max_turns=2", "agent.args.max_tokens=24"],
-    # the tiny model earns no reward, so GRPO's advantages are zero: a fixed +1/-1 moves the weights
+    # the tiny model earns no reward, so GRPO's advantages are zero: a fixed +1/-1 moves the weights;
+    # trained step-wise, each turn's sample with the screenshots of its own tokens
     "osworld/cpu_vision": [
         "env.kwargs.max_steps=2",
         "agent.max_turns=2",
         "agent.args.max_tokens=24",
         "algorithm.advantage.name=roost.tests.trainer.test_recipes_run:first_against_rest",
+        "algorithm.step_wise=true",
         "trainer.lr=1e-3",
     ],
 }
@@ -133,6 +135,8 @@ def test_the_cpu_recipe_trains_two_steps(name, tmp_path, local_ray):  # noqa: F8
     if name in SEES:  # the screenshots reached the trainer, which scored them as the engine did, and
         # after the first step's update the engine served the weights it was sent
         assert all(m["trained_images"] > 0 and m["grad_norm"] > 0 for m in rl), rl
+        # step-wise: a sample a turn, each with the screenshots of its own tokens
+        assert all(m["trainer_samples"] > m["trained_samples"] for m in rl), rl
         assert all(m["logprob_mismatch"] < 1e-4 for m in rl), rl
     state = json.loads((run_dir / "state.json").read_text())
     assert (state["step"], state["weight_version"]) == (2, rl[1]["weight_version"])

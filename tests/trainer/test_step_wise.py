@@ -1,14 +1,15 @@
 """Step-wise training: a sample per turn trains as the episode's path does under token_mean
-(same loss, same gradient norm, same tree), and differently under seq_mean_token_mean."""
+(same loss, same gradient norm, same tree), and differently under seq_mean_token_mean; a
+vision-language model's turns each keep the images of their own tokens."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from roost.rollout.engine.tiny_model import resolve_model
+from roost.rollout.engine.model_spec import ModelSpec
+from roost.rollout.engine.tiny_model import tiny_model_dir
 from roost.tests.trainer.trainer_fixtures import agentic_batch
+from roost.tests.trainer.vision_batch import two_turn_samples
 from roost.trainer.advantages import AdvantageConfig, EstimatorConfig, compute_advantages
 from roost.trainer.losses import LossConfig
 from roost.trainer.sample_sources import group_samples
@@ -64,23 +65,29 @@ def test_step_wise_trains_as_episodes_exactly_where_it_must(policies, aggregatio
         assert stepwise.grad_norm != pytest.approx(whole.grad_norm, rel=1e-3)
 
 
-def test_a_sample_with_images_is_refused_by_name():
-    from dataclasses import replace
-
+def test_a_turn_keeps_the_images_of_its_tokens_and_trains_as_the_episode_does(megatron_world):
+    """tiny-vl: two episodes whose turns each ask about an image of their own; cutting them needs
+    the model's image token id, each turn names the images in its own tokens, and under
+    token_mean the turns train as the episodes do."""
+    from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
     from roost.trainer.step_wise import StepWiseError
 
-    item = scored_batch()[0]
-    with pytest.raises(StepWiseError, match="step_wise: false"):
-        per_turn([replace(item, sample=replace(item.sample, images=["ab" * 32]))])
+    vl = tiny_model_dir(variant="tiny-vl")
+    samples, images = two_turn_samples(vl)
+    scored, _ = compute_advantages(group_samples(samples), AdvantageConfig(EstimatorConfig("grpo")))
+    with pytest.raises(StepWiseError, match="image token id"):
+        per_turn(scored)
+    turns = per_turn(scored, ModelSpec.from_folder(vl).vision.image_token_id)
+    first, both = samples[0].images[:1], samples[0].images
+    assert [t.sample.images for t in turns] == [first, both, first, both]
 
+    def policy():
+        loss = LossConfig(kind="grpo", aggregation="token_mean")
+        trainer = MegatronPolicy(TrainConfig(checkpoint=str(vl), lr=1e-3, token_budget=256, loss=loss))
+        trainer.use_images(images)
+        return trainer
 
-def test_step_wise_training_of_a_model_seeing_screenshots_is_refused_before_the_run_starts():
-    from roost.trainer.recipe import RecipeError, load_recipe
-    from roost.trainer.rl.loop import check_step_wise_model
-
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "osworld" / "cpu_vision.yaml"
-    vision = str(resolve_model("tiny-vl"))
-    check_step_wise_model(load_recipe(recipe), vision)
-    with pytest.raises(RecipeError, match="step-wise training does not cut into turns yet"):
-        check_step_wise_model(load_recipe(recipe, ["algorithm.step_wise=true"]), vision)
-    check_step_wise_model(load_recipe(recipe, ["algorithm.step_wise=true"]), str(resolve_model("tiny")))
+    whole, stepwise = policy().train_step(scored), policy().train_step(turns)
+    assert (stepwise.samples, whole.samples) == (4, 2) and stepwise.tree_tokens == whole.tree_tokens
+    assert stepwise.loss == pytest.approx(whole.loss, rel=1e-5, abs=1e-7)
+    assert stepwise.grad_norm == pytest.approx(whole.grad_norm, rel=1e-5) and whole.grad_norm > 0

@@ -20,6 +20,7 @@ from roost.trainer.prefix_tree import ImagePixels
 
 REPLIES = [[785, 2168, 374, 13], [785, 2168, 5868], [32, 6802, 13, 151645], [785, 2168, 374, 13]]
 SEEN = ["sha-1", "sha-1", "sha-1", "sha-2"]
+IM_END, NEWLINE = 151645, 198
 
 
 def noise_image(seed: int) -> Image.Image:
@@ -77,3 +78,24 @@ def policy_samples(group: tuple) -> tuple[list[Any], dict[str, bytes]]:
         sample.images = [content_address(raw)]
         samples.append(sample)
     return samples, {content_address(raw): raw for raw in data}
+
+
+def two_turn_samples(vl_path: Path) -> tuple[list[Any], dict[str, bytes]]:
+    """Two episodes of two turns, each turn asking about an image of its own (the first turn's
+    image, then another of the same size): samples naming both images, rewards 0 and 1, and the
+    images' bytes by sha256."""
+    from roost.rollout.store.samples import Sample
+    from roost.rollout.vision.images import content_address
+
+    sequences, scored, *_ = image_group(vl_path)
+    prompt = sequences[0][: scored[0][0]]
+    data = [png_bytes(noise_image(seed)) for seed in (1, 2)]
+    shas = [content_address(raw) for raw in data]
+    again = [IM_END, NEWLINE, *prompt]  # the next user turn: the same question about the second image
+    samples = []
+    for k, (first, second) in enumerate([(REPLIES[0], REPLIES[1]), (REPLIES[2][:-1], REPLIES[3])]):
+        turns = [(prompt, first, [-1.0] * len(first)), (again, second, [-1.0] * len(second))]
+        sample = Sample.from_turns(turns, session_id=f"t{k}", group_id="turns", reward=float(k))
+        sample.images = list(shas)
+        samples.append(sample)
+    return samples, dict(zip(shas, data))

@@ -126,7 +126,6 @@ def train(recipe: Recipe, hooks: Hooks | None = None) -> RunSummary:
             transcripts, tools = _sft_transcripts(recipe, envs.url, run_dir)
             state.model = state.model or _model(recipe, run_dir, transcripts, tools)
             check_lora_model(recipe, state.model)
-            check_step_wise_model(recipe, state.model)
             hooks.stage("engine, gateway, trainer", 0)
             with (
                 services(recipe, run_dir, state.model, envs, where) as svc,
@@ -163,24 +162,6 @@ def check_lora_model(recipe: Recipe, model: str) -> None:
             f"trainer.lora.targets has lm_head, but {model} ties its embeddings and engine.backend {backend} "
             "is not known to serve an lm_head adapter on tied embeddings; leave lm_head out of the targets, "
             "start from a model with its own lm_head, or use engine.backend embedded or vllm"
-        )
-
-
-def check_step_wise_model(recipe: Recipe, model: str) -> None:
-    """Refuse, before any service starts, step-wise training of a vision-language model the agent
-    sends screenshots to: its samples carry images, which step-wise training does not cut into
-    turns (`roost.trainer.step_wise` would refuse the first batch, after its rollouts)."""
-    from roost.rollout.engine.model_spec import ModelSpec
-
-    from ..recipe import RecipeError
-
-    if not (recipe.algorithm.step_wise and recipe.agent.args.get("screenshots")):
-        return
-    if ModelSpec.from_folder(model).vision is not None:
-        raise RecipeError(
-            f"algorithm.step_wise cuts samples into turns, but {model} is a vision-language model and "
-            "agent.args.screenshots sends it images, which step-wise training does not cut into turns yet; "
-            "set algorithm.step_wise: false (or agent.args.screenshots: false)"
         )
 
 
@@ -254,6 +235,7 @@ def _rl(run: Run) -> None:
     recipe, state, algo = run.recipe, run.state, run.recipe.algorithm
     advantages = _advantage_config(algo, recipe.distill)
     max_staleness = algo.max_staleness if algo.mode == "async" else 0
+    image_token_id = _image_token_id(state.model) if algo.step_wise else None
     if state.step < recipe.schedule.steps:
         _rl_loss(run)
     if recipe.distill is not None and state.step < recipe.schedule.steps:
@@ -291,7 +273,7 @@ def _rl(run: Run) -> None:
             run.hooks.batch(state.step + 1, scored)
             trainer_version = state.weight_version
             # step-wise: the trainer takes a sample per turn; the step's metrics stay per episode path
-            trained = per_turn(scored) if algo.step_wise else scored
+            trained = per_turn(scored, image_token_id) if algo.step_wise else scored
             stats = _train(run.trainer, trained, algo.updates_per_batch, run.tracing, _policy_trains(algo, state.step))
             state.step += 1
             state.consumed_groups += group_ids
@@ -315,6 +297,15 @@ def _rl(run: Run) -> None:
             if state.step < recipe.schedule.steps:
                 run.hooks.echo(f"schedule.max_minutes ({budget}) spent after step {state.step}: the run ends here")
             break
+
+
+def _image_token_id(model: str) -> int | None:
+    """A vision-language model's image placeholder id (step-wise training gives each turn the
+    images of its tokens); None for a text model."""
+    from roost.rollout.engine.model_spec import ModelSpec
+
+    vision = ModelSpec.from_folder(model).vision
+    return None if vision is None else vision.image_token_id
 
 
 def _start_judge(run: Run) -> None:
@@ -670,6 +661,7 @@ def step_metrics(
     flat = sum(len(s.sample.tokens) for s in scored)
     values.update(
         updated=stats.updated,
+        trainer_samples=stats.samples,
         loss=stats.loss,
         grad_norm=stats.grad_norm,
         kl=extra.get("kl", 0.0) / tokens,
