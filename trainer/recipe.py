@@ -310,6 +310,10 @@ class TrainerConfig(_Section):
     moe_aux_loss_coeff: float = Field(0.0, ge=0)
     """Mixture-of-experts models: the weight of Megatron's load-balancing loss; 0 (the default) adds
     none. Above 0 its scale against the policy loss is Megatron's, not checked here (docs/trainer-internals.md)."""
+    freeze_vision_tower: bool = True
+    """Vision-language models: keep the vision tower (patch embedding, blocks, mergers) as loaded;
+    false trains it with the language model (each distinct image of a microbatch run through it
+    once, with gradients). verl's `freeze_vision_tower`."""
     use_distributed_optimizer: bool = False
     threads: int | None = None
     """torch threads per rank; null: the CPUs Ray gives the rank."""
@@ -322,6 +326,11 @@ class TrainerConfig(_Section):
     def _lora_layers(self) -> TrainerConfig:
         if self.lora is not None and self.attention == "te":
             raise ValueError("trainer.lora runs on the local layer specs: set trainer.attention to sdpa or local")
+        if self.lora is not None and not self.freeze_vision_tower:
+            raise ValueError(
+                "trainer.lora trains its adapters alone; freeze_vision_tower: false would train the vision tower "
+                "beside them: keep freeze_vision_tower: true with LoRA"
+            )
         return self
 
 

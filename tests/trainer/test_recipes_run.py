@@ -70,13 +70,15 @@ SHORT = {
     ],
     "osworld": ["env.kwargs.max_steps=2", "agent.max_turns=2", "agent.args.max_tokens=24"],
     # the tiny model earns no reward, so GRPO's advantages are zero: a fixed +1/-1 moves the weights;
-    # trained step-wise, each turn's sample with the screenshots of its own tokens
+    # trained step-wise, each turn's sample with the screenshots of its own tokens, the vision tower
+    # too (the engine serves the trained tower after the sync: the mismatch check below)
     "osworld/cpu_vision": [
         "env.kwargs.max_steps=2",
         "agent.max_turns=2",
         "agent.args.max_tokens=24",
         "algorithm.advantage.name=roost.tests.trainer.test_recipes_run:first_against_rest",
         "algorithm.step_wise=true",
+        "trainer.freeze_vision_tower=false",
         "trainer.lr=1e-3",
     ],
 }

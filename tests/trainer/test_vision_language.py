@@ -123,9 +123,13 @@ def test_a_train_step_moves_the_language_model_and_exports_qwen3_vl(megatron_wor
         assert (lp - transformers_logprobs(exported, folder, sequence, positions, picture)).abs().max() <= 1e-4
 
 
-def test_megatron_policy_trains_samples_with_their_images(megatron_world, spec, vl_path, reference, group, tmp_path):
+@pytest.mark.parametrize("frozen", [True, False], ids=["tower-frozen", "tower-trained"])
+def test_megatron_policy_trains_samples_with_their_images(
+    megatron_world, spec, vl_path, reference, group, tmp_path, frozen
+):
     """The RL trainer's policy: samples name their images by sha256, the images' bytes (as the store
-    holds them) are handed to it, and its tree logprobs, step and export work as above."""
+    holds them) are handed to it, and its tree logprobs, step and export work as above; with
+    `freeze_vision_tower` off the step trains the tower too, and the export carries it."""
     from transformers import Qwen3VLForConditionalGeneration
 
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
@@ -134,7 +138,8 @@ def test_megatron_policy_trains_samples_with_their_images(megatron_world, spec, 
 
     sequences, scored, *_, pictures = group
     samples, images = policy_samples(group)
-    policy = MegatronPolicy(TrainConfig(checkpoint=str(vl_path), token_budget=1024, lr=1e-2))
+    config = TrainConfig(checkpoint=str(vl_path), token_budget=1024, lr=1e-2, freeze_vision_tower=frozen)
+    policy = MegatronPolicy(config)
     with pytest.raises(PackingError, match="was not given to the trainer"):
         policy.logprobs(samples)
     policy.use_images(images)
@@ -145,7 +150,8 @@ def test_megatron_policy_trains_samples_with_their_images(megatron_world, spec, 
     scored_batch, _ = compute_advantages([Group("g", samples)], AdvantageConfig())
     policy.train_step(scored_batch)
     start, now = hf_checkpoint.read_weights(vl_path), policy.hf_state()
-    assert all(torch.equal(start[n], now[n]) for n in start if n.startswith("model.visual."))  # frozen
+    tower = [n for n in start if n.startswith("model.visual.")]
+    assert all(torch.equal(start[n], now[n]) for n in tower) == frozen
     folder = policy.export_hf(tmp_path / "policy")
     exported = Qwen3VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     after = policy.logprobs(samples)

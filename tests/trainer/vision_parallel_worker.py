@@ -43,7 +43,8 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str) ->
 
     store = torch.distributed.TCPStore("127.0.0.1", port, world, is_master=False)
     parallel.init(tp=tp, rank=rank, world_size=world, store=store)
-    policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, token_budget=TOKEN_BUDGET, lr=1e-2))
+    config = TrainConfig(checkpoint=checkpoint, token_budget=TOKEN_BUDGET, lr=1e-2, freeze_vision_tower=False)
+    policy = MegatronPolicy(config)
     result = train_once(policy, checkpoint)
     policy.export_hf(Path(out) / "ckpt")
     if rank == 0:

@@ -88,6 +88,8 @@ class TrainConfig:
     token when False, through the trainer router's own top-k."""
     moe_aux_loss_coeff: float = _RECIPE.moe_aux_loss_coeff
     """Mixture-of-experts models: Megatron's load-balancing loss weight (0: none)."""
+    freeze_vision_tower: bool = _RECIPE.freeze_vision_tower
+    """Vision-language models: the tower as loaded; False trains it (`megatron/vision.py`)."""
     loss: LossConfig = field(default_factory=LossConfig)
     lora: LoraSpec | None = None
     """Train LoRA adapters on these targets, the base weights frozen; None trains every weight."""
@@ -146,6 +148,10 @@ class MegatronPolicy:
             calculate_per_token_loss=True,
         )
         model = build_gpt_model(self.spec, self.mcore_config, config.attention)
+        if self.spec.vision is not None and not config.freeze_vision_tower:
+            if config.lora:
+                raise ValueError("LoRA trains its adapters alone: keep freeze_vision_tower with lora")
+            model.vision.requires_grad_(True)  # before DDP and the optimizer take the trained parameters
         if config.layout == "tree":
             check_tree_attention(model)
         self.te_names = model.roost_attention == "te"

@@ -4,8 +4,10 @@ the language model's GPTModel, and what its features do in the forward.
 The tower is the engine's (`roost.rollout.engine.vision_tower.VisionTower`: transformers' own
 `Qwen3VLVisionModel` with its merger and deepstack mergers), attached to the GPTModel as its
 `vision` submodule so that it loads, saves and moves with it (`convert` maps the checkpoint's
-`model.visual.*` to `vision.tower.*`). It is frozen: its parameters take no gradient and the
-forward runs it under `no_grad`, so RL trains the language model only. As Qwen3-VL does, each
+`model.visual.*` to `vision.tower.*`). It is frozen by default: its parameters take no gradient
+and the forward runs it under `no_grad`, so RL trains the language model only; with
+`trainer.freeze_vision_tower: false` the policy turns its gradients on and the forward runs it
+with autograd, the features' gradients flowing back from every row they fill. As Qwen3-VL does, each
 image's merged features replace the word embeddings of its placeholder rows, and deepstack
 feature k is added to those rows after decoder layer k (`deepstack`); each distinct image of a
 microbatch (by sha256) runs through the tower once however many paths share it.
@@ -14,7 +16,7 @@ microbatch (by sha256) runs through the tower once however many paths share it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +38,7 @@ class PlacedFeatures:
 
 
 def attach_vision(model, vision: VisionSpec) -> None:
-    """Give a GPTModel its frozen vision tower (weights uninitialised: `convert` loads them) and the
+    """Give a GPTModel its vision tower, frozen (weights uninitialised: `convert` loads them), and the
     interleaved mrope sections its forward turns 3-D positions with."""
     from roost.rollout.engine.vision_tower import VisionTower
 
@@ -71,7 +73,8 @@ def place_features(model, images: MicrobatchImages) -> PlacedFeatures:
             "vision-language checkpoint (build_gpt_model attaches the tower when the spec has vision)"
         )
     shas = list(images.pixels)
-    with torch.no_grad():
+    trains = any(p.requires_grad for p in tower.parameters())
+    with nullcontext() if trains else torch.no_grad():
         features = tower.features([images.pixels[s].pixel_values for s in shas], [images.pixels[s].grid for s in shas])
     device = next(tower.parameters()).device
     rows, embeds, deepstack = [], [], [[] for _ in range(tower.deepstack_layers)]

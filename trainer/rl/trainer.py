@@ -63,6 +63,7 @@ def train_config(
         grammar_mask=t.grammar_mask,
         routing_replay=t.routing_replay,
         moe_aux_loss_coeff=t.moe_aux_loss_coeff,
+        freeze_vision_tower=t.freeze_vision_tower,
         loss=LossConfig(**loss),
         lora=t.lora.spec() if t.lora else None,
         adapter=adapter,
