@@ -284,6 +284,9 @@ class TrainerConfig(_Section):
     """Tensor-parallel size."""
     dp: int = Field(1, ge=1)
     """Data-parallel size; the trainer has tp * dp ranks (Ray actors)."""
+    ep: int = Field(1, ge=1)
+    """Expert-parallel size (a mixture-of-experts model): each of `ep` data-parallel ranks holds
+    1/ep of every layer's experts, tokens exchanged by Megatron's all-to-all; divides dp."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     lr: float = Field(1e-6, gt=0)
     warmup_steps: int = Field(0, ge=0)
@@ -326,6 +329,10 @@ class TrainerConfig(_Section):
     def _lora_layers(self) -> TrainerConfig:
         if self.lora is not None and self.attention == "te":
             raise ValueError("trainer.lora runs on the local layer specs: set trainer.attention to sdpa or local")
+        if self.dp % self.ep:
+            raise ValueError(
+                f"trainer.ep ({self.ep}) splits the experts over data-parallel ranks: it must divide trainer.dp ({self.dp})"
+            )
         if self.lora is not None and not self.freeze_vision_tower:
             raise ValueError(
                 "trainer.lora trains its adapters alone; freeze_vision_tower: false would train the vision tower "

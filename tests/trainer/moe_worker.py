@@ -1,5 +1,5 @@
-"""A child process of the data-parallel MoE test (DP=2 over gloo), and the run it is compared to:
-the MoE policy's logprobs on a packed batch, then one training step."""
+"""A child process of the parallel MoE tests (DP=2, or EP=2, over gloo), and the run it is
+compared to: the MoE policy's logprobs on a packed batch, then one training step."""
 
 from __future__ import annotations
 
@@ -8,26 +8,27 @@ import os
 from pathlib import Path
 
 TOKEN_BUDGET = 32
-"""Two groups of 2 samples (12 + 6 tokens, the prompt shared): a microbatch per group."""
+"""Three groups of 2 samples (12 + 6 tokens, the prompt shared): a microbatch per group, so one
+of two ranks runs two and the other one (and, under expert parallelism, one at zero weight)."""
+GROUPS = ("g0", "g1", "g2")
 
 
 def train_once(policy) -> dict:
-    """Logprobs of a two-group batch, one step on it, and a router's first row after the step."""
+    """Logprobs of a three-group batch, then one step on it."""
     from roost.tests.trainer.trainer_fixtures import grpo_batch
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
 
-    samples = grpo_batch(groups=2, size=2, prompt=12, answer=6)
+    samples = grpo_batch(groups=len(GROUPS), size=2, prompt=12, answer=6)
     for k, sample in enumerate(samples):
-        sample.reward = float(k % 2)  # no group ties: both groups train
+        sample.reward = float(k % 2)  # no group ties: every group trains
     logprobs = [lp.tolist() for lp in policy.logprobs(samples)]
-    groups = [Group(g, [s for s in samples if s.group_id == g]) for g in ("g0", "g1")]
+    groups = [Group(g, [s for s in samples if s.group_id == g]) for g in GROUPS]
     scored, _ = compute_advantages(groups, AdvantageConfig())
     stats = policy.train_step(scored)
-    router = policy.hf_state()["model.layers.0.mlp.gate.weight"][0].tolist()
-    return {"logprobs": logprobs, "loss": stats.loss, "microbatches": stats.microbatches, "router": router}
+    return {"logprobs": logprobs, "loss": stats.loss, "microbatches": stats.microbatches}
 
 
-def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str) -> None:
+def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, ep: int = 1) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 
@@ -36,10 +37,12 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str) ->
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
     store = torch.distributed.TCPStore("127.0.0.1", port, world, is_master=False)
-    parallel.init(tp=tp, rank=rank, world_size=world, store=store)
-    result = train_once(MegatronPolicy(TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=TOKEN_BUDGET)))
+    parallel.init(tp=tp, ep=ep, rank=rank, world_size=world, store=store)
+    policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=TOKEN_BUDGET))
+    result = train_once(policy)
+    policy.export_hf(Path(out) / "ckpt")  # every expert, gathered from the ranks that hold them
     if rank == 0:
-        (Path(out) / "result.json").write_text(json.dumps(result))
+        (Path(out) / "result.json").write_text(json.dumps({**result, "info": vars(policy.info)}))
     parallel.shutdown()
 
 

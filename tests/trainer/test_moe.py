@@ -92,27 +92,41 @@ def test_moe_policy_trains_and_exports_the_experts(megatron_world, moe_path, tmp
     assert ModelSpec.from_folder(out).moe == policy.spec.moe
 
 
-@pytest.mark.slow
-def test_moe_data_parallel_2_trains_like_one_process(megatron_world, moe_path, tmp_path):
-    """DP=2 over gloo, each rank every expert; tensor parallelism is refused (Megatron's MoE layer
-    asks for sequence parallelism with it)."""
-    from roost.rollout.engine.model_spec import UnsupportedModel
+@pytest.fixture(scope="module")
+def moe_single_process(megatron_world, moe_path):
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
+
+    policy = MegatronPolicy(TrainConfig(checkpoint=str(moe_path), lr=1e-3, token_budget=moe_worker.TOKEN_BUDGET))
+    single = moe_worker.train_once(policy)
+    assert single["microbatches"] == 3
+    return single | {"weights": policy.hf_state()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ep", [1, 2], ids=["dp2", "ep2"])
+def test_moe_data_and_expert_parallel_2_train_like_one_process(moe_path, moe_single_process, tmp_path, ep):
+    """DP=2 over gloo, each rank every expert; EP=2, each rank half the experts (loaded as its
+    slice, tokens exchanged by Megatron's all-to-all, the rank with fewer microbatches running one
+    at zero weight so every all-to-all has both ranks, the export gathering every expert). Both
+    give the same logprobs, loss and updated weights as one process. Tensor parallelism is refused
+    (Megatron's MoE layer asks for sequence parallelism with it)."""
+    from roost.rollout.engine.model_spec import UnsupportedModel
 
     with pytest.raises(UnsupportedModel, match="sequence parallelism"):
         transformer_config(ModelSpec.from_folder(moe_path), tp=2)
-    single = moe_worker.train_once(
-        MegatronPolicy(TrainConfig(checkpoint=str(moe_path), lr=1e-3, token_budget=moe_worker.TOKEN_BUDGET))
-    )
-    assert single["microbatches"] == 2
     store = torch.distributed.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
-    args = (2, store.port, 1, str(moe_path), str(tmp_path))
+    args = (2, store.port, 1, str(moe_path), str(tmp_path), ep)
     mp.start_processes(moe_worker.run, args=args, nprocs=2, start_method="spawn", join=True)
     parallel = json.loads((tmp_path / "result.json").read_text())
+    assert (parallel["info"]["dp_size"], parallel["info"]["ep_size"]) == (2, ep)
+    single = moe_single_process
     worst = max(abs(a - b) for x, y in zip(parallel["logprobs"], single["logprobs"]) for a, b in zip(x, y))
     assert worst <= 1e-5
     assert parallel["loss"] == pytest.approx(single["loss"], rel=1e-5, abs=1e-7)
-    assert max(abs(a - b) for a, b in zip(parallel["router"], single["router"])) <= 2e-5
+    weights = hf_checkpoint.read_weights(tmp_path / "ckpt")
+    assert weights.keys() == single["weights"].keys()
+    for name, tensor in single["weights"].items():
+        torch.testing.assert_close(weights[name], tensor, rtol=0, atol=2e-5, msg=name)
 
 
 @pytest.mark.slow

@@ -155,13 +155,15 @@ def test_the_cpu_recipe_trains_two_steps(name, tmp_path, local_ray):  # noqa: F8
     assert json.loads((run_dir / "state.json").read_text())["step"] == 3
 
 
-def test_the_moe_recipe_trains_two_steps_replaying_the_engines_routing(tmp_path, local_ray):  # noqa: F811
+@pytest.mark.parametrize("ranks", [[], ["trainer.dp=2", "trainer.ep=2"]], ids=["one-rank", "ep2"])
+def test_the_moe_recipe_trains_two_steps_replaying_the_engines_routing(tmp_path, local_ray, ranks):  # noqa: F811
     """recipes/webshop/grpo/moe.yaml: tiny-moe, the gateway recording routed experts, the trainer
-    replaying them (R3) on Megatron's MoE layer."""
+    replaying them (R3) on Megatron's MoE layer; on one trainer rank, and on two holding half the
+    experts each (`trainer.ep`)."""
     from roost.trainer.rl.loop import train
 
     run_dir = tmp_path / "run"
-    overrides = recipe_overrides("webshop/grpo", run_dir, 2, tmp_path)
+    overrides = [*recipe_overrides("webshop/grpo", run_dir, 2, tmp_path), *ranks]
     summary = train(load_recipe(RECIPES / "webshop" / "grpo" / "moe.yaml", overrides))
     assert summary.steps == 2
     rl = rl_metrics(run_dir)

@@ -236,6 +236,11 @@ def expert_parallel_slice(
     return out
 
 
+def is_local_expert(name: str) -> bool:
+    """Whether a Megatron state dict name is one of an expert-parallel rank's own experts."""
+    return _LOCAL_EXPERT.search(name) is not None
+
+
 def merge_expert_parallel(states: Sequence[dict[str, torch.Tensor]], spec: ModelSpec) -> dict[str, torch.Tensor]:
     """One state dict holding every expert from each expert-parallel rank's (`expert_parallel_slice`'s
     inverse); the tensors other than experts are taken from the first."""

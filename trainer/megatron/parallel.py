@@ -16,7 +16,9 @@ import torch
 
 @dataclass(frozen=True)
 class ParallelInfo:
-    """Where this process sits: its global rank and its tensor- and data-parallel coordinates."""
+    """Where this process sits: its global rank and its tensor-, data- and expert-parallel
+    coordinates (expert parallelism splits a mixture-of-experts model's experts over data-parallel
+    ranks: each holds `1 / ep_size` of every layer's experts)."""
 
     rank: int
     world_size: int
@@ -24,6 +26,8 @@ class ParallelInfo:
     tp_size: int
     dp_rank: int
     dp_size: int
+    ep_rank: int = 0
+    ep_size: int = 1
 
     @property
     def writes_checkpoints(self) -> bool:
@@ -40,8 +44,8 @@ def init(
     seed: int = 1234,
 ) -> ParallelInfo:
     """Join (or create) the process group and set up Megatron's model parallelism: `tp`-way tensor
-    parallelism and `ep`-way expert parallelism (a mixture-of-experts model's forward; the
-    `MegatronPolicy` trains with ep 1).
+    parallelism and `ep`-way expert parallelism (a mixture-of-experts model's experts split over
+    `ep` data-parallel ranks).
 
     The rendezvous is `store` (a `torch.distributed.TCPStore`), else the `MASTER_ADDR`
     environment (torchrun's); without either this makes a one-process world on a store whose
@@ -87,6 +91,8 @@ def info() -> ParallelInfo:
         tp_size=ps.get_tensor_model_parallel_world_size(),
         dp_rank=ps.get_data_parallel_rank(),
         dp_size=ps.get_data_parallel_world_size(),
+        ep_rank=ps.get_expert_model_parallel_rank(),
+        ep_size=ps.get_expert_model_parallel_world_size(),
     )
 
 

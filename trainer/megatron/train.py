@@ -23,7 +23,7 @@ takes a step of PPO's clipped value loss; `update_policy=False` trains the head 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,13 +127,10 @@ class MegatronPolicy:
         self.spec = ModelSpec.from_folder(self.source)
         hf_checkpoint.check_tokenizer(self.source, self.spec.vocab_size)
         dtype = _DTYPES[config.dtype]
-        from megatron.core import parallel_state
-
-        if parallel_state.get_expert_model_parallel_world_size() > 1:
+        if self.info.ep_size > 1 and self.spec.moe is None:
             raise ValueError(
-                "MegatronPolicy trains with expert-parallel size 1 (every rank holds every expert): its export "
-                "gathers no experts across ranks and its data-parallel ranks may run different numbers of "
-                "microbatches, which the experts' all-to-all cannot; call parallel.init without ep"
+                f"expert parallelism (ep {self.info.ep_size}) splits a mixture-of-experts model's experts; "
+                f"{config.checkpoint} is a dense {self.spec.family} checkpoint: call parallel.init without ep"
             )
         if config.routing_replay and self.spec.moe is None:
             raise ValueError(
@@ -146,6 +143,7 @@ class MegatronPolicy:
             dtype=dtype,
             moe_aux_loss_coeff=config.moe_aux_loss_coeff,
             calculate_per_token_loss=True,
+            expert_model_parallel_size=self.info.ep_size,
         )
         model = build_gpt_model(self.spec, self.mcore_config, config.attention)
         if self.spec.vision is not None and not config.freeze_vision_tower:
@@ -202,6 +200,10 @@ class MegatronPolicy:
         state = convert.hf_to_megatron(
             hf, spec or self.spec, tp_rank=self.info.tp_rank, tp_size=self.info.tp_size, te=self.te_names
         )
+        if self.info.ep_size > 1:  # this rank's experts alone
+            state = convert.expert_parallel_slice(
+                state, spec or self.spec, ep_rank=self.info.ep_rank, ep_size=self.info.ep_size
+            )
         convert.load_into(model, {k: v.to(self.mcore_config.params_dtype) for k, v in state.items()})
 
     def _attach_lora(self, model: Any) -> dict[str, tuple[str, ...]]:
@@ -285,6 +287,16 @@ class MegatronPolicy:
     def my_microbatches(self, microbatches: list[Microbatch]) -> list[Microbatch]:
         return microbatches[self.info.dp_rank :: self.info.dp_size]
 
+    def padding(self, microbatches: list[Microbatch], mine: list[Microbatch]) -> list[Microbatch]:
+        """Microbatches this rank runs with zero weight so that it calls the model as often as
+        every other rank: under expert parallelism each MoE layer's forward and backward is an
+        all-to-all over the ranks, which must all take part (the first data-parallel rank has
+        the most microbatches); none without it."""
+        if self.info.ep_size == 1 or not microbatches:
+            return []
+        most = -(-len(microbatches) // self.info.dp_size)
+        return [microbatches[0]] * (most - len(mine))
+
     @torch.no_grad()
     def logprobs(self, samples: list[Sample], model: Any = None, layout: str | None = None) -> list[torch.Tensor]:
         """Logprobs of every sample's sampled tokens (all samples, on every rank), in the configured
@@ -332,8 +344,11 @@ class MegatronPolicy:
             microbatches = self.microbatches(samples, scored=(positions, masks))
         weights = token_weights([len(p) for p in positions], self.config.loss.aggregation)
         mine = self.my_microbatches(microbatches)
+        padding = self.padding(microbatches, mine)
         with tracing.span("train.forward_backward", {"roost.microbatches": len(mine)}):
-            total_loss, sums = self._forward_backward(scored, samples, mine, positions, weights, update_policy, critic)
+            total_loss, sums = self._forward_backward(
+                scored, samples, mine, positions, weights, update_policy, critic, padding
+            )
         sums["grammar_replay_failures"] = float(len(self.allowed.refused))
         # R3: this rank's tree tokens routed by recorded experts (summed over data-parallel ranks)
         sums["replayed_tokens"] = float(
@@ -372,11 +387,12 @@ class MegatronPolicy:
         weights: list[float],
         update_policy: bool = True,
         critic: bool = False,
+        padding: Sequence[Microbatch] = (),
     ) -> tuple[float, dict[str, float]]:
         """The policy loss of this rank's microbatches, its gradients accumulated (computed, not
         backpropagated, without `update_policy`), and with `critic` the value loss's on the head;
-        (policy loss, summed statistics)."""
-        old = self._old_logprobs(mine) if self.config.old_logprobs == "recompute" else {}
+        (policy loss, summed statistics). `padding` runs forward and backward at zero weight."""
+        old = self._old_logprobs([*mine, *padding]) if self.config.old_logprobs == "recompute" else {}
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         total_loss = 0.0
@@ -396,6 +412,12 @@ class MegatronPolicy:
             total_loss += float(loss.detach())
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value
+        for microbatch in padding:
+            with torch.set_grad_enabled(update_policy):
+                rows = scored_hidden(self.model, microbatch, self.inv_freq)
+                loss, _ = self._policy_loss(scored, samples, microbatch, rows, positions, weights, old)
+            if update_policy:
+                (loss * 0.0).backward()
         return total_loss, sums
 
     def _policy_loss(
@@ -484,6 +506,7 @@ class MegatronPolicy:
         from megatron.core import parallel_state
 
         local = {k: v for k, v in convert.model_state(self.model).items() if not lora.is_adapter_name(k)}
+        local = self._every_expert(local)
         if self.info.tp_size == 1:
             shards = [local]
         else:
@@ -496,6 +519,24 @@ class MegatronPolicy:
                     shards[rank][name] = piece.cpu()
         hf = convert.megatron_to_hf(shards, self.spec, te=self.te_names)
         return lora.merge(hf, self.adapter_state(), self.config.lora) if self.config.lora else hf
+
+    def _every_expert(self, local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`local` with every expert-parallel rank's experts (collective over expert parallel)."""
+        if self.info.ep_size == 1:
+            return local
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        group = parallel_state.get_expert_model_parallel_group()
+        states: list[dict[str, torch.Tensor]] = [{} for _ in range(self.info.ep_size)]
+        states[0] = {name: tensor for name, tensor in local.items() if not convert.is_local_expert(name)}
+        for name, tensor in local.items():  # each rank's own experts, numbered alike on every rank
+            if convert.is_local_expert(name):
+                gathered = [torch.empty_like(tensor) for _ in range(self.info.ep_size)]
+                dist.all_gather(gathered, tensor.contiguous(), group=group)
+                for rank, piece in enumerate(gathered):
+                    states[rank][name] = piece.cpu()
+        return convert.merge_expert_parallel(states, self.spec)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The adapters under PEFT's keys in full shapes (collective over tensor parallel)."""

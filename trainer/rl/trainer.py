@@ -74,8 +74,8 @@ def train_config(
 class TrainerRank:
     """One rank of the trainer (a Ray actor)."""
 
-    def __init__(self, rank: int, world_size: int, tp: int, threads: int | None) -> None:
-        self.rank, self.world_size, self.tp = rank, world_size, tp
+    def __init__(self, rank: int, world_size: int, tp: int, threads: int | None, ep: int = 1) -> None:
+        self.rank, self.world_size, self.tp, self.ep = rank, world_size, tp, ep
         self.threads = threads
         self.policy: MegatronPolicy | None = None
         self.store: Any = None
@@ -103,7 +103,7 @@ class TrainerRank:
         if self.store is None:
             host, port = rendezvous.rsplit(":", 1)
             self.store = dist.TCPStore(host, int(port), self.world_size, is_master=False)
-        info = parallel.init(tp=self.tp, rank=self.rank, world_size=self.world_size, store=self.store)
+        info = parallel.init(tp=self.tp, ep=self.ep, rank=self.rank, world_size=self.world_size, store=self.store)
         self.policy = MegatronPolicy(config)
         return asdict(info)
 
@@ -212,7 +212,7 @@ class TrainerGroup:
             if scheduling:
                 options.update(scheduling[rank])
             threads = t.threads or max(1, int(per_rank.cpus))
-            ranks.append(actor.options(**options).remote(rank, world, t.tp, threads))
+            ranks.append(actor.options(**options).remote(rank, world, t.tp, threads, t.ep))
         rendezvous = ray.get(ranks[0].address.remote())
         config = train_config(recipe, checkpoint, reference, adapter)
         ray.get([r.init.remote(rendezvous, config) for r in ranks])
