@@ -10,7 +10,10 @@ gives data-parallel rank r the microbatches r, r + dp, ..., runs forward → per
 logprobs → policy loss → backward on each, then reduces gradients across data-parallel
 ranks and takes one Megatron optimizer step. Per-token loss weights are fixed over the
 whole batch first, so the update does not depend on packing, microbatching or DP size.
-Call `parallel.init(tp=...)` in every process before building the policy.
+Call `parallel.init(tp=..., ep=...)` in every process before building the policy. Under expert
+parallelism (a mixture-of-experts model, `ep` > 1) each rank holds its slice of the experts, a
+rank with fewer microbatches runs one more at zero weight (every MoE layer is an all-to-all), and
+`hf_state` gathers the experts back.
 
 With `TrainConfig.lora` the base weights are frozen and only the adapters (`megatron/lora.py`)
 train; `hf_state` and `export_hf` then give the merged weights (`W + scaling * B @ A`).
