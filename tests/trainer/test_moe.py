@@ -1,7 +1,7 @@
 """Megatron MoE training on the tiny Qwen3-MoE (`tiny-moe`): exact Hugging Face ⇄ Megatron
 conversion of the router and experts, and the trainer's logprobs on a packed batch equal to
 transformers' `Qwen3MoeForCausalLM`; a training step that moves routers and experts, and its
-DP=2 run over gloo equal to one process's; an EP=2 forward over gloo equal to transformers'."""
+DP=2 and EP=2 runs over gloo equal to one process's; an EP=2 forward over gloo equal to transformers'."""
 
 from __future__ import annotations
 
