@@ -88,7 +88,6 @@ def run_recipe(config: StalenessConfig, staleness: int, correction: str) -> Reci
 def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
     """Every (staleness, correction) run in turn, progress on `console`; the JSON result."""
     from roost.trainer.checkpoint import load_evals
-    from roost.trainer.eval_compare import paired_gain
     from roost.trainer.progress import progress_hooks
     from roost.trainer.rl.loop import train
 
@@ -99,28 +98,41 @@ def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
         for number, (staleness, correction) in enumerate(runs, start=1):
             console.print(f"[bold]run {number}/{len(runs)}: staleness {staleness}, correction {correction}[/]")
             summary = train(fresh(run_recipe(config, staleness, correction)), hooks)
-            steps = rl_steps(summary.run_dir)
-            gain = paired_gain(sft_eval, summary.evals["final"])
-            rows.append(
-                {
-                    "staleness": staleness,
-                    "correction": correction,
-                    "steps": len(steps),
-                    "rl_s": round(sum(m["step_s"] for m in steps), 1),
-                    "mean_staleness": _mean(m.get("staleness") for m in steps),
-                    "max_staleness_seen": max((m.get("staleness_max", 0) for m in steps), default=0),
-                    "success_rate": summary.evals["final"]["success_rate"],
-                    "gain_over_sft": gain_json(gain),
-                    "collapsed": gain is not None and gain.points < -2 * gain.stderr,
-                    "last_entropy": steps[-1].get("entropy") if steps else None,
-                }
-            )
+            final = summary.evals["final"]
+            rows.append(result_row(staleness, correction, rl_steps(summary.run_dir), final, sft_eval))
     return {
         "minutes": config.minutes,
         "old_logprobs": config.old_logprobs,
         "from_run": str(config.from_run),
         "sft": {"success_rate": sft_eval["success_rate"], "games": sft_eval["scored"]},
         "rows": rows,
+    }
+
+
+def result_row(
+    staleness: int, correction: str, steps: list[dict[str, Any]], final: dict[str, Any], sft_eval: dict[str, Any]
+) -> dict[str, Any]:
+    """One run's row: its steps and the staleness they saw, the rollout/trainer gap (mismatch KL,
+    ρ's 5th and 95th percentiles, the share a correction masked: means over the steps), its
+    held-out success and gain over the SFT checkpoint, paired game by game, and whether it collapsed."""
+    from roost.trainer.eval_compare import paired_gain
+
+    gain = paired_gain(sft_eval, final)
+    return {
+        "staleness": staleness,
+        "correction": correction,
+        "steps": len(steps),
+        "rl_s": round(sum(m["step_s"] for m in steps), 1),
+        "mean_staleness": _mean(m.get("staleness") for m in steps),
+        "max_staleness_seen": max((m.get("staleness_max", 0) for m in steps), default=0),
+        **{
+            key: _mean(m.get(key) for m in steps)
+            for key in ("mismatch_kl", "ratio_p05", "ratio_p95", "masked_fraction")
+        },
+        "success_rate": final["success_rate"],
+        "gain_over_sft": gain_json(gain),
+        "collapsed": gain is not None and gain.points < -2 * gain.stderr,
+        "last_entropy": steps[-1].get("entropy") if steps else None,
     }
 
 

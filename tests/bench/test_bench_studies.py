@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from roost.bench.arms import ArmsConfig, arm_recipe, gigpo_recipe, report
-from roost.bench.staleness import StalenessConfig, run_recipe
+from roost.bench.staleness import StalenessConfig, result_row, run_recipe
 
 
 def test_each_arm_trains_the_demo_from_one_sft_checkpoint_for_the_same_minutes(tmp_path):
@@ -95,3 +95,19 @@ def test_the_staleness_bench_refuses_what_it_cannot_run(tmp_path):
         StalenessConfig(tmp_path)
     with pytest.raises(ValueError, match="unknown correction 'cispo'"):
         StalenessConfig(sft_run(tmp_path / "arms"), corrections=("none", "cispo"))
+
+
+def test_a_staleness_row_reports_the_gap_its_steps_saw_and_flags_a_collapse():
+    steps = [
+        {"step_s": 10.0, "staleness": 1.0, "staleness_max": 2, "mismatch_kl": 0.02, "ratio_p05": 0.8,
+         "ratio_p95": 1.1, "masked_fraction": 0.0, "entropy": 0.2},
+        {"step_s": 12.5, "staleness": 2.0, "staleness_max": 3, "mismatch_kl": 0.04, "ratio_p05": 0.6,
+         "ratio_p95": 1.3, "masked_fraction": 0.1, "entropy": 0.1},
+    ]  # fmt: skip
+    sft = {"success_rate": 0.5, "per_task": {f"t{k}": float(k % 2) for k in range(40)}}
+    lost = {"success_rate": 0.0, "per_task": {f"t{k}": 0.0 for k in range(40)}}
+    row = result_row(3, "none", steps, lost, sft)
+    assert (row["steps"], row["rl_s"], row["mean_staleness"], row["max_staleness_seen"]) == (2, 22.5, 1.5, 3)
+    assert (row["mismatch_kl"], row["ratio_p05"], row["ratio_p95"], row["masked_fraction"]) == (0.03, 0.7, 1.2, 0.05)
+    assert row["gain_over_sft"]["points"] == -50.0 and row["collapsed"] and row["last_entropy"] == 0.1
+    assert not result_row(3, "tis", steps, sft, sft)["collapsed"]  # no change: no collapse
