@@ -381,7 +381,13 @@ def test_vllm_dying_mid_call_is_a_503_and_the_session_goes_on_once_it_is_back(di
 
     vllm_engine.process.wait(60)  # `roost engine` ends with its vLLM
     with vllm_engine_process(port=vllm_engine.port, api_key=vllm_engine.api_key):
+        # as a harness does: a 503 is retried after its Retry-After (the gateway's probe may have
+        # seen the new vLLM before `roost engine` set its weight version: stale until the next probe)
+        deadline = time.monotonic() + 60
         back = httpx.post(chat, json=short, headers=headers, timeout=120)
+        while back.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(float(back.headers["retry-after"]))
+            back = httpx.post(chat, json=short, headers=headers, timeout=120)
         assert back.status_code == 200, back.text
     calls = stored_calls(store, session["session_id"])
     assert len(calls) == 2 and calls[1].call_id == back.headers["x-roost-call-id"]

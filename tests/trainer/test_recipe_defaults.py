@@ -28,9 +28,7 @@ def test_the_trainer_section_and_train_config_agree():
     config = TrainConfig(checkpoint="unused")
     # loss: LossConfig against LossSection, in tests/trainer/test_losses.py
     names = [f.name for f in fields(TrainConfig) if f.name in TrainerConfig.model_fields and f.name != "loss"]
-    assert (
-        len(names) == 14
-    )  # lora, routing_replay and moe_aux_loss_coeff included: both absent by default (full-weight training)
+    assert len(names) == 15  # lora, routing_replay, moe_aux_loss_coeff and freeze_vision_tower included
     for name, (section, runtime) in shared(TrainerConfig(), config, names).items():
         assert section == runtime, name
     assert config.attention == "sdpa"
