@@ -361,6 +361,8 @@ def test_vllm_dying_mid_call_is_a_503_and_the_session_goes_on_once_it_is_back(di
     headers = bearer(session["key"])
     short = {"model": "tiny-vllm", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
     assert httpx.post(chat, json=short, headers=headers, timeout=120).status_code == 200
+    weight_info = httpx.get(f"{vllm_engine.url}/weight_info", headers=bearer(vllm_engine.api_key), timeout=30)
+    version = weight_info.json()["weight_version"]
 
     answers: list[httpx.Response] = []
     caller = threading.Thread(
@@ -381,8 +383,17 @@ def test_vllm_dying_mid_call_is_a_503_and_the_session_goes_on_once_it_is_back(di
 
     vllm_engine.process.wait(60)  # `roost engine` ends with its vLLM
     with vllm_engine_process(port=vllm_engine.port, api_key=vllm_engine.api_key):
-        # as a harness does: a 503 is retried after its Retry-After (the gateway's probe may have
-        # seen the new vLLM before `roost engine` set its weight version: stale until the next probe)
+        # A new vLLM reports version 'default' and the gateway holds it stale behind its own until
+        # told otherwise. It serves the checkpoint's weights, which are the gateway's version (the
+        # weight-update test above reloads them as "0"), so it is told that version, as a run's
+        # engine pool does once a restarted engine has the newest weights. The gateway's probe
+        # then takes it back; a 503 meanwhile is retried after its Retry-After, as a harness does.
+        httpx.post(
+            f"{vllm_engine.url}/update_weight_version",
+            json={"new_version": version},
+            headers=bearer(vllm_engine.api_key),
+            timeout=30,
+        ).raise_for_status()
         deadline = time.monotonic() + 60
         back = httpx.post(chat, json=short, headers=headers, timeout=120)
         while back.status_code == 503 and time.monotonic() < deadline:
