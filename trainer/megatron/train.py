@@ -503,43 +503,22 @@ class MegatronPolicy:
         return microbatch.sample_logprobs(masked_logprobs(self.reference, microbatch, self.inv_freq)[0])
 
     def hf_state(self) -> dict[str, torch.Tensor]:
-        """The current weights as a Hugging Face state dict (collective over tensor parallel); with
-        LoRA, the adapters merged in."""
-        import torch.distributed as dist
+        """The current weights as a Hugging Face state dict (collective over tensor and expert
+        parallel); with LoRA, the adapters merged in."""
         from megatron.core import parallel_state
 
         local = {k: v for k, v in convert.model_state(self.model).items() if not lora.is_adapter_name(k)}
-        local = self._every_expert(local)
+        if self.info.ep_size > 1:  # every rank's experts (numbered alike on every rank), the rest as is
+            experts = {name: tensor for name, tensor in local.items() if convert.is_local_expert(name)}
+            states = _gather_ranks(experts, parallel_state.get_expert_model_parallel_group(), self.info.ep_size)
+            states[0].update({name: t for name, t in local.items() if name not in experts})
+            local = convert.merge_expert_parallel(states, self.spec)
         if self.info.tp_size == 1:
             shards = [local]
         else:
-            group = parallel_state.get_tensor_model_parallel_group()
-            shards = [{} for _ in range(self.info.tp_size)]
-            for name, tensor in local.items():
-                gathered = [torch.empty_like(tensor) for _ in range(self.info.tp_size)]
-                dist.all_gather(gathered, tensor.contiguous(), group=group)
-                for rank, piece in enumerate(gathered):
-                    shards[rank][name] = piece.cpu()
+            shards = _gather_ranks(local, parallel_state.get_tensor_model_parallel_group(), self.info.tp_size)
         hf = convert.megatron_to_hf(shards, self.spec, te=self.te_names)
         return lora.merge(hf, self.adapter_state(), self.config.lora) if self.config.lora else hf
-
-    def _every_expert(self, local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """`local` with every expert-parallel rank's experts (collective over expert parallel)."""
-        if self.info.ep_size == 1:
-            return local
-        import torch.distributed as dist
-        from megatron.core import parallel_state
-
-        group = parallel_state.get_expert_model_parallel_group()
-        states: list[dict[str, torch.Tensor]] = [{} for _ in range(self.info.ep_size)]
-        states[0] = {name: tensor for name, tensor in local.items() if not convert.is_local_expert(name)}
-        for name, tensor in local.items():  # each rank's own experts, numbered alike on every rank
-            if convert.is_local_expert(name):
-                gathered = [torch.empty_like(tensor) for _ in range(self.info.ep_size)]
-                dist.all_gather(gathered, tensor.contiguous(), group=group)
-                for rank, piece in enumerate(gathered):
-                    states[rank][name] = piece.cpu()
-        return convert.merge_expert_parallel(states, self.spec)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The adapters under PEFT's keys in full shapes (collective over tensor parallel)."""
@@ -582,3 +561,16 @@ def _dp_sum(value: float) -> float:
     tensor = torch.tensor([value], dtype=torch.float64)
     dist.all_reduce(tensor, group=parallel_state.get_data_parallel_group())
     return float(tensor[0])
+
+
+def _gather_ranks(tensors: dict[str, torch.Tensor], group: Any, size: int) -> list[dict[str, torch.Tensor]]:
+    """Each of the `size` ranks' `tensors` (the same names on every rank), gathered over `group`."""
+    import torch.distributed as dist
+
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(size)]
+    for name, tensor in tensors.items():
+        gathered = [torch.empty_like(tensor) for _ in range(size)]
+        dist.all_gather(gathered, tensor.contiguous(), group=group)
+        for rank, piece in enumerate(gathered):
+            out[rank][name] = piece.cpu()
+    return out
