@@ -12,8 +12,11 @@ Skipped when no vLLM virtualenv is found, except with ROOST_REQUIRE_VLLM=1 (CI),
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import shutil
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -27,6 +30,7 @@ from roost.rollout.engine.tiny_model import tiny_model_dir
 from roost.rollout.store.reader import TrajectoryReader
 from roost.tests.rollout.gateway_helpers import new_session, start_gateway, stored_calls
 from roost.tests.vision_helpers import IMAGE_PAD, noise_png, transformers_logprobs
+from roost.trainer.weight_sync import sync_weights
 
 pytestmark = pytest.mark.vllm
 
@@ -38,14 +42,12 @@ URL = "data:image/png;base64," + B64
 
 @pytest.fixture(scope="module")
 def vision_gateway(vllm_py, tmp_path_factory):
-    """(server, store): a gateway over vLLM serving tiny-vl."""
-    engine = EngineProcess(
-        "tiny-vl", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS], startup_timeout_s=900
-    )
+    """(server, store, engine): a gateway over vLLM serving tiny-vl."""
+    engine = EngineProcess("tiny-vl", extra_args=["--backend", "vllm", "--vllm-args", VLLM_ARGS], startup_timeout_s=900)
     with engine:
         store = tmp_path_factory.mktemp("store") / "trajectories.sqlite"
         server = start_gateway(engine.url, store, backend="vllm", engine_key=engine.api_key, model="tiny-vl")
-        yield server, store
+        yield server, store, engine
         server.stop()
 
 
@@ -76,7 +78,7 @@ def messages_turns(session: dict) -> None:
 
 @pytest.mark.parametrize("turns", [chat_turns, messages_turns], ids=["chat", "messages"])
 def test_vllm_serves_image_calls_recorded_as_it_saw_them(vision_gateway, turns):
-    server, store = vision_gateway
+    server, store, _ = vision_gateway
     session = new_session(server)
     turns(session)
     first, second = stored_calls(store, session["session_id"])
@@ -93,20 +95,64 @@ def test_vllm_serves_image_calls_recorded_as_it_saw_them(vision_gateway, turns):
         assert call.sampled_ids and any(lp < 0.0 for lp in call.sampled_logprobs)
 
 
-def test_vllm_logprobs_equal_transformers_on_the_recorded_ids(vision_gateway):
+def assert_logprobs_are_the_checkpoints(calls: list, folder: Path) -> None:
+    """Each call's recorded logprobs equal transformers' Qwen3-VL from `folder` on its ids and the image."""
     from transformers import Qwen3VLForConditionalGeneration
 
-    server, store = vision_gateway
-    session = new_session(server)
-    chat_turns(session)
-    folder = tiny_model_dir(variant="tiny-vl")
     reference = Qwen3VLForConditionalGeneration.from_pretrained(folder, torch_dtype=torch.float32).eval()
     picture = Image.open(io.BytesIO(PNG)).convert("RGB")
-    for call in stored_calls(store, session["session_id"]):
+    for call in calls:
         tokens = list(call.prompt_ids) + list(call.sampled_ids)
         scored = list(range(len(call.prompt_ids), len(tokens)))
         want = transformers_logprobs(reference, folder, tokens, scored, picture)
         assert (torch.tensor(list(call.sampled_logprobs)) - want).abs().max() <= 1e-4
+
+
+def test_vllm_logprobs_equal_transformers_on_the_recorded_ids(vision_gateway):
+    server, store, _ = vision_gateway
+    session = new_session(server)
+    chat_turns(session)
+    assert_logprobs_are_the_checkpoints(stored_calls(store, session["session_id"]), tiny_model_dir(variant="tiny-vl"))
+
+
+def perturbed_vlm(folder: Path) -> Path:
+    """tiny-vl with every weight moved, the vision tower's and the language model's."""
+    from safetensors.torch import load_file, save_file
+
+    source = tiny_model_dir(variant="tiny-vl")
+    shutil.copytree(source, folder)
+    gen = torch.Generator().manual_seed(2)
+    weights = {
+        n: t + 0.05 * torch.randn(t.shape, generator=gen) for n, t in load_file(source / "model.safetensors").items()
+    }
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_new_weights_for_tower_and_language_model_are_what_vllm_serves(vision_gateway, tmp_path):
+    server, store, engine = vision_gateway
+    folder = perturbed_vlm(tmp_path / "step-1")
+    before, after = new_session(server), new_session(server)
+    chat_turns(before)
+    try:
+        sync = sync_weights(
+            engine.url,
+            folder,
+            weight_version="1",
+            engine_key=engine.api_key,
+            gateway_url=server.url,
+            admin_key=server.admin_key,
+        )
+        assert asyncio.run(sync).weight_version == "1"
+        chat_turns(after)
+    finally:
+        asyncio.run(
+            sync_weights(engine.url, tiny_model_dir(variant="tiny-vl"), weight_version="0", engine_key=engine.api_key)
+        )
+    old, new = stored_calls(store, before["session_id"]), stored_calls(store, after["session_id"])
+    assert {c.weight_version for c in new} == {"1"} and "1" not in {c.weight_version for c in old}
+    assert_logprobs_are_the_checkpoints(new, folder)
+    assert max(abs(a - b) for a, b in zip(old[0].sampled_logprobs, new[0].sampled_logprobs)) > 0.01
 
 
 def test_more_images_than_vllms_limit_are_a_400_with_its_reason_and_nothing_recorded(vision_gateway):
@@ -114,7 +160,7 @@ def test_more_images_than_vllms_limit_are_a_400_with_its_reason_and_nothing_reco
     vLLM's reason as a 400, nothing is recorded, and the session's next call is served. (The
     gateway's `max_images_per_call`, set to the same limit, refuses earlier and names the part:
     tests/rollout/test_gateway_vision_engine.py.)"""
-    server, store = vision_gateway
+    server, store, _ = vision_gateway
     session = new_session(server)
     content = [{"type": "image_url", "image_url": {"url": URL}}] * 3 + [{"type": "text", "text": "Which?"}]
     resp = httpx.post(
