@@ -276,7 +276,7 @@ def bench_staleness(
     from_run: str = typer.Option(..., help="A `roost bench arms` run's gigpo folder: its SFT checkpoint and eval."),
     staleness: str = typer.Option("0,1,3,6", help="Comma-separated algorithm.max_staleness bounds."),
     corrections: str = typer.Option(
-        "none,tis", help="Comma-separated: none, tis, seq_tis, mis, geo_mask, icepop, outlier_mask."
+        "none,tis", help="Comma-separated: none, tis, seq_tis, mis, geo_mask, icepop, outlier_mask, cispo."
     ),
     minutes: float = typer.Option(4.0, min=0.01, help="RL wall time per run, in minutes."),
     out: str = typer.Option("runs/staleness", help="Folder of the runs (each replaced)."),

@@ -12,7 +12,11 @@ versions old. The step's old logprobs are recomputed by the trainer before its o
 ρ = exp(old − rollout), is what the correction sees: `none` (no weight: the plain policy gradient
 on stale samples), `tis` (the demo's token TIS, cap 2) or any preset of
 `roost.trainer.corrections` (`icepop`, `mis`, `geo_mask`, `seq_tis`, `outlier_mask`) at its
-default thresholds. `--old-logprobs rollout` keeps the demo's loss instead (two PPO epochs, the
+default thresholds. `cispo` is a loss, not a weight (`trainer.loss.kind: cispo`, MiniMax-M1's
+−sg(clip(ratio, 1 − clip_low, 1 + clip_high)) · A · log p, the demo's clip 0.2 / 0.28): its run
+takes the ratio against the rollout policy (`old_logprobs: rollout`, still one update a step), so
+its weight is clip(ρ) and the row's gap columns, measured against the same rollout logprobs, are
+empty (`ratio_against: rollout`). `--old-logprobs rollout` keeps the demo's loss instead (two PPO epochs, the
 ratio and its clip against the rollout policy): there ρ is 1 by construction and every
 correction is a no-op. Each run gets
 `--minutes` of RL wall time, then the demo's seeded eval on the held-out games, paired game by
@@ -30,7 +34,7 @@ from roost.bench.arms import fresh, gain_json, recipe_dict, rl_steps
 from roost.cli.demo_pipeline import DemoConfig, demo_recipe
 from roost.trainer.recipe import Recipe, validate_recipe
 
-CORRECTIONS = ("none", "tis", "seq_tis", "mis", "geo_mask", "icepop", "outlier_mask")
+CORRECTIONS = ("none", "tis", "seq_tis", "mis", "geo_mask", "icepop", "outlier_mask", "cispo")
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,13 @@ class StalenessConfig:
 
 
 def loss_correction(name: str) -> dict[str, Any]:
-    """The `trainer.loss` fields of a correction: none, the demo's token TIS, or a named preset."""
+    """The `trainer.loss` fields of a correction: none, the demo's token TIS, CISPO's loss, or a named preset."""
     if name == "none":
         return {"tis_cap": None}
     if name == "tis":
         return {"tis_cap": 2.0}
+    if name == "cispo":
+        return {"tis_cap": None, "kind": "cispo"}
     return {"tis_cap": None, "correction": {"name": name}}
 
 
@@ -79,10 +85,16 @@ def run_recipe(config: StalenessConfig, staleness: int, correction: str) -> Reci
     data["schedule"].update(max_minutes=config.minutes)
     data["algorithm"].update(mode="async", max_staleness=staleness)
     if config.old_logprobs == "recompute":  # one update a batch: PPO's ratio starts at 1, ρ carries the staleness
-        data["trainer"]["old_logprobs"] = "recompute"
+        data["trainer"]["old_logprobs"] = ratio_against(config, correction)
         data["algorithm"]["updates_per_batch"] = 1
     data["trainer"]["loss"] = {**data["trainer"]["loss"], **loss_correction(correction)}
     return validate_recipe(data, "roost bench staleness")
+
+
+def ratio_against(config: StalenessConfig, correction: str) -> str:
+    """The old logprobs a run's ratio is taken against: CISPO weighs by its own clipped ratio, so
+    under `recompute` (where that ratio would be 1) it takes it against the rollout policy."""
+    return "rollout" if correction == "cispo" else config.old_logprobs
 
 
 def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
@@ -99,7 +111,8 @@ def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
             console.print(f"[bold]run {number}/{len(runs)}: staleness {staleness}, correction {correction}[/]")
             summary = train(fresh(run_recipe(config, staleness, correction)), hooks)
             final = summary.evals["final"]
-            rows.append(result_row(staleness, correction, rl_steps(summary.run_dir), final, sft_eval))
+            steps = rl_steps(summary.run_dir)
+            rows.append(result_row(staleness, correction, steps, final, sft_eval, ratio_against(config, correction)))
     return {
         "minutes": config.minutes,
         "old_logprobs": config.old_logprobs,
@@ -110,11 +123,17 @@ def run_bench(config: StalenessConfig, console: Any) -> dict[str, Any]:
 
 
 def result_row(
-    staleness: int, correction: str, steps: list[dict[str, Any]], final: dict[str, Any], sft_eval: dict[str, Any]
+    staleness: int,
+    correction: str,
+    steps: list[dict[str, Any]],
+    final: dict[str, Any],
+    sft_eval: dict[str, Any],
+    against: str = "recompute",
 ) -> dict[str, Any]:
     """One run's row: its steps and the staleness they saw, the rollout/trainer gap (mismatch KL,
-    ρ's 5th and 95th percentiles, the share a correction masked: means over the steps), its
-    held-out success and gain over the SFT checkpoint, paired game by game, and whether it collapsed."""
+    ρ's 5th and 95th percentiles, the share a correction masked: means over the steps; None where
+    the ratio was taken `against` the rollout logprobs themselves, which leaves no gap to measure),
+    its held-out success and gain over the SFT checkpoint, paired game by game, and whether it collapsed."""
     from roost.trainer.eval_compare import paired_gain
 
     gain = paired_gain(sft_eval, final)
@@ -125,8 +144,9 @@ def result_row(
         "rl_s": round(sum(m["step_s"] for m in steps), 1),
         "mean_staleness": _mean(m.get("staleness") for m in steps),
         "max_staleness_seen": max((m.get("staleness_max", 0) for m in steps), default=0),
+        "ratio_against": against,
         **{
-            key: _mean(m.get(key) for m in steps)
+            key: None if against == "rollout" else _mean(m.get(key) for m in steps)
             for key in ("mismatch_kl", "ratio_p05", "ratio_p95", "masked_fraction")
         },
         "success_rate": final["success_rate"],

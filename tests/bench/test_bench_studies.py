@@ -78,6 +78,11 @@ def test_a_staleness_run_is_the_demo_in_async_mode_with_its_bound_and_correction
     assert (tis.trainer.loss.tis_cap, tis.trainer.loss.correction) == (2.0, None)
     assert icepop.trainer.loss.tis_cap is None and icepop.trainer.loss.correction.name == "icepop"
     assert run_recipe(config, 0, "none").algorithm.max_staleness == 0
+    # CISPO is a loss: its clipped ratio, taken against the rollout policy (against recomputed old
+    # logprobs it would be 1 at a step's one update), is its weight
+    cispo = run_recipe(config, 3, "cispo")
+    assert (cispo.trainer.loss.kind, cispo.trainer.loss.tis_cap, cispo.trainer.loss.correction) == ("cispo", None, None)
+    assert (cispo.trainer.old_logprobs, cispo.algorithm.updates_per_batch) == ("rollout", 1)
     # recomputed old logprobs, one update a step: ρ = exp(old - rollout) carries the staleness
     assert (tis.trainer.old_logprobs, tis.algorithm.updates_per_batch) == ("recompute", 1)
     demo = StalenessConfig(config.from_run, (1,), ("tis",), 3.0, tmp_path / "out", old_logprobs="rollout")
@@ -93,8 +98,8 @@ def test_a_staleness_run_is_the_demo_in_async_mode_with_its_bound_and_correction
 def test_the_staleness_bench_refuses_what_it_cannot_run(tmp_path):
     with pytest.raises(ValueError, match="holds no SFT checkpoint"):
         StalenessConfig(tmp_path)
-    with pytest.raises(ValueError, match="unknown correction 'cispo'"):
-        StalenessConfig(sft_run(tmp_path / "arms"), corrections=("none", "cispo"))
+    with pytest.raises(ValueError, match="unknown correction 'kpop'"):
+        StalenessConfig(sft_run(tmp_path / "arms"), corrections=("none", "kpop"))
 
 
 def test_a_staleness_row_reports_the_gap_its_steps_saw_and_flags_a_collapse():
@@ -111,3 +116,7 @@ def test_a_staleness_row_reports_the_gap_its_steps_saw_and_flags_a_collapse():
     assert (row["mismatch_kl"], row["ratio_p05"], row["ratio_p95"], row["masked_fraction"]) == (0.03, 0.7, 1.2, 0.05)
     assert row["gain_over_sft"]["points"] == -50.0 and row["collapsed"] and row["last_entropy"] == 0.1
     assert not result_row(3, "tis", steps, sft, sft)["collapsed"]  # no change: no collapse
+    # a ratio against the rollout logprobs themselves leaves no gap to report
+    cispo = result_row(3, "cispo", steps, sft, sft, against="rollout")
+    assert cispo["ratio_against"] == "rollout" and cispo["mismatch_kl"] is None and cispo["ratio_p95"] is None
+    assert row["ratio_against"] == "recompute"

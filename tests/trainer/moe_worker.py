@@ -1,5 +1,6 @@
-"""A child process of the parallel MoE tests (DP=2, or EP=2, over gloo), and the run it is
-compared to: the MoE policy's logprobs on a packed batch, then one training step."""
+"""A child process of the parallel MoE tests (DP=2, EP=2 or TP=2, over gloo), and the run it is
+compared to: the MoE policy's logprobs on a packed batch, some of it routed by recorded experts,
+then one training step."""
 
 from __future__ import annotations
 
@@ -8,19 +9,33 @@ import os
 from pathlib import Path
 
 TOKEN_BUDGET = 32
-"""Three groups of 2 samples (12 + 6 tokens, the prompt shared): a microbatch per group, so one
-of two ranks runs two and the other one (and, under expert parallelism, one at zero weight)."""
+"""Three groups of 2 samples (13 + 6 tokens, the prompt shared): a microbatch per group, so one
+of two ranks runs two and the other one (and, under expert parallelism, one at zero weight). A
+group's tree holds 25 tokens: split over two tensor-parallel ranks it is padded to 26."""
 GROUPS = ("g0", "g1", "g2")
 
 
+def forced_routing(num_tokens: int, moe) -> list[list[int]]:
+    """Recorded experts (R3) that are not the routers' own choice: token t goes to experts
+    (t + layer + 3k) mod E, k < top_k, in every layer; the last token has none, as an engine records."""
+    rows = [
+        [(t + layer + 3 * k) % moe.num_experts for layer in range(len(moe.layers)) for k in range(moe.top_k)]
+        for t in range(num_tokens - 1)
+    ]
+    return [*rows, []]
+
+
 def train_once(policy) -> dict:
-    """Logprobs of a three-group batch, then one step on it."""
+    """Logprobs of a three-group batch, then one step on it; group g1's samples carry recorded
+    experts (the policy replays them), the others are routed by the routers."""
     from roost.tests.trainer.trainer_fixtures import grpo_batch
     from roost.trainer.advantages import AdvantageConfig, Group, compute_advantages
 
-    samples = grpo_batch(groups=len(GROUPS), size=2, prompt=12, answer=6)
+    samples = grpo_batch(groups=len(GROUPS), size=2, prompt=13, answer=6)
     for k, sample in enumerate(samples):
         sample.reward = float(k % 2)  # no group ties: every group trains
+        if sample.group_id == "g1":
+            sample.routed_experts = forced_routing(len(sample.tokens), policy.spec.moe)
     logprobs = [lp.tolist() for lp in policy.logprobs(samples)]
     groups = [Group(g, [s for s in samples if s.group_id == g]) for g in GROUPS]
     scored, _ = compute_advantages(groups, AdvantageConfig())
@@ -38,7 +53,7 @@ def run(rank: int, world: int, port: int, tp: int, checkpoint: str, out: str, ep
 
     store = torch.distributed.TCPStore("127.0.0.1", port, world, is_master=False)
     parallel.init(tp=tp, ep=ep, rank=rank, world_size=world, store=store)
-    policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=TOKEN_BUDGET))
+    policy = MegatronPolicy(TrainConfig(checkpoint=checkpoint, lr=1e-3, token_budget=TOKEN_BUDGET, routing_replay=True))
     result = train_once(policy)
     policy.export_hf(Path(out) / "ckpt")  # every expert, gathered from the ranks that hold them
     if rank == 0:

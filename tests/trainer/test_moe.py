@@ -96,29 +96,28 @@ def test_moe_policy_trains_and_exports_the_experts(megatron_world, moe_path, tmp
 def moe_single_process(megatron_world, moe_path):
     from roost.trainer.megatron.train import MegatronPolicy, TrainConfig
 
-    policy = MegatronPolicy(TrainConfig(checkpoint=str(moe_path), lr=1e-3, token_budget=moe_worker.TOKEN_BUDGET))
+    config = TrainConfig(checkpoint=str(moe_path), lr=1e-3, token_budget=moe_worker.TOKEN_BUDGET, routing_replay=True)
+    policy = MegatronPolicy(config)
     single = moe_worker.train_once(policy)
     assert single["microbatches"] == 3
     return single | {"weights": policy.hf_state()}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ep", [1, 2], ids=["dp2", "ep2"])
-def test_moe_data_and_expert_parallel_2_train_like_one_process(moe_path, moe_single_process, tmp_path, ep):
+@pytest.mark.parametrize(("tp", "ep"), [(1, 1), (1, 2), (2, 1)], ids=["dp2", "ep2", "tp2"])
+def test_moe_data_expert_and_tensor_parallel_2_train_like_one_process(moe_path, moe_single_process, tmp_path, tp, ep):
     """DP=2 over gloo, each rank every expert; EP=2, each rank half the experts (loaded as its
     slice, tokens exchanged by Megatron's all-to-all, the rank with fewer microbatches running one
-    at zero weight so every all-to-all has both ranks, the export gathering every expert). Both
-    give the same logprobs, loss and updated weights as one process. Tensor parallelism is refused
-    (Megatron's MoE layer asks for sequence parallelism with it)."""
-    from roost.rollout.engine.model_spec import UnsupportedModel
-
-    with pytest.raises(UnsupportedModel, match="sequence parallelism"):
-        transformer_config(ModelSpec.from_folder(moe_path), tp=2)
+    at zero weight so every all-to-all has both ranks, the export gathering every expert); TP=2,
+    each rank half of every weight, experts included, with the sequence split between the ranks
+    (Megatron's MoE layer trains under tensor parallelism only so: each rank routes its half of the
+    packed rows, padded to an even count). All three give the same logprobs, loss and updated
+    weights as one process."""
     store = torch.distributed.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
-    args = (2, store.port, 1, str(moe_path), str(tmp_path), ep)
+    args = (2, store.port, tp, str(moe_path), str(tmp_path), ep)
     mp.start_processes(moe_worker.run, args=args, nprocs=2, start_method="spawn", join=True)
     parallel = json.loads((tmp_path / "result.json").read_text())
-    assert (parallel["info"]["dp_size"], parallel["info"]["ep_size"]) == (2, ep)
+    assert (parallel["info"]["tp_size"], parallel["info"]["dp_size"], parallel["info"]["ep_size"]) == (tp, 2 // tp, ep)
     single = moe_single_process
     worst = max(abs(a - b) for x, y in zip(parallel["logprobs"], single["logprobs"]) for a, b in zip(x, y))
     assert worst <= 1e-5
@@ -214,6 +213,39 @@ def test_routing_replay_routes_by_the_recorded_experts(megatron_world, moe_path,
     before = policy.hf_state()["model.layers.0.mlp.gate.weight"]
     assert policy.train_step(scored).updated
     assert not torch.equal(policy.hf_state()["model.layers.0.mlp.gate.weight"], before)
+
+
+@pytest.mark.parametrize("layout", ["tree", "flat"])
+def test_rows_padded_for_sequence_parallelism_score_and_route_as_before(megatron_world, moe_path, layout):
+    """Tensor parallelism on an MoE model splits the packed rows between the ranks, so they are
+    padded to a multiple of the ranks first: the pad tokens change no logprob, the scored and
+    recorded rows are renumbered (flat rows: several per microbatch), and pads carry no experts."""
+    from roost.trainer.megatron.sequence_parallel import pad_rows
+    from roost.trainer.prefix_tree import flat_microbatch
+
+    spec = ModelSpec.from_folder(moe_path)
+    model = build_gpt_model(spec, transformer_config(spec), "sdpa")
+    convert.load_into(model, convert.hf_to_megatron(hf_checkpoint.read_weights(moe_path), spec))
+    samples = grpo_batch(groups=1, size=3, prompt=13, answer=6)
+    routing = [moe_worker.forced_routing(len(s.tokens), spec.moe) if k != 1 else None for k, s in enumerate(samples)]
+    scored = [[i for i, m in enumerate(s.loss_mask) if m] for s in samples]
+    pack = tree_microbatch if layout == "tree" else flat_microbatch
+    mb = pack([s.tokens for s in samples], scored, range(len(samples)), routing=routing)
+    padded = pad_rows(mb, 4)
+    width = padded.input_ids.shape[1]
+    assert (
+        width % 4 == 0
+        and width > mb.input_ids.shape[1]
+        and padded.routed_experts.shape[0] == width * len(padded.input_ids)
+    )
+    pads = padded.routed_experts.reshape(len(padded.input_ids), width, -1)[:, mb.input_ids.shape[1] :]
+    assert bool((pads == -1).all())
+    assert pad_rows(padded, 4) is padded  # nothing to pad
+    inv_freq = inverse_frequencies(spec)
+    with torch.no_grad():
+        before = scored_logprobs(model, mb, inv_freq)
+        after = scored_logprobs(model, padded, inv_freq)
+    assert float((before - after).abs().max()) <= 1e-6
 
 
 def test_lora_on_the_moe_model_adapts_attention_and_refuses_experts(moe_path):

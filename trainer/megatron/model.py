@@ -13,7 +13,8 @@ a `SequentialMLP`), routed as Qwen3-MoE routes: softmax over the router's logits
 logits (`moe_router_pre_softmax` off); without it, the top-k of the full softmax (pre-softmax on).
 No load-balancing loss unless asked (`moe_aux_loss_coeff`). Every layer must be sparse (a
 checkpoint with `mlp_only_layers` is refused). Routing replay (R3) hooks into the routers:
-`routing_replay.py`.
+`routing_replay.py`. Under tensor parallelism an MoE model runs sequence parallelism (Megatron's
+MoE layer trains so only): `sequence_parallel.py`.
 
 A Qwen3-VL checkpoint's language model is a GPTModel as above, with the checkpoint's frozen vision
 tower beside it: its features, deepstack features and interleaved mrope are `vision.py`'s.
@@ -86,11 +87,10 @@ def transformer_config(
     tensor-parallel over `tp` ranks."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    if spec.moe is not None and tp > 1:
+    if spec.moe is not None and spec.vision is not None and tp > 1:
         raise UnsupportedModel(
-            f"tensor-parallel size {tp} on a mixture-of-experts model: Megatron's MoE layer refuses tensor "
-            "parallelism in training without sequence parallelism, which roost's tree-packed forward does not "
-            "run; train it with trainer.tp 1 and more data-parallel ranks (trainer.dp)"
+            f"tensor-parallel size {tp} on a vision-language mixture-of-experts model: roost runs sequence "
+            "parallelism (which Megatron's MoE layer needs under tensor parallelism) on text models only"
         )
     on_gpu = torch.cuda.is_available()
     fields: dict[str, Any] = dict(
@@ -121,6 +121,8 @@ def transformer_config(
         bias_dropout_fusion=False,
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
+        # Megatron's MoE layer trains under tensor parallelism only with the sequence split too
+        sequence_parallel=spec.moe is not None and tp > 1,
         **moe_fields(spec, moe_aux_loss_coeff),
     )
     fields.update(overrides)
@@ -138,8 +140,9 @@ def transformer_engine_available() -> bool:
 ATTENTIONS = ("sdpa", "local", "te")
 
 
-def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
-    """The layer spec for `attention`, each honouring a tree's mask:
+def layer_spec(spec: ModelSpec, attention: str = "sdpa", sequence_parallel: bool = False):
+    """The layer spec for `attention`, each honouring a tree's mask (with `sequence_parallel`, its
+    norms are `SequenceParallelRMSNorm`):
 
     `sdpa` (the default): Megatron's local spec with `SDPAttention`, which attends chain by chain;
     `local`: the local spec with Megatron's `DotProductAttention` (materialises the [n, n] scores);
@@ -175,6 +178,14 @@ def layer_spec(spec: ModelSpec, attention: str = "sdpa"):
         local.submodules.self_attention.submodules.core_attention = SDPAttention
     elif attention != "local":
         raise ValueError(f"trainer.attention must be one of {', '.join(ATTENTIONS)}, not {attention!r}")
+    if sequence_parallel:  # Megatron's torch norm refuses sequence parallelism
+        from .sequence_parallel import HeadRMSNorm, SequenceParallelRMSNorm
+
+        local.submodules.input_layernorm = SequenceParallelRMSNorm
+        local.submodules.pre_mlp_layernorm = SequenceParallelRMSNorm
+        if spec.qk_norm:
+            attention_modules = local.submodules.self_attention.submodules
+            attention_modules.q_layernorm = attention_modules.k_layernorm = HeadRMSNorm
     return local
 
 
@@ -183,21 +194,33 @@ def build_gpt_model(spec: ModelSpec, config, attention: str | None = None):
     None is `sdpa`, the one that never materialises an [n, n] matrix. A Qwen3-VL spec's model
     carries its frozen vision tower as `model.vision` (`vision.py`)."""
     from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
     attention = attention or "sdpa"
     if spec.vocab_size % config.tensor_model_parallel_size:
         raise UnsupportedModel(
             f"vocab size {spec.vocab_size} is not divisible by tensor-parallel size {config.tensor_model_parallel_size}"
         )
+    layers = layer_spec(spec, attention, config.sequence_parallel)
+    if config.sequence_parallel:  # the final norm too (a block spec names it; a layer spec takes Megatron's)
+        from .sequence_parallel import SequenceParallelRMSNorm
+
+        layers = TransformerBlockSubmodules(layer_specs=[layers] * spec.num_layers, layer_norm=SequenceParallelRMSNorm)
     model = GPTModel(
         config,
-        layer_spec(spec, attention),
+        layers,
         vocab_size=spec.vocab_size,
         max_sequence_length=spec.max_position_embeddings,
         position_embedding_type="rope",
         rotary_base=int(spec.rope_theta),
         share_embeddings_and_output_weights=spec.tie_word_embeddings,
+        # scored_hidden scatters the sequence itself, after any image rows are placed
+        scatter_embedding_sequence_parallel=False,
     )
+    if config.sequence_parallel:
+        from .sequence_parallel import whole_row_output_layer
+
+        whole_row_output_layer(model)
     model.roost_attention = attention
     if spec.vision is not None:
         from .vision import attach_vision
@@ -275,12 +298,16 @@ def scored_hidden(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torc
     experts is routed by them (R3, `routing_replay.py`); one that carries images (Qwen3-VL) has
     their features at its placeholder rows and deepstack features after the first layers, and
     turns by its 3-D positions (`vision.py`)."""
+    from . import sequence_parallel as sp
     from .attention import chain_wise, check_tree_attention
     from .routing_replay import replaying
     from .vision import deepstack, microbatch_features, scatter_rows
 
     model = getattr(model, "module", model)  # unwrap Megatron DDP
+    split = model.config.sequence_parallel
     microbatch = microbatch.to(next(model.parameters()).device)
+    if split:
+        microbatch = sp.pad_rows(microbatch, model.config.tensor_model_parallel_size)
     input_ids, position_ids = microbatch.input_ids, microbatch.position_ids
     hidden = model.embedding(input_ids=input_ids, position_ids=None)  # [s, b, h]; RoPE is applied below
     placed = microbatch_features(model, microbatch)
@@ -299,10 +326,18 @@ def scored_hidden(model, microbatch: Microbatch, inv_freq: torch.Tensor) -> torc
             .triu(1)[None, None]
             .expand(input_ids.shape[0], 1, n, n)
         )
-    with replaying(model, microbatch.routed_experts, input_ids.shape[0]), deepstack(model, placed):
+    sequence = sp.rank_slice(hidden.shape[0]) if split else None
+    with (
+        replaying(model, microbatch.routed_experts, input_ids.shape[0], sequence),
+        deepstack(model, placed),
+    ):
         hidden = model.decoder(
-            hidden_states=hidden, attention_mask=mask, rotary_pos_emb=_rotary(model, inv_freq, position_ids)
+            hidden_states=sp.scatter(hidden) if split else hidden,
+            attention_mask=mask,
+            rotary_pos_emb=_rotary(model, inv_freq, position_ids),
         )
+    if split:
+        hidden = sp.gather(hidden)
     return hidden.transpose(0, 1).reshape(-1, hidden.shape[-1])[microbatch.score_rows]
 
 

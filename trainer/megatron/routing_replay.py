@@ -78,9 +78,10 @@ def replay_hooks(model) -> list[ReplayedTopK]:
 
 
 @contextlib.contextmanager
-def replaying(model, routed: torch.Tensor | None, batch: int) -> Iterator[None]:
+def replaying(model, routed: torch.Tensor | None, batch: int, sequence: slice | None = None) -> Iterator[None]:
     """Route the forward inside by `routed` ([batch * seq, layers x top_k] by hidden row, the
-    flattened [batch, seq] layout; -1 rows: the router's own choice); None routes normally."""
+    flattened [batch, seq] layout; -1 rows: the router's own choice); None routes normally.
+    `sequence`: the positions this rank's routers see (sequence parallelism), None all."""
     if routed is None:
         yield
         return
@@ -96,6 +97,8 @@ def replaying(model, routed: torch.Tensor | None, batch: int) -> Iterator[None]:
         )
     # Megatron's routers see the hidden states as [seq, batch] flattened
     per_layer = routed.reshape(batch, -1, len(hooks), routed.shape[1] // len(hooks)).transpose(0, 1)
+    if sequence is not None:
+        per_layer = per_layer[sequence]
     per_layer = per_layer.reshape(-1, len(hooks), per_layer.shape[-1])
     try:
         for layer, hook in enumerate(hooks):

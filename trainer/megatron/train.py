@@ -148,6 +148,12 @@ class MegatronPolicy:
             calculate_per_token_loss=True,
             expert_model_parallel_size=self.info.ep_size,
         )
+        if config.lora and self.mcore_config.sequence_parallel:
+            raise ValueError(
+                f"LoRA on a mixture-of-experts model under tensor parallelism (tp {self.info.tp_size}): roost's "
+                "adapters read whole sequences, and Megatron's MoE layer splits them there; use tp 1 (dp and ep "
+                "split the work instead)"
+            )
         model = build_gpt_model(self.spec, self.mcore_config, config.attention)
         if self.spec.vision is not None and not config.freeze_vision_tower:
             if config.lora:
