@@ -23,22 +23,22 @@ import torch
 from ..prefix_tree import Microbatch, Segment, TreeLayout
 
 
-class SequenceParallelRMSNorm(torch.nn.RMSNorm):
-    """Torch's RMSNorm built from Megatron's norm arguments, its weight flagged `sequence_parallel`
-    (each rank sees a slice of the tokens: the gradients are summed over the tensor-parallel group)."""
-
-    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_: object) -> None:
-        super().__init__(hidden_size, eps=eps)
-        self.weight.sequence_parallel = True
-
-
 class HeadRMSNorm(torch.nn.RMSNorm):
-    """Torch's RMSNorm for the query and key heads (Qwen3's qk norm): after the column-parallel
-    projection gathers the sequence, each rank norms every token of its own heads; Megatron's
-    `finalize_model_grads` sums these weights' gradients by their names, not by a flag."""
+    """Torch's RMSNorm built from Megatron's norm arguments, for the query and key heads (Qwen3's qk
+    norm): after the column-parallel projection gathers the sequence, each rank norms every token of
+    its own heads; Megatron's `finalize_model_grads` sums these weights' gradients by their names."""
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_: object) -> None:
         super().__init__(hidden_size, eps=eps)
+
+
+class SequenceParallelRMSNorm(HeadRMSNorm):
+    """The norm of the hidden states, its weight flagged `sequence_parallel` (each rank sees a slice
+    of the tokens: the gradients are summed over the tensor-parallel group)."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_: object) -> None:
+        super().__init__(config, hidden_size, eps)
+        self.weight.sequence_parallel = True
 
 
 def whole_row_output_layer(model) -> None:
